@@ -1,0 +1,79 @@
+"""Physical units and datatype sizes. A leaf module: only ``errors`` from the package."""
+
+from __future__ import annotations
+
+import re
+
+from shardplan.errors import ShardplanError
+
+KiB = 1024
+MiB = 1024**2
+GiB = 1024**3
+TiB = 1024**4
+KB = 1000
+MB = 1000**2
+GB = 1000**3
+TB = 1000**4
+
+TFLOPS = 1e12
+GBPS = 1e9  # bytes per second
+
+# Bytes per element of each datatype (int4/fp4 pack two values per byte).
+DTYPE_BYTES: dict[str, float] = {
+    "fp32": 4.0,
+    "tf32": 4.0,
+    "bf16": 2.0,
+    "fp16": 2.0,
+    "fp8": 1.0,
+    "int8": 1.0,
+    "int4": 0.5,
+    "fp4": 0.5,
+}
+
+_SIZE_UNITS: dict[str, int] = {
+    "": 1, "b": 1,
+    "k": KB, "kb": KB, "m": MB, "mb": MB, "g": GB, "gb": GB, "t": TB, "tb": TB,
+    "kib": KiB, "mib": MiB, "gib": GiB, "tib": TiB,
+}
+_SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-z]*)\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str | int | float, *, field: str = "size") -> int:
+    """Bytes in a size such as ``208GiB``, ``1.5TB``, ``512MB`` or a plain number of bytes."""
+    if isinstance(text, int | float):
+        value, unit = float(text), ""
+    else:
+        m = _SIZE_RE.match(text)
+        if not m or m.group(2).lower() not in _SIZE_UNITS:
+            raise ShardplanError(
+                f"'{text}' is not a size; use a number with a unit such as 80GiB, 1.5TB or 512MB", field=field
+            )
+        value, unit = float(m.group(1)), m.group(2).lower()
+    if value < 0:
+        raise ShardplanError(f"'{text}' must not be negative", field=field)
+    return int(round(value * _SIZE_UNITS[unit]))
+
+
+def format_bytes(n: float) -> str:
+    """A byte count in binary units with three significant digits (``79.3 GiB``)."""
+    for unit, size in (("TiB", TiB), ("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
+        if abs(n) >= size:
+            return f"{n / size:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
+def format_count(n: float) -> str:
+    """A count with a metric suffix (``70.6B``, ``131M``)."""
+    for unit, size in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if abs(n) >= size:
+            return f"{n / size:.4g}{unit}"
+    return f"{n:.0f}"
+
+
+def format_seconds(t: float) -> str:
+    """A duration with a sensible unit (``13.7 s``, ``41.2 ms``, ``8 µs``)."""
+    if t >= 1.0:
+        return f"{t:.4g} s"
+    if t >= 1e-3:
+        return f"{t * 1e3:.4g} ms"
+    return f"{t * 1e6:.3g} µs"
