@@ -116,6 +116,10 @@ class SoftwareSpec(BaseModel):
     zero3_overlap_fraction: Fraction = Field(
         0.8, description="Share of ZeRO-3 communication hidden behind compute when overlap is on."
     )
+    zero3_rail_parallel: bool = Field(
+        True, description="ZeRO-3 gathers spread a node's share over all its NICs (NCCL rings per rail); "
+        "False: one flat ring, each GPU's NIC carries the whole (n−1)/n of every gather."
+    )
     step_overhead_fraction: NonNeg = Field(
         0.0, description="Unmodelled per-step time (data loading, logging, host sync) as a fraction."
     )

@@ -1,0 +1,306 @@
+"""GPU catalog: memory, dense peak rates and achievable-efficiency curves, one validated spec per SKU.
+
+Peaks are dense (no sparsity). Where a vendor prints only the with-sparsity figure, dense = sparse / 2
+(the vendor footnote). bf16/fp16/fp8/fp4 and HBM numbers come from ``published_calibration.json``
+(records of kind ``hardware``; each GPU's ``source`` names its record id); fp32/tf32/int8 come from the
+same datasheet tables. ``memory_bytes`` is what the driver reports (``nvidia-smi``/``rocm-smi``
+memory.total), not the marketing figure, because that is what a framework can allocate from.
+"""
+
+from __future__ import annotations
+
+from shardplan.hardware.spec import GpuSpec
+from shardplan.units import GB, TB, GiB, MiB
+
+Curve = list[tuple[float, float]]
+
+# --- achievable-efficiency curves (data, shared by GPUs of one generation) -------------------------
+# GEMM: fraction of dense peak vs FLOPs of one GEMM. Large-GEMM plateau: A100 ≈ 0.8 (cuBLAS bf16
+# 8192³ ≈ 250 TFLOP/s), H100 0.78 and MI300X 0.47 (torchao roofline_utils.py, "pct_achievable_gemm_tops").
+# The Ampere curve is fitted to the Megatron-LM runs on Selene (Korthikanti et al. 2022 Tables 4-5,
+# Narayanan et al. 2021 Tables 1-2; see validation/): 0.71 of peak at 1e11 FLOPs, 0.77 at 1e13.
+AMPERE_MATMUL: Curve = [
+    (1e7, 0.077), (1e8, 0.24), (1e9, 0.48), (1e10, 0.634), (1e11, 0.71), (1e12, 0.749), (1e13, 0.768),
+]
+HOPPER_MATMUL: Curve = [
+    (1e7, 0.05), (1e8, 0.16), (1e9, 0.38), (1e10, 0.58), (1e11, 0.70), (1e12, 0.76), (1e13, 0.78),
+]
+# Streaming kernels: fraction of peak HBM bandwidth vs bytes moved (torchao: 0.92 on H100, 0.72 MI300X).
+HBM_MEMORY: Curve = [(1e5, 0.10), (1e6, 0.35), (1e7, 0.70), (1e8, 0.85), (1e9, 0.90)]
+# A100 with PyTorch eager / Megatron fused kernels (layernorm, bias-dropout-add, masked softmax): 0.70 of
+# peak for large tensors, fitted to the 22B layer times of Korthikanti et al. 2022 Table 4 (fwd 7.7 ms,
+# 7.2 ms with sequence parallelism) with the GEMM curve above.
+AMPERE_MEMORY: Curve = [(1e5, 0.078), (1e6, 0.27), (1e7, 0.55), (1e8, 0.66), (1e9, 0.70)]
+
+
+def scaled_curve(curve: Curve, plateau: float) -> Curve:
+    """The same curve shape with its largest fraction moved to ``plateau`` (every point scaled alike)."""
+    top = max(f for _, f in curve)
+    return [(x, min(1.0, f * plateau / top)) for x, f in curve]
+
+
+# AMD CDNA3 (MI300X): torchao measures a 0.47 GEMM plateau (fw + bw GEMMs, M=K=N=8192) and 0.72 of
+# peak HBM bandwidth for a large pointwise Triton kernel; the Hopper shape is kept, rescaled.
+CDNA3_MATMUL: Curve = scaled_curve(HOPPER_MATMUL, 0.47)
+CDNA3_MEMORY: Curve = scaled_curve(HBM_MEMORY, 0.72)
+
+# --- NVIDIA Ampere ------------------------------------------------------------------------------
+A100_80GB = GpuSpec(
+    name="a100-sxm-80gb",
+    memory_bytes=80 * GiB,  # nvidia-smi: 81920 MiB
+    memory_bandwidth_bytes_per_s=2.039 * TB,
+    peak_flops={"fp32": 19.5e12, "tf32": 156e12, "bf16": 312e12, "fp16": 312e12, "int8": 624e12},
+    matmul_efficiency=AMPERE_MATMUL,
+    memory_efficiency=AMPERE_MEMORY,
+    attention_efficiency=0.55,
+    kernel_launch_s=4e-6,
+    tdp_w=400,
+    source="NVIDIA A100 datasheet r4 (published_calibration.json: hw-a100-sxm-80gb)",
+)
+A100_40GB = A100_80GB.model_copy(
+    update={
+        "name": "a100-sxm-40gb",
+        "memory_bytes": 40 * GiB,  # nvidia-smi: 40960 MiB
+        "memory_bandwidth_bytes_per_s": 1.555 * TB,
+        "source": "NVIDIA A100 datasheet r4 (published_calibration.json: hw-a100-sxm-40gb)",
+    }
+)
+# A10G: AWS-only variant of GA102; NVIDIA publishes no datasheet (the calibration record has no peaks).
+# Rates from the A10G column of Baseten's "NVIDIA A10 vs A10G" spec table; 600 GB/s GDDR6 (AWS G5 page).
+A10G = GpuSpec(
+    name="a10g",
+    memory_bytes=23028 * MiB,  # nvidia-smi on g5 instances (24 GB GDDR6)
+    memory_bandwidth_bytes_per_s=600 * GB,
+    peak_flops={"fp32": 31.52e12, "tf32": 35e12, "bf16": 70e12, "fp16": 70e12, "int8": 140e12},
+    matmul_efficiency=AMPERE_MATMUL,
+    memory_efficiency=HBM_MEMORY,  # GDDR6 streaming measured near HBM fractions; no A10G curve of its own
+    tdp_w=300,
+    source="Baseten 'NVIDIA A10 vs A10G for ML model inference' spec table; AWS EC2 G5 "
+    "(published_calibration.json: hw-a10g, confidence C)",
+)
+# GA102 whitepaper appendix (RTX 3090): tensor rates with FP32 accumulate (the FP16-accumulate rate is 2×).
+RTX3090 = GpuSpec(
+    name="rtx3090",
+    memory_bytes=24576 * MiB,  # nvidia-smi: 24576 MiB (24 GB GDDR6X)
+    memory_bandwidth_bytes_per_s=936 * GB,
+    peak_flops={"fp32": 35.6e12, "tf32": 35.6e12, "bf16": 71e12, "fp16": 71e12, "int8": 284e12},
+    matmul_efficiency=AMPERE_MATMUL,
+    memory_efficiency=HBM_MEMORY,
+    tdp_w=350,
+    source="NVIDIA Ampere GA102 GPU Architecture whitepaper, Appendix A (GeForce RTX 3090)",
+)
+# RTX A6000 datasheet: FP32 38.7 TFLOPS, tensor 309.7 TFLOPS with sparsity → 154.8 dense; 768 GB/s.
+RTX_A6000 = GpuSpec(
+    name="rtx-a6000",
+    memory_bytes=49140 * MiB,  # nvidia-smi: 49140 MiB (48 GB GDDR6, ECC off)
+    memory_bandwidth_bytes_per_s=768 * GB,
+    peak_flops={"fp32": 38.7e12, "tf32": 77.4e12, "bf16": 154.8e12, "fp16": 154.8e12, "int8": 309.7e12},
+    matmul_efficiency=AMPERE_MATMUL,
+    memory_efficiency=HBM_MEMORY,
+    tdp_w=300,
+    source="NVIDIA RTX A6000 datasheet; GA102 whitepaper Appendix A (RTX A6000 column)",
+)
+
+# --- NVIDIA Hopper ------------------------------------------------------------------------------
+H100_SXM = GpuSpec(
+    name="h100-sxm",
+    memory_bytes=81559 * MiB,  # nvidia-smi "NVIDIA H100 80GB HBM3": 81559 MiB
+    memory_bandwidth_bytes_per_s=3.35 * TB,
+    peak_flops={"fp32": 67e12, "tf32": 494.5e12, "bf16": 989.4e12, "fp16": 989.4e12, "fp8": 1978.9e12,
+                "int8": 1979e12},
+    matmul_efficiency=HOPPER_MATMUL,
+    memory_efficiency=HBM_MEMORY,
+    attention_efficiency=0.6,
+    kernel_launch_s=4e-6,
+    tdp_w=700,
+    source="NVIDIA H100 datasheet (published_calibration.json: hw-h100-sxm)",
+)
+# H100 PCIe: 1513/3026 TFLOPS with sparsity → 756.5 bf16 / 1513 fp8 dense; 2.0 TB/s HBM2e; 350 W.
+H100_PCIE = GpuSpec(
+    name="h100-pcie",
+    memory_bytes=81559 * MiB,  # nvidia-smi "NVIDIA H100 PCIe": 81559 MiB
+    memory_bandwidth_bytes_per_s=2.0 * TB,
+    peak_flops={"fp32": 51e12, "tf32": 378e12, "bf16": 756.5e12, "fp16": 756.5e12, "fp8": 1513e12,
+                "int8": 1513e12},
+    matmul_efficiency=HOPPER_MATMUL,
+    memory_efficiency=HBM_MEMORY,
+    attention_efficiency=0.6,
+    tdp_w=350,
+    source="NVIDIA H100 datasheet, PCIe column (published_calibration.json: hw-h100-pcie)",
+)
+# H800 SXM: the H100 SXM die with NVLink cut to 400 GB/s and FP64 to 1 TFLOPS; tensor rates unchanged
+# (BF16 1,979 / FP8 3,958 TFLOPS with sparsity → 989.5 / 1,979 dense), 80 GB HBM3 at 3.35 TB/s.
+H800_SXM = H100_SXM.model_copy(
+    update={
+        "name": "h800-sxm",
+        "peak_flops": {"fp32": 67e12, "tf32": 494.5e12, "bf16": 989.5e12, "fp16": 989.5e12, "fp8": 1979e12,
+                       "int8": 1979e12},
+        "source": "NVIDIA H800 Tensor Core GPU datasheet (SXM column); not in published_calibration.json",
+    }
+)
+H200_SXM = H100_SXM.model_copy(
+    update={
+        "name": "h200-sxm",
+        "memory_bytes": 143771 * MiB,  # nvidia-smi "NVIDIA H200": 143771 MiB (141 GB HBM3e)
+        "memory_bandwidth_bytes_per_s": 4.8 * TB,
+        "peak_flops": {"fp32": 67e12, "tf32": 494.5e12, "bf16": 989.5e12, "fp16": 989.5e12, "fp8": 1979e12,
+                       "int8": 1979e12},
+        "source": "NVIDIA H200 datasheet (published_calibration.json: hw-h200-sxm)",
+    }
+)
+
+# --- NVIDIA Blackwell ---------------------------------------------------------------------------
+# No measured curves yet: torchao copies H100's 0.78 GEMM / 0.92 memory fractions for B200; so do we.
+# fp32/tf32/int8: HGX B200 table (8 GPUs: FP32 600 TFLOPS, TF32 18 PFLOPS*, INT8 72 POPS*) ÷ 8, * ÷ 2.
+B200 = GpuSpec(
+    name="b200",
+    memory_bytes=183359 * MiB,  # nvidia-smi "NVIDIA B200": 183359 MiB (180 GB HBM3e)
+    memory_bandwidth_bytes_per_s=8.0 * TB,
+    peak_flops={"fp32": 75e12, "tf32": 1125e12, "bf16": 2250e12, "fp16": 2250e12, "fp8": 4500e12,
+                "int8": 4500e12, "fp4": 9000e12},
+    matmul_efficiency=HOPPER_MATMUL,
+    memory_efficiency=HBM_MEMORY,
+    attention_efficiency=0.6,
+    tdp_w=1000,
+    source="NVIDIA DGX/HGX B200 datasheet, Blackwell technical brief (published_calibration.json: hw-b200-hgx)",
+)
+# GB200 (1200 W): NVL72 table ÷ 72 — FP32 5,760 TFLOPS, TF32 180 PFLOPS*, INT8 720 POPS*, HBM 576 TB/s.
+GB200 = B200.model_copy(
+    update={
+        "name": "gb200",
+        "memory_bytes": 189471 * MiB,  # nvidia-smi "NVIDIA GB200": 189471 MiB (186 GB HBM3e)
+        "memory_bandwidth_bytes_per_s": 8.0 * TB,
+        "peak_flops": {"fp32": 80e12, "tf32": 1250e12, "bf16": 2500e12, "fp16": 2500e12, "fp8": 5000e12,
+                       "int8": 5000e12, "fp4": 10000e12},
+        "tdp_w": 1200,
+        "source": "NVIDIA GB200 NVL72 datasheet (published_calibration.json: hw-gb200)",
+    }
+)
+
+# --- NVIDIA Ada, Turing, Volta ------------------------------------------------------------------
+# Ada (L40S, L4, RTX 4090) has no measured curve here: it borrows the Ampere GEMM curve.
+L40S = GpuSpec(
+    name="l40s",
+    memory_bytes=46068 * MiB,  # nvidia-smi "NVIDIA L40S": 46068 MiB (48 GB GDDR6 with ECC)
+    memory_bandwidth_bytes_per_s=864 * GB,
+    peak_flops={"fp32": 91.6e12, "tf32": 183e12, "bf16": 362.05e12, "fp16": 362.05e12, "fp8": 733e12,
+                "int8": 733e12},
+    matmul_efficiency=AMPERE_MATMUL,
+    memory_efficiency=HBM_MEMORY,
+    tdp_w=350,
+    source="NVIDIA L40S datasheet (published_calibration.json: hw-l40s)",
+)
+# L4: 242 / 485 TFLOPS with sparsity → 121 bf16 / 242.5 fp8 dense; FP32 30.3; TF32 120* → 60.
+L4 = GpuSpec(
+    name="l4",
+    memory_bytes=23034 * MiB,  # nvidia-smi "NVIDIA L4": 23034 MiB (24 GB GDDR6)
+    memory_bandwidth_bytes_per_s=300 * GB,
+    peak_flops={"fp32": 30.3e12, "tf32": 60e12, "bf16": 121e12, "fp16": 121e12, "fp8": 242.5e12,
+                "int8": 242.5e12},
+    matmul_efficiency=AMPERE_MATMUL,  # 72 W cap: like the T4, real GEMMs may sit well below this
+    memory_efficiency=HBM_MEMORY,
+    tdp_w=72,
+    source="NVIDIA L4 datasheet (published_calibration.json: hw-l4)",
+)
+# Ada whitepaper appendix (RTX 4090): FP32-accumulate tensor rates; INT8 660.6 TOPS dense.
+RTX4090 = GpuSpec(
+    name="rtx4090",
+    memory_bytes=24564 * MiB,  # nvidia-smi "NVIDIA GeForce RTX 4090": 24564 MiB
+    memory_bandwidth_bytes_per_s=1.008 * TB,
+    peak_flops={"fp32": 82.6e12, "tf32": 82.6e12, "bf16": 165.2e12, "fp16": 165.2e12, "fp8": 330.3e12,
+                "int8": 660.6e12},
+    matmul_efficiency=AMPERE_MATMUL,
+    memory_efficiency=HBM_MEMORY,
+    tdp_w=450,
+    source="NVIDIA Ada Lovelace architecture whitepaper, Appendix (published_calibration.json: hw-rtx4090)",
+)
+T4 = GpuSpec(
+    name="t4",
+    memory_bytes=15 * GiB,  # 16 GB GDDR6, 15 GiB usable as reported by nvidia-smi (15360 MiB)
+    memory_bandwidth_bytes_per_s=320 * GB,
+    peak_flops={"fp32": 8.1e12, "fp16": 65e12, "int8": 130e12},
+    matmul_efficiency=[(1e7, 0.05), (1e8, 0.15), (1e9, 0.30), (1e10, 0.40), (1e11, 0.45), (1e12, 0.45)],
+    memory_efficiency=[(1e5, 0.10), (1e6, 0.40), (1e7, 0.70), (1e8, 0.80), (1e9, 0.82)],
+    attention_efficiency=0.3,
+    kernel_launch_s=6e-6,
+    tdp_w=70,
+    source="NVIDIA T4 datasheet (published_calibration.json: hw-t4); 70 W cap keeps GEMMs below half of peak",
+)
+# V100: fp16 tensor cores only (no bf16, no int8 tensor cores); FlashAttention-2 needs sm80+, hence 0.3.
+V100_SXM2 = GpuSpec(
+    name="v100-sxm2",
+    memory_bytes=32768 * MiB,  # nvidia-smi "Tesla V100-SXM2-32GB": 32768 MiB
+    memory_bandwidth_bytes_per_s=900 * GB,
+    peak_flops={"fp32": 15.7e12, "fp16": 125e12},
+    matmul_efficiency=AMPERE_MATMUL,
+    memory_efficiency=HBM_MEMORY,
+    attention_efficiency=0.3,
+    tdp_w=300,
+    source="NVIDIA Tesla V100 datasheet, SXM2 32GB (published_calibration.json: hw-v100-sxm2)",
+)
+
+# --- AMD Instinct -------------------------------------------------------------------------------
+# MI250X is two GCDs that software sees as two devices: one entry here is one GCD, i.e. half the
+# package numbers of hw-mi250x (383 TFLOPS bf16/fp16/int8, 95.7 TFLOPS fp32 matrix, 3.2 TB/s, 560 W).
+# No measured curve: borrows the MI300X (CDNA3) curves.
+MI250X = GpuSpec(
+    name="mi250x",
+    vendor="amd",
+    memory_bytes=68702699520,  # rocm-smi VRAM Total per GCD (64 GB HBM2e; 16 MiB short of 64 GiB)
+    memory_bandwidth_bytes_per_s=1.6 * TB,
+    peak_flops={"fp32": 47.85e12, "bf16": 191.5e12, "fp16": 191.5e12, "int8": 191.5e12},
+    matmul_efficiency=CDNA3_MATMUL,
+    memory_efficiency=CDNA3_MEMORY,
+    attention_efficiency=0.35,
+    tdp_w=280,
+    source="AMD Instinct MI250X data sheet, per GCD = package / 2 (published_calibration.json: hw-mi250x)",
+)
+# HBM capacities are binary: MI300X's "192 GB" is 192 GiB, of which rocm-smi reports 205822885888 B
+# (VRAM Total) usable. No tool report was found for MI325X/MI355X: they keep the same usable fraction.
+MI300X_USABLE = 205822885888
+# MI300X: FP32 matrix 163.4, TF32 653.7, INT8 2614.9 TOPS dense (AMD data sheet). Attention 0.35 ≈
+# H100's 0.6 scaled by the GEMM plateau ratio 0.47/0.78.
+MI300X = GpuSpec(
+    name="mi300x",
+    vendor="amd",
+    memory_bytes=MI300X_USABLE,  # rocm-smi VRAM Total (192 GB HBM3)
+    memory_bandwidth_bytes_per_s=5.3 * TB,
+    peak_flops={"fp32": 163.4e12, "tf32": 653.7e12, "bf16": 1307.4e12, "fp16": 1307.4e12, "fp8": 2614.9e12,
+                "int8": 2614.9e12},
+    matmul_efficiency=CDNA3_MATMUL,
+    memory_efficiency=CDNA3_MEMORY,
+    attention_efficiency=0.35,
+    tdp_w=750,
+    source="AMD Instinct MI300X data sheet (published_calibration.json: hw-mi300x); curves: torchao roofline_utils",
+)
+MI325X = MI300X.model_copy(
+    update={
+        "name": "mi325x",
+        "memory_bytes": 256 * MI300X_USABLE // 192,  # 8 stacks × 32 GiB HBM3E, same driver reserve as MI300X
+        "memory_bandwidth_bytes_per_s": 6.0 * TB,
+        "tdp_w": 1000,
+        "source": "AMD Instinct MI325X data sheet (published_calibration.json: hw-mi325x); same CDNA3 compute",
+    }
+)
+# MI355X (CDNA4): FP32 157.3 TFLOPS; no TF32 rate listed; INT8 = FP8 rate. No measured curve: CDNA3's.
+MI355X = GpuSpec(
+    name="mi355x",
+    vendor="amd",
+    memory_bytes=288 * MI300X_USABLE // 192,  # 8 stacks × 36 GiB HBM3E, same driver reserve as MI300X
+    memory_bandwidth_bytes_per_s=8.0 * TB,
+    peak_flops={"fp32": 157.3e12, "bf16": 2516.6e12, "fp16": 2516.6e12, "fp8": 5033.2e12, "int8": 5033.2e12,
+                "fp4": 10066.4e12},
+    matmul_efficiency=CDNA3_MATMUL,
+    memory_efficiency=CDNA3_MEMORY,
+    attention_efficiency=0.35,
+    tdp_w=1400,
+    source="AMD Instinct MI355X data sheet / CDNA 4 whitepaper (published_calibration.json: hw-mi355x)",
+)
+
+GPUS: dict[str, GpuSpec] = {
+    g.name: g
+    for g in (
+        A100_40GB, A100_80GB, H100_SXM, H100_PCIE, H800_SXM, H200_SXM, B200, GB200, L40S, L4, A10G, T4,
+        V100_SXM2, RTX3090, RTX4090, RTX_A6000, MI250X, MI300X, MI325X, MI355X,
+    )
+}

@@ -1,0 +1,184 @@
+"""The GPU and system catalogs: every entry validates, peaks match the published records, names resolve."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from shardplan.errors import UnknownNameError
+from shardplan.hardware import GPUS, SYSTEMS, GpuSpec, SystemSpec, get_gpu, get_system
+from shardplan.hardware.catalog import generic_system
+from shardplan.hardware.gpus import CDNA3_MATMUL, CDNA3_MEMORY, HBM_MEMORY, HOPPER_MATMUL, scaled_curve
+from shardplan.units import GB, GiB, MiB
+
+REQUIRED_GPUS = {
+    "a100-sxm-40gb", "a100-sxm-80gb", "h100-sxm", "h100-pcie", "h800-sxm", "h200-sxm", "b200", "gb200", "l40s",
+    "l4", "a10g", "t4", "v100-sxm2", "rtx3090", "rtx4090", "rtx-a6000", "mi250x", "mi300x", "mi325x", "mi355x",
+}
+REQUIRED_SYSTEMS = {
+    "dgx-a100-40gb", "dgx-a100-80gb", "dgx-h100", "dgx-h800", "hgx-h200", "dgx-b200", "gb200-nvl72", "mi300x-8",
+    "mi325x-8", "gcp-t4", "a6000-ws", "rtx3090-pc", "rtx4090-pc", "l40s-8", "h100-pcie-8",
+}
+
+# Dense peaks (TFLOP/s) and HBM bandwidth (TB/s) copied from ../shared/reference/published_calibration.json,
+# records of kind "hardware" (id → numbers). MI250X is catalogued per GCD: half the package record.
+RECORDS: dict[str, tuple[str, dict[str, float], float | None]] = {
+    "h100-sxm": ("hw-h100-sxm", {"bf16": 989.4, "fp16": 989.4, "fp8": 1978.9}, 3.35),
+    "h100-pcie": ("hw-h100-pcie", {"bf16": 756.5, "fp8": 1513}, 2.0),
+    "h200-sxm": ("hw-h200-sxm", {"bf16": 989.5, "fp8": 1979}, 4.8),
+    "b200": ("hw-b200-hgx", {"bf16": 2250, "fp16": 2250, "fp8": 4500, "fp4": 9000}, 8.0),
+    "gb200": ("hw-gb200", {"bf16": 2500, "fp16": 2500, "fp8": 5000, "fp4": 10000}, None),
+    "a100-sxm-40gb": ("hw-a100-sxm-40gb", {"bf16": 312, "fp16": 312}, 1.555),
+    "a100-sxm-80gb": ("hw-a100-sxm-80gb", {"bf16": 312, "fp16": 312}, 2.039),
+    "l40s": ("hw-l40s", {"bf16": 362.05, "fp16": 362.05, "fp8": 733}, 0.864),
+    "l4": ("hw-l4", {"bf16": 121, "fp8": 242.5}, 0.3),
+    "t4": ("hw-t4", {"fp16": 65}, 0.32),
+    "v100-sxm2": ("hw-v100-sxm2", {"fp16": 125}, 0.9),
+    "rtx4090": ("hw-rtx4090", {"bf16": 165.2, "fp16": 165.2, "fp8": 330.3}, 1.008),
+    "mi250x": ("hw-mi250x", {"bf16": 383.0 / 2, "fp16": 383.0 / 2}, 3.2 / 2),
+    "mi300x": ("hw-mi300x", {"bf16": 1307.4, "fp16": 1307.4, "fp8": 2614.9}, 5.3),
+    "mi325x": ("hw-mi325x", {"bf16": 1307.4, "fp16": 1307.4, "fp8": 2614.9}, 6.0),
+    "mi355x": ("hw-mi355x", {"bf16": 2516.6, "fp16": 2516.6, "fp8": 5033.2, "fp4": 10066.4}, 8.0),
+}
+HAS_FP8 = {"h100-sxm", "h100-pcie", "h800-sxm", "h200-sxm", "b200", "gb200", "l40s", "l4", "rtx4090", "mi300x",
+           "mi325x", "mi355x"}
+HAS_FP4 = {"b200", "gb200", "mi355x"}
+NO_INT8_TENSOR_CORES = {"v100-sxm2"}
+
+
+def test_catalogs_hold_every_required_name():
+    assert set(GPUS) >= REQUIRED_GPUS
+    assert set(SYSTEMS) >= REQUIRED_SYSTEMS
+
+
+@pytest.mark.parametrize("name", sorted(GPUS))
+def test_gpu_validates_and_is_keyed_by_its_name(name: str):
+    g = GPUS[name]
+    assert GpuSpec.model_validate(g.model_dump()) == g
+    assert g.name == name and re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", name)
+    assert g.source, "every GPU names its source"
+    assert g.peak("bf16") > g.peak("fp32") > 0
+
+
+@pytest.mark.parametrize("name", sorted(SYSTEMS))
+def test_system_validates_and_is_keyed_by_its_name(name: str):
+    s = SYSTEMS[name]
+    assert SystemSpec.model_validate(s.model_dump()) == s
+    assert s.name == name and re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", name)
+    assert s.source and s.description
+    assert s.gpu == GPUS[s.gpu.name], "systems use catalog GPUs"
+
+
+@pytest.mark.parametrize("name", sorted(RECORDS))
+def test_peaks_equal_the_published_records(name: str):
+    record_id, tflops, hbm_tbs = RECORDS[name]
+    g = GPUS[name]
+    assert record_id in g.source
+    for dtype, value in tflops.items():
+        assert g.peak_flops[dtype] == pytest.approx(value * 1e12, rel=1e-9), dtype
+    if hbm_tbs is not None:
+        assert g.memory_bandwidth_bytes_per_s == pytest.approx(hbm_tbs * 1e12, rel=1e-9)
+
+
+@pytest.mark.parametrize("name", sorted(GPUS))
+def test_low_precision_rates_only_where_the_hardware_has_them(name: str):
+    dtypes = set(GPUS[name].peak_flops)
+    assert ("fp8" in dtypes) == (name in HAS_FP8)
+    assert ("fp4" in dtypes) == (name in HAS_FP4)
+    assert ("int8" in dtypes) == (name not in NO_INT8_TENSOR_CORES)
+
+
+def test_memory_is_what_the_driver_reports():
+    # nvidia-smi / rocm-smi memory.total as printed on real machines
+    assert GPUS["a100-sxm-80gb"].memory_bytes == 80 * GiB
+    assert GPUS["h100-sxm"].memory_bytes == 81559 * MiB
+    assert GPUS["h200-sxm"].memory_bytes == 143771 * MiB
+    assert GPUS["b200"].memory_bytes == 183359 * MiB
+    assert GPUS["t4"].memory_bytes == 15360 * MiB
+    assert GPUS["mi300x"].memory_bytes == 205822885888
+    assert GPUS["mi250x"].memory_bytes == 68702699520
+
+
+def test_scaled_curve_moves_the_plateau_and_keeps_the_shape():
+    c = scaled_curve(HOPPER_MATMUL, 0.47)
+    assert [x for x, _ in c] == [x for x, _ in HOPPER_MATMUL]
+    assert max(f for _, f in c) == pytest.approx(0.47)
+    ratios = {round(f / g, 12) for (_, f), (_, g) in zip(c, HOPPER_MATMUL, strict=True)}
+    assert len(ratios) == 1
+
+
+def test_amd_curves_use_the_measured_mi300x_plateaus():
+    # torchao roofline_utils.py: MI300X pct_achievable_gemm_tops 0.47, pct_achievable_mem_bw 0.72
+    assert max(f for _, f in CDNA3_MATMUL) == pytest.approx(0.47)
+    assert max(f for _, f in CDNA3_MEMORY) == pytest.approx(0.72)
+    for name in ("mi250x", "mi300x", "mi325x", "mi355x"):
+        assert GPUS[name].matmul_efficiency == CDNA3_MATMUL
+        assert GPUS[name].memory_efficiency == CDNA3_MEMORY
+
+
+def test_blackwell_borrows_the_hopper_curves():
+    for name in ("b200", "gb200", "h800-sxm", "h200-sxm", "h100-pcie"):
+        assert GPUS[name].matmul_efficiency == HOPPER_MATMUL
+        assert GPUS[name].memory_efficiency == HBM_MEMORY
+
+
+def test_links_carry_per_direction_bandwidth():
+    assert SYSTEMS["dgx-h100"].intra_node.bandwidth_bytes_per_s == 450 * GB  # 900 GB/s bidirectional
+    assert SYSTEMS["dgx-h800"].intra_node.bandwidth_bytes_per_s == 200 * GB  # 400 GB/s bidirectional
+    assert SYSTEMS["dgx-b200"].intra_node.bandwidth_bytes_per_s == 900 * GB  # 1.8 TB/s bidirectional
+    assert SYSTEMS["mi300x-8"].intra_node.bandwidth_bytes_per_s == 7 * 64 * GB  # 7 xGMI links to 7 peers
+    assert SYSTEMS["dgx-h800"].inter_node.bandwidth_bytes_per_s == 50 * GB  # 400 Gb/s per GPU
+    assert SYSTEMS["gb200-nvl72"].inter_node.bandwidth_bytes_per_s == 100 * GB  # 800 Gb/s per GPU
+    assert SYSTEMS["gb200-nvl72"].gpus_per_node == 72
+    for name in ("l40s-8", "h100-pcie-8"):
+        assert SYSTEMS[name].intra_node.bandwidth_bytes_per_s <= 64 * GB, "PCIe-only GPU↔GPU"
+    for s in SYSTEMS.values():
+        assert 0.6 <= s.intra_node.efficiency <= 0.9
+
+
+@pytest.mark.parametrize("name", ["gcp-t4", "a6000-ws", "rtx3090-pc", "rtx4090-pc"])
+def test_single_gpu_machines_have_no_network(name: str):
+    s = SYSTEMS[name]
+    assert s.gpus_per_node == 1 and s.inter_node is None and s.max_nodes == 1
+    assert s.disk_bytes > 0 and s.disk_read_bytes_per_s > 0 and s.disk_write_bytes_per_s > 0
+
+
+def test_gcp_t4_is_flexgens_machine():
+    # Sheng et al. 2023 §6: one T4 16GB, 208 GB DRAM, 1.5 TB SSD, ~2 GB/s read, ~1 GB/s write;
+    # FlexGen cost_model.py: fitted CPU→GPU bandwidth 12.89 GiB/s on PCIe 3.0 x16.
+    s = SYSTEMS["gcp-t4"]
+    assert s.gpu.name == "t4"
+    assert s.host_memory_bytes == 208 * GiB
+    assert s.disk_read_bytes_per_s == 2 * GB and s.disk_write_bytes_per_s == 1 * GB
+    assert s.pcie.effective_bytes_per_s == pytest.approx(12.89 * GiB, rel=0.01)
+
+
+def test_a6000_workstation_as_specified():
+    s = SYSTEMS["a6000-ws"]
+    assert s.gpu.name == "rtx-a6000" and s.host_memory_bytes == 252 * GiB
+    assert s.disk_read_bytes_per_s == 5.6 * GB and s.pcie.bandwidth_bytes_per_s == 32 * GB
+
+
+def test_lookups_ignore_case_and_spaces():
+    assert get_gpu(" H100-SXM ") is GPUS["h100-sxm"]
+    assert get_system("DGX-H100") is SYSTEMS["dgx-h100"]
+
+
+@pytest.mark.parametrize(("lookup", "typo", "expected"), [
+    (get_gpu, "h100", "h100-sxm"),
+    (get_gpu, "mi300", "mi300x"),
+    (get_system, "dgx-h10", "dgx-h100"),
+    (get_system, "gb200-nvl", "gb200-nvl72"),
+])
+def test_unknown_names_suggest_close_matches(lookup, typo: str, expected: str):
+    with pytest.raises(UnknownNameError) as e:
+        lookup(typo)
+    msg = str(e.value)
+    assert f"'{typo}'" in msg and "Did you mean" in msg and expected in msg
+    assert "\n" not in msg
+
+
+def test_generic_system_wraps_a_bare_gpu():
+    s = generic_system(GPUS["l4"])
+    assert s.gpu is GPUS["l4"] and s.gpus_per_node == 8 and s.name == "l4-generic"
