@@ -1,0 +1,186 @@
+"""Which training layouts are valid, and the candidate space the planner chooses from.
+
+Each rule lives here once, with its reason. ``validate_layout`` turns a broken pinned layout into a
+one-line error naming the field and what is allowed; ``enumerate_layouts`` generates every valid
+layout of a request as numpy columns and counts what each rule pruned.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from shardplan.costmodel.layout import RECOMPUTE_CODE, LayoutArrays, Recompute, TrainLayout, TrainWorkload
+from shardplan.errors import ShardplanError
+from shardplan.hardware.spec import SystemSpec
+from shardplan.models.spec import ModelSpec
+
+
+def divisors(n: int) -> list[int]:
+    """Positive divisors of ``n`` in increasing order."""
+    small = [d for d in range(1, int(n**0.5) + 1) if n % d == 0]
+    return sorted(set(small + [n // d for d in small]))
+
+
+def _fmt(values: list[int], limit: int = 12) -> str:
+    shown = ", ".join(str(v) for v in values[:limit])
+    return shown + (", …" if len(values) > limit else "")
+
+
+def valid_tp(model: ModelSpec) -> list[int]:
+    """TP must divide the attention heads and the KV heads (Megatron shards whole query groups)."""
+    kv = model.num_heads if model.mla else model.kv_heads
+    return [t for t in divisors(model.num_heads) if kv % t == 0]
+
+
+def validate_layout(model: ModelSpec, num_gpus: int, work: TrainWorkload, lay: TrainLayout) -> None:
+    """Raise ``ShardplanError`` naming the first rule the pinned layout breaks."""
+    for name in ("tp", "pp", "dp", "ep", "cp", "microbatch", "interleave"):
+        if getattr(lay, name) < 1:
+            raise ShardplanError(f"must be ≥ 1 (got {getattr(lay, name)})", field=name)
+    if lay.num_gpus != num_gpus:
+        raise ShardplanError(
+            f"tp·pp·dp·cp = {lay.tp}·{lay.pp}·{lay.dp}·{lay.cp} = {lay.num_gpus} must equal --gpus ({num_gpus})",
+            field="dp")
+    tps = valid_tp(model)
+    if lay.tp not in tps:
+        raise ShardplanError(f"tp ({lay.tp}) must divide num_heads ({model.num_heads}) and num_kv_heads "
+                             f"({model.kv_heads}); allowed: {_fmt(tps)}", field="tp")
+    if lay.pp > model.num_layers:
+        raise ShardplanError(f"pp ({lay.pp}) must be ≤ num_layers ({model.num_layers})", field="pp")
+    if lay.interleave > 1:
+        if lay.pp == 1:
+            raise ShardplanError("interleave > 1 needs pp > 1", field="interleave")
+        if model.num_layers % (lay.pp * lay.interleave):
+            ok = [v for v in divisors(model.num_layers // lay.pp) if model.num_layers % (lay.pp * v) == 0] \
+                if model.num_layers % lay.pp == 0 else [1]
+            raise ShardplanError(f"num_layers ({model.num_layers}) must be divisible by pp·interleave "
+                                 f"({lay.pp}·{lay.interleave}); allowed interleave: {_fmt(ok)}", field="interleave")
+    per_replica = lay.dp * lay.microbatch
+    if work.global_batch % per_replica:
+        raise ShardplanError(f"global batch ({work.global_batch}) must be divisible by dp·microbatch "
+                             f"({lay.dp}·{lay.microbatch} = {per_replica})", field="microbatch")
+    if lay.ep > 1:
+        if model.moe is None:
+            raise ShardplanError(f"ep ({lay.ep}) needs a mixture-of-experts model; {model.name} is dense", field="ep")
+        if model.moe.num_experts % lay.ep:
+            raise ShardplanError(f"ep ({lay.ep}) must divide num_experts ({model.moe.num_experts}); allowed: "
+                                 f"{_fmt(divisors(model.moe.num_experts))}", field="ep")
+        if (lay.dp * lay.cp) % lay.ep:
+            raise ShardplanError(f"ep ({lay.ep}) must divide dp·cp ({lay.dp * lay.cp}): experts are spread over "
+                                 "data-parallel ranks", field="ep")
+    if work.seq_len % lay.cp:
+        raise ShardplanError(f"cp ({lay.cp}) must divide seq_len ({work.seq_len})", field="cp")
+    if lay.zero_stage not in (0, 1, 2, 3):
+        raise ShardplanError(f"must be 0, 1, 2 or 3 (got {lay.zero_stage})", field="zero")
+    if lay.zero_stage >= 2 and lay.pp > 1:
+        raise ShardplanError(f"ZeRO stage {lay.zero_stage} shards gradients per microbatch and cannot run with "
+                             "pipeline parallelism (DeepSpeed); use zero ≤ 1 or pp = 1", field="zero")
+    if lay.recompute_layers is not None:
+        if lay.recompute != Recompute.FULL:
+            raise ShardplanError("recompute-layers needs --recompute full", field="recompute_layers")
+        if lay.recompute_layers < 1:
+            raise ShardplanError(f"must be ≥ 1 (got {lay.recompute_layers})", field="recompute_layers")
+    for name in ("offload_optimizer", "offload_weights", "offload_activations"):
+        v = getattr(lay, name)
+        if not 0.0 <= v <= 1.0:
+            raise ShardplanError(f"must be a fraction in [0, 1] (got {v})", field=name)
+
+
+@dataclass
+class SpaceRequest:
+    """What may vary: ``None`` means free, a value pins the knob (the CLI's layout flags)."""
+
+    num_gpus: int
+    tp: int | None = None
+    pp: int | None = None
+    dp: int | None = None
+    ep: int | None = None
+    cp: int | None = None
+    microbatch: int | None = None
+    interleave: int | None = None
+    recompute: Recompute | None = None
+    sequence_parallel: bool | None = None
+    zero_stage: int | None = None
+    max_tp: int = 8  # TP·CP within a node unless allowed otherwise
+    max_interleave: int = 8
+    max_cp: int = 1
+    batches: list[int] = field(default_factory=list)  # global batches to consider (several: choose ≤ max)
+
+
+@dataclass
+class Space:
+    """Candidate layouts as columns (``rows.gb`` is each row's global batch) and what each rule pruned."""
+
+    rows: LayoutArrays
+    pruned: dict[str, int]
+
+
+def enumerate_layouts(model: ModelSpec, work: TrainWorkload, req: SpaceRequest) -> Space:
+    """Every valid layout of the request (before memory): the product of each knob's valid values."""
+    pruned: dict[str, int] = {}
+
+    def keep(values: list[int], pin: int | None, rule: str) -> list[int]:
+        if pin is None:
+            return values
+        if pin not in values:
+            pruned[rule] = pruned.get(rule, 0) + len(values)
+        return [v for v in values if v == pin]
+
+    n = req.num_gpus
+    tps = keep([t for t in valid_tp(model) if t <= min(req.max_tp, n)], req.tp, "tp pinned")
+    cps = keep([c for c in divisors(n) if c <= req.max_cp and work.seq_len % c == 0], req.cp, "cp pinned")
+    pps = keep([p for p in divisors(n) if p <= model.num_layers], req.pp, "pp pinned")
+    rcs = [Recompute(req.recompute)] if req.recompute is not None else list(Recompute)
+    sps = [req.sequence_parallel] if req.sequence_parallel is not None else [False, True]
+    zeros = [req.zero_stage] if req.zero_stage is not None else [0, 1, 2, 3]
+    batches = req.batches or [work.global_batch]
+    experts = model.moe.num_experts if model.moe else 1
+    cols: dict[str, list] = {k: [] for k in ("tp", "pp", "dp", "ep", "cp", "mb", "v", "rc", "sp", "zero", "gb")}
+    for tp, cp, pp in itertools.product(tps, cps, pps):
+        if tp * cp * pp > n or n % (tp * cp * pp) or (req.tp is None and tp * cp > req.max_tp):
+            continue
+        dp = n // (tp * cp * pp)
+        if req.dp is not None and dp != req.dp:
+            pruned["dp pinned"] = pruned.get("dp pinned", 0) + 1
+            continue
+        eps = [e for e in divisors(experts) if (dp * cp) % e == 0] if model.moe else [1]
+        eps = keep(eps, req.ep, "ep pinned")
+        vs = [v for v in range(1, req.max_interleave + 1) if v == 1 or (pp > 1 and model.num_layers % (pp * v) == 0)]
+        vs = keep(vs, req.interleave, "interleave pinned")
+        for gb in batches:
+            if gb % dp:
+                pruned["batch not divisible by dp"] = pruned.get("batch not divisible by dp", 0) + 1
+                continue
+            mbs = keep(divisors(gb // dp), req.microbatch, "microbatch pinned")
+            for ep, v, mb, rc, sp, z in itertools.product(eps, vs, mbs, rcs, sps, zeros):
+                if sp and tp == 1:
+                    continue  # sequence parallelism is a no-op without TP
+                if z >= 2 and pp > 1:
+                    pruned["ZeRO-2/3 with pipeline"] = pruned.get("ZeRO-2/3 with pipeline", 0) + 1
+                    continue
+                for key, val in (("tp", tp), ("pp", pp), ("dp", dp), ("ep", ep), ("cp", cp), ("mb", mb), ("v", v),
+                                 ("rc", RECOMPUTE_CODE[rc]), ("sp", int(sp)), ("zero", z), ("gb", gb)):
+                    cols[key].append(val)
+    arr = {k: np.array(v, dtype=np.int64) for k, v in cols.items()}
+    size = len(arr["tp"])
+    zeros_f = np.zeros(size)
+    rows = LayoutArrays(tp=arr["tp"], pp=arr["pp"], dp=arr["dp"], ep=arr["ep"], cp=arr["cp"], mb=arr["mb"],
+                        v=arr["v"], rc=arr["rc"], rk=np.full(size, 10**9, dtype=np.int64), sp=arr["sp"],
+                        zero=arr["zero"], f_opt=zeros_f, f_w=zeros_f.copy(), f_act=zeros_f.copy(), gb=arr["gb"])
+    return Space(rows, pruned)
+
+
+def check_gpus(system: SystemSpec, num_gpus: int) -> None:
+    """``num_gpus`` must be at most one node or whole nodes, within the system's size."""
+    from pydantic import ValidationError
+
+    from shardplan.hardware.spec import Cluster
+
+    try:
+        Cluster(system=system, num_gpus=num_gpus)
+    except ValidationError as e:
+        msg = e.errors()[0]["msg"].removeprefix("Value error, ")
+        raise ShardplanError(msg, field="gpus") from None
