@@ -7,28 +7,13 @@ cost formula works on (a single layout is a one-row ``LayoutArrays``).
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from enum import StrEnum
 from typing import Annotated, Self
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from shardplan.costmodel.knobs import RECOMPUTE_CODE, RECOMPUTE_OF_CODE, Recompute
 from shardplan.hardware.spec import AttentionKernel
-
-
-class Recompute(StrEnum):
-    """Activation recomputation (Korthikanti et al. 2022, arXiv 2205.05198)."""
-
-    NONE = "none"
-    """Store every activation: most memory, no extra FLOPs."""
-    SELECTIVE = "selective"
-    """Recompute core attention (QKᵀ, softmax, dropout, ·V): drops the 5·a·s/h term for ~2–7% more time."""
-    FULL = "full"
-    """Store only each layer's input (2·s·b·h bytes) and rerun the layer's forward pass in backward."""
-
-
-RECOMPUTE_CODE = {Recompute.NONE: 0, Recompute.SELECTIVE: 1, Recompute.FULL: 2}
-RECOMPUTE_OF_CODE = {v: k for k, v in RECOMPUTE_CODE.items()}
 
 
 class TrainWorkload(BaseModel):

@@ -107,7 +107,9 @@ class SpaceRequest:
     max_tp: int = 8  # TP·CP within a node unless allowed otherwise
     max_interleave: int = 8
     max_cp: int = 1
-    batches: list[int] = field(default_factory=list)  # global batches to consider (several: choose ≤ max)
+    min_cp_chunk: int = 4096  # tokens per rank below which CP is not considered (unless pinned)
+    batches: list[int] = field(default_factory=list)  # global batches to consider (default: the workload's)
+    max_batch: int | None = None  # instead: per layout, the largest batch ≤ this that its dp divides
 
 
 @dataclass
@@ -130,8 +132,14 @@ def enumerate_layouts(model: ModelSpec, work: TrainWorkload, req: SpaceRequest) 
         return [v for v in values if v == pin]
 
     n = req.num_gpus
-    tps = keep([t for t in valid_tp(model) if t <= min(req.max_tp, n)], req.tp, "tp pinned")
-    cps = keep([c for c in divisors(n) if c <= req.max_cp and work.seq_len % c == 0], req.cp, "cp pinned")
+    # A pinned value bypasses the soft limits (TP within a node, CP chunk size, interleave cap).
+    tps = keep(valid_tp(model) if req.tp else [t for t in valid_tp(model) if t <= min(req.max_tp, n)],
+               req.tp, "tp pinned")
+    # Context parallelism only pays when each rank keeps a long chunk: below ~4k tokens the ring
+    # attention kernels are too short to hide the K/V exchange (Megatron-LM recommends CP from 8k+).
+    cps = [c for c in divisors(n) if work.seq_len % c == 0
+           and (req.cp or (c <= req.max_cp and (c == 1 or work.seq_len // c >= req.min_cp_chunk)))]
+    cps = keep(cps, req.cp, "cp pinned")
     pps = keep([p for p in divisors(n) if p <= model.num_layers], req.pp, "pp pinned")
     rcs = [Recompute(req.recompute)] if req.recompute is not None else list(Recompute)
     sps = [req.sequence_parallel] if req.sequence_parallel is not None else [False, True]
@@ -148,9 +156,13 @@ def enumerate_layouts(model: ModelSpec, work: TrainWorkload, req: SpaceRequest) 
             continue
         eps = [e for e in divisors(experts) if (dp * cp) % e == 0] if model.moe else [1]
         eps = keep(eps, req.ep, "ep pinned")
-        vs = [v for v in range(1, req.max_interleave + 1) if v == 1 or (pp > 1 and model.num_layers % (pp * v) == 0)]
+        top = max(req.max_interleave, req.interleave or 1)
+        vs = [v for v in range(1, top + 1) if v == 1 or (pp > 1 and model.num_layers % (pp * v) == 0)]
         vs = keep(vs, req.interleave, "interleave pinned")
-        for gb in batches:
+        for gb in ([req.max_batch // dp * dp] if req.max_batch else batches):
+            if gb == 0:
+                pruned["dp larger than the batch"] = pruned.get("dp larger than the batch", 0) + 1
+                continue
             if gb % dp:
                 pruned["batch not divisible by dp"] = pruned.get("batch not divisible by dp", 0) + 1
                 continue

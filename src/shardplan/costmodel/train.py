@@ -48,6 +48,13 @@ class StageCost:
     framework: np.ndarray
     params: np.ndarray  # parameters held (before ZeRO sharding)
     cpu_bytes: np.ndarray  # offloaded to host memory
+    # What the planner's closed-form memory fixes need (bytes per GPU):
+    inflight: np.ndarray  # microbatches whose activations are stored at once
+    stored_mb: np.ndarray  # stored activations of one microbatch (all layers of the stage)
+    layer_none: np.ndarray  # one layer storing everything
+    layer_full: np.ndarray  # one fully recomputed layer
+    weights_on_gpu_if_kept: np.ndarray  # weights bytes without weight offload
+    optimizer_if_kept: np.ndarray  # optimizer bytes without optimizer offload
 
     @property
     def total(self) -> np.ndarray:
@@ -151,7 +158,7 @@ def _stage(ctx: Ctx, k: dict[str, KindCost], shape: StageShape, m: np.ndarray) -
     w_bytes = weight_bytes(w)
     weights_full = (dense_p + expert_p) * w_bytes
     weights, grads, optimizer = param_memory(ctx, dense_p, expert_p)
-    opt_full = param_memory(ctx, dense_p, expert_p, offloaded=False)[2]
+    w_kept, _, opt_full = param_memory(ctx, dense_p, expert_p, offloaded=False)
 
     # Activations: layers storing everything vs. fully recomputed ones, times microbatches in flight.
     def acts(mode: str) -> np.ndarray:
@@ -180,7 +187,8 @@ def _stage(ctx: Ctx, k: dict[str, KindCost], shape: StageShape, m: np.ndarray) -
     cpu = (opt_full * r.f_opt + weights_full * r.f_w
            + stored * inflight * r.f_act)
     return StageCost(shape, fwd + p2p, bwd + rc + p2p, rc, 2 * p2p, off_exposed, weights, grads, optimizer,
-                     activations, framework, dense_p + expert_p, cpu)
+                     activations, framework, dense_p + expert_p, cpu, inflight, stored, per_layer_none,
+                     per_layer_full, w_kept, opt_full)
 
 
 def _data_parallel(ctx: Ctx, st: StageCost, m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

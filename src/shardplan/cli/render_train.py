@@ -1,0 +1,148 @@
+"""Rich rendering of training estimates and plans."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from shardplan.units import format_bytes, format_seconds
+
+
+def _ms(t: float) -> str:
+    return f"{t * 1e3:.3g}" if t else "-"
+
+
+def _gf(f: float) -> str:
+    return f"{f / 1e9:,.0f}" if f else "-"
+
+
+def _gib(b: float) -> str:
+    return f"{b / 2**30:.2f}" if b else "-"
+
+
+def layout_line(plan: Any) -> str:
+    p = plan
+    off = p.offload
+    parts = [f"TP={p.tp}", f"PP={p.pp}", f"DP={p.dp}"]
+    if p.ep > 1:
+        parts.append(f"EP={p.ep}")
+    if p.cp > 1:
+        parts.append(f"CP={p.cp}")
+    parts += [f"microbatch={p.microbatch_size}×{p.num_microbatches}", f"batch={p.global_batch}"]
+    if p.interleave > 1:
+        parts.append(f"interleave={p.interleave}")
+    rc = p.recompute + (f"({p.recompute_layers} layers/stage)" if p.recompute_layers else "")
+    parts += [f"recompute={rc}", f"SP={'on' if p.sequence_parallel else 'off'}", f"ZeRO={p.zero_stage}"]
+    for name, v in (("optimizer", off.optimizer), ("weights", off.weights), ("activations", off.activations)):
+        if v:
+            parts.append(f"offload {name} {v:.0%}")
+    return "  ".join(parts)
+
+
+def render_layers(con: Console, report: Any) -> None:
+    t = Table(title="Per layer (one GPU, one microbatch; × count for the stage)", title_justify="left")
+    for col in ("stage", "layer", "×", "fwd GFLOP", "bwd GFLOP", "rc GFLOP", "fwd ms", "bwd ms", "rc ms",
+                "HBM GB", "TP ms", "CP ms", "EP ms", "weights GiB", "grads GiB", "optim GiB", "acts GiB"):
+        t.add_column(col, justify="left" if col in ("stage", "layer") else "right")
+    for r in report.layers:
+        t.add_row(r.stage, r.kind, str(r.count), _gf(r.fwd_flops), _gf(r.bwd_flops), _gf(r.recompute_flops),
+                  _ms(r.fwd_time_s), _ms(r.bwd_time_s), _ms(r.recompute_time_s), f"{r.hbm_bytes / 1e9:.2f}",
+                  _ms(r.comm_tp_s), _ms(r.comm_cp_s), _ms(r.comm_ep_s), _gib(r.weights_bytes),
+                  _gib(r.gradients_bytes), _gib(r.optimizer_bytes), _gib(r.activations_bytes))
+    con.print(t)
+
+
+def render_stages(con: Console, report: Any) -> None:
+    t = Table(title="Per stage (one GPU)", title_justify="left")
+    for col in ("stage", "index", "layers", "fwd ms/mb", "bwd ms/mb", "weights", "grads", "optimizer",
+                "activations", "framework", "total", "capacity", "fits"):
+        t.add_column(col, justify="left" if col in ("stage", "fits") else "right")
+    for s in report.stages:
+        t.add_row(s.stage, str(s.index), str(s.layers), _ms(s.fwd_time_s), _ms(s.bwd_time_s),
+                  format_bytes(s.weights_bytes), format_bytes(s.gradients_bytes), format_bytes(s.optimizer_bytes),
+                  format_bytes(s.activations_bytes), format_bytes(s.framework_bytes), format_bytes(s.total_bytes),
+                  format_bytes(s.capacity_bytes), "[green]yes[/]" if s.fits else "[red]NO[/]")
+    con.print(t)
+
+
+def render_summary(con: Console, report: Any) -> None:
+    m = report.metrics
+    t = Table(title="Step", title_justify="left", show_header=False)
+    t.add_column("metric")
+    t.add_column("value", justify="right")
+    rows = [
+        ("step time", format_seconds(m.step_time_s)), ("tokens/s", f"{m.tokens_per_s:,.0f}"),
+        ("MFU", f"{m.mfu:.1%}"), ("HFU", f"{m.hfu:.1%}"), ("TFLOP/s per GPU", f"{m.tflops_per_gpu:.1f}"),
+        ("pipeline bubble", f"{m.bubble_fraction:.1%} ({format_seconds(m.bubble_s)})"),
+    ]
+    for name, v in (("TP exposed", m.tp_exposed_s), ("PP sends", m.pp_exposed_s), ("DP sync exposed", m.dp_exposed_s),
+                    ("ZeRO-3 gathers exposed", m.zero3_exposed_s), ("EP all-to-all", m.ep_exposed_s),
+                    ("CP ring exposed", m.cp_exposed_s), ("optimizer step", m.optimizer_s)):
+        if v > 0:
+            rows.append((name, f"{format_seconds(v)} ({v / m.step_time_s:.1%})"))
+    for k, v in rows:
+        t.add_row(k, v)
+    con.print(t)
+
+
+def render_status(con: Console, report: Any) -> None:
+    if report.status == "infeasible":
+        con.print(f"[bold red]INFEASIBLE[/]: {report.reason}")
+        if report.suggestions:
+            con.print("To fix: " + "; or ".join(report.suggestions))
+    else:
+        mem = report.memory
+        con.print(f"[bold green]{report.status.upper()}[/]: fits, {format_bytes(mem.total_bytes)} of "
+                  f"{format_bytes(mem.capacity_bytes)} per GPU on the {mem.stage} stage "
+                  f"({1 - mem.total_bytes / mem.capacity_bytes:.0%} headroom)")
+
+
+def render_estimate(con: Console, report: Any) -> None:
+    con.print(f"[bold]{report.model}[/] on {report.num_gpus}× {report.hardware}, seq {report.seq_len}: "
+              f"{layout_line(report.plan)}")
+    render_layers(con, report)
+    render_stages(con, report)
+    render_summary(con, report)
+    render_status(con, report)
+
+
+def render_plan(con: Console, plan: Any) -> None:
+    s = plan.solver
+    con.print(f"[bold]{plan.model}[/] on {plan.num_gpus}× {plan.hardware}, seq {plan.seq_len}")
+    con.print(f"CP-SAT: {s.status.upper()} in {format_seconds(s.wall_time_s)} (table {format_seconds(s.build_s)}, "
+              f"solve {format_seconds(s.solve_s)}); {s.candidates:,} layouts, {s.evaluated:,} costed, "
+              f"{s.feasible:,} fit, {s.selector_rows:,} distinct to the solver"
+              + (f"; gap {s.gap:.2%}" if s.status == "feasible" else ""))
+    if plan.status == "infeasible":
+        con.print(f"[bold red]INFEASIBLE[/]: {plan.reason}")
+        for line in plan.suggestions:
+            con.print(f"  To fix: {line}")
+        return
+    con.print(f"[bold]Plan[/]: {layout_line(plan.plan)}")
+    render_layers(con, plan)
+    render_stages(con, plan)
+    render_summary(con, plan)
+    if plan.alternatives:
+        t = Table(title="Next best distinct layouts", title_justify="left")
+        for col in ("#", "layout", "step", "tokens/s", "slower by", "memory/GPU"):
+            t.add_column(col, justify="left" if col == "layout" else "right")
+        for a in plan.alternatives:
+            t.add_row(str(a.rank), layout_line(a.plan), format_seconds(a.step_time_s), f"{a.tokens_per_s:,.0f}",
+                      f"{a.delta_pct:+.1f}%", format_bytes(a.memory_bytes))
+        con.print(t)
+    if plan.comparisons:
+        t = Table(title="Obvious alternatives (best of each TP×PP)", title_justify="left")
+        for col in ("layout", "step", "vs plan", "note"):
+            t.add_column(col, justify="right" if col in ("step", "vs plan") else "left")
+        for c in plan.comparisons:
+            t.add_row(c.layout, format_seconds(c.step_time_s) if c.step_time_s else "-",
+                      f"{c.delta_pct:+.1f}%" if c.delta_pct is not None else "-",
+                      c.note if c.fits else f"[red]{c.note}[/]")
+        con.print(t)
+    for line in plan.explanation:
+        con.print(f"• {line}")
+    mem = plan.memory
+    con.print(f"[bold green]{plan.status.upper()}[/]: {format_bytes(mem.total_bytes)} of "
+              f"{format_bytes(mem.capacity_bytes)} per GPU")

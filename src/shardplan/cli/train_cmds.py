@@ -1,0 +1,125 @@
+"""`shardplan estimate train` and `shardplan train`."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from shardplan.cli._app import app, estimate_app
+from shardplan.cli.common import parse_fraction, resolve_inputs
+from shardplan.cli.options import GpusOpt, HardwareOpt, JsonOpt, ModelOpt, TimeLimitOpt
+from shardplan.cli.output import emit
+from shardplan.costmodel.knobs import Recompute
+from shardplan.planner.knobs import OffloadPolicy
+
+GlobalBatch = Annotated[int, typer.Option("--global-batch", "-b", min=1, help="Sequences per optimizer step.")]
+SeqLen = Annotated[int, typer.Option("--seq-len", "-s", min=1, help="Tokens per sequence.")]
+Tp = Annotated[int | None, typer.Option("--tp", min=1, help="Tensor-parallel degree.")]
+Pp = Annotated[int | None, typer.Option("--pp", min=1, help="Pipeline-parallel stages.")]
+Dp = Annotated[int | None, typer.Option("--dp", min=1, help="Data-parallel degree (default: GPUs/(tp·pp·cp)).")]
+Ep = Annotated[int | None, typer.Option("--ep", min=1, help="Expert-parallel degree (MoE).")]
+Cp = Annotated[int | None, typer.Option("--cp", min=1, help="Context-parallel degree (long sequences).")]
+Micro = Annotated[int | None, typer.Option("--microbatch", min=1, help="Sequences per microbatch.")]
+Inter = Annotated[int | None, typer.Option("--interleave", min=1, help="Pipeline chunks per stage (v).")]
+Rc = Annotated[Recompute | None, typer.Option("--recompute", help="Activation recomputation.")]
+RcLayers = Annotated[int | None, typer.Option("--recompute-layers", min=1,
+                                              help="With --recompute full: only this many layers per stage.")]
+Sp = Annotated[bool | None, typer.Option("--sequence-parallel/--no-sequence-parallel", help="Sequence parallelism.")]
+Zero = Annotated[int | None, typer.Option("--zero", min=0, max=3, help="ZeRO stage 0-3.")]
+OffOpt = Annotated[str | None, typer.Option("--offload-optimizer", help="Optimizer state on CPU, e.g. 30%.")]
+OffW = Annotated[str | None, typer.Option("--offload-weights", help="Weights on CPU, e.g. 20%.")]
+OffA = Annotated[str | None, typer.Option("--offload-activations", help="Stored activations on CPU, e.g. 50%.")]
+Dtype = Annotated[str, typer.Option("--dtype", help="Compute datatype: bf16, fp16, fp8, fp32.")]
+GradDtype = Annotated[str, typer.Option("--grad-dtype", help="Gradient datatype: fp32 (Megatron), bf16, fp16.")]
+Attention = Annotated[str | None, typer.Option("--attention", help="flash or unfused (default: the system's).")]
+
+
+def _workload(seq_len: int, global_batch: int, dtype: str, grad_dtype: str, attention: str | None) -> Any:
+    from pydantic import ValidationError
+
+    from shardplan.costmodel.layout import TrainWorkload
+    from shardplan.errors import ShardplanError
+
+    try:
+        return TrainWorkload(seq_len=seq_len, global_batch=global_batch, dtype=dtype, grad_dtype=grad_dtype,
+                             attention=attention)
+    except ValidationError as e:
+        err = e.errors()[0]
+        raise ShardplanError(err["msg"].removeprefix("Value error, "), field=str(err["loc"][0]) if err["loc"]
+                             else "workload") from None
+
+
+@estimate_app.command("train")
+def estimate_train(
+    model: ModelOpt, hardware: HardwareOpt, global_batch: GlobalBatch, seq_len: SeqLen, tp: Tp = 1,
+    pp: Pp = 1, gpus: GpusOpt = None, dp: Dp = None, ep: Ep = 1, cp: Cp = 1, microbatch: Micro = 1,
+    interleave: Inter = 1, recompute: Rc = Recompute.NONE, recompute_layers: RcLayers = None,
+    sequence_parallel: Sp = False, zero: Zero = 0, offload_optimizer: OffOpt = None, offload_weights: OffW = None,
+    offload_activations: OffA = None, dtype: Dtype = "bf16", grad_dtype: GradDtype = "fp32",
+    attention: Attention = None, as_json: JsonOpt = False,
+) -> None:
+    """Per-layer and per-stage time and memory of one pinned training layout."""
+    from shardplan.cli.render_train import render_estimate
+    from shardplan.costmodel.evaluate import estimate_training
+    from shardplan.costmodel.layout import TrainLayout
+    from shardplan.errors import ShardplanError
+
+    spec, system, n = resolve_inputs(model, hardware, gpus)
+    tp, pp, cp = tp or 1, pp or 1, cp or 1
+    if dp is None:
+        if n % (tp * pp * cp):
+            raise ShardplanError(f"--gpus ({n}) must be divisible by tp·pp·cp ({tp * pp * cp})", field="gpus")
+        dp = n // (tp * pp * cp)
+    layout = TrainLayout(
+        tp=tp, pp=pp, dp=dp, ep=ep or 1, cp=cp, microbatch=microbatch or 1, interleave=interleave or 1,
+        recompute=recompute or Recompute.NONE, recompute_layers=recompute_layers,
+        sequence_parallel=bool(sequence_parallel), zero_stage=zero or 0,
+        offload_optimizer=parse_fraction(offload_optimizer, field="offload-optimizer"),
+        offload_weights=parse_fraction(offload_weights, field="offload-weights"),
+        offload_activations=parse_fraction(offload_activations, field="offload-activations"),
+    )
+    work = _workload(seq_len, global_batch, dtype, grad_dtype, attention)
+    report = estimate_training(spec, system, n, work, layout)
+    emit(report.model_dump(mode="json"), lambda con: render_estimate(con, report), as_json=as_json)
+
+
+@app.command("train")
+def train(
+    model: ModelOpt, hardware: HardwareOpt, seq_len: SeqLen, global_batch: Annotated[
+        int | None, typer.Option("--global-batch", "-b", min=1, help="Sequences per optimizer step.")] = None,
+    gpus: GpusOpt = None,
+    max_global_batch: Annotated[int | None, typer.Option(
+        "--max-global-batch", min=1, help="Choose the batch (≤ this) with the highest throughput.")] = None,
+    tp: Tp = None, pp: Pp = None, dp: Dp = None, ep: Ep = None, cp: Cp = None, microbatch: Micro = None,
+    interleave: Inter = None, recompute: Rc = None, recompute_layers: RcLayers = None,
+    sequence_parallel: Sp = None, zero: Zero = None,
+    offload: Annotated[OffloadPolicy, typer.Option(
+        "--offload", help="CPU offload of optimizer/weights/activations: auto (only if nothing fits), on, off.")
+    ] = OffloadPolicy.AUTO,
+    max_cp: Annotated[int, typer.Option("--max-cp", min=1, help="Largest context-parallel degree to consider.")] = 8,
+    cross_node_tp: Annotated[bool, typer.Option("--allow-cross-node-tp", help="Let TP·CP span nodes.")] = False,
+    top_k: Annotated[int, typer.Option("--top-k", min=1, max=50, help="Best K distinct layouts.")] = 1,
+    time_limit: TimeLimitOpt = 30.0, dtype: Dtype = "bf16", grad_dtype: GradDtype = "fp32",
+    attention: Attention = None, as_json: JsonOpt = False,
+) -> None:
+    """Choose the fastest training layout (CP-SAT over the cost model), with the reasons."""
+    from shardplan.cli.render_train import render_plan
+    from shardplan.errors import ShardplanError
+    from shardplan.planner.train import TrainRequest, plan_training
+
+    spec, system, n = resolve_inputs(model, hardware, gpus)
+    if global_batch is None and max_global_batch is None:
+        raise ShardplanError("give --global-batch B, or --max-global-batch B to let the planner choose",
+                             field="global-batch")
+    work = _workload(seq_len, global_batch or max_global_batch or 1, dtype, grad_dtype, attention)
+    req = TrainRequest(
+        model=spec, system=system, num_gpus=n, workload=work, max_global_batch=max_global_batch,
+        fixed_global_batch=global_batch is not None, tp=tp, pp=pp, dp=dp, ep=ep, cp=cp, microbatch=microbatch,
+        interleave=interleave, recompute=recompute, recompute_layers=recompute_layers,
+        sequence_parallel=sequence_parallel, zero_stage=zero,
+        offload=offload, max_cp=max_cp, cross_node_tp=cross_node_tp, top_k=top_k,
+        time_limit_s=time_limit,
+    )
+    plan = plan_training(req)
+    emit(plan.model_dump(mode="json"), lambda con: render_plan(con, plan), as_json=as_json)

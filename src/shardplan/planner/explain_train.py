@@ -1,0 +1,161 @@
+"""Why a training plan wins, how the obvious alternatives compare, and what to change when nothing fits."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from shardplan.costmodel.report import TrainReport
+from shardplan.costmodel.stages import STAGES
+from shardplan.costmodel.table import TrainTable
+from shardplan.hardware.spec import SystemSpec
+from shardplan.planner.plan import Comparison, SolverOut, TrainPlan
+from shardplan.planner.select import explain_infeasible
+from shardplan.units import format_bytes
+
+if TYPE_CHECKING:
+    from shardplan.planner.train import TrainRequest
+
+
+def _name(tp: int, pp: int) -> str:
+    return f"TP={tp} PP={pp}"
+
+
+def _binding(table: TrainTable, i: int) -> str:
+    """'the first stage (activations 61 GiB)' for row i."""
+    st = table.cost.stages[int(table.cost.binding_stage[i])]
+    cats = {"activations": st.activations[i], "weights": st.weights[i], "gradients": st.grads[i],
+            "optimizer state": st.optimizer[i]}
+    big = max(cats, key=lambda k: cats[k])
+    return f"{st.shape.name} stage ({big} {format_bytes(float(cats[big]))})"
+
+
+def comparisons(table: TrainTable, chosen: int, system: SystemSpec, limit: int = 8) -> list[Comparison]:
+    """The best layout of each other (TP, PP) pair: its step time, or why it does not fit."""
+    r, t = table.rows, table.step_time_s
+    cap = float(system.gpu.memory_bytes)
+    pairs = sorted({(int(a), int(b)) for a, b in zip(r.tp, r.pp, strict=True)})
+    base = float(t[chosen])
+    out: list[Comparison] = []
+    for tp, pp in pairs:
+        if (tp, pp) == (int(r.tp[chosen]), int(r.pp[chosen])):
+            continue
+        mask = (r.tp == tp) & (r.pp == pp)
+        ok = mask & table.fits
+        if ok.any():
+            i = int(np.flatnonzero(ok)[np.argmin(t[ok])])
+            out.append(Comparison(layout=_name(tp, pp), fits=True, step_time_s=float(t[i]),
+                                  delta_pct=100 * (float(t[i]) / base - 1),
+                                  note=f"best with DP={int(r.dp[i])}, microbatch {int(r.mb[i])}"))
+        else:
+            i = int(np.flatnonzero(mask)[np.argmin(table.cost.peak_memory[mask])])
+            need = float(table.cost.peak_memory[i])
+            note = (f"does not fit: {format_bytes(need)} > {format_bytes(cap)} on the {_binding(table, i)}"
+                    if need > cap else "does not fit: offloaded tensors exceed host memory")
+            out.append(Comparison(layout=_name(tp, pp), fits=False, note=note))
+    out.sort(key=lambda c: (not c.fits, c.step_time_s or 0.0))
+    return out[:limit]
+
+
+def explanation(best: TrainReport, table: TrainTable, base: int | None, system: SystemSpec) -> list[str]:
+    """Sentences: memory headroom, where time goes, and the gain over the hand-written baseline."""
+    m, mem = best.metrics, best.memory
+    lines = [
+        f"Memory binds on the {mem.stage} stage: {format_bytes(mem.total_bytes)} of "
+        f"{format_bytes(mem.capacity_bytes)} ({1 - mem.total_bytes / mem.capacity_bytes:.0%} headroom).",
+    ]
+    parts = [("pipeline bubble", m.bubble_s), ("TP communication", m.tp_exposed_s), ("pipeline sends", m.pp_exposed_s),
+             ("DP gradient sync", m.dp_exposed_s), ("ZeRO-3 gathers", m.zero3_exposed_s),
+             ("expert all-to-all", m.ep_exposed_s), ("context-parallel ring", m.cp_exposed_s),
+             ("optimizer step", m.optimizer_s)]
+    shown = [f"{name} {v / m.step_time_s:.1%}" for name, v in parts if v / m.step_time_s >= 0.005]
+    if shown:
+        lines.append("Exposed overheads per step: " + ", ".join(shown) + ".")
+    p = best.plan
+    if p.recompute != "none":
+        lines.append(f"Recompute {p.recompute}" + (f" on {p.recompute_layers} layers per stage" if p.recompute_layers
+                                                    else "") + ": storing every activation does not fit or is slower.")
+    if p.offload.optimizer or p.offload.weights or p.offload.activations:
+        lines.append("CPU offload is the cheapest way found to fit this layout in GPU memory.")
+    if base is not None:
+        t_base = float(table.step_time_s[base])
+        r = table.rows
+        if abs(t_base - m.step_time_s) > 1e-9:
+            lines.append(
+                f"vs. the usual hand layout ({_name(int(r.tp[base]), int(r.pp[base]))}, microbatch {int(r.mb[base])}, "
+                f"recompute {['none', 'selective', 'full'][int(r.rc[base])]}): {t_base / m.step_time_s:.2f}× faster "
+                f"({t_base:.3g} s → {m.step_time_s:.3g} s per step).")
+        else:
+            lines.append("The usual hand layout (TP = a node, shallowest pipeline that fits) is already optimal.")
+    return lines
+
+
+def _min_gpus(req: TrainRequest) -> tuple[int, Any] | None:
+    """The smallest GPU count (whole nodes, up to 64× the request) at which some layout fits."""
+    from shardplan.planner.train import plan_training
+
+    node = req.system.gpus_per_node
+    n = max(req.num_gpus, node)
+    tried: list[int] = []
+    while n <= 64 * max(req.num_gpus, node) and (req.system.max_nodes is None or n // node <= req.system.max_nodes):
+        tried.append(n)
+        plan = plan_training(req.model_copy(update={"num_gpus": n, "top_k": 1}), explain=False)
+        if plan.status != "infeasible":
+            lo = tried[-2] if len(tried) > 1 else req.num_gpus
+            step = max(node, (n - lo) // 8 // node * node)
+            for m in range(lo + step, n, step):
+                p2 = plan_training(req.model_copy(update={"num_gpus": m, "top_k": 1}), explain=False)
+                if p2.status != "infeasible":
+                    return m, p2
+            return n, plan
+        n *= 2
+    return None
+
+
+def infeasible_plan(req: TrainRequest, table: TrainTable, wall: float, common: dict[str, Any], *,
+                    explain: bool = True) -> TrainPlan:
+    """No candidate fits: name the binding requirement and (with ``explain``) the cheapest fixes."""
+    core = explain_infeasible({"gpu_memory": table.gpu_over > 0, "host_memory": table.host_over > 0})
+    i = int(np.argmin(table.gpu_over))
+    r = table.rows
+    if "gpu_memory" in core or not core:
+        reason = (f"GPU memory: even the leanest layout ({_name(int(r.tp[i]), int(r.pp[i]))}, microbatch "
+                  f"{int(r.mb[i])}, recompute {['none', 'selective', 'full'][int(r.rc[i])]}) needs "
+                  f"{format_bytes(float(table.cost.peak_memory[i]))} per GPU > "
+                  f"{format_bytes(float(req.system.gpu.memory_bytes))} on the {_binding(table, i)}")
+    else:
+        reason = "host memory: the offload that would fit GPU memory exceeds the CPU memory of the nodes"
+    suggestions: list[str] = []
+    knobs = ("tp", "pp", "dp", "ep", "cp", "microbatch", "interleave", "recompute", "sequence_parallel", "zero_stage")
+    pins = {k: getattr(req, k) for k in knobs if explain and getattr(req, k) is not None}
+    if pins:
+        from shardplan.planner.train import plan_training
+
+        free = plan_training(req.model_copy(update={**dict.fromkeys(pins), "top_k": 1}), explain=False)
+        if free.status != "infeasible" and free.plan is not None:
+            p = free.plan
+            suggestions.append(f"drop the pins ({', '.join(pins)}): TP={p.tp} PP={p.pp} DP={p.dp} fits "
+                               f"(step {free.metrics.step_time_s:.3g} s)")
+    if explain and req.offload == "off":
+        from shardplan.planner.train import plan_training
+
+        off = plan_training(req.model_copy(update={"offload": "auto", "top_k": 1}), explain=False)
+        if off.status != "infeasible":
+            suggestions.append("allow CPU offload (--offload auto)")
+    found = _min_gpus(req) if explain else None
+    if not explain:
+        pass
+    elif found is not None:
+        n, plan = found
+        p = plan.plan
+        suggestions.append(f"use at least {n} GPUs ({n // req.system.gpus_per_node} nodes): TP={p.tp} PP={p.pp} "
+                           f"DP={p.dp} fits")
+    else:
+        suggestions.append(f"no layout fits even on {64 * req.num_gpus} GPUs: shorten --seq-len or use larger GPUs")
+    solver = SolverOut(status="infeasible", wall_time_s=wall, solve_s=0.0, selector_rows=0, objective=0.0,
+                       best_bound=0.0, gap=0.0, **common)
+    return TrainPlan(status="infeasible", reason=reason, suggestions=suggestions, model=req.model.name,
+                     hardware=req.system.name, num_gpus=req.num_gpus, seq_len=req.workload.seq_len, solver=solver,
+                     explanation=[f"Requirements that cannot all hold: {', '.join(core) or 'memory'}.",
+                                  f"The leanest row: {STAGES[int(table.cost.binding_stage[i])]} stage binds."])

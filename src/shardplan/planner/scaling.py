@@ -1,0 +1,53 @@
+"""The only float→integer conversion of the planner: CP-SAT needs integer coefficients.
+
+Rounding is conservative: requirements (times, memory needs) round up, capacities round down, so no
+plan can pass a limit through rounding. Values go through ``round(x, 6)`` before ``ceil`` so that float
+noise (``0.425 / 1e-6 = 425000.00000000006``) does not add a unit.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+TIME_UNIT_S = 1e-6  # objective resolution for step times: 1 µs
+RATE_UNIT_S = 1e-9  # objective resolution for seconds per sequence or per token: 1 ns
+MEM_UNIT_BYTES = 2**20  # memory resolution: 1 MiB
+MAX_EXACT = 2**53  # CP-SAT reports objectives as doubles: stay below the exactly representable integers
+
+
+def _ceil(x: np.ndarray | float) -> np.ndarray:
+    return np.ceil(np.round(np.asarray(x, dtype=float), 6)).astype(np.int64)
+
+
+def to_int_time(seconds: np.ndarray | float, unit: float = TIME_UNIT_S) -> np.ndarray:
+    """Times as integer units, rounded up."""
+    return _ceil(np.asarray(seconds, dtype=float) / unit)
+
+
+def to_int_need(nbytes: np.ndarray | float) -> np.ndarray:
+    """A memory requirement in MiB, rounded up."""
+    return _ceil(np.asarray(nbytes, dtype=float) / MEM_UNIT_BYTES)
+
+
+def to_int_capacity(nbytes: float) -> int:
+    """A memory capacity in MiB, rounded down."""
+    return int(math.floor(round(nbytes / MEM_UNIT_BYTES, 6)))
+
+
+def from_int_time(units: int | float, unit: float = TIME_UNIT_S) -> float:
+    return float(units) * unit
+
+
+def lexicographic(primary: np.ndarray, rank: np.ndarray) -> list[int]:
+    """Coefficients ``primary·R + rank`` (R = number of rows): the primary objective first, then ties by rank.
+
+    Raises if the largest coefficient would not be exact in a double.
+    """
+    n = len(rank)
+    coeffs = primary.astype(object) * n + rank.astype(object)
+    top = max(coeffs, default=0)
+    if top >= MAX_EXACT:
+        raise OverflowError(f"objective coefficient {top} exceeds 2^53; coarsen the time unit")
+    return [int(c) for c in coeffs]
