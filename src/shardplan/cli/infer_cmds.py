@@ -1,0 +1,3 @@
+"""`shardplan infer` and `shardplan estimate infer`."""
+
+from __future__ import annotations

@@ -1,0 +1,3 @@
+"""`shardplan offload` and `shardplan estimate offload`."""
+
+from __future__ import annotations
