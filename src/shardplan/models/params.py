@@ -72,8 +72,9 @@ def position_params(m: ModelSpec) -> int:
 
 
 def layer_norms_params(m: ModelSpec) -> int:
-    """Norms inside one block."""
-    return m.norms_per_layer * norm_params(m, m.hidden_size)
+    """Norms inside one block (with Qwen3's per-head query and key norms, shared across heads)."""
+    qk = 2 * norm_params(m, m.head_size) if m.qk_norm else 0
+    return m.norms_per_layer * norm_params(m, m.hidden_size) + qk
 
 
 def param_breakdown(m: ModelSpec) -> dict[str, int]:

@@ -111,6 +111,7 @@ class ModelSpec(BaseModel):
     norms_per_layer: NonNegInt = Field(2, description="Norm layers per block (Gemma-2: 4; Falcon-7B: 1).")
     qkv_bias: bool = Field(False, description="Bias on the Q/K/V projections.")
     out_bias: bool = Field(False, description="Bias on the attention output projection.")
+    qk_norm: bool = Field(False, description="A norm over each head's query and key (Qwen3): 2·head_dim per layer.")
     mlp_bias: bool = Field(False, description="Biases on the MLP projections.")
     embedding_norm: bool = Field(False, description="A norm right after the word embedding (BLOOM).")
     parallel_block: bool = Field(False, description="Attention and MLP read the same input (GPT-J/NeoX/Falcon).")
@@ -158,7 +159,7 @@ class ModelSpec(BaseModel):
         if self.moe is None:
             return 0
         rest = self.num_layers - self.moe.first_dense_layers
-        return rest // self.moe.layer_freq
+        return -(-rest // self.moe.layer_freq)  # MoE at layers first_dense + j·freq (j = 0, 1, …)
 
     @property
     def num_dense_layers(self) -> int:
