@@ -12,7 +12,13 @@ import sys
 import typer
 
 from shardplan import __version__
-from shardplan.cli import catalog_cmds, infer_cmds, offload_cmds, train_cmds  # noqa: F401  (registers commands)
+from shardplan.cli import (  # noqa: F401  (importing registers the commands)
+    catalog_cmds,
+    infer_cmds,
+    offload_cmds,
+    train_cmds,
+    validate_cmd,
+)
 from shardplan.cli._app import app
 from shardplan.errors import ShardplanError
 

@@ -53,11 +53,9 @@ def validate_layout(model: ModelSpec, num_gpus: int, work: TrainWorkload, lay: T
     if lay.interleave > 1:
         if lay.pp == 1:
             raise ShardplanError("interleave > 1 needs pp > 1", field="interleave")
-        if model.num_layers % (lay.pp * lay.interleave):
-            ok = [v for v in divisors(model.num_layers // lay.pp) if model.num_layers % (lay.pp * v) == 0] \
-                if model.num_layers % lay.pp == 0 else [1]
-            raise ShardplanError(f"num_layers ({model.num_layers}) must be divisible by pp·interleave "
-                                 f"({lay.pp}·{lay.interleave}); allowed interleave: {_fmt(ok)}", field="interleave")
+        if lay.pp * lay.interleave > model.num_layers:
+            raise ShardplanError(f"pp·interleave ({lay.pp}·{lay.interleave}) must be ≤ num_layers "
+                                 f"({model.num_layers}): every model chunk needs a layer", field="interleave")
     per_replica = lay.dp * lay.microbatch
     if work.global_batch % per_replica:
         raise ShardplanError(f"global batch ({work.global_batch}) must be divisible by dp·microbatch "
@@ -157,7 +155,7 @@ def enumerate_layouts(model: ModelSpec, work: TrainWorkload, req: SpaceRequest) 
         eps = [e for e in divisors(experts) if (dp * cp) % e == 0] if model.moe else [1]
         eps = keep(eps, req.ep, "ep pinned")
         top = max(req.max_interleave, req.interleave or 1)
-        vs = [v for v in range(1, top + 1) if v == 1 or (pp > 1 and model.num_layers % (pp * v) == 0)]
+        vs = [v for v in range(1, top + 1) if v == 1 or (pp > 1 and pp * v <= model.num_layers)]
         vs = keep(vs, req.interleave, "interleave pinned")
         for gb in ([req.max_batch // dp * dp] if req.max_batch else batches):
             if gb == 0:

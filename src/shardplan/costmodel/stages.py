@@ -1,7 +1,8 @@
 """Per-layer-kind costs, and how layers fall onto pipeline stages.
 
 Layers are split evenly over ``pp`` stages; when ``L`` is not a multiple of ``pp`` the extra layers go
-to middle stages first, since the first and last stages also carry the embedding and the LM head.
+to middle stages first, since the first and last stages also carry the embedding and the LM head
+(Megatron's uneven first/last stages; with interleaving, each stage's layers form ``v`` chunks).
 Three representative stages are costed for every layout: the first (most microbatches in flight),
 the heaviest middle stage, and the last (LM head, logits). Dense layers precede MoE layers
 (DeepSeek's ``first_k_dense``); the middle representative takes the most MoE layers any middle stage

@@ -91,25 +91,50 @@ def explanation(best: TrainReport, table: TrainTable, base: int | None, system: 
     return lines
 
 
-def _min_gpus(req: TrainRequest) -> tuple[int, Any] | None:
-    """The smallest GPU count (whole nodes, up to 64× the request) at which some layout fits."""
-    from shardplan.planner.train import plan_training
+def _describe(table: TrainTable, i: int) -> str:
+    """'TP=4 PP=8 DP=1, recompute full, offload optimizer 60%' for row i."""
+    r = table.rows
+    text = f"{_name(int(r.tp[i]), int(r.pp[i]))} DP={int(r.dp[i])}"
+    if r.rc[i]:
+        text += f", recompute {['none', 'selective', 'full'][int(r.rc[i])]}"
+    offload = [f"{name} {v:.0%}" for name, v in (("optimizer", r.f_opt[i]), ("weights", r.f_w[i]),
+                                                  ("activations", r.f_act[i])) if v > 0]
+    return text + (f", offload {', '.join(offload)}" if offload else "")
 
+
+def _fits_on(req: TrainRequest, n: int) -> str | None:
+    """The fastest fitting layout on ``n`` GPUs, described, or None: the table only, no report."""
+    from shardplan.costmodel.space import enumerate_layouts
+    from shardplan.costmodel.table import build_train_table
+    from shardplan.planner.train import _space_request
+
+    sub = req.model_copy(update={"num_gpus": n})
+    space = enumerate_layouts(req.model, req.workload, _space_request(sub))
+    if len(space.rows) == 0:
+        return None
+    table = build_train_table(req.model, req.system, req.workload, space.rows, allow_offload=req.offload != "off",
+                              partial_recompute=req.recompute is None)
+    if not table.fits.any():
+        return None
+    ok = np.flatnonzero(table.fits)
+    return _describe(table, int(ok[np.argmin(table.step_time_s[ok])]))
+
+
+def _min_gpus(req: TrainRequest) -> tuple[int, str] | None:
+    """The smallest GPU count (whole nodes, up to 64× the request) at which some layout fits."""
     node = req.system.gpus_per_node
-    n = max(req.num_gpus, node)
-    tried: list[int] = []
-    while n <= 64 * max(req.num_gpus, node) and (req.system.max_nodes is None or n // node <= req.system.max_nodes):
-        tried.append(n)
-        plan = plan_training(req.model_copy(update={"num_gpus": n, "top_k": 1}), explain=False)
-        if plan.status != "infeasible":
-            lo = tried[-2] if len(tried) > 1 else req.num_gpus
+    lo, n = req.num_gpus, max(2 * req.num_gpus, node)
+    limit = 64 * max(req.num_gpus, node)
+    while n <= limit and (req.system.max_nodes is None or n // node <= req.system.max_nodes):
+        found = _fits_on(req, n)
+        if found is not None:
             step = max(node, (n - lo) // 8 // node * node)
-            for m in range(lo + step, n, step):
-                p2 = plan_training(req.model_copy(update={"num_gpus": m, "top_k": 1}), explain=False)
-                if p2.status != "infeasible":
-                    return m, p2
-            return n, plan
-        n *= 2
+            for m in range(lo - lo % step + step, n, step):
+                smaller = _fits_on(req, m)
+                if smaller is not None:
+                    return m, smaller
+            return n, found
+        lo, n = n, 2 * n
     return None
 
 
@@ -120,8 +145,7 @@ def infeasible_plan(req: TrainRequest, table: TrainTable, wall: float, common: d
     i = int(np.argmin(table.gpu_over))
     r = table.rows
     if "gpu_memory" in core or not core:
-        reason = (f"GPU memory: even the leanest layout ({_name(int(r.tp[i]), int(r.pp[i]))}, microbatch "
-                  f"{int(r.mb[i])}, recompute {['none', 'selective', 'full'][int(r.rc[i])]}) needs "
+        reason = (f"GPU memory: even the leanest layout ({_describe(table, i)}, microbatch {int(r.mb[i])}) needs "
                   f"{format_bytes(float(table.cost.peak_memory[i]))} per GPU > "
                   f"{format_bytes(float(req.system.gpu.memory_bytes))} on the {_binding(table, i)}")
     else:
@@ -147,10 +171,9 @@ def infeasible_plan(req: TrainRequest, table: TrainTable, wall: float, common: d
     if not explain:
         pass
     elif found is not None:
-        n, plan = found
-        p = plan.plan
-        suggestions.append(f"use at least {n} GPUs ({n // req.system.gpus_per_node} nodes): TP={p.tp} PP={p.pp} "
-                           f"DP={p.dp} fits")
+        n, layout = found
+        nodes = max(1, n // req.system.gpus_per_node)
+        suggestions.append(f"use at least {n} GPUs ({nodes} node{'s' if nodes > 1 else ''}): {layout} fits")
     else:
         suggestions.append(f"no layout fits even on {64 * req.num_gpus} GPUs: shorten --seq-len or use larger GPUs")
     solver = SolverOut(status="infeasible", wall_time_s=wall, solve_s=0.0, selector_rows=0, objective=0.0,

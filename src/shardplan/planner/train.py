@@ -164,7 +164,9 @@ def plan_training(req: TrainRequest, *, explain: bool = True) -> TrainPlan:
     common = dict(candidates=len(space.rows), evaluated=len(table), feasible=int(len(feasible)),
                   pruned=space.pruned, build_s=build_s)
     if len(feasible) == 0:
-        return infeasible_plan(req, table, time.perf_counter() - t0, common, explain=explain)
+        plan = infeasible_plan(req, table, time.perf_counter() - t0, common, explain=explain)
+        wall = time.perf_counter() - t0  # includes the search for fixes
+        return plan.model_copy(update={"solver": plan.solver.model_copy(update={"wall_time_s": wall})})
 
     rank_all = tie_rank(table.rows)
     primary_all = primary_objective(table, np.arange(len(table)), per_seq)

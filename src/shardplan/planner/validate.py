@@ -1,0 +1,197 @@
+"""``shardplan validate``: predictions against published, measured runs shipped with the package.
+
+Each group turns records of ``shardplan/data/*.json`` (copied from the papers, with their sources)
+into cases run through the same library calls as the CLI, and reports the error of each prediction.
+Groups: ``korthikanti-t5`` (iteration times, Korthikanti et al. 2022 Table 5), ``korthikanti-t4``
+(22B layer forward/backward times, Table 4), ``narayanan`` (Narayanan et al. 2021 Tables 1–2, microbatch
+and interleave chosen by the planner); inference and offload groups register themselves below.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from shardplan.costmodel.evaluate import estimate_training
+from shardplan.costmodel.layout import Recompute, TrainLayout, TrainWorkload
+from shardplan.hardware import get_system
+from shardplan.models.catalog import megatron_gpt
+from shardplan.models.spec import ModelSpec
+
+
+@dataclass(frozen=True)
+class Case:
+    group: str
+    id: str
+    quantity: str
+    measured: float
+    predict: Callable[[], float]
+
+
+class CaseResult(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    group: str
+    id: str
+    quantity: str
+    measured: float
+    predicted: float | None
+    error_pct: float | None
+    failure: str | None = None
+
+
+class GroupSummary(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    cases: int
+    ran: int
+    mape_pct: float | None
+    max_abs_pct: float | None
+
+
+class ValidationReport(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    rows: list[CaseResult]
+    summary: dict[str, GroupSummary]
+
+
+def load_records(name: str) -> list[dict[str, Any]]:
+    """Records shipped in ``shardplan/data/<name>.json``."""
+    return json.loads(resources.files("shardplan.data").joinpath(f"{name}.json").read_text())
+
+
+def _gpt(name: str, hidden: int, layers: int, heads: int) -> ModelSpec:
+    # The papers' GPT shape as the scoreboard passes it (a GPT-2 style config: V = 51200, tied embeddings).
+    return megatron_gpt(name, layers=layers, hidden=hidden, heads=heads, source="Megatron-LM papers")
+
+
+def _step_time(model: ModelSpec, gpus: int, batch: int, layout: TrainLayout) -> float:
+    system = get_system("dgx-a100-80gb")
+    return estimate_training(model, system, gpus, TrainWorkload(seq_len=2048, global_batch=batch), layout
+                             ).metrics.step_time_s
+
+
+def korthikanti_t5() -> list[Case]:
+    interleave = {"22B": 1, "175B": 3, "530B": 3, "1T": 1}  # as in the paper's runs
+    by_id = {r["id"]: r for r in load_records("training_runs")}
+    out = []
+    for size, v in interleave.items():
+        r = by_id[f"korthikanti-{size}"]
+        m, p, w = r["model"], r["parallel"], r["workload"]
+        model = _gpt(f"gpt-{size}", m["hidden_size"], m["layers"], m["attention_heads"])
+        gpus, batch = r["hardware"]["num_gpus"], w["global_batch_sequences"]
+        common = dict(tp=p["tp"], pp=p["pp"], dp=p["dp"], microbatch=w["micro_batch"], interleave=v)
+        full = TrainLayout(**common, recompute=Recompute.FULL)
+        sel = TrainLayout(**common, recompute=Recompute.SELECTIVE, sequence_parallel=True)
+        measured_full = r["metrics"]["iteration_time_s_full_recompute"]
+        out.append(Case("korthikanti-t5", f"{size}-full", "step_time_s", measured_full,
+                        lambda model=model, gpus=gpus, batch=batch, lay=full: _step_time(model, gpus, batch, lay)))
+        out.append(Case("korthikanti-t5", f"{size}-selective+sp", "step_time_s",
+                        r["metrics"]["iteration_time_s_present_work"],
+                        lambda model=model, gpus=gpus, batch=batch, lay=sel: _step_time(model, gpus, batch, lay)))
+    return out
+
+
+def korthikanti_t4() -> list[Case]:
+    """22B, TP=8, microbatch 4: one layer's forward and backward (incl. recompute) time, five recipes."""
+    r = next(x for x in load_records("training_runs") if x["id"] == "korthikanti-22B-layer-times")
+    model = _gpt("gpt-22b", 6144, 48, 64)
+    recipes = {
+        "baseline_no_recompute": dict(), "sequence_parallelism": dict(sequence_parallel=True),
+        "baseline_full_recompute": dict(recompute=Recompute.FULL),
+        "selective_recompute": dict(recompute=Recompute.SELECTIVE),
+        "selective_plus_sequence": dict(recompute=Recompute.SELECTIVE, sequence_parallel=True),
+    }
+    system = get_system("dgx-a100-80gb")
+
+    def layer_ms(kw: dict[str, Any], phase: str) -> float:
+        rep = estimate_training(model, system, 8, TrainWorkload(seq_len=2048, global_batch=4),
+                                TrainLayout(tp=8, microbatch=4, **kw))
+        rows = [x for x in rep.layers if x.kind in ("attention", "mlp")]
+        if phase == "fwd":
+            return sum(x.fwd_time_s for x in rows) * 1e3
+        return sum(x.bwd_time_s + x.recompute_time_s for x in rows) * 1e3
+
+    out = []
+    for name, kw in recipes.items():
+        times = r["metrics"]["per_layer_ms"][name]
+        for phase in ("fwd", "bwd"):
+            out.append(Case("korthikanti-t4", f"{name}.{phase}", "layer_time_ms", times[phase],
+                            lambda kw=kw, phase=phase: layer_ms(kw, phase)))
+    return out
+
+
+def narayanan() -> list[Case]:
+    """Tables 1–2: layout as published, microbatch and interleave chosen by the planner."""
+    from shardplan.planner.train import TrainRequest, plan_training
+
+    system = get_system("dgx-a100-80gb")
+    out = []
+    for r in load_records("training_runs"):
+        rid = r["id"]
+        if not rid.startswith(("megatron21-t1-", "megatron21-t2-")):
+            continue
+        m, p, w, hw = r["model"], r["parallel"], r["workload"], r["hardware"]
+        gpus, batch = hw["num_gpus"], w["global_batch_sequences"]
+        pins: dict[str, Any] = {}
+        if rid.startswith("megatron21-t1-"):
+            h, layers, heads = m["hidden_size"], m["layers"], m["attention_heads"]
+            tp, pp, zero = p["tp"], p["pp"], 0
+        else:  # Table 2: 174.6B is the GPT-3 shape, 529.6B the 530B shape of Table 1
+            h, layers, heads = (12288, 96, 96) if "174.6B" in rid else (20480, 105, 128)
+            tp, pp, zero = (1, 1, 3) if p["scheme"] == "ZeRO-3" else (8, p["model_parallel_size"] // 8, 0)
+            pins["microbatch"] = p["microbatch"]
+        model = _gpt(rid, h, layers, heads)
+        # Measured time per iteration from the published TFLOP/s and the paper's Eq. 3 FLOP count.
+        s, V = 2048, 51200
+        flops = 96 * batch * s * layers * h * h * (1 + s / (6 * h) + V / (16 * layers * h))
+        measured = flops / (r["metrics"]["achieved_tflops_per_gpu"] * 1e12 * gpus)
+        req = TrainRequest(model=model, system=system, num_gpus=gpus,
+                           workload=TrainWorkload(seq_len=s, global_batch=batch), tp=tp, pp=pp,
+                           dp=gpus // (tp * pp), recompute=Recompute.FULL, sequence_parallel=False, zero_stage=zero,
+                           **pins)
+
+        def predict(req: TrainRequest = req) -> float:
+            plan = plan_training(req, explain=False)
+            if plan.metrics is None:
+                raise ValueError(plan.reason or "infeasible")
+            return plan.metrics.step_time_s
+
+        out.append(Case("narayanan", rid.removeprefix("megatron21-"), "step_time_s", measured, predict))
+    return out
+
+
+GROUPS: dict[str, Callable[[], list[Case]]] = {
+    "korthikanti-t5": korthikanti_t5,
+    "korthikanti-t4": korthikanti_t4,
+    "narayanan": narayanan,
+}
+
+
+def run_validation(groups: list[str] | None = None) -> ValidationReport:
+    """Run every case of the selected groups (all by default) and summarise the errors per group."""
+    rows: list[CaseResult] = []
+    for name, make in GROUPS.items():
+        if groups and name not in groups:
+            continue
+        for case in make():
+            try:
+                pred = float(case.predict())
+                rows.append(CaseResult(group=case.group, id=case.id, quantity=case.quantity, measured=case.measured,
+                                       predicted=pred, error_pct=100 * (pred - case.measured) / case.measured))
+            except ValueError as e:  # an infeasible or invalid case is reported, not fatal
+                rows.append(CaseResult(group=case.group, id=case.id, quantity=case.quantity, measured=case.measured,
+                                       predicted=None, error_pct=None, failure=str(e)))
+    summary = {}
+    for g in dict.fromkeys(r.group for r in rows):
+        errs = [abs(r.error_pct) for r in rows if r.group == g and r.error_pct is not None]
+        n = sum(1 for r in rows if r.group == g)
+        summary[g] = GroupSummary(cases=n, ran=len(errs), mape_pct=sum(errs) / len(errs) if errs else None,
+                                  max_abs_pct=max(errs) if errs else None)
+    return ValidationReport(rows=rows, summary=summary)
