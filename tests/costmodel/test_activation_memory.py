@@ -4,7 +4,6 @@ GPT layers (MHA, 4h GeLU MLP, dropout, 16-bit activations, unfused attention as 
 four models of its Table 3, every parallelism/recompute recipe of Table 2.
 """
 
-import numpy as np
 import pytest
 
 from shardplan.costmodel.layout import LayoutArrays, Recompute, TrainLayout, TrainWorkload

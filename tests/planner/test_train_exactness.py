@@ -15,7 +15,11 @@ from shardplan.hardware import get_system
 from shardplan.models.spec import MlpKind, ModelSpec, MoESpec
 from shardplan.planner.select import brute_force
 from shardplan.planner.train import (
-    TrainRequest, distinct_best, plan_training, primary_objective, tie_rank,
+    TrainRequest,
+    distinct_best,
+    plan_training,
+    primary_objective,
+    tie_rank,
 )
 
 
@@ -36,7 +40,7 @@ def instances(draw: st.DrawFn) -> TrainRequest:
     )
     system = get_system(draw(st.sampled_from(["dgx-a100-80gb", "dgx-h100", "rtx4090-pc", "mi300x-8", "l40s-8"])))
     gpus = draw(st.sampled_from([g for g in (1, 2, 4, 8, 16) if g <= system.gpus_per_node or
-                                 g % system.gpus_per_node == 0 and system.inter_node is not None]))
+                                 (g % system.gpus_per_node == 0 and system.inter_node is not None)]))
     batch = draw(st.sampled_from([8, 16, 32, 48]))
     seq = draw(st.sampled_from([512, 2048, 8192]))
     pins = {}
