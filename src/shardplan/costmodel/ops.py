@@ -16,7 +16,7 @@ import numpy as np
 
 from shardplan.costmodel import comm
 from shardplan.costmodel.layout import LayoutArrays, TrainWorkload
-from shardplan.costmodel.roofline import FLASH_BWD_EFFICIENCY_RATIO, kernel_time
+from shardplan.costmodel.roofline import FLASH_BWD_EFFICIENCY_RATIO, elementwise_time, kernel_time
 from shardplan.hardware.spec import AttentionKernel, GpuSpec, SystemSpec
 from shardplan.models.spec import ModelSpec
 from shardplan.units import DTYPE_BYTES
@@ -82,7 +82,7 @@ class Ctx:
         return ops
 
     def mem_time(self, nbytes: np.ndarray) -> np.ndarray:
-        return kernel_time(self.gpu, 0.0, nbytes, self.mm_dtype)
+        return elementwise_time(self.gpu, nbytes)
 
     def mem(self, name: str, nbytes: np.ndarray, *, selective: bool = False) -> Op:
         nbytes = np.asarray(nbytes, dtype=float)
@@ -108,7 +108,11 @@ class Ctx:
         fn = {"all_reduce": comm.all_reduce_time, "reduce_scatter": comm.reduce_scatter_time,
               "all_gather": comm.all_gather_time, "all_to_all": comm.all_to_all_time}[kind]
         nbytes = np.asarray(nbytes, dtype=float)
-        return Op(name, COMM, np.zeros_like(nbytes), nbytes, fn(s, nbytes, n, stride), dim=dim)
+        t = fn(s, nbytes, n, stride)
+        if dim == "tp" and s.software.tp_comm_overlap:
+            # TE/async-TP split GEMMs into chunks and overlap them with the SP all-gather/reduce-scatter.
+            t = np.where(r.sp == 1, t * (1 - s.software.tp_comm_overlap), t)
+        return Op(name, COMM, np.zeros_like(nbytes), nbytes, t, dim=dim)
 
 
 # Megatron-LM overlaps the backward all-reduce of the TP input gradient with the weight-gradient GEMM

@@ -36,6 +36,15 @@ def memory_time(gpu: GpuSpec, nbytes: np.ndarray) -> np.ndarray:
     return nbytes / (gpu.memory_bandwidth_bytes_per_s * interp_efficiency(gpu.memory_efficiency, nbytes))
 
 
+def elementwise_time(gpu: GpuSpec, nbytes: np.ndarray) -> np.ndarray:
+    """A framework elementwise kernel (norm, activation, dropout, softmax): bytes at its own achieved rate,
+    with the launch floor."""
+    nbytes = np.asarray(nbytes, dtype=float)
+    curve = gpu.elementwise_efficiency or gpu.memory_efficiency
+    t = nbytes / (gpu.memory_bandwidth_bytes_per_s * interp_efficiency(curve, nbytes))
+    return np.maximum(t, gpu.kernel_launch_s)
+
+
 def kernel_time(gpu: GpuSpec, flops: np.ndarray, nbytes: np.ndarray, dtype: str, *,
                 efficiency: np.ndarray | float | None = None) -> np.ndarray:
     """Roofline time of one kernel (torchao roofline_utils: max of compute, memory and launch floor)."""

@@ -22,15 +22,18 @@ Curve = list[tuple[float, float]]
 AMPERE_MATMUL: Curve = [
     (1e7, 0.077), (1e8, 0.24), (1e9, 0.48), (1e10, 0.634), (1e11, 0.71), (1e12, 0.749), (1e13, 0.768),
 ]
+# Hopper: torchao's 0.78 plateau for large GEMMs; below ~1e11 FLOPs fitted to the H100 Megatron/NeMo
+# runs of validation/modern_training_runs.json (small GEMMs leave Hopper's tensor cores idle: 0.56 at 1e11).
 HOPPER_MATMUL: Curve = [
-    (1e7, 0.05), (1e8, 0.16), (1e9, 0.38), (1e10, 0.58), (1e11, 0.70), (1e12, 0.76), (1e13, 0.78),
+    (1e7, 0.04), (1e8, 0.128), (1e9, 0.304), (1e10, 0.464), (1e11, 0.56), (1e12, 0.76), (1e13, 0.78),
 ]
 # Streaming kernels: fraction of peak HBM bandwidth vs bytes moved (torchao: 0.92 on H100, 0.72 MI300X).
 HBM_MEMORY: Curve = [(1e5, 0.10), (1e6, 0.35), (1e7, 0.70), (1e8, 0.85), (1e9, 0.90)]
-# A100 with PyTorch eager / Megatron fused kernels (layernorm, bias-dropout-add, masked softmax): 0.70 of
-# peak for large tensors, fitted to the 22B layer times of Korthikanti et al. 2022 Table 4 (fwd 7.7 ms,
-# 7.2 ms with sequence parallelism) with the GEMM curve above.
-AMPERE_MEMORY: Curve = [(1e5, 0.078), (1e6, 0.27), (1e7, 0.55), (1e8, 0.66), (1e9, 0.70)]
+# Framework elementwise kernels (PyTorch eager / Megatron fused layernorm, bias-dropout-add, masked
+# softmax, GeLU): 0.70 of peak bandwidth for large tensors, fitted to the 22B layer times of Korthikanti
+# et al. 2022 Table 4 (fwd 7.7 ms, 7.2 ms with sequence parallelism) with the Ampere GEMM curve; the same
+# fraction fits the H100 Megatron/NeMo runs (validation/modern_training_runs.json).
+EAGER_ELEMENTWISE: Curve = [(1e5, 0.078), (1e6, 0.27), (1e7, 0.55), (1e8, 0.66), (1e9, 0.70)]
 
 
 def scaled_curve(curve: Curve, plateau: float) -> Curve:
@@ -51,7 +54,8 @@ A100_80GB = GpuSpec(
     memory_bandwidth_bytes_per_s=2.039 * TB,
     peak_flops={"fp32": 19.5e12, "tf32": 156e12, "bf16": 312e12, "fp16": 312e12, "int8": 624e12},
     matmul_efficiency=AMPERE_MATMUL,
-    memory_efficiency=AMPERE_MEMORY,
+    memory_efficiency=HBM_MEMORY,
+    elementwise_efficiency=EAGER_ELEMENTWISE,
     attention_efficiency=0.55,
     kernel_launch_s=4e-6,
     tdp_w=400,
@@ -73,7 +77,8 @@ A10G = GpuSpec(
     memory_bandwidth_bytes_per_s=600 * GB,
     peak_flops={"fp32": 31.52e12, "tf32": 35e12, "bf16": 70e12, "fp16": 70e12, "int8": 140e12},
     matmul_efficiency=AMPERE_MATMUL,
-    memory_efficiency=HBM_MEMORY,  # GDDR6 streaming measured near HBM fractions; no A10G curve of its own
+    memory_efficiency=HBM_MEMORY,
+    elementwise_efficiency=EAGER_ELEMENTWISE,  # GDDR6 streaming measured near HBM fractions; no A10G curve of its own
     tdp_w=300,
     source="Baseten 'NVIDIA A10 vs A10G for ML model inference' spec table; AWS EC2 G5 "
     "(published_calibration.json: hw-a10g, confidence C)",
@@ -86,6 +91,7 @@ RTX3090 = GpuSpec(
     peak_flops={"fp32": 35.6e12, "tf32": 35.6e12, "bf16": 71e12, "fp16": 71e12, "int8": 284e12},
     matmul_efficiency=AMPERE_MATMUL,
     memory_efficiency=HBM_MEMORY,
+    elementwise_efficiency=EAGER_ELEMENTWISE,
     tdp_w=350,
     source="NVIDIA Ampere GA102 GPU Architecture whitepaper, Appendix A (GeForce RTX 3090)",
 )
@@ -97,6 +103,7 @@ RTX_A6000 = GpuSpec(
     peak_flops={"fp32": 38.7e12, "tf32": 77.4e12, "bf16": 154.8e12, "fp16": 154.8e12, "int8": 309.7e12},
     matmul_efficiency=AMPERE_MATMUL,
     memory_efficiency=HBM_MEMORY,
+    elementwise_efficiency=EAGER_ELEMENTWISE,
     tdp_w=300,
     source="NVIDIA RTX A6000 datasheet; GA102 whitepaper Appendix A (RTX A6000 column)",
 )
@@ -110,6 +117,7 @@ H100_SXM = GpuSpec(
                 "int8": 1979e12},
     matmul_efficiency=HOPPER_MATMUL,
     memory_efficiency=HBM_MEMORY,
+    elementwise_efficiency=EAGER_ELEMENTWISE,
     attention_efficiency=0.6,
     kernel_launch_s=4e-6,
     tdp_w=700,
@@ -124,6 +132,7 @@ H100_PCIE = GpuSpec(
                 "int8": 1513e12},
     matmul_efficiency=HOPPER_MATMUL,
     memory_efficiency=HBM_MEMORY,
+    elementwise_efficiency=EAGER_ELEMENTWISE,
     attention_efficiency=0.6,
     tdp_w=350,
     source="NVIDIA H100 datasheet, PCIe column (published_calibration.json: hw-h100-pcie)",
@@ -160,6 +169,7 @@ B200 = GpuSpec(
                 "int8": 4500e12, "fp4": 9000e12},
     matmul_efficiency=HOPPER_MATMUL,
     memory_efficiency=HBM_MEMORY,
+    elementwise_efficiency=EAGER_ELEMENTWISE,
     attention_efficiency=0.6,
     tdp_w=1000,
     source="NVIDIA DGX/HGX B200 datasheet, Blackwell technical brief (published_calibration.json: hw-b200-hgx)",
@@ -187,6 +197,7 @@ L40S = GpuSpec(
                 "int8": 733e12},
     matmul_efficiency=AMPERE_MATMUL,
     memory_efficiency=HBM_MEMORY,
+    elementwise_efficiency=EAGER_ELEMENTWISE,
     tdp_w=350,
     source="NVIDIA L40S datasheet (published_calibration.json: hw-l40s)",
 )
@@ -199,6 +210,7 @@ L4 = GpuSpec(
                 "int8": 242.5e12},
     matmul_efficiency=AMPERE_MATMUL,  # 72 W cap: like the T4, real GEMMs may sit well below this
     memory_efficiency=HBM_MEMORY,
+    elementwise_efficiency=EAGER_ELEMENTWISE,
     tdp_w=72,
     source="NVIDIA L4 datasheet (published_calibration.json: hw-l4)",
 )
@@ -211,6 +223,7 @@ RTX4090 = GpuSpec(
                 "int8": 660.6e12},
     matmul_efficiency=AMPERE_MATMUL,
     memory_efficiency=HBM_MEMORY,
+    elementwise_efficiency=EAGER_ELEMENTWISE,
     tdp_w=450,
     source="NVIDIA Ada Lovelace architecture whitepaper, Appendix (published_calibration.json: hw-rtx4090)",
 )
@@ -234,6 +247,7 @@ V100_SXM2 = GpuSpec(
     peak_flops={"fp32": 15.7e12, "fp16": 125e12},
     matmul_efficiency=AMPERE_MATMUL,
     memory_efficiency=HBM_MEMORY,
+    elementwise_efficiency=EAGER_ELEMENTWISE,
     attention_efficiency=0.3,
     tdp_w=300,
     source="NVIDIA Tesla V100 datasheet, SXM2 32GB (published_calibration.json: hw-v100-sxm2)",

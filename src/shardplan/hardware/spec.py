@@ -61,6 +61,10 @@ class GpuSpec(BaseModel):
     memory_efficiency: list[tuple[Positive, Fraction]] = Field(
         description="Achieved fraction of peak memory bandwidth vs bytes moved by one kernel, as points."
     )
+    elementwise_efficiency: list[tuple[Positive, Fraction]] | None = Field(
+        None, description="Framework elementwise kernels (norms, activations, dropout, softmax) vs bytes moved; "
+        "tuned GEMM/attention kernels use memory_efficiency. None: same as memory_efficiency."
+    )
     attention_efficiency: Fraction = Field(
         0.55, description="Fused (flash) attention forward: fraction of the matmul peak it reaches."
     )
@@ -78,9 +82,11 @@ class GpuSpec(BaseModel):
             raise ValueError("needs a bf16 or fp16 peak")
         return v
 
-    @field_validator("matmul_efficiency", "memory_efficiency")
+    @field_validator("matmul_efficiency", "memory_efficiency", "elementwise_efficiency")
     @classmethod
-    def _sorted(cls, v: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    def _sorted(cls, v: list[tuple[float, float]] | None) -> list[tuple[float, float]] | None:
+        if v is None:
+            return v
         if not v:
             raise ValueError("needs at least one (size, fraction) point")
         xs = [x for x, _ in v]
@@ -120,6 +126,10 @@ class SoftwareSpec(BaseModel):
         True, description="ZeRO-3 gathers spread a node's share over all its NICs (NCCL rings per rail); "
         "False: one flat ring, each GPU's NIC carries the whole (n−1)/n of every gather."
     )
+    tp_comm_overlap: Annotated[float, Field(ge=0.0, lt=1.0)] = Field(
+        0.5, description="Share of sequence-parallel TP collectives hidden behind GEMMs (Transformer Engine "
+        "userbuffer overlap, torchtitan async TP); 0 for blocking collectives."
+    )
     step_overhead_fraction: NonNeg = Field(
         0.0, description="Unmodelled per-step time (data loading, logging, host sync) as a fraction."
     )
@@ -144,6 +154,20 @@ class SystemSpec(BaseModel):
     disk_read_bytes_per_s: NonNeg = Field(0.0, description="Disk sequential read bandwidth per node.")
     disk_write_bytes_per_s: NonNeg = Field(0.0, description="Disk sequential write bandwidth per node.")
     max_nodes: Annotated[int, Field(ge=1)] | None = Field(None, description="Largest cluster of this kind.")
+    # --- single-GPU offloading (the `offload` job); None: derived from the fields above -----------
+    gpu_sustained_matmul_flops: Positive | None = Field(
+        None, description="Sustained fp16/bf16 GEMM rate of this machine's GPU over long runs (power and clock "
+        "limits of the host), capping the GPU's efficiency curve; None: no cap."
+    )
+    cpu_attention_bytes_per_s: Positive | None = Field(
+        None, description="fp16 KV-cache bytes per second the host streams through decode attention on the CPU "
+        "(fp16→fp32 conversion included); None: 10% of DRAM bandwidth (5 bytes of DRAM traffic per KV byte at "
+        "half of peak)."
+    )
+    host_staging_bytes_per_s: Positive | None = Field(
+        None, description="Rate of copying pageable host memory into a pinned buffer before a DMA to the GPU; "
+        "None: a quarter of DRAM bandwidth (read + write at half of peak)."
+    )
     software: SoftwareSpec = Field(default_factory=SoftwareSpec, description="Software stack defaults.")
     source: str = Field("", description="Where the numbers come from.")
 

@@ -59,7 +59,8 @@ NVLINK_C2C_PER_GPU = LinkSpec(bandwidth_bytes_per_s=225 * GB, latency_s=5e-6, ef
 # all-reduce after the backward pass (no overlap).
 # The ZeRO-3 rows of Narayanan et al. 2021 Table 2 (DeepSpeed, 2021) run at the same step time on 768 and
 # 1536 GPUs: each GPU's NIC carried the whole of every parameter gather (one flat ring, no rail parallelism).
-MEGATRON_2021 = SoftwareSpec(attention="unfused", overlap_grad_reduce=False, zero3_rail_parallel=False)
+MEGATRON_2021 = SoftwareSpec(attention="unfused", overlap_grad_reduce=False, zero3_rail_parallel=False,
+                             tp_comm_overlap=0.0)
 
 # --- NVIDIA DGX / HGX -------------------------------------------------------------------------
 DGX_A100_80GB = SystemSpec(
@@ -243,6 +244,12 @@ GCP_T4 = SystemSpec(
     disk_read_bytes_per_s=2.0 * GB,
     disk_write_bytes_per_s=1.0 * GB,
     max_nodes=1,
+    # FlexGen's fitted rates on this machine (FMInference/FlexGen@19753bc0 experimental/cost_model.py,
+    # CostModelConfig): prefill GEMMs run at mm_flops_p = 21.24 TFLOP/s (the 70 W T4 throttles below the
+    # curve's 29 TFLOP/s on hour-long runs); CPU attention at cpu_flops = 0.0123 TFLOP/s for 4·b·s·h FLOPs,
+    # which are exactly the fp16 K and V bytes it reads: 12.3 GB/s of KV cache.
+    gpu_sustained_matmul_flops=21.24e12,
+    cpu_attention_bytes_per_s=12.3 * GB,
     source="Sheng et al. 2023 (FlexGen) §6 setup and README; FMInference/FlexGen experimental/cost_model.py "
     "(fitted T4 constants); published_calibration.json flexgen-* hardware block; GCP n1 machine types",
 )
