@@ -37,11 +37,13 @@ def validate(
             t.add_row(r.group, r.id, r.quantity, f"{r.measured:.4g}", pred, err)
         con.print(t)
         s = Table(title="Summary", title_justify="left")
-        for col in ("group", "cases", "ran", "mean |error|", "max |error|"):
+        for col in ("group", "cases", "ran", "mean |error|", "median |error|", "max |error|"):
             s.add_column(col, justify="left" if col == "group" else "right")
         for g, v in report.summary.items():
-            s.add_row(g, str(v.cases), str(v.ran), f"{v.mape_pct:.2f}%" if v.mape_pct is not None else "-",
-                      f"{v.max_abs_pct:.2f}%" if v.max_abs_pct is not None else "-")
+            def pct(x: float | None) -> str:
+                return f"{x:.2f}%" if x is not None else "-"
+
+            s.add_row(g, str(v.cases), str(v.ran), pct(v.mape_pct), pct(v.median_abs_pct), pct(v.max_abs_pct))
         con.print(s)
 
     emit(report.model_dump(mode="json"), render, as_json=as_json)
