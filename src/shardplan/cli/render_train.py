@@ -42,15 +42,26 @@ def layout_line(plan: Any) -> str:
 
 
 def render_layers(con: Console, report: Any) -> None:
+    rows = report.layers
+    cols: list[tuple[str, Any]] = [
+        ("fwd GFLOP", lambda r: _gf(r.fwd_flops)), ("bwd GFLOP", lambda r: _gf(r.bwd_flops)),
+        ("rc GFLOP", lambda r: _gf(r.recompute_flops)), ("fwd ms", lambda r: _ms(r.fwd_time_s)),
+        ("bwd ms", lambda r: _ms(r.bwd_time_s)), ("rc ms", lambda r: _ms(r.recompute_time_s)),
+        ("HBM GB", lambda r: f"{r.hbm_bytes / 1e9:.2f}"), ("TP ms", lambda r: _ms(r.comm_tp_s)),
+        ("CP ms", lambda r: _ms(r.comm_cp_s)), ("EP ms", lambda r: _ms(r.comm_ep_s)),
+        ("weights GiB", lambda r: _gib(r.weights_bytes)), ("grads GiB", lambda r: _gib(r.gradients_bytes)),
+        ("optim GiB", lambda r: _gib(r.optimizer_bytes)), ("acts GiB", lambda r: _gib(r.activations_bytes)),
+    ]
+    # drop columns that are empty for every row (no recompute, no CP, no EP …)
+    cols = [(name, fmt) for name, fmt in cols if any(fmt(r) != "-" for r in rows)]
     t = Table(title="Per layer (one GPU, one microbatch; × count for the stage)", title_justify="left")
-    for col in ("stage", "layer", "×", "fwd GFLOP", "bwd GFLOP", "rc GFLOP", "fwd ms", "bwd ms", "rc ms",
-                "HBM GB", "TP ms", "CP ms", "EP ms", "weights GiB", "grads GiB", "optim GiB", "acts GiB"):
-        t.add_column(col, justify="left" if col in ("stage", "layer") else "right")
-    for r in report.layers:
-        t.add_row(r.stage, r.kind, str(r.count), _gf(r.fwd_flops), _gf(r.bwd_flops), _gf(r.recompute_flops),
-                  _ms(r.fwd_time_s), _ms(r.bwd_time_s), _ms(r.recompute_time_s), f"{r.hbm_bytes / 1e9:.2f}",
-                  _ms(r.comm_tp_s), _ms(r.comm_cp_s), _ms(r.comm_ep_s), _gib(r.weights_bytes),
-                  _gib(r.gradients_bytes), _gib(r.optimizer_bytes), _gib(r.activations_bytes))
+    t.add_column("stage", no_wrap=True)
+    t.add_column("layer", no_wrap=True)
+    t.add_column("×", justify="right")
+    for name, _ in cols:
+        t.add_column(name, justify="right")
+    for r in rows:
+        t.add_row(r.stage, r.kind, str(r.count), *(fmt(r) for _, fmt in cols))
     con.print(t)
 
 
@@ -58,7 +69,7 @@ def render_stages(con: Console, report: Any) -> None:
     t = Table(title="Per stage (one GPU)", title_justify="left")
     for col in ("stage", "index", "layers", "fwd ms/mb", "bwd ms/mb", "weights", "grads", "optimizer",
                 "activations", "framework", "total", "capacity", "fits"):
-        t.add_column(col, justify="left" if col in ("stage", "fits") else "right")
+        t.add_column(col, justify="left" if col in ("stage", "fits") else "right", no_wrap=col == "stage")
     for s in report.stages:
         t.add_row(s.stage, str(s.index), str(s.layers), _ms(s.fwd_time_s), _ms(s.bwd_time_s),
                   format_bytes(s.weights_bytes), format_bytes(s.gradients_bytes), format_bytes(s.optimizer_bytes),
