@@ -51,3 +51,39 @@ def lexicographic(primary: np.ndarray, rank: np.ndarray) -> list[int]:
     if top >= MAX_EXACT:
         raise OverflowError(f"objective coefficient {top} exceeds 2^53; coarsen the time unit")
     return [int(c) for c in coeffs]
+
+
+THROUGHPUT_UNIT = 1e-3  # objective resolution for throughputs: 0.001 tokens/s
+
+
+def to_int_throughput(tokens_per_s: np.ndarray | float) -> np.ndarray:
+    """A throughput (a capability) as integer units, rounded down."""
+    x = np.round(np.asarray(tokens_per_s, dtype=float) / THROUGHPUT_UNIT, 6)
+    return np.floor(x).astype(np.int64)
+
+
+def from_int_throughput(units: int | float) -> float:
+    return float(units) * THROUGHPUT_UNIT
+
+
+# --- offload placements (factored CP-SAT form: integer percents, times and memory per percent) -------------
+KIB = 2**10  # memory resolution of offload placements: 1 KiB
+
+
+def to_int_need_kib(nbytes: np.ndarray | float) -> np.ndarray:
+    """Memory requirements (or per-percent requirement coefficients) in KiB, rounded up."""
+    return _ceil(np.asarray(nbytes, dtype=float) / KIB)
+
+
+def to_int_capacity_kib(nbytes: float) -> int:
+    """A memory capacity in KiB, rounded down."""
+    return int(math.floor(round(nbytes / KIB, 6)))
+
+
+def fine_time_unit(upper_s: float, *, finest: float = 1e-9, headroom: float = 2**-4) -> float:
+    """The finest power-of-ten time unit (≥ ``finest``) at which a sum of up to ``upper_s`` seconds stays an
+    exact integer with ``headroom`` to spare (per-percent rounding of small models needs sub-µs units)."""
+    unit = finest
+    while upper_s / unit >= MAX_EXACT * headroom:
+        unit *= 10
+    return unit

@@ -1,0 +1,111 @@
+"""Rich rendering of serving estimates and plans."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from shardplan.units import format_bytes, format_seconds
+
+
+def layout_line(plan: Any) -> str:
+    parts = [f"TP={plan.tp}", f"PP={plan.pp}"]
+    if plan.ep > 1:
+        parts.append(f"EP={plan.ep}")
+    return "  ".join([*parts, f"replicas={plan.replicas}", f"batch={plan.batch_size}/replica"])
+
+
+def render_layers(con: Console, rows: list[Any], title: str) -> None:
+    t = Table(title=title, title_justify="left")
+    for col in ("layer", "×", "GFLOP", "HBM MB", "time ms", "comm ms", "bound"):
+        t.add_column(col, justify="left" if col in ("layer", "bound") else "right")
+    for r in rows:
+        t.add_row(r.kind, str(r.count), f"{r.flops / 1e9:,.2f}", f"{r.hbm_bytes / 1e6:,.1f}", f"{r.time_s * 1e3:.4g}",
+                  f"{r.comm_s * 1e3:.3g}" if r.comm_s else "-", r.bound)
+    con.print(t)
+
+
+def render_summary(con: Console, report: Any) -> None:
+    m, mem = report.metrics, report.memory
+    t = Table(title="Summary (memory per GPU)", title_justify="left", show_header=False)
+    t.add_column("metric")
+    t.add_column("value", justify="right")
+    rows = [
+        ("TTFT (prefill of the batch)", f"{format_seconds(m.ttft_s)} ({m.prefill_chunks} chunk(s))"),
+        ("TPOT (decode step, mean context)", f"{format_seconds(m.tpot_s)} at {m.mean_context:g} tokens"
+         + (f", {m.decode_micro_batches} micro-batches" if m.decode_micro_batches > 1 else "")),
+        ("end-to-end latency", format_seconds(m.e2e_latency_s)),
+        ("output tokens/s (all GPUs)", f"{m.tokens_per_s:,.1f} ({m.tokens_per_s_per_gpu:,.1f} per GPU)"),
+        ("weights", format_bytes(mem.weights_bytes)),
+        ("KV cache of the batch", format_bytes(mem.kv_cache_bytes)),
+        ("activations (workspace)", format_bytes(mem.activations_bytes)),
+        ("non-torch", format_bytes(mem.non_torch_bytes)),
+        ("reserve (1 − utilisation)", format_bytes(mem.reserve_bytes)),
+        ("total / capacity", f"{format_bytes(mem.total_bytes)} / {format_bytes(mem.capacity_bytes)}"),
+        ("KV pool", f"{format_bytes(mem.kv_pool_bytes)}: {mem.kv_cache_tokens:,} token slots "
+                    f"({mem.kv_cache_blocks:,} blocks) per replica"),
+        ("max batch per replica", f"{m.max_batch_size:,}"),
+    ]
+    for k, v in rows:
+        t.add_row(k, v)
+    con.print(t)
+
+
+def render_status(con: Console, report: Any) -> None:
+    if report.status == "infeasible":
+        con.print(f"[bold red]INFEASIBLE[/]: {report.reason}")
+        if report.suggestions:
+            con.print("To fix: " + "; or ".join(report.suggestions))
+        return
+    con.print(f"[bold green]{report.status.upper()}[/]: fits, {format_bytes(report.memory.total_bytes)} of "
+              f"{format_bytes(report.memory.capacity_bytes)} per GPU on the {report.memory.stage} stage")
+    slo = getattr(report, "slo", None)
+    if slo is not None:
+        con.print(("[green]meets[/]" if slo.met else "[red]misses[/]") + " the latency limits")
+
+
+def render_estimate(con: Console, report: Any) -> None:
+    con.print(f"[bold]{report.model}[/] on {report.num_gpus}× {report.hardware}, prompt {report.prompt_len}, "
+              f"generate {report.gen_len}, weights {report.weight_dtype}, KV {report.kv_dtype}: "
+              f"{layout_line(report.plan)}")
+    render_layers(con, report.prefill_layers, "Prefill: one chunk, per layer, one GPU")
+    render_layers(con, report.decode_layers, "Decode: one step, per layer, one GPU")
+    render_summary(con, report)
+    render_status(con, report)
+
+
+def _plans_table(con: Console, title: str, alts: list[Any]) -> None:
+    t = Table(title=title, title_justify="left")
+    for col in ("#", "layout", "TTFT", "TPOT", "tokens/s", "max batch"):
+        t.add_column(col, justify="left" if col == "layout" else "right")
+    for a in alts:
+        m = a.metrics
+        t.add_row(str(a.rank), layout_line(a.plan), format_seconds(m.ttft_s), format_seconds(m.tpot_s),
+                  f"{m.tokens_per_s:,.0f}", str(m.max_batch_size))
+    con.print(t)
+
+
+def render_plan(con: Console, plan: Any) -> None:
+    s = plan.solver
+    con.print(f"[bold]{plan.model}[/] on {plan.num_gpus}× {plan.hardware}, prompt {plan.prompt_len}, generate "
+              f"{plan.gen_len}, objective {plan.objective}")
+    con.print(f"CP-SAT: {s.status.upper()} in {format_seconds(s.wall_time_s)} (table {format_seconds(s.build_s)}, "
+              f"solve {format_seconds(s.solve_s)}); {s.candidates:,} (layout, batch) rows, {s.feasible:,} admissible")
+    if plan.status == "infeasible":
+        con.print(f"[bold red]INFEASIBLE[/]: {plan.reason}")
+        for line in plan.suggestions:
+            con.print(f"  To fix: {line}")
+        return
+    con.print(f"[bold]Plan[/]: {layout_line(plan.plan)}")
+    render_layers(con, plan.prefill_layers, "Prefill: one chunk, per layer, one GPU")
+    render_layers(con, plan.decode_layers, "Decode: one step, per layer, one GPU")
+    render_summary(con, plan)
+    if plan.alternatives:
+        _plans_table(con, "Next best plans", plan.alternatives)
+    if plan.pareto:
+        _plans_table(con, "Throughput vs TPOT frontier", plan.pareto)
+    for line in plan.explanation:
+        con.print(f"• {line}")
+    con.print(f"[bold green]{plan.status.upper()}[/]")

@@ -1,0 +1,75 @@
+"""`shardplan infer` and `shardplan estimate infer`: JSON contract, exit codes, determinism."""
+
+from __future__ import annotations
+
+EST = ("estimate", "infer", "--model", "llama-3.1-70b", "--hardware", "dgx-h100", "--gpus", "4", "--tp", "4",
+       "--batch", "32", "--prompt-len", "2048", "--gen-len", "256")
+PLAN = ("infer", "--model", "llama-3.1-70b", "--hardware", "dgx-h100", "--gpus", "8", "--prompt-len", "2048",
+        "--gen-len", "256")
+
+
+def test_estimate_json_contract(run_cli) -> None:
+    r = run_cli(*EST, "--json")
+    assert r.code == 0, r.err
+    d = r.json()
+    assert d["status"] == "feasible"
+    assert d["plan"] == {"tp": 4, "pp": 1, "ep": 1, "replicas": 1, "batch_size": 32}
+    for key in ("ttft_s", "tpot_s", "tokens_per_s", "max_batch_size", "e2e_latency_s"):
+        assert d["metrics"][key] > 0
+    mem = d["memory"]
+    for key in ("weights_bytes", "gradients_bytes", "optimizer_bytes", "activations_bytes", "kv_cache_bytes",
+                "total_bytes", "capacity_bytes", "kv_cache_tokens"):
+        assert key in mem
+    assert mem["gradients_bytes"] == mem["optimizer_bytes"] == 0
+    assert {row["kind"] for row in d["decode_layers"]} == {"embedding", "attention", "mlp", "head"}
+    assert {row["bound"] for row in d["decode_layers"]} <= {"compute", "memory", "communication"}
+
+
+def test_estimate_renders_tables(run_cli) -> None:
+    r = run_cli(*EST)
+    assert r.code == 0
+    assert "Prefill" in r.out and "Decode" in r.out and "TTFT" in r.out and "token slots" in r.out
+
+
+def test_plan_json_contract_and_determinism(run_cli) -> None:
+    r1 = run_cli(*PLAN, "--max-batch", "--json")
+    r2 = run_cli(*PLAN, "--max-batch", "--json")
+    assert r1.code == 0, r1.err
+    d = r1.json()
+    assert d["status"] == "optimal"
+    assert set(d["plan"]) == {"tp", "pp", "ep", "replicas", "batch_size"}
+    assert d["plan"]["batch_size"] == d["metrics"]["max_batch_size"]
+    assert {"status", "wall_time_s", "candidates"} <= set(d["solver"])
+    strip = [{k: v for k, v in r.json().items() if k != "solver"} for r in (r1, r2)]
+    assert strip[0] == strip[1]
+
+
+def test_plan_renders(run_cli) -> None:
+    r = run_cli(*PLAN, "--max-tpot-ms", "30", "--top-k", "2")
+    assert r.code == 0, r.err
+    assert "Plan" in r.out and "Next best plans" in r.out
+
+
+def test_infeasible_layout_exits_zero_with_reason(run_cli) -> None:
+    r = run_cli("estimate", "infer", "--model", "llama-3.1-70b", "--hardware", "dgx-h100", "--gpus", "1",
+                "--batch", "1", "--prompt-len", "2048", "--gen-len", "256", "--json")
+    assert r.code == 0
+    d = r.json()
+    assert d["status"] == "infeasible" and d["reason"].startswith("GPU memory") and d["suggestions"]
+
+
+def test_bad_input_exits_two_with_one_line(run_cli) -> None:
+    for args, field in ((("--tp", "3"), "tp"), (("--batch", "0"), "batch"), (("--dtype", "int3"), "dtype"),
+                        (("--weight-dtype", "fp4"), "weight-dtype")):
+        opts = {"--tp": "4", "--batch": "32", **dict([args])}
+        r = run_cli(*EST[:8], *EST[12:], *[x for kv in opts.items() for x in kv])
+        assert r.code == 2, (args, r.out, r.err)
+        assert len(r.err.strip().splitlines()) == 1 and field in r.err
+    r = run_cli(*PLAN, "--objective", "cheapest")
+    assert r.code == 2 and "objective" in r.err and len(r.err.strip().splitlines()) == 1
+    r = run_cli(*PLAN, "--batch", "4", "--max-batch")
+    assert r.code == 2 and "batch" in r.err
+
+
+def test_estimate_json_is_byte_identical(run_cli) -> None:
+    assert run_cli(*EST, "--json").out == run_cli(*EST, "--json").out
