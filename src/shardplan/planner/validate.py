@@ -240,11 +240,34 @@ def modern() -> list[Case]:
     return out
 
 
+def vllm_kv() -> list[Case]:
+    """vLLM paper Table 1: KV-cache token slots of OPT-13B/66B/175B on A100s (TP as published)."""
+    from shardplan.costmodel.infer import InferLayout, InferWorkload
+    from shardplan.costmodel.infer_report import estimate_inference
+    from shardplan.models import get_model
+
+    setups = {"OPT-13B": ("dgx-a100-40gb", 1), "OPT-66B": ("dgx-a100-40gb", 4), "OPT-175B": ("dgx-a100-80gb", 8)}
+    out = []
+    for r in load_records("inference_runs"):
+        name = r["model"]["name"]
+        hw, tp = setups[name]
+
+        def predict(name: str = name, hw: str = hw, tp: int = tp) -> float:
+            rep = estimate_inference(get_model(name.lower()), get_system(hw), tp,
+                                     InferWorkload(prompt_len=512, gen_len=128),
+                                     InferLayout(tp=tp, pp=1, ep=1, replicas=1, batch=1))
+            return float(rep.memory.kv_cache_tokens)
+
+        out.append(Case("vllm-kv", name, "kv_cache_tokens", float(r["metrics"]["max_kv_cache_token_slots"]), predict))
+    return out
+
+
 GROUPS: dict[str, Callable[[], list[Case]]] = {
     "korthikanti-t5": korthikanti_t5,
     "korthikanti-t4": korthikanti_t4,
     "narayanan": narayanan,
     "modern": modern,
+    "vllm-kv": vllm_kv,
 }
 
 

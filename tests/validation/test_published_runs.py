@@ -31,3 +31,10 @@ def test_narayanan_tables_1_and_2(report) -> None:
     s = report.summary["narayanan"]
     assert s.ran == s.cases == 22
     assert s.mape_pct <= 10.0
+
+
+def test_vllm_kv_cache_slots_within_10_percent() -> None:
+    """vLLM paper Table 1 (OPT-13B/66B/175B): KV-cache token slots within 10%."""
+    s = run_validation(["vllm-kv"]).summary["vllm-kv"]
+    assert s.ran == s.cases == 3
+    assert s.max_abs_pct <= 10.0
