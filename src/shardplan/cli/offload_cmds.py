@@ -1,3 +1,115 @@
 """`shardplan offload` and `shardplan estimate offload`."""
 
 from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from shardplan.cli._app import app, estimate_app
+from shardplan.cli.common import parse_triplet
+from shardplan.cli.options import HardwareOpt, JsonOpt, ModelOpt, TimeLimitOpt
+from shardplan.cli.output import emit
+from shardplan.costmodel.offload_policy import OffloadObjective
+
+PromptLen = Annotated[int, typer.Option("--prompt-len", "-p", min=1, help="Prompt tokens per sequence.")]
+GenLen = Annotated[int, typer.Option("--gen-len", min=1, help="Tokens generated per sequence.")]
+CpuMem = Annotated[str | None, typer.Option(
+    "--cpu-mem", help="Host memory the run may use, e.g. 200GiB (default: DRAM less 5% for the OS).")]
+DiskOpt = Annotated[str | None, typer.Option("--disk", help="Disk space the run may use (default: the machine's).")]
+GpuMem = Annotated[str | None, typer.Option(
+    "--gpu-mem", help="GPU memory the run may use (default: device memory less 5% for CUDA and the allocator).")]
+Triplet = "percent on GPU,CPU,disk summing to 100, e.g. 20,80,0"
+
+
+def _inputs(model: str, hardware: str, cpu_mem: str | None, disk: str | None, gpu_mem: str | None) -> tuple[Any, ...]:
+    """ModelSpec, SystemSpec and tier capacities (explicit sizes are taken as given)."""
+    from shardplan.costmodel.offload_policy import default_capacities
+    from shardplan.hardware import resolve_system
+    from shardplan.models import resolve_model
+    from shardplan.units import parse_size
+
+    spec = resolve_model(model)
+    system = resolve_system(hardware)
+    caps = default_capacities(
+        system, cpu_mem=parse_size(cpu_mem, field="cpu-mem") if cpu_mem is not None else None,
+        disk=parse_size(disk, field="disk") if disk is not None else None,
+        gpu_mem=parse_size(gpu_mem, field="gpu-mem") if gpu_mem is not None else None)
+    return spec, system, caps
+
+
+def _workload(prompt_len: int, gen_len: int) -> Any:
+    from shardplan.costmodel.offload_policy import OffloadWorkload
+
+    return OffloadWorkload(prompt_len=prompt_len, gen_len=gen_len)
+
+
+@estimate_app.command("offload")
+def estimate_offload_cmd(
+    model: ModelOpt, hardware: HardwareOpt, prompt_len: PromptLen, gen_len: GenLen,
+    gpu_batch: Annotated[int, typer.Option("--gpu-batch", min=1, help="Sequences per GPU batch.")],
+    num_gpu_batches: Annotated[int, typer.Option("--num-gpu-batches", min=1, help="GPU batches per block.")],
+    weights: Annotated[str, typer.Option("--weights", help=f"Weights: {Triplet}.")],
+    kv_cache: Annotated[str, typer.Option("--kv-cache", help=f"KV cache: {Triplet}.")],
+    activations: Annotated[str, typer.Option("--activations", help=f"Hidden states: {Triplet}.")],
+    cpu_attention: Annotated[bool, typer.Option(
+        "--cpu-attention", help="Decode attention over the CPU/disk KV cache runs on the CPU.")] = False,
+    compress_weights: Annotated[bool, typer.Option(
+        "--compress-weights", help="4-bit group-wise weights (FlexGen --compress-weight).")] = False,
+    compress_cache: Annotated[bool, typer.Option(
+        "--compress-cache", help="4-bit group-wise KV cache (FlexGen --compress-cache).")] = False,
+    compression: Annotated[bool, typer.Option("--compression", help="Both of the above.")] = False,
+    pin_weights: Annotated[bool, typer.Option(
+        "--pin-weights/--no-pin-weights", help="CPU weights in pinned memory (FlexGen --pin-weight).")] = True,
+    cpu_mem: CpuMem = None, disk: DiskOpt = None, gpu_mem: GpuMem = None, as_json: JsonOpt = False,
+) -> None:
+    """Throughput, phase times, bottlenecks and memory per tier of one pinned offload policy.
+
+    Percentages are byte shares of each tensor class (a runtime that splits tensors). FlexGen's --percent
+    places whole tensors by cumulative size, so its '20' can put fewer bytes on the GPU than 20%.
+    """
+    from shardplan.cli.render_offload import render_estimate
+    from shardplan.costmodel.offload import estimate_offload
+    from shardplan.costmodel.offload_policy import OffloadPolicy, Placement
+
+    split = {name: Placement.of(*parse_triplet(text, field=name))
+             for name, text in (("weights", weights), ("kv-cache", kv_cache), ("activations", activations))}
+    spec, system, caps = _inputs(model, hardware, cpu_mem, disk, gpu_mem)
+    policy = OffloadPolicy(
+        gpu_batch_size=gpu_batch, num_gpu_batches=num_gpu_batches, weights=split["weights"],
+        kv_cache=split["kv-cache"], activations=split["activations"], cpu_attention=cpu_attention,
+        compress_weights=compress_weights or compression, compress_kv_cache=compress_cache or compression,
+        pin_weights=pin_weights)
+    report = estimate_offload(spec, system, _workload(prompt_len, gen_len), policy, caps)
+    emit(report.model_dump(mode="json"), lambda con: render_estimate(con, report), as_json=as_json)
+
+
+@app.command("offload")
+def offload_cmd(
+    model: ModelOpt, hardware: HardwareOpt, prompt_len: PromptLen, gen_len: GenLen,
+    cpu_mem: CpuMem = None, disk: DiskOpt = None, gpu_mem: GpuMem = None,
+    objective: Annotated[OffloadObjective, typer.Option(
+        "--objective", help="throughput: tokens/s of the block; latency: time of one request.")
+    ] = OffloadObjective.THROUGHPUT,
+    allow_compression: Annotated[bool, typer.Option(
+        "--allow-compression", help="Also consider 4-bit group-wise weights and/or KV cache.")] = False,
+    gpu_batch: Annotated[int | None, typer.Option("--gpu-batch", min=1, help="Pin the GPU batch size.")] = None,
+    num_gpu_batches: Annotated[int | None, typer.Option(
+        "--num-gpu-batches", min=1, help="Pin the number of GPU batches.")] = None,
+    cpu_attention: Annotated[bool | None, typer.Option(
+        "--cpu-attention/--no-cpu-attention", help="Pin CPU attention on or off (default: choose).")] = None,
+    time_limit: TimeLimitOpt = 10.0, as_json: JsonOpt = False,
+) -> None:
+    """Choose where weights, KV cache and activations live (CP-SAT over the cost model), and why."""
+    from shardplan.cli.render_offload import render_plan
+    from shardplan.planner.offload import GPU_BATCHES, NUM_GPU_BATCHES, OffloadRequest, plan_offload
+
+    spec, system, caps = _inputs(model, hardware, cpu_mem, disk, gpu_mem)
+    req = OffloadRequest(
+        model=spec, system=system, workload=_workload(prompt_len, gen_len), capacities=caps, objective=objective,
+        allow_compression=allow_compression,
+        gpu_batch_sizes=(gpu_batch,) if gpu_batch else GPU_BATCHES,
+        num_gpu_batches=(num_gpu_batches,) if num_gpu_batches else NUM_GPU_BATCHES,
+        cpu_attention=cpu_attention, time_limit_s=time_limit)
+    plan = plan_offload(req)
+    emit(plan.model_dump(mode="json"), lambda con: render_plan(con, plan), as_json=as_json)
