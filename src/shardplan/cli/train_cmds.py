@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from shardplan.cli._app import app, estimate_app
 from shardplan.cli.common import parse_fraction, resolve_inputs
+from shardplan.cli.export import TrainFormat
 from shardplan.cli.options import GpusOpt, HardwareOpt, JsonOpt, ModelOpt, TimeLimitOpt
-from shardplan.cli.output import emit
+from shardplan.cli.output import console, emit
 from shardplan.costmodel.knobs import Recompute
 from shardplan.planner.knobs import OffloadPolicy
 
@@ -33,6 +36,14 @@ OffA = Annotated[str | None, typer.Option("--offload-activations", help="Stored 
 Dtype = Annotated[str, typer.Option("--dtype", help="Compute datatype: bf16, fp16, fp8, fp32.")]
 GradDtype = Annotated[str, typer.Option("--grad-dtype", help="Gradient datatype: fp32 (Megatron), bf16, fp16.")]
 Attention = Annotated[str | None, typer.Option("--attention", help="flash or unfused (default: the system's).")]
+ExportOpt = Annotated[TrainFormat | None, typer.Option(
+    "--export", help="Print the layout as launch settings instead of the tables: megatron (Megatron-LM "
+    "arguments), deepspeed (config JSON) or torchtitan (TOML); with --output, write them to a file.")]
+OutputOpt = Annotated[Path | None, typer.Option("--output", "-o", help="File for --export (default: stdout).",
+                                                dir_okay=False)]
+PlotOpt = Annotated[list[str] | None, typer.Option(
+    "--plot", metavar="FILE", help="Write a plot (.png, .svg or .pdf; repeatable): memory*.png = memory per "
+    "stage against capacity, pipeline*.svg = one step's schedule; or KIND:FILE. Needs the plot extra (matplotlib).")]
 
 
 def _workload(seq_len: int, global_batch: int, dtype: str, grad_dtype: str, attention: str | None) -> Any:
@@ -50,6 +61,62 @@ def _workload(seq_len: int, global_batch: int, dtype: str, grad_dtype: str, atte
                              else "workload") from None
 
 
+def _check_outputs(export: TrainFormat | None, output: Path | None, plots: list[str] | None,
+                   as_json: bool) -> list[tuple[str, Path]]:
+    """Validate --export/--output/--plot before any work; returns the (kind, file) plots to write."""
+    from shardplan.cli.plots import parse_train_plot, require_matplotlib
+    from shardplan.errors import ShardplanError
+
+    if output is not None and export is None:
+        raise ShardplanError("names the file for --export: add --export megatron|deepspeed|torchtitan", field="output")
+    if export is not None and output is None and as_json:
+        raise ShardplanError("with --json, --export needs --output FILE (stdout holds the JSON)", field="export")
+    if output is not None and not output.parent.exists():
+        raise ShardplanError(f"folder '{output.parent}' does not exist", field="output")
+    specs = [parse_train_plot(p) for p in plots or []]
+    if specs:
+        require_matplotlib()
+    return specs
+
+
+def _deliver(result: Any, *, spec: Any, system: Any, n: int, work: Any, as_json: bool, render: Any,
+             export: TrainFormat | None, output: Path | None, plots: list[tuple[str, Path]]) -> None:
+    """Write the export and plots, then print the JSON, the export (no --output) or the tables; stderr says
+    which files were written and what the target framework cannot express exactly."""
+    from shardplan.cli.export import export_train, train_target
+    from shardplan.cli.plots import train_plots
+
+    messages: list[str] = []
+    exported = None
+    if export is not None and result.plan is None:
+        messages.append(f"nothing exported to {export}: no layout fits")
+    elif export is not None:
+        w = work.model_copy(update={"global_batch": result.plan.global_batch})
+        target = train_target(result.plan, model=spec, system=system, num_gpus=n, workload=w)
+        exp = export_train(export, target, file_name=output.name if output else None)
+        if result.status == "infeasible":
+            messages.append("note: this layout does not fit in GPU memory (see the estimate)")
+        messages += [f"note: {note}" for note in exp.notes]
+        if output is not None:
+            output.write_text(exp.text)
+            messages.append(f"wrote {output} ({export})")
+        else:
+            exported = exp.text
+    if plots and result.plan is None:
+        messages.append("nothing plotted: no layout fits")
+    elif plots:
+        messages += [f"wrote {path}" for path in train_plots(plots, result)]
+    if as_json:
+        emit(result.model_dump(mode="json"), render, as_json=True)
+        return
+    if exported is not None:
+        sys.stdout.write(exported)
+    else:
+        render(console())
+    for line in messages:
+        print(f"shardplan: {line}", file=sys.stderr)
+
+
 @estimate_app.command("train")
 def estimate_train(
     model: ModelOpt, hardware: HardwareOpt, global_batch: GlobalBatch, seq_len: SeqLen, tp: Tp = 1,
@@ -57,7 +124,8 @@ def estimate_train(
     interleave: Inter = 1, recompute: Rc = Recompute.NONE, recompute_layers: RcLayers = None,
     sequence_parallel: Sp = False, zero: Zero = 0, offload_optimizer: OffOpt = None, offload_weights: OffW = None,
     offload_activations: OffA = None, dtype: Dtype = "bf16", grad_dtype: GradDtype = "fp32",
-    attention: Attention = None, as_json: JsonOpt = False,
+    attention: Attention = None, as_json: JsonOpt = False, export: ExportOpt = None, output: OutputOpt = None,
+    plot: PlotOpt = None,
 ) -> None:
     """Per-layer and per-stage time and memory of one pinned training layout."""
     from shardplan.cli.render_train import render_estimate
@@ -65,6 +133,7 @@ def estimate_train(
     from shardplan.costmodel.layout import TrainLayout
     from shardplan.errors import ShardplanError
 
+    plots = _check_outputs(export, output, plot, as_json)
     spec, system, n = resolve_inputs(model, hardware, gpus)
     tp, pp, cp = tp or 1, pp or 1, cp or 1
     if dp is None:
@@ -81,7 +150,8 @@ def estimate_train(
     )
     work = _workload(seq_len, global_batch, dtype, grad_dtype, attention)
     report = estimate_training(spec, system, n, work, layout)
-    emit(report.model_dump(mode="json"), lambda con: render_estimate(con, report), as_json=as_json)
+    _deliver(report, spec=spec, system=system, n=n, work=work, as_json=as_json,
+             render=lambda con: render_estimate(con, report), export=export, output=output, plots=plots)
 
 
 @app.command("train")
@@ -101,13 +171,16 @@ def train(
     cross_node_tp: Annotated[bool, typer.Option("--allow-cross-node-tp", help="Let TP·CP span nodes.")] = False,
     top_k: Annotated[int, typer.Option("--top-k", min=1, max=50, help="Best K distinct layouts.")] = 1,
     time_limit: TimeLimitOpt = 30.0, dtype: Dtype = "bf16", grad_dtype: GradDtype = "fp32",
-    attention: Attention = None, as_json: JsonOpt = False,
+    attention: Attention = None, as_json: JsonOpt = False, export: ExportOpt = None, output: OutputOpt = None,
+    plot: PlotOpt = None,
 ) -> None:
     """Choose the fastest training layout (CP-SAT over the cost model), with the reasons."""
+    from shardplan.cli.progress import solving
     from shardplan.cli.render_train import render_plan
     from shardplan.errors import ShardplanError
     from shardplan.planner.train import TrainRequest, plan_training
 
+    plots = _check_outputs(export, output, plot, as_json)
     spec, system, n = resolve_inputs(model, hardware, gpus)
     if global_batch is None and max_global_batch is None:
         raise ShardplanError("give --global-batch B, or --max-global-batch B to let the planner choose",
@@ -121,5 +194,7 @@ def train(
         offload=offload, max_cp=max_cp, cross_node_tp=cross_node_tp, top_k=top_k,
         time_limit_s=time_limit,
     )
-    plan = plan_training(req)
-    emit(plan.model_dump(mode="json"), lambda con: render_plan(con, plan), as_json=as_json)
+    with solving(f"planning {spec.name} on {n} GPUs…", enabled=not as_json):
+        plan = plan_training(req)
+    _deliver(plan, spec=spec, system=system, n=n, work=work, as_json=as_json,
+             render=lambda con: render_plan(con, plan), export=export, output=output, plots=plots)

@@ -1,0 +1,102 @@
+"""Shared parts of the exporters: what they read (``TrainTarget``), what they return (``Export``), headers."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from shardplan.errors import ShardplanError
+
+if TYPE_CHECKING:
+    from shardplan.costmodel.report import TrainPlanOut
+    from shardplan.models.spec import ModelSpec
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrainTarget:
+    """What a training exporter reads: the chosen layout and what the user fixed (model, sequence, datatypes)."""
+
+    plan: TrainPlanOut
+    model: ModelSpec
+    seq_len: int
+    num_gpus: int
+    gpus_per_node: int
+    hardware: str = ""
+    dtype: str = "bf16"
+    """Compute datatype: bf16, fp16, fp8 (fp8 GEMMs with bf16 elsewhere) or fp32."""
+    grad_dtype: str = "fp32"
+    """Gradient accumulation and reduction datatype."""
+    attention: str = "flash"
+    """Core-attention kernel the cost model assumed: flash or unfused."""
+    dropout: bool = False
+    """Whether the cost model kept dropout (GPT/OPT/BLOOM families by default)."""
+    overlap_grad_reduce: bool = True
+
+    @property
+    def num_nodes(self) -> int:
+        return max(1, -(-self.num_gpus // self.gpus_per_node))
+
+
+@dataclass(frozen=True, slots=True)
+class Export:
+    """An exported file: its text, and caveats for the user (printed on stderr by the CLI)."""
+
+    text: str
+    notes: tuple[str, ...] = ()
+
+
+def train_target(plan: TrainPlanOut | None, *, model: ModelSpec, system: Any, num_gpus: int, workload: Any,
+                 ) -> TrainTarget:
+    """A ``TrainTarget`` from a plan's layout plus the request's model, system (``SystemSpec``) and workload."""
+    from shardplan.costmodel.ops import DROPOUT_FAMILIES
+
+    if plan is None:
+        raise ShardplanError("nothing to export: no layout fits", field="export")
+    sw = system.software
+    return TrainTarget(
+        plan=plan, model=model, seq_len=workload.seq_len, num_gpus=num_gpus, gpus_per_node=system.gpus_per_node,
+        hardware=system.name, dtype=workload.dtype, grad_dtype=workload.grad_dtype,
+        attention=str(workload.attention or sw.attention),
+        dropout=workload.dropout if workload.dropout is not None else model.family in DROPOUT_FAMILIES,
+        overlap_grad_reduce=workload.overlap_grad_reduce if workload.overlap_grad_reduce is not None
+        else sw.overlap_grad_reduce,
+    )
+
+
+def layout_summary(p: TrainPlanOut) -> str:
+    """One line: degrees, microbatching, memory savers (for file headers)."""
+    parts = [f"TP={p.tp} PP={p.pp} DP={p.dp} CP={p.cp}" + (f" EP={p.ep}" if p.ep > 1 else "")]
+    parts.append(f"{p.num_microbatches} microbatches of {p.microbatch_size} (global batch {p.global_batch})")
+    if p.interleave > 1:
+        parts.append(f"{p.interleave} chunks per stage")
+    parts.append(f"ZeRO-{p.zero_stage}")
+    if p.sequence_parallel:
+        parts.append("sequence parallel")
+    rc = p.recompute + (f" ({p.recompute_layers} layers/stage)" if p.recompute_layers else "")
+    parts.append(f"recompute {rc}")
+    off = [f"{name} {frac:.0%}" for name, frac in
+           (("optimizer", p.offload.optimizer), ("weights", p.offload.weights), ("activations", p.offload.activations))
+           if frac > 0]
+    if off:
+        parts.append("CPU offload: " + ", ".join(off))
+    return ", ".join(parts)
+
+
+def torchrun_line(t: TrainTarget, script: str) -> str:
+    """The ``torchrun`` launcher prefix for the target's GPU count (the same line on every node)."""
+    per_node = min(t.num_gpus, t.gpus_per_node)
+    if t.num_nodes == 1:
+        return f"torchrun --nproc-per-node {per_node} {script}"
+    return (f"torchrun --nnodes {t.num_nodes} --nproc-per-node {per_node} --rdzv-backend c10d "
+            f"--rdzv-endpoint $MASTER_ADDR:29500 {script}")
+
+
+def shell_join(argv: list[str]) -> str:
+    """``argv`` as one shell command, each word quoted, each ``--option`` (and its values) on its own line."""
+    lines: list[list[str]] = [[]]
+    for word in argv:
+        if word.startswith("--"):
+            lines.append([])
+        lines[-1].append(shlex.quote(word))
+    return " \\\n  ".join(" ".join(line) for line in lines if line)

@@ -1,0 +1,127 @@
+"""A DeepSpeed config JSON for a training plan.
+
+Keys are those DeepSpeed's config parser reads (``deepspeed/runtime/constants.py``, ``zero/config.py``,
+``zero/offload_config.py``, ``activation_checkpointing/config.py``; listed with the commit in
+``tests/data/export/deepspeed_keys.json``). The JSON carries the batch, ZeRO, offload, precision and
+activation-checkpointing choices. Tensor, pipeline and context parallel degrees are not DeepSpeed config keys
+(the model code or Megatron-DeepSpeed sets them): they are returned as notes.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from shardplan.cli.export.base import Export, TrainTarget
+from shardplan.errors import ShardplanError
+
+
+def _refuse(what: str, fix: str) -> ShardplanError:
+    return ShardplanError(f"DeepSpeed cannot {what}: {fix}", field="export")
+
+
+def _offload(t: TrainTarget, zero: dict[str, Any]) -> None:
+    p = t.plan
+    f_opt, f_w = p.offload.optimizer, p.offload.weights
+    if f_opt > 0:
+        if p.zero_stage == 0:
+            raise _refuse("offload optimizer state without ZeRO (offload_optimizer needs stage 1-3)",
+                          "pin --zero 1 or higher")
+        if f_opt < 1 and p.zero_stage < 3:
+            # zero/config.py offload_ratio_check: "Partial offloading only supported for ZeRO Stage 3."
+            raise _refuse(f"offload {f_opt:.0%} of the optimizer state under ZeRO-{p.zero_stage} "
+                          "(zero_optimization.offload_optimizer.ratio needs stage 3)",
+                          "pin --zero 3, or --offload-optimizer 100%")
+        zero["offload_optimizer"] = {"device": "cpu", "pin_memory": True}
+        if f_opt < 1:
+            zero["offload_optimizer"]["ratio"] = round(f_opt, 4)
+    if f_w > 0:
+        if p.zero_stage < 3 or f_w < 1:
+            raise _refuse(f"keep {f_w:.0%} of the weights on the CPU under ZeRO-{p.zero_stage} "
+                          "(zero_optimization.offload_param moves all parameters, and only under stage 3)",
+                          "pin --zero 3 with --offload-weights 100%, or --offload-weights 0")
+        zero["offload_param"] = {"device": "cpu", "pin_memory": True}
+
+
+def _checkpointing(t: TrainTarget, notes: list[str]) -> dict[str, Any] | None:
+    p = t.plan
+    f_act = p.offload.activations
+    if f_act > 0 and (p.recompute != "full" or f_act < 1):
+        raise _refuse(f"keep {f_act:.0%} of the stored activations on the CPU with recompute {p.recompute} "
+                      "(activation_checkpointing.cpu_checkpointing moves all checkpoints of a full recompute)",
+                      "pin --recompute full with --offload-activations 100%, or --offload-activations 0")
+    if p.recompute == "none":
+        return None
+    if p.recompute == "selective":
+        notes.append("selective recompute (core attention only) is done by the model code, e.g. Megatron-DeepSpeed "
+                     "--recompute-granularity selective; DeepSpeed's activation_checkpointing section is for full "
+                     "recompute")
+        return None
+    if p.recompute_layers is not None:
+        notes.append(f"recompute only {p.recompute_layers} layers per stage: the model code chooses which layers "
+                     "call deepspeed.checkpointing.checkpoint")
+    # partition_activations splits checkpoints over TP ranks; the cost model splits them only with sequence
+    # parallelism (Korthikanti et al. 2022), which the model code does
+    return {"partition_activations": False, "cpu_checkpointing": f_act > 0,
+            "contiguous_memory_optimization": False, "number_checkpoints": None,
+            "synchronize_checkpoint_boundary": False, "profile": False}
+
+
+def config(t: TrainTarget) -> tuple[dict[str, Any], list[str]]:
+    """The config dict and notes (what the model code or launcher must set instead)."""
+    p = t.plan
+    notes: list[str] = []
+    if p.pp > 1 and p.zero_stage >= 2:
+        # runtime/pipe/engine.py: "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"
+        raise _refuse(f"combine ZeRO-{p.zero_stage} with pipeline parallelism (PP={p.pp})",
+                      "pin --zero 1 (or 0), or --pp 1")
+    cfg: dict[str, Any] = {
+        # train_batch_size = micro × accumulation × data-parallel size (runtime/config.py _batch_assertion)
+        "train_batch_size": p.global_batch,
+        "train_micro_batch_size_per_gpu": p.microbatch_size,
+        "gradient_accumulation_steps": p.num_microbatches,
+    }
+    if t.dtype in ("bf16", "fp8"):
+        cfg["bf16"] = {"enabled": True}
+    elif t.dtype == "fp16":
+        cfg["fp16"] = {"enabled": True}
+    if t.dtype == "fp8":
+        notes.append("fp8 GEMMs are not a DeepSpeed config key: enable them in the model (Transformer Engine)")
+    if t.grad_dtype == "fp32" and t.dtype != "fp32":
+        if p.zero_stage >= 1:
+            cfg["data_types"] = {"grad_accum_dtype": "fp32"}
+        else:
+            # engine.py _do_optimizer_sanity_check: without ZeRO the two datatypes must be equal
+            notes.append("without ZeRO, DeepSpeed accumulates gradients in the 16-bit model datatype "
+                         "(data_types.grad_accum_dtype fp32 needs ZeRO ≥ 1)")
+    zero: dict[str, Any] = {"stage": p.zero_stage}
+    if p.zero_stage > 0:
+        zero["overlap_comm"] = t.overlap_grad_reduce
+        zero["contiguous_gradients"] = True
+    _offload(t, zero)
+    cfg["zero_optimization"] = zero
+    ckpt = _checkpointing(t, notes)
+    if ckpt is not None:
+        cfg["activation_checkpointing"] = ckpt
+    degrees = [f"{name}={v}" for name, v in (("TP", p.tp), ("PP", p.pp), ("CP", p.cp), ("EP", p.ep)) if v > 1]
+    if degrees:
+        notes.insert(0, f"{' '.join(degrees)} is set in the model code or launcher, not in the DeepSpeed config "
+                     "(Megatron-DeepSpeed: --tensor-model-parallel-size, --pipeline-model-parallel-size); "
+                     f"DeepSpeed's data-parallel size must come out as {p.dp}")
+    if p.sequence_parallel:
+        notes.append("sequence parallelism (Megatron-style, with TP) is set in the model code: --sequence-parallel")
+    return cfg, notes
+
+
+def launch_line(t: TrainTarget, file_name: str) -> str:
+    """The ``deepspeed`` launcher line for the target's GPUs (hostfile lists the nodes)."""
+    per_node = min(t.num_gpus, t.gpus_per_node)
+    hosts = f"--num_nodes {t.num_nodes} --hostfile <hostfile> " if t.num_nodes > 1 else ""
+    return f"deepspeed {hosts}--num_gpus {per_node} <your train.py> --deepspeed --deepspeed_config {file_name}"
+
+
+def export(t: TrainTarget, *, file_name: str | None = None) -> Export:
+    """DeepSpeed config JSON for ``t``; the launch line (JSON has no comments) is the last note."""
+    cfg, notes = config(t)
+    notes.append("launch: " + launch_line(t, file_name or "ds_config.json"))
+    return Export(json.dumps(cfg, indent=2) + "\n", tuple(notes))

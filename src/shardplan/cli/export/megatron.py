@@ -1,0 +1,258 @@
+"""Megatron-LM ``pretrain_gpt.py`` arguments for a training plan, one ``--flag [value]`` per line.
+
+Flag names and choices are those of ``megatron/training/arguments.py`` on Megatron-LM main (the list, with its
+commit, is ``tests/data/export/megatron_flags.json``). ZeRO-1 is Megatron's distributed optimizer; ZeRO-2/3
+have no flag of their own and map to Megatron-FSDP (``--use-megatron-fsdp`` with sharding strategy
+``optim_grads`` / ``optim_grads_params``), which also needs ``--ckpt-format fsdp_dtensor``.
+"""
+
+from __future__ import annotations
+
+from shardplan.cli.export.base import Export, TrainTarget, layout_summary, torchrun_line
+from shardplan.errors import ShardplanError
+
+Args = list[tuple[str, str | None]]
+
+# Module inputs Megatron's fine-grained activation offloading can move to the CPU (transformer_config.py).
+_OFFLOAD_MODULES = ("attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm")
+_OFFLOAD_MODULES_MOE = ("expert_fc1", "moe_act")
+
+
+def stage_layers(num_layers: int, pp: int) -> list[int]:
+    """Transformer layers per pipeline stage as the cost model splits them (costmodel/stages.py): evenly, with
+    the remainder on middle stages first, then the first stage, then the last."""
+    base, extra = divmod(num_layers, pp)
+    counts = [base] * pp
+    middles = list(range(1, pp - 1))
+    for i in range(extra):
+        counts[middles[i] if i < len(middles) else (0 if i == len(middles) else pp - 1)] += 1
+    return counts
+
+
+def _chunks(n: int, v: int) -> list[int]:
+    """``n`` layers in ``v`` model chunks, the first chunks taking the remainder."""
+    return [n // v + (1 if c < n % v else 0) for c in range(v)]
+
+
+def pipeline_layout(num_layers: int, pp: int, v: int) -> str:
+    """A ``--pipeline-model-parallel-layout`` string: virtual stage k = chunk·pp + rank, E = embedding,
+    t = transformer layer, L = loss (pipeline_parallel_layer_layout.py)."""
+    per_rank = [_chunks(n, v) for n in stage_layers(num_layers, pp)]
+    entries = []
+    for c in range(v):
+        for r in range(pp):
+            n = per_rank[r][c]
+            body = "t" if n == 1 else (f"t*{n}" if n else "")
+            first, last = c == 0 and r == 0, c == v - 1 and r == pp - 1
+            entries.append(("E" if first else "") + body + ("L" if last else ""))
+    return "|".join(entries)
+
+
+def moe_layer_freq(t: TrainTarget) -> str | None:
+    """``--moe-layer-freq``: an integer, or a list pattern such as ``[0]*3+[1]*58`` with dense first layers."""
+    moe = t.model.moe
+    if moe is None or (moe.first_dense_layers == 0 and moe.layer_freq == 1):
+        return None
+    if moe.first_dense_layers == 0:
+        return str(moe.layer_freq)
+    fd = moe.first_dense_layers
+    pattern = [0] * fd + [int((i - fd) % moe.layer_freq == 0) for i in range(fd, t.model.num_layers)]
+    runs: list[list[int]] = []
+    for bit in pattern:
+        if runs and runs[-1][0] == bit:
+            runs[-1][1] += 1
+        else:
+            runs.append([bit, 1])
+    return "+".join(f"[{bit}]*{n}" for bit, n in runs)
+
+
+def _parallel(t: TrainTarget, args: Args, notes: list[str]) -> None:
+    p, m = t.plan, t.model
+    args += [("--tensor-model-parallel-size", str(p.tp)), ("--pipeline-model-parallel-size", str(p.pp))]
+    if p.cp > 1:
+        args.append(("--context-parallel-size", str(p.cp)))
+    if p.ep > 1:
+        args += [("--expert-model-parallel-size", str(p.ep)), ("--moe-token-dispatcher-type", "alltoall")]
+    if p.sequence_parallel and p.tp > 1:
+        args.append(("--sequence-parallel", None))
+    even = m.num_layers % (p.pp * p.interleave) == 0
+    if p.pp > 1 and not even:
+        args.append(("--pipeline-model-parallel-layout", pipeline_layout(m.num_layers, p.pp, p.interleave)))
+    elif p.interleave > 1:
+        args.append(("--num-layers-per-virtual-pipeline-stage", str(m.num_layers // (p.pp * p.interleave))))
+    if p.interleave > 1 and p.num_microbatches % p.pp:
+        # schedules.py: the microbatch group size must lie in [PP, M] and leave no remainder below PP
+        if p.num_microbatches < p.pp:
+            raise ShardplanError(f"Megatron's interleaved schedule needs at least PP={p.pp} microbatches "
+                                 f"(the plan has {p.num_microbatches}): pin --interleave 1", field="export")
+        args.append(("--microbatch-group-size-per-virtual-pipeline-stage", str(p.num_microbatches)))
+        notes.append(f"{p.num_microbatches} microbatches are not a multiple of PP={p.pp}: Megatron interleaves "
+                     "them as one group, with a larger bubble than planned")
+
+
+def _batch(t: TrainTarget, args: Args) -> None:
+    p = t.plan
+    args += [("--micro-batch-size", str(p.microbatch_size)), ("--global-batch-size", str(p.global_batch)),
+             ("--seq-length", str(t.seq_len))]
+
+
+def _recompute(t: TrainTarget, args: Args, notes: list[str]) -> None:
+    p = t.plan
+    if p.recompute == "selective":
+        args.append(("--recompute-granularity", "selective"))  # default --recompute-modules core_attn
+    elif p.recompute == "full":
+        args.append(("--recompute-granularity", "full"))
+        if p.recompute_layers is None:
+            args += [("--recompute-method", "uniform"), ("--recompute-num-layers", "1")]
+        else:
+            # block: the first N layers of every model chunk are recomputed (transformer_block.py)
+            per_chunk = -(-p.recompute_layers // p.interleave)
+            args += [("--recompute-method", "block"), ("--recompute-num-layers", str(per_chunk))]
+            if per_chunk * p.interleave != p.recompute_layers:
+                notes.append(f"Megatron recomputes whole layers per model chunk: {per_chunk} per chunk × "
+                             f"{p.interleave} chunks = {per_chunk * p.interleave} per stage, the plan costed "
+                             f"{p.recompute_layers}")
+
+
+def _zero_and_offload(t: TrainTarget, args: Args, notes: list[str]) -> list[str]:
+    """Optimizer sharding and CPU offload; returns header comments."""
+    p = t.plan
+    header: list[str] = []
+    if p.offload.weights > 0:
+        raise ShardplanError(
+            f"Megatron-LM cannot keep {p.offload.weights:.0%} of the weights on the CPU during training "
+            "(it has no weight offload flag): re-plan with --offload-weights 0, or export to deepspeed "
+            "(ZeRO-3 offload_param)", field="export")
+    if p.zero_stage >= 2:
+        strategy = "optim_grads" if p.zero_stage == 2 else "optim_grads_params"
+        header.append(f"ZeRO-{p.zero_stage} has no Megatron flag of its own: Megatron-FSDP with "
+                      f"--data-parallel-sharding-strategy {strategy} shards "
+                      + ("optimizer state, gradients and weights" if p.zero_stage == 3
+                         else "optimizer state and gradients") + " the same way")
+        args += [("--use-distributed-optimizer", None), ("--use-megatron-fsdp", None),
+                 ("--data-parallel-sharding-strategy", strategy), ("--ckpt-format", "fsdp_dtensor")]
+        if p.tp > 1 or p.cp > 1:
+            notes.append("Megatron warns that TP/CP and Megatron-FSDP prefer different CUDA_DEVICE_MAX_CONNECTIONS; "
+                         "pin --zero 1 to use the distributed optimizer instead")
+    elif p.zero_stage == 1 or p.offload.optimizer > 0:
+        args.append(("--use-distributed-optimizer", None))
+        if p.zero_stage == 0:
+            notes.append("optimizer offload needs Megatron's distributed optimizer: ZeRO-1 is switched on")
+    if p.offload.optimizer > 0:
+        args += [("--use-precision-aware-optimizer", None), ("--optimizer-cpu-offload", None),
+                 ("--optimizer-offload-fraction", f"{p.offload.optimizer:.4g}")]
+    if p.offload.activations > 0:
+        modules = _OFFLOAD_MODULES + (_OFFLOAD_MODULES_MOE if t.model.moe else ())
+        args += [("--fine-grained-activation-offloading", None), ("--offload-modules", " ".join(modules)),
+                 ("--activation-offload-fraction", f"{p.offload.activations:.4g}")]
+        notes.append("Megatron offloads the inputs of the listed modules; the fraction applies to them, not to "
+                     "every stored activation as in the plan")
+    if t.plan.dp > 1 and t.overlap_grad_reduce:
+        args.append(("--overlap-grad-reduce", None))
+        if p.zero_stage >= 1:
+            args.append(("--overlap-param-gather", None))
+    return header
+
+
+def _precision(t: TrainTarget, args: Args) -> None:
+    if t.dtype in ("bf16", "fp8"):
+        args.append(("--bf16", None))
+    elif t.dtype == "fp16":
+        args.append(("--fp16", None))
+    if t.dtype == "fp8":
+        args.append(("--fp8-format", "hybrid"))
+    if t.grad_dtype == "bf16" and t.dtype in ("bf16", "fp8"):
+        args.append(("--grad-reduce-in-bf16", None))
+    # auto lets Transformer Engine pick its fused IO-aware kernel (flash-attn or cuDNN), which is what the cost
+    # model's "flash" means; unfused is Megatron's own softmax path with the s² scores in memory
+    args.append(("--attention-backend", "auto" if t.attention == "flash" else "unfused"))
+
+
+def _model(t: TrainTarget, args: Args, notes: list[str]) -> None:
+    m = t.model
+    args += [("--num-layers", str(m.num_layers)), ("--hidden-size", str(m.hidden_size)),
+             ("--num-attention-heads", str(m.num_heads)), ("--ffn-hidden-size", str(m.ffn_hidden_size)),
+             ("--max-position-embeddings", str(max(m.max_position_embeddings, t.seq_len)))]
+    if m.mla is not None:
+        a = m.mla
+        args.append(("--multi-latent-attention", None))
+        if a.q_lora_rank:
+            args.append(("--q-lora-rank", str(a.q_lora_rank)))
+        args += [("--kv-lora-rank", str(a.kv_lora_rank)), ("--qk-head-dim", str(a.qk_nope_head_dim)),
+                 ("--qk-pos-emb-head-dim", str(a.qk_rope_head_dim)), ("--v-head-dim", str(a.v_head_dim))]
+    elif m.kv_heads < m.num_heads:
+        args += [("--group-query-attention", None), ("--num-query-groups", str(m.kv_heads))]
+    if m.head_dim and m.mla is None and m.head_dim * m.num_heads != m.hidden_size:
+        args.append(("--kv-channels", str(m.head_dim)))
+    args.append(("--normalization", "RMSNorm" if m.norm == "rmsnorm" else "LayerNorm"))
+    if m.qk_norm:
+        args.append(("--qk-layernorm", None))
+    position = {"rope": "rope", "learned": "learned_absolute"}.get(str(m.position))
+    if position is None:
+        notes.append(f"Megatron-LM has no {m.position} position embeddings: rope is written instead")
+        position = "rope"
+    args.append(("--position-embedding-type", position))
+    if m.mlp == "swiglu":
+        args.append(("--swiglu", None))
+    elif m.mlp == "geglu":
+        args.append(("--quick-geglu", None))
+        notes.append("GeGLU is written as Megatron's --quick-geglu (gated, sigmoid-approximated GeLU): same shapes "
+                     "and FLOPs, slightly different activation")
+    elif m.mlp == "relu":
+        notes.append("Megatron-LM has no plain ReLU MLP flag: its default GeLU MLP is used (same shapes and FLOPs)")
+    if not m.tied_embeddings:
+        args.append(("--untie-embeddings-and-output-weights", None))
+    if not (m.out_bias or m.mlp_bias):
+        args.append(("--disable-bias-linear", None))
+        if m.qkv_bias:
+            args.append(("--add-qkv-bias", None))
+    elif not (m.qkv_bias and m.out_bias and m.mlp_bias):
+        notes.append("Megatron-LM puts biases on every linear layer or none (plus --add-qkv-bias): this model's "
+                     "mix is written as biases everywhere")
+    if not t.dropout:
+        args += [("--attention-dropout", "0"), ("--hidden-dropout", "0")]
+    for flag, why in ((m.parallel_block, "parallel attention/MLP blocks"), (m.sliding_window, "sliding-window "
+                      "attention"), (m.embedding_norm, "an embedding norm")):
+        if flag:
+            notes.append(f"Megatron-LM's GPT model has no flag for {why}: the exported model differs there")
+    _moe(t, args)
+
+
+def _moe(t: TrainTarget, args: Args) -> None:
+    moe = t.model.moe
+    if moe is None:
+        return
+    args += [("--num-experts", str(moe.num_experts)), ("--moe-router-topk", str(moe.experts_per_token)),
+             ("--moe-ffn-hidden-size", str(moe.expert_ffn_hidden_size)), ("--moe-grouped-gemm", None)]
+    if moe.num_shared_experts:
+        # total width of all shared experts (transformer_config.py moe_shared_expert_intermediate_size)
+        args.append(("--moe-shared-expert-intermediate-size", str(moe.num_shared_experts * moe.shared_ffn)))
+    freq = moe_layer_freq(t)
+    if freq is not None:
+        args.append(("--moe-layer-freq", freq))
+
+
+def export(t: TrainTarget, *, file_name: str | None = None) -> Export:
+    """Megatron-LM arguments for ``t``: parallel layout, batch, memory savers, precision, model shape."""
+    args: Args = []
+    notes: list[str] = []
+    _parallel(t, args, notes)
+    _batch(t, args)
+    _recompute(t, args, notes)
+    header = _zero_and_offload(t, args, notes)
+    _precision(t, args)
+    _model(t, args, notes)
+    fsdp = t.plan.zero_stage >= 2
+    env = "CUDA_DEVICE_MAX_CONNECTIONS=1 " if (t.plan.tp > 1 or t.plan.cp > 1) and not fsdp else ""
+    name = file_name or "megatron.args"
+    lines = [
+        f"# Megatron-LM arguments for {t.model.name} on {t.num_gpus} GPUs"
+        + (f" ({t.hardware})" if t.hardware else "") + ", written by shardplan.",
+        f"# Layout: {layout_summary(t.plan)}.",
+        *(f"# {h}." for h in header),
+        "# Launch with the same line on every node, adding your data, tokenizer, optimizer and checkpoint arguments:",
+        f"#   grep -v '^#' {name} | {env}xargs {torchrun_line(t, 'pretrain_gpt.py')} <your arguments>",
+        *(f"# note: {n}." for n in notes),
+    ]
+    lines += [flag if value is None else f"{flag} {value}" for flag, value in args]
+    return Export("\n".join(lines) + "\n", tuple(notes))

@@ -1,0 +1,159 @@
+"""A torchtitan TOML job-config fragment for a training plan.
+
+Section and field names are those of ``torchtitan/config/job_config.py`` at v0.2.2, the last torchtitan
+release that reads TOML job configs (main moved to Python config functions in February 2026); the list, with
+its commit, is ``tests/data/export/torchtitan_keys.json``. The header also gives the same settings as
+``--section.option`` overrides, which current torchtitan still accepts.
+
+Data parallelism maps to FSDP2: ZeRO-3 is ``data_parallel_shard_degree`` (reshard after forward); ZeRO-1/2
+are FSDP with ``fsdp_reshard_after_forward = "never"`` (weights stay gathered from forward to backward, as in
+ZeRO-2); ZeRO-0 is ``data_parallel_replicate_degree`` (DDP).
+"""
+
+from __future__ import annotations
+
+from shardplan.cli.export.base import Export, TrainTarget, layout_summary, torchrun_line
+from shardplan.errors import ShardplanError
+
+Value = str | int | float | bool | list[str]
+
+
+def toml_value(v: Value) -> str:
+    """One TOML value (strings, integers, floats, booleans and lists of strings suffice here)."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int | float):
+        return repr(v)
+    if isinstance(v, list):
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
+    return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def _layers_per_stage(t: TrainTarget) -> dict[str, Value]:
+    """Interleaved schedules: torchtitan makes ceil((L + first_less + last_less) / layers_per_stage) virtual
+    stages (distributed/pipeline_parallel.py); pick the value that gives exactly pp·v of them."""
+    p, n_layers = t.plan, t.model.num_layers
+    stages = p.pp * p.interleave
+    for less in (1, 0):  # first try torchtitan's default weights for the embedding and the output layer
+        total = n_layers + 2 * less
+        lps = -(-total // stages)
+        if -(-total // lps) == stages:
+            out: dict[str, Value] = {"pipeline_parallel_layers_per_stage": lps}
+            if less == 0:
+                out |= {"pipeline_parallel_first_stage_less_layers": 0, "pipeline_parallel_last_stage_less_layers": 0}
+            return out
+    raise ShardplanError(f"torchtitan cannot split {n_layers} layers into {stages} virtual stages "
+                         f"(PP={p.pp} × {p.interleave} chunks): pin another --interleave", field="export")
+
+
+def _parallelism(t: TrainTarget, notes: list[str]) -> dict[str, Value]:
+    p = t.plan
+    sec: dict[str, Value] = {}
+    if p.zero_stage == 0:
+        sec |= {"data_parallel_replicate_degree": p.dp, "data_parallel_shard_degree": 1}
+    else:
+        sec |= {"data_parallel_replicate_degree": 1, "data_parallel_shard_degree": p.dp}
+        if p.zero_stage < 3 and p.dp > 1:
+            sec["fsdp_reshard_after_forward"] = "never"
+            if p.zero_stage == 1:
+                notes.append("torchtitan has no ZeRO-1: FSDP2 without resharding after forward shards gradients too "
+                             "(ZeRO-2), which needs less memory")
+    sec["tensor_parallel_degree"] = p.tp
+    if p.tp > 1 and not p.sequence_parallel:
+        notes.append("torchtitan always uses sequence parallelism with tensor parallelism (less memory than planned)")
+    sec["context_parallel_degree"] = p.cp
+    if p.cp > 1:
+        notes.append("torchtitan shards weights over the context-parallel ranks too (FSDP over DP×CP)")
+    sec["pipeline_parallel_degree"] = p.pp
+    if p.pp > 1:
+        sec["pipeline_parallel_schedule"] = "Interleaved1F1B" if p.interleave > 1 else "1F1B"
+        sec["pipeline_parallel_microbatch_size"] = p.microbatch_size
+        if p.interleave > 1:
+            sec |= _layers_per_stage(t)
+    if p.ep > 1:
+        sec["expert_parallel_degree"] = p.ep
+    return sec
+
+
+def _checkpointing(t: TrainTarget, notes: list[str]) -> dict[str, Value]:
+    p = t.plan
+    if p.recompute == "none":
+        return {"mode": "none"}
+    if p.recompute == "selective":
+        notes.append("torchtitan's per-op selective recompute saves matmul outputs and recomputes the rest; "
+                     "the plan costed core-attention recompute (Korthikanti et al.)")
+        return {"mode": "selective", "selective_ac_option": "op"}
+    layers = t.model.num_layers // p.pp
+    if p.recompute_layers is None or p.recompute_layers >= layers:
+        return {"mode": "full"}
+    every = max(1, round(layers / p.recompute_layers))
+    if layers % p.recompute_layers:
+        notes.append(f"torchtitan checkpoints every {every}th layer: about {layers // every} of {layers} layers "
+                     f"per stage, the plan costed {p.recompute_layers}")
+    return {"mode": "selective", "selective_ac_option": str(every)}
+
+
+def _training(t: TrainTarget, notes: list[str]) -> dict[str, Value]:
+    p = t.plan
+    if t.dtype == "fp16":
+        raise ShardplanError("torchtitan trains in bfloat16 or float32 (training.mixed_precision_param), not fp16: "
+                             "plan with --dtype bf16", field="export")
+    off = p.offload
+    if off.activations > 0:
+        raise ShardplanError("torchtitan cannot offload activations to the CPU: re-plan with "
+                             "--offload-activations 0", field="export")
+    cpu_offload = off.weights > 0 or off.optimizer > 0
+    if cpu_offload and not (off.weights == 1 and off.optimizer == 1 and p.zero_stage == 3):
+        raise ShardplanError("torchtitan offloads all of the weights, gradients and optimizer state "
+                             "(training.enable_cpu_offload) or none: pin --zero 3 --offload-weights 100% "
+                             "--offload-optimizer 100%, or --offload off", field="export")
+    if t.grad_dtype != "fp32":
+        notes.append("torchtitan reduces gradients in float32 (training.mixed_precision_reduce)")
+    # local_batch_size is per data-parallel rank; with PP it is cut into microbatches, without PP the trainer
+    # accumulates global / (local × DP) steps (train.py)
+    local = p.microbatch_size * (p.num_microbatches if p.pp > 1 else 1)
+    sec: dict[str, Value] = {"local_batch_size": local, "global_batch_size": p.global_batch, "seq_len": t.seq_len,
+                             "mixed_precision_param": "float32" if t.dtype == "fp32" else "bfloat16"}
+    if cpu_offload:
+        sec["enable_cpu_offload"] = True
+    return sec
+
+
+def sections(t: TrainTarget) -> tuple[dict[str, dict[str, Value]], list[str]]:
+    """The TOML tables and the notes."""
+    notes: list[str] = []
+    out = {"parallelism": _parallelism(t, notes), "activation_checkpoint": _checkpointing(t, notes),
+           "training": _training(t, notes)}
+    if t.dtype == "fp8":
+        out["model"] = {"converters": ["quantize.linear.float8"]}
+    return out, notes
+
+
+def overrides(tables: dict[str, dict[str, Value]]) -> list[str]:
+    """The same settings as torchtitan command-line overrides (``--section.option value``)."""
+    args = []
+    for sec, kv in tables.items():
+        for k, v in kv.items():
+            if v is True:
+                args.append(f"--{sec}.{k}")
+            else:
+                args.append(f"--{sec}.{k} {','.join(v) if isinstance(v, list) else v}")
+    return args
+
+
+def export(t: TrainTarget, *, file_name: str | None = None) -> Export:
+    """torchtitan TOML fragment for ``t``, with a header that shows how to launch it (``file_name`` unused)."""
+    tables, notes = sections(t)
+    lines = [
+        f"# torchtitan (v0.2 TOML job config) sections for {t.model.name} on {t.num_gpus} GPUs"
+        + (f" ({t.hardware})" if t.hardware else "") + ", written by shardplan.",
+        f"# Layout: {layout_summary(t.plan)}.",
+        "# Merge these tables into your job config (model, optimizer, data), or pass them as overrides after "
+        "--job.config_file:",
+        f"#   {torchrun_line(t, '-m torchtitan.train')} --job.config_file <your job.toml> \\",
+        "#     " + " ".join(overrides(tables)),
+        *(f"# note: {n}." for n in notes),
+    ]
+    for sec, kv in tables.items():
+        lines += ["", f"[{sec}]", *(f"{k} = {toml_value(v)}" for k, v in kv.items())]
+    return Export("\n".join(lines) + "\n", tuple(notes))

@@ -1,0 +1,273 @@
+"""Plots of a plan (matplotlib, the optional ``plot`` extra): memory per stage, the pipeline schedule of one
+step, and the serving throughput–latency frontier. The format follows the file suffix (.png, .svg, .pdf).
+
+Only the object-oriented ``matplotlib.figure.Figure`` API is used (no pyplot state, no display needed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from shardplan.errors import ShardplanError
+
+if TYPE_CHECKING:
+    from shardplan.costmodel.report import StageRow, TrainPlanOut
+
+SUFFIXES = (".png", ".svg", ".pdf")
+MISSING = "plots need matplotlib: pip install 'shardplan[plot]'"
+TRAIN_PLOTS = ("memory", "pipeline")
+GIB = 1024**3
+
+# Colour-blind-safe palette (Okabe & Ito 2008); one colour per memory category / pipeline phase.
+_MEMORY = (("weights_bytes", "weights", "#0072B2"), ("gradients_bytes", "gradients", "#56B4E9"),
+           ("optimizer_bytes", "optimizer state", "#009E73"), ("activations_bytes", "activations", "#E69F00"),
+           ("framework_bytes", "framework & buffers", "#999999"))
+_FORWARD, _BACKWARD, _IDLE = "#0072B2", "#D55E00", "#EDEDED"
+
+
+def require_matplotlib() -> None:
+    """Raise the one-line install hint when matplotlib is missing."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        raise ShardplanError(MISSING) from None
+
+
+def parse_train_plot(spec: str) -> tuple[str, Path]:
+    """``KIND:FILE`` or ``FILE`` whose name says the kind (memory…, pipeline…/schedule…) → (kind, path)."""
+    kind, sep, rest = spec.partition(":")
+    if sep and kind in TRAIN_PLOTS:
+        path = Path(rest)
+    else:
+        path = Path(spec)
+        stem = path.stem.lower()
+        kinds = [k for k, words in (("memory", ("memory", "mem")), ("pipeline", ("pipe", "schedule",
+                 "timeline", "1f1b"))) if any(w in stem for w in words)]
+        if len(kinds) != 1:
+            raise ShardplanError(f"cannot tell which plot '{spec}' is: name the file memory….png or pipeline….svg, "
+                                 "or write memory:FILE / pipeline:FILE", field="plot")
+        kind = kinds[0]
+    check_path(path)
+    return kind, path
+
+
+def check_path(path: Path) -> None:
+    """The suffix picks the format; the folder must exist."""
+    if path.suffix.lower() not in SUFFIXES:
+        raise ShardplanError(f"'{path}' must end in {', '.join(SUFFIXES)}", field="plot")
+    if not path.parent.exists():
+        raise ShardplanError(f"folder '{path.parent}' does not exist", field="plot")
+
+
+def _figure(width: float, height: float) -> Any:
+    require_matplotlib()
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width, height), layout="constrained")
+    return fig
+
+
+def _save(fig: Any, path: Path) -> None:
+    fig.savefig(path, dpi=150 if path.suffix.lower() == ".png" else None)
+
+
+def _stage_label(row: StageRow, pp: int) -> str:
+    if pp == 1:
+        return "all layers\n(no pipeline)"
+    where = {"first": "first stage", "middle": "middle stage", "last": "last stage"}.get(row.stage, row.stage)
+    return f"{where}\n(stage {row.index}, {row.layers} layers)"
+
+
+def memory_plot(stages: list[StageRow], path: Path, *, pp: int, title: str) -> None:
+    """Stacked bars of memory per GPU by category for each distinct pipeline stage, against GPU capacity."""
+    fig = _figure(max(8.0, 2.2 * len(stages) + 3.5), 5.0)
+    ax = fig.add_subplot()
+    x = list(range(len(stages)))
+    bottom = [0.0] * len(stages)
+    for key, label, color in _MEMORY:
+        vals = [getattr(s, key) / GIB for s in stages]
+        ax.bar(x, vals, bottom=bottom, width=0.55, color=color, label=label, edgecolor="white", linewidth=0.5)
+        bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
+    cap = stages[0].capacity_bytes / GIB
+    ax.axhline(cap, color="#CC0000", linestyle="--", linewidth=1.5, label=f"GPU memory ({cap:.0f} GiB)")
+    for xi, s, top in zip(x, stages, bottom, strict=True):
+        mark = "" if s.fits else "  does not fit"
+        ax.annotate(f"{top:.1f} GiB{mark}", (xi, top), xytext=(0, 4), textcoords="offset points", ha="center",
+                    fontsize=9, color="black" if s.fits else "#CC0000")
+    ax.set_xticks(x, [_stage_label(s, pp) for s in stages])
+    ax.set_xlim(-0.8, len(stages) - 0.2)
+    ax.set_ylabel("memory per GPU (GiB)")
+    ax.set_ylim(0, max(cap, *bottom) * 1.15)
+    ax.set_title(title, fontsize=11)
+    ax.grid(axis="y", alpha=0.3)
+    ax.set_axisbelow(True)
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9, frameon=False)
+    _save(fig, path)
+
+
+@dataclass(frozen=True, slots=True)
+class Box:
+    """One forward or backward pass of one microbatch through one model chunk of one stage."""
+
+    stage: int
+    chunk: int
+    microbatch: int
+    forward: bool
+    start_s: float
+    end_s: float
+
+
+def _order(pp: int, stage: int, m: int, v: int) -> list[tuple[bool, int, int]]:
+    """Megatron's 1F1B order on one stage: warm-up forwards, alternating forward/backward, cool-down backwards.
+    Interleaved (v > 1): microbatches run in groups per model chunk, of ``pp`` microbatches, or of all ``m``
+    when ``pp`` does not divide ``m`` (Megatron's schedules.py get_schedule_table and its group-size check)."""
+    size = pp if m % pp == 0 else m
+    groups = [list(range(g, min(g + size, m))) for g in range(0, m, size)]
+    fwd = [(c, mb) for grp in groups for c in range(v) for mb in grp]
+    bwd = [(c, mb) for grp in groups for c in reversed(range(v)) for mb in grp]
+    total = m * v
+    # warm-up forwards: Megatron's get_pp_rank_microbatches
+    warm = min(total, pp - stage - 1 if v == 1 else 2 * (pp - stage - 1) + (v - 1) * size)
+    order = [(True, *fwd[i]) for i in range(warm)]
+    for i in range(total - warm):
+        order += [(True, *fwd[warm + i]), (False, *bwd[i])]
+    order += [(False, *bwd[i]) for i in range(total - warm, total)]
+    return order
+
+
+def pipeline_schedule(pp: int, m: int, v: int, fwd_s: list[float], bwd_s: list[float]) -> list[Box]:
+    """Start and end of every pass when each stage runs its 1F1B order as soon as the inputs arrive.
+
+    ``fwd_s[s]``/``bwd_s[s]``: per-microbatch time of stage ``s`` over all its chunks (a chunk takes 1/v).
+    A forward needs the previous stage's forward (the last stage's, one chunk earlier, for stage 0); a
+    backward needs the next stage's backward (stage 0's, one chunk later, for the last stage) or, on the
+    last chunk of the last stage, its own forward.
+    """
+    orders = [_order(pp, s, m, v) for s in range(pp)]
+    done: dict[tuple[bool, int, int, int], float] = {}
+    nxt, free = [0] * pp, [0.0] * pp
+    boxes: list[Box] = []
+    while len(boxes) < sum(map(len, orders)):
+        progressed = False
+        for s in range(pp):
+            while nxt[s] < len(orders[s]):
+                fw, c, mb = orders[s][nxt[s]]
+                if fw:
+                    dep = (True, s - 1, c, mb) if s else ((True, pp - 1, c - 1, mb) if c else None)
+                else:
+                    dep = ((False, s + 1, c, mb) if s < pp - 1 else
+                           (False, 0, c + 1, mb) if c < v - 1 else (True, s, c, mb))
+                if dep is not None and dep not in done:
+                    break
+                start = max(free[s], done[dep] if dep is not None else 0.0)
+                end = start + (fwd_s[s] if fw else bwd_s[s]) / v
+                done[(fw, s, c, mb)] = free[s] = end
+                boxes.append(Box(s, c, mb, fw, start, end))
+                nxt[s] += 1
+                progressed = True
+        assert progressed, "pipeline schedule deadlocked"
+    return boxes
+
+
+def _stage_times(stages: list[StageRow], pp: int) -> tuple[list[float], list[float]]:
+    by_name = {r.stage: r for r in stages}
+    first = by_name.get("first", stages[0])
+    rows = [by_name.get("last", first) if s == pp - 1 and s else
+            (first if s == 0 else by_name.get("middle", first)) for s in range(pp)]
+    return [r.fwd_time_s for r in rows], [r.bwd_time_s for r in rows]
+
+
+def pipeline_plot(plan: TrainPlanOut, stages: list[StageRow], path: Path, *, title: str) -> float:
+    """Timeline of one step's forward and backward passes per stage and microbatch; returns the bubble (s):
+    the schedule's length minus the busiest stage's work."""
+    from matplotlib.patches import Patch
+
+    pp, m, v = plan.pp, plan.num_microbatches, plan.interleave
+    fwd, bwd = _stage_times(stages, pp)
+    boxes = pipeline_schedule(pp, m, v, fwd, bwd)
+    span = max(b.end_s for b in boxes)
+    bubble = span - max(m * (f + b) for f, b in zip(fwd, bwd, strict=True))
+    scale, unit = (1e3, "ms") if span < 10 else (1.0, "s")
+    fig = _figure(12.0, max(2.8, 0.42 * pp + 2.0))
+    ax = fig.add_subplot()
+    ax.barh(range(pp), span * scale, height=0.8, color=_IDLE)
+    plot_px = 12.0 * 150 * 0.8  # axis width in pixels at 150 dpi
+    numbered = False
+    for fw in (True, False):
+        sel = [b for b in boxes if b.forward == fw]
+        thin = min(b.end_s - b.start_s for b in sel) / span * plot_px < 4
+        bars = ax.barh([b.stage for b in sel], [(b.end_s - b.start_s) * scale for b in sel],
+                       left=[b.start_s * scale for b in sel], height=0.8, color=_FORWARD if fw else _BACKWARD,
+                       edgecolor="none" if thin else "white", linewidth=0.5)
+        for patch, b in zip(bars, sel, strict=True):
+            patch.set_alpha(1.0 - 0.5 * b.chunk / max(1, v - 1))
+        for b in sel:
+            if (b.end_s - b.start_s) / span * plot_px > 14:
+                numbered = True
+                ax.text((b.start_s + b.end_s) / 2 * scale, b.stage, str(b.microbatch + 1), ha="center",
+                        va="center", fontsize=7, color="white")
+    ax.set_yticks(range(pp), [f"stage {s}" for s in range(pp)])
+    ax.invert_yaxis()
+    ax.set_xlim(0, span * scale)
+    ax.set_xlabel(f"time within one step ({unit})" + ("; numbers are microbatches" if numbered else ""))
+    shown = f"{bubble * 1e3:.0f} ms" if bubble < 10 else f"{bubble:.1f} s"
+    if pp == 1:
+        sched = f"no pipeline: {m} microbatches back to back (gradient accumulation)"
+    else:
+        sched = (f"interleaved 1F1B with {v} model chunks per stage" if v > 1 else "1F1B") + (
+            f", PP={pp}, {m} microbatches: bubble {shown} ({bubble / span:.1%})")
+    ax.set_title(f"{title}\n{sched}; data-parallel sync and optimizer step not shown", fontsize=10)
+    handles = [Patch(color=_FORWARD, label="forward"), Patch(color=_BACKWARD, label="backward\n(with recompute)"),
+               Patch(color=_IDLE, label="idle (bubble)")]
+    if v > 1:
+        handles.append(Patch(color=_FORWARD, alpha=0.5, label="lighter: later\nmodel chunk"))
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=9, frameon=False)
+    _save(fig, path)
+    return bubble
+
+
+def pareto_plot(points: list[tuple[float, float]], path: Path, *, labels: list[str] | None = None,
+                chosen: int | None = None, max_tpot_ms: float | None = None, title: str = "") -> None:
+    """Throughput against time per output token for serving layouts; ``points`` are (tpot_ms, tokens_per_s)."""
+    check_path(path)
+    if not points:
+        raise ShardplanError("no points to plot", field="plot")
+    fig = _figure(8.0, 5.0)
+    ax = fig.add_subplot()
+    order = sorted(range(len(points)), key=lambda i: points[i][0])
+    xs, ys = [points[i][0] for i in order], [points[i][1] for i in order]
+    ax.plot(xs, ys, "-o", color="#0072B2", markersize=5, linewidth=1.5, label="Pareto frontier")
+    if labels:
+        for i in order:
+            ax.annotate(labels[i], points[i], xytext=(5, -11), textcoords="offset points", fontsize=8)
+    if chosen is not None:
+        ax.plot(*points[chosen], marker="*", markersize=16, color="#D55E00", linestyle="none", label="chosen plan")
+    if max_tpot_ms is not None:
+        ax.axvline(max_tpot_ms, color="#CC0000", linestyle="--", linewidth=1.2,
+                   label=f"TPOT limit ({max_tpot_ms:g} ms)")
+    ax.set_xlabel("time per output token, TPOT (ms)")
+    ax.set_ylabel("throughput (output tokens/s)")
+    from matplotlib.ticker import StrMethodFormatter
+
+    ax.yaxis.set_major_formatter(StrMethodFormatter("{x:,.0f}"))
+    ax.set_ylim(0, max(ys) * 1.08)
+    ax.set_xlim(0, max([*xs, max_tpot_ms or 0]) * 1.12)
+    ax.grid(alpha=0.3)
+    ax.set_title(title or "Serving: throughput against per-token latency", fontsize=11)
+    ax.legend(loc="lower right", fontsize=9)
+    _save(fig, path)
+
+
+def train_plots(specs: list[tuple[str, Path]], result: Any) -> list[Path]:
+    """Write the requested training plots of a ``TrainPlan``/``TrainReport``; returns the files written."""
+    if result.plan is None or not result.stages:
+        raise ShardplanError("nothing to plot: no layout fits", field="plot")
+    title = f"{result.model} on {result.num_gpus} GPUs ({result.hardware})"
+    for kind, path in specs:
+        if kind == "memory":
+            memory_plot(result.stages, path, pp=result.plan.pp, title=f"{title}\nmemory per GPU by pipeline stage")
+        else:
+            pipeline_plot(result.plan, result.stages, path, title=f"{title}: one training step")
+    return [p for _, p in specs]

@@ -1,0 +1,11 @@
+vllm serve mistralai/Mixtral-8x7B-Instruct-v0.1 \
+  --tensor-parallel-size 2 \
+  --pipeline-parallel-size 2 \
+  --enable-expert-parallel \
+  --max-num-seqs 256 \
+  --max-model-len 4096 \
+  --gpu-memory-utilization 0.92 \
+  --kv-cache-dtype fp8 \
+  --block-size 16 \
+  --dtype bfloat16 \
+  --quantization fp8

@@ -1,0 +1,12 @@
+python3 -m flexgen.flex_opt \
+  --model facebook/opt-175b \
+  --path '~/opt_weights' \
+  --offload-dir /mnt/nvme/flexgen \
+  --prompt-len 512 \
+  --gen-len 32 \
+  --percent 0 50 0 100 100 0 \
+  --gpu-batch-size 32 \
+  --num-gpu-batches 8 \
+  --cpu-cache-compute \
+  --compress-weight \
+  --compress-cache

@@ -1,0 +1,152 @@
+"""Megatron-LM arguments: every flag exists in Megatron-LM (with the right arity and choices), goldens, layouts."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from export_plans import CORNERS, GPT3, LLAMA70, check_golden, load, target
+
+from shardplan.cli.export import export_train
+from shardplan.cli.export.megatron import moe_layer_freq, pipeline_layout, stage_layers
+from shardplan.errors import ShardplanError
+
+FLAGS = load("megatron_flags.json")
+
+
+def parse(text: str) -> list[tuple[str, list[str]]]:
+    """(flag, values) per non-comment line, split as `xargs` would."""
+    out = []
+    for line in text.splitlines():
+        if line.startswith("#") or not line.strip():
+            continue
+        flag, *values = line.split()
+        out.append((flag, values))
+    return out
+
+
+def test_fixture_names_its_source() -> None:
+    assert FLAGS["source"].startswith("https://github.com/NVIDIA/Megatron-LM/blob/" + FLAGS["commit"])
+    assert len(FLAGS["flags"]) > 800 and "--tensor-model-parallel-size" in FLAGS["flags"]
+
+
+def test_every_flag_exists_with_its_arity_and_choices(any_plan) -> None:
+    name, t = any_plan
+    text = export_train("megatron", t).text
+    args = parse(text)
+    assert args, name
+    for flag, values in args:
+        assert flag in FLAGS["flags"], f"{name}: {flag} is not a Megatron-LM argument"
+        kind = FLAGS["flags"][flag]
+        if kind == "switch":
+            assert values == [], f"{flag} takes no value"
+        elif kind == "value":
+            assert len(values) == 1, f"{flag} takes one value, got {values}"
+        else:
+            assert values, f"{flag} takes a list"
+        for v in values:
+            if flag in FLAGS["choices"]:
+                assert v in FLAGS["choices"][flag], f"{flag} {v} not in {FLAGS['choices'][flag]}"
+    flags = [f for f, _ in args]
+    assert len(flags) == len(set(flags)), "a flag is repeated"
+
+
+@pytest.mark.parametrize("name", ["gpt3-175b", "llama-3.1-70b"])
+def test_golden(name: str) -> None:
+    t = {"gpt3-175b": GPT3, "llama-3.1-70b": LLAMA70}[name]
+    check_golden(f"{name}.megatron.args", export_train("megatron", t, file_name="megatron.args").text)
+
+
+def test_gpt3_korthikanti_recipe_reads_back() -> None:
+    args = dict((f, v[0] if v else None) for f, v in parse(export_train("megatron", GPT3).text))
+    assert args["--tensor-model-parallel-size"] == "8" and args["--pipeline-model-parallel-size"] == "8"
+    assert args["--num-layers-per-virtual-pipeline-stage"] == "4"  # 96 layers / (8 stages × 3 chunks)
+    assert args["--recompute-granularity"] == "selective" and "--sequence-parallel" in args
+    assert args["--micro-batch-size"] == "1" and args["--global-batch-size"] == "64"
+    assert "--use-distributed-optimizer" not in args and "--overlap-grad-reduce" not in args  # DP = 1
+
+
+def test_zero2_maps_to_megatron_fsdp_and_says_so() -> None:
+    text = export_train("megatron", LLAMA70).text
+    args = dict((f, v[0] if v else None) for f, v in parse(text))
+    assert args["--data-parallel-sharding-strategy"] == "optim_grads"
+    assert "--use-megatron-fsdp" in args and args["--ckpt-format"] == "fsdp_dtensor"
+    assert "# ZeRO-2 has no Megatron flag of its own" in text
+    assert args["--context-parallel-size"] == "2" and args["--num-query-groups"] == "8"
+
+
+def test_launch_line_uses_xargs_and_the_file_name() -> None:
+    text = export_train("megatron", GPT3, file_name="gpt3.args").text
+    assert "grep -v '^#' gpt3.args | CUDA_DEVICE_MAX_CONNECTIONS=1 xargs torchrun --nnodes 8 --nproc-per-node 8" in text
+
+
+@pytest.mark.parametrize(("layers", "pp"), [(96, 8), (126, 16), (61, 16), (80, 3), (7, 7), (10, 1)])
+def test_stage_layers_sum_and_spread(layers: int, pp: int) -> None:
+    counts = stage_layers(layers, pp)
+    assert sum(counts) == layers and max(counts) - min(counts) <= 1
+    if pp > 2 and layers % pp and layers % pp <= pp - 2:
+        assert counts[0] == counts[-1] == layers // pp  # the remainder goes to middle stages first
+
+
+def _megatron_parse_layout(layout: str) -> list[str]:
+    """Megatron's PipelineParallelLayerLayout.parse_str_to_list, reduced to strings."""
+    s = layout.replace(",", "")
+    for pattern in (r"\(([^)]+)\)\*(\d+)", r"(.)\*(\d+)"):
+        s = re.sub(pattern, lambda x: x.group(1) * int(x.group(2)), s)
+    return s.split("|")
+
+
+@pytest.mark.parametrize(("layers", "pp", "v"), [(126, 16, 2), (61, 16, 1), (80, 3, 1), (30, 4, 3)])
+def test_pipeline_layout_string(layers: int, pp: int, v: int) -> None:
+    stages = _megatron_parse_layout(pipeline_layout(layers, pp, v))
+    assert len(stages) == pp * v
+    assert stages[0].startswith("E") and stages[-1].endswith("L")
+    assert sum(s.count("t") for s in stages) == layers
+    per_rank = [sum(stages[c * pp + r].count("t") for c in range(v)) for r in range(pp)]
+    assert per_rank == stage_layers(layers, pp)
+
+
+def test_uneven_pipeline_uses_the_layout_flag() -> None:
+    args = dict((f, v) for f, v in parse(export_train("megatron", CORNERS["llama-405b-uneven"]).text))
+    assert "--pipeline-model-parallel-layout" in args and "--num-layers-per-virtual-pipeline-stage" not in args
+
+
+def test_moe_layer_pattern_matches_the_model() -> None:
+    t = CORNERS["deepseek-v3-ep"]
+    pattern = moe_layer_freq(t)
+    assert re.fullmatch(r"[,\d\[\]\(\)\+\*]+", pattern)  # what Megatron's _eval_pattern accepts
+    layers = eval(pattern)  # the same evaluation Megatron does
+    assert len(layers) == t.model.num_layers and sum(layers) == t.model.num_moe_layers and layers[:3] == [0, 0, 0]
+    assert moe_layer_freq(CORNERS["mixtral-offload"]) is None
+
+
+def test_moe_mla_fp8_partial_recompute() -> None:
+    args = dict((f, v) for f, v in parse(export_train("megatron", CORNERS["deepseek-v3-ep"]).text))
+    assert args["--expert-model-parallel-size"] == ["16"] and args["--moe-shared-expert-intermediate-size"] == ["2048"]
+    assert "--multi-latent-attention" in args and args["--fp8-format"] == ["hybrid"]
+    assert args["--recompute-method"] == ["block"] and args["--recompute-num-layers"] == ["2"]
+
+
+def test_offload_flags() -> None:
+    args = dict((f, v) for f, v in parse(export_train("megatron", CORNERS["mixtral-offload"]).text))
+    assert {"--optimizer-cpu-offload", "--use-precision-aware-optimizer", "--use-distributed-optimizer"} <= set(args)
+    assert args["--optimizer-offload-fraction"] == ["1"] and args["--activation-offload-fraction"] == ["0.5"]
+
+
+def test_weight_offload_is_refused_naming_the_option() -> None:
+    t = target("llama-3.1-8b", num_gpus=8, seq_len=4096, dp=8, num_microbatches=1, global_batch=8, zero_stage=1,
+               weights=0.5)
+    with pytest.raises(ShardplanError, match="offload-weights") as e:
+        export_train("megatron", t)
+    assert e.value.field == "export"
+
+
+def test_interleave_with_too_few_microbatches_is_refused() -> None:
+    t = target("llama-3.1-8b", num_gpus=8, seq_len=4096, pp=8, num_microbatches=4, global_batch=4, interleave=2)
+    with pytest.raises(ShardplanError, match="at least PP=8 microbatches"):
+        export_train("megatron", t)
+
+
+def test_unknown_format_names_the_command_it_belongs_to() -> None:
+    with pytest.raises(ShardplanError, match="shardplan infer"):
+        export_train("vllm", GPT3)
