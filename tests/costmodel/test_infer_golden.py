@@ -1,9 +1,7 @@
+
 """Golden: KV-cache token slots of the vLLM paper's Table 1 (Kwon et al. 2023), within 10 %."""
 
 from __future__ import annotations
-
-import json
-from pathlib import Path
 
 import pytest
 
@@ -11,8 +9,9 @@ from shardplan.costmodel.infer import InferLayout, InferWorkload
 from shardplan.costmodel.infer_report import estimate_inference
 from shardplan.hardware import get_system
 from shardplan.models import get_model
+from shardplan.planner.validate import load_records
 
-RECORDS = json.loads((Path(__file__).parents[2] / "validation" / "inference.json").read_text())["records"]
+RECORDS = load_records("inference_runs")  # vLLM paper Table 1, shipped in shardplan/data
 SETUP = {"vllm-paper-OPT-13B": ("opt-13b", "dgx-a100-40gb", 1), "vllm-paper-OPT-66B": ("opt-66b", "dgx-a100-40gb", 4),
          "vllm-paper-OPT-175B": ("opt-175b", "dgx-a100-80gb", 8)}
 

@@ -3,7 +3,7 @@
 The data lives in ``gpus.py`` (GPUs and efficiency curves) and ``systems.py`` (links and node designs);
 this module re-exports it and holds the lookups. Peak rates are dense (no sparsity) datasheet values, as
 in ``published_calibration.json`` (kind ``hardware``). Achievable efficiencies are measured fractions
-(torchao ``roofline_utils.py``, NCCL tests, the Megatron-LM runs in ``validation/``); where a GPU has no
+(torchao ``roofline_utils.py``, NCCL tests, the Megatron-LM runs in ``shardplan/data/``); where a GPU has no
 measurement of its own, it borrows the curve of its architecture sibling and says so.
 """
 

@@ -18,12 +18,12 @@ Curve = list[tuple[float, float]]
 # GEMM: fraction of dense peak vs FLOPs of one GEMM. Large-GEMM plateau: A100 ≈ 0.8 (cuBLAS bf16
 # 8192³ ≈ 250 TFLOP/s), H100 0.78 and MI300X 0.47 (torchao roofline_utils.py, "pct_achievable_gemm_tops").
 # The Ampere curve is fitted to the Megatron-LM runs on Selene (Korthikanti et al. 2022 Tables 4-5,
-# Narayanan et al. 2021 Tables 1-2; see validation/): 0.71 of peak at 1e11 FLOPs, 0.77 at 1e13.
+# Narayanan et al. 2021 Tables 1-2; see shardplan/data/): 0.71 of peak at 1e11 FLOPs, 0.77 at 1e13.
 AMPERE_MATMUL: Curve = [
     (1e7, 0.077), (1e8, 0.24), (1e9, 0.48), (1e10, 0.634), (1e11, 0.71), (1e12, 0.749), (1e13, 0.768),
 ]
 # Hopper: torchao's 0.78 plateau for large GEMMs; below ~1e11 FLOPs fitted to the H100 Megatron/NeMo
-# runs of validation/modern_training_runs.json (small GEMMs leave Hopper's tensor cores idle: 0.56 at 1e11).
+# runs of shardplan/data/modern_training_runs.json (small GEMMs leave Hopper's tensor cores idle: 0.56 at 1e11).
 HOPPER_MATMUL: Curve = [
     (1e7, 0.04), (1e8, 0.128), (1e9, 0.304), (1e10, 0.464), (1e11, 0.56), (1e12, 0.76), (1e13, 0.78),
 ]
@@ -32,7 +32,7 @@ HBM_MEMORY: Curve = [(1e5, 0.10), (1e6, 0.35), (1e7, 0.70), (1e8, 0.85), (1e9, 0
 # Framework elementwise kernels (PyTorch eager / Megatron fused layernorm, bias-dropout-add, masked
 # softmax, GeLU): 0.70 of peak bandwidth for large tensors, fitted to the 22B layer times of Korthikanti
 # et al. 2022 Table 4 (fwd 7.7 ms, 7.2 ms with sequence parallelism) with the Ampere GEMM curve; the same
-# fraction fits the H100 Megatron/NeMo runs (validation/modern_training_runs.json).
+# fraction fits the H100 Megatron/NeMo runs (shardplan/data/modern_training_runs.json).
 EAGER_ELEMENTWISE: Curve = [(1e5, 0.078), (1e6, 0.27), (1e7, 0.55), (1e8, 0.66), (1e9, 0.70)]
 
 
