@@ -8,8 +8,16 @@ import typer
 
 from shardplan.cli._app import app, estimate_app
 from shardplan.cli.common import resolve_inputs
+from shardplan.cli.launch import (
+    OutputOpt,
+    ParetoPlotOpt,
+    ServeExportOpt,
+    check_outputs,
+    deliver,
+    pareto_plot,
+    vllm_argv,
+)
 from shardplan.cli.options import GpusOpt, HardwareOpt, JsonOpt, ModelOpt, TimeLimitOpt
-from shardplan.cli.output import emit
 from shardplan.planner.infer_explain import InferObjective
 
 PromptLen = Annotated[int, typer.Option("--prompt-len", "-p", min=1, help="Prompt tokens per sequence.")]
@@ -71,7 +79,7 @@ def estimate_infer(
     max_ttft_ms: MaxTtft = None, max_tpot_ms: MaxTpot = None, dtype: Dtype = "bf16", weight_dtype: WDtype = None,
     kv_dtype: KvDtype = None, block_size: BlockSize = 16, gpu_memory_utilization: Util = 0.9,
     max_num_batched_tokens: MaxTokens = 2048, max_num_seqs: MaxSeqs = 256, non_torch_memory: NonTorch = None,
-    as_json: JsonOpt = False,
+    as_json: JsonOpt = False, export: ServeExportOpt = None, output: OutputOpt = None,
 ) -> None:
     """Per-layer prefill and decode costs, TTFT/TPOT/throughput and memory of one pinned serving layout."""
     from shardplan.cli.render_infer import render_estimate
@@ -90,9 +98,12 @@ def estimate_infer(
     work = _workload(prompt_len, gen_len, dtype, weight_dtype, kv_dtype, block_size, gpu_memory_utilization,
                      max_num_batched_tokens, max_num_seqs, non_torch_memory)
     layout = InferLayout(tp=tp, pp=pp, ep=ep or 1, replicas=n // (tp * pp), batch=batch or 1)
+    check_outputs(export, output, as_json)
     report = estimate_inference(spec, system, n, work, layout, max_batch=max_batch, max_ttft_s=_ms(max_ttft_ms),
                                 max_tpot_s=_ms(max_tpot_ms))
-    emit(report.model_dump(mode="json"), lambda con: render_estimate(con, report), as_json=as_json)
+    argv, notes = vllm_argv(report, spec=spec, work=work) if export else (None, [])
+    deliver(report, lambda con: render_estimate(con, report), as_json=as_json, argv=argv, output=output,
+            notes=notes)
 
 
 @app.command("infer")
@@ -109,7 +120,8 @@ def infer(
     cross_node_tp: Annotated[bool, typer.Option("--allow-cross-node-tp", help="Let TP span nodes.")] = False,
     dtype: Dtype = "bf16", weight_dtype: WDtype = None, kv_dtype: KvDtype = None, block_size: BlockSize = 16,
     gpu_memory_utilization: Util = 0.9, max_num_batched_tokens: MaxTokens = 2048, max_num_seqs: MaxSeqs = 256,
-    non_torch_memory: NonTorch = None, as_json: JsonOpt = False,
+    non_torch_memory: NonTorch = None, as_json: JsonOpt = False, export: ServeExportOpt = None,
+    output: OutputOpt = None, plot: ParetoPlotOpt = None,
 ) -> None:
     """Choose how to serve a model (TP, PP, EP, replicas, batch) with CP-SAT over the cost model."""
     from shardplan.cli.render_infer import render_plan
@@ -121,5 +133,15 @@ def infer(
     req = InferRequest(model=spec, system=system, num_gpus=n, workload=work, batch=batch, max_batch=max_batch,
                        max_ttft_s=_ms(max_ttft_ms), max_tpot_s=_ms(max_tpot_ms), objective=objective, tp=tp, pp=pp,
                        ep=ep, cross_node_tp=cross_node_tp, pareto=pareto, top_k=top_k, time_limit_s=time_limit)
+    check_outputs(export, output, as_json, plot=plot, pareto=pareto)
     plan = plan_inference(req)
-    emit(plan.model_dump(mode="json"), lambda con: render_plan(con, plan), as_json=as_json)
+    argv, notes = None, []
+    if export and plan.plan is None:
+        notes.append("nothing exported: no serving layout fits")
+    elif export:
+        argv, notes = vllm_argv(plan, spec=spec, work=work)
+    written = pareto_plot(plan, plot, max_tpot_ms=max_tpot_ms) if plot is not None and plan.pareto else None
+    if plot is not None and written is None:
+        notes.append("nothing plotted: no point on the frontier")
+    deliver(plan, lambda con: render_plan(con, plan), as_json=as_json, argv=argv, output=output, notes=notes,
+            plot_written=written)

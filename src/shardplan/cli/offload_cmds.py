@@ -8,8 +8,8 @@ import typer
 
 from shardplan.cli._app import app, estimate_app
 from shardplan.cli.common import parse_triplet
+from shardplan.cli.launch import OffloadExportOpt, OutputOpt, check_outputs, deliver, flexgen_argv
 from shardplan.cli.options import HardwareOpt, JsonOpt, ModelOpt, TimeLimitOpt
-from shardplan.cli.output import emit
 from shardplan.costmodel.offload_policy import OffloadObjective
 
 PromptLen = Annotated[int, typer.Option("--prompt-len", "-p", min=1, help="Prompt tokens per sequence.")]
@@ -62,6 +62,7 @@ def estimate_offload_cmd(
     pin_weights: Annotated[bool, typer.Option(
         "--pin-weights/--no-pin-weights", help="CPU weights in pinned memory (FlexGen --pin-weight).")] = True,
     cpu_mem: CpuMem = None, disk: DiskOpt = None, gpu_mem: GpuMem = None, as_json: JsonOpt = False,
+    export: OffloadExportOpt = None, output: OutputOpt = None,
 ) -> None:
     """Throughput, phase times, bottlenecks and memory per tier of one pinned offload policy.
 
@@ -80,8 +81,10 @@ def estimate_offload_cmd(
         kv_cache=split["kv-cache"], activations=split["activations"], cpu_attention=cpu_attention,
         compress_weights=compress_weights or compression, compress_kv_cache=compress_cache or compression,
         pin_weights=pin_weights)
+    check_outputs(export, output, as_json)
     report = estimate_offload(spec, system, _workload(prompt_len, gen_len), policy, caps)
-    emit(report.model_dump(mode="json"), lambda con: render_estimate(con, report), as_json=as_json)
+    argv = flexgen_argv(report, spec=spec, prompt_len=prompt_len, gen_len=gen_len) if export else None
+    deliver(report, lambda con: render_estimate(con, report), as_json=as_json, argv=argv, output=output, notes=[])
 
 
 @app.command("offload")
@@ -98,7 +101,8 @@ def offload_cmd(
         "--num-gpu-batches", min=1, help="Pin the number of GPU batches.")] = None,
     cpu_attention: Annotated[bool | None, typer.Option(
         "--cpu-attention/--no-cpu-attention", help="Pin CPU attention on or off (default: choose).")] = None,
-    time_limit: TimeLimitOpt = 10.0, as_json: JsonOpt = False,
+    time_limit: TimeLimitOpt = 10.0, as_json: JsonOpt = False, export: OffloadExportOpt = None,
+    output: OutputOpt = None,
 ) -> None:
     """Choose where weights, KV cache and activations live (CP-SAT over the cost model), and why."""
     from shardplan.cli.render_offload import render_plan
@@ -111,5 +115,11 @@ def offload_cmd(
         gpu_batch_sizes=(gpu_batch,) if gpu_batch else GPU_BATCHES,
         num_gpu_batches=(num_gpu_batches,) if num_gpu_batches else NUM_GPU_BATCHES,
         cpu_attention=cpu_attention, time_limit_s=time_limit)
+    check_outputs(export, output, as_json)
     plan = plan_offload(req)
-    emit(plan.model_dump(mode="json"), lambda con: render_plan(con, plan), as_json=as_json)
+    argv, notes = None, []
+    if export and plan.plan is None:
+        notes.append("nothing exported: no placement fits")
+    elif export:
+        argv = flexgen_argv(plan, spec=spec, prompt_len=prompt_len, gen_len=gen_len)
+    deliver(plan, lambda con: render_plan(con, plan), as_json=as_json, argv=argv, output=output, notes=notes)

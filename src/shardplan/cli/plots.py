@@ -241,7 +241,8 @@ def pareto_plot(points: list[tuple[float, float]], path: Path, *, labels: list[s
     ax.plot(xs, ys, "-o", color="#0072B2", markersize=5, linewidth=1.5, label="Pareto frontier")
     if labels:
         for i in order:
-            ax.annotate(labels[i], points[i], xytext=(5, -11), textcoords="offset points", fontsize=8)
+            if labels[i]:  # empty labels are skipped (callers label only where the layout changes)
+                ax.annotate(labels[i], points[i], xytext=(6, -12), textcoords="offset points", fontsize=8)
     if chosen is not None:
         ax.plot(*points[chosen], marker="*", markersize=16, color="#D55E00", linestyle="none", label="chosen plan")
     if max_tpot_ms is not None:

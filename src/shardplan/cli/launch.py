@@ -1,0 +1,144 @@
+"""``--export``/``--output``/``--plot`` for serving (vLLM, Pareto plot) and offload (FlexGen) plans."""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Callable
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from shardplan.cli.output import console, emit
+from shardplan.errors import ShardplanError
+
+
+class ServeFormat(StrEnum):
+    """Where a serving plan can be exported."""
+
+    VLLM = "vllm"
+    """``vllm serve`` flags for one replica (``--data-parallel-size`` for several)."""
+
+
+class OffloadFormat(StrEnum):
+    """Where an offload plan can be exported."""
+
+    FLEXGEN = "flexgen"
+    """FlexGen ``flex_opt`` flags (``--percent``, batch sizes, CPU attention, compression)."""
+
+
+ServeExportOpt = Annotated[ServeFormat | None, typer.Option(
+    "--export", help="Print the plan as launch flags instead of the tables: vllm; with --output, write a file.")]
+OffloadExportOpt = Annotated[OffloadFormat | None, typer.Option(
+    "--export", help="Print the plan as launch flags instead of the tables: flexgen; with --output, write a file.")]
+OutputOpt = Annotated[Path | None, typer.Option("--output", "-o", help="File for --export (default: stdout).")]
+ParetoPlotOpt = Annotated[Path | None, typer.Option(
+    "--plot", metavar="FILE", help="With --pareto: throughput vs TPOT plot (.png, .svg, .pdf; needs matplotlib).")]
+
+
+def check_outputs(export: StrEnum | None, output: Path | None, as_json: bool, *, plot: Path | None = None,
+                  pareto: bool = False) -> None:
+    """Validate the output options before any solving."""
+    if output is not None and export is None:
+        raise ShardplanError("names the file for --export: add --export", field="output")
+    if export is not None and output is None and as_json:
+        raise ShardplanError("with --json, --export needs --output FILE (stdout holds the JSON)", field="export")
+    if output is not None and not output.parent.exists():
+        raise ShardplanError(f"folder '{output.parent}' does not exist", field="output")
+    if plot is not None:
+        from shardplan.cli.plots import check_path, require_matplotlib
+
+        if not pareto:
+            raise ShardplanError("draws the throughput–TPOT frontier: add --pareto", field="plot")
+        check_path(plot)
+        require_matplotlib()
+
+
+def hf_repo(spec: Any) -> str:
+    """The Hugging Face repository a catalog model was read from, else its name (a path stays a path)."""
+    m = re.search(r"huggingface\.co/([\w.-]+/[\w.-]+)", spec.source or "")
+    return m.group(1) if m else spec.name
+
+
+def deliver(result: Any, render: Callable[[Any], None], *, as_json: bool, argv: list[str] | None,
+            output: Path | None, notes: list[str], plot_written: Path | None = None) -> None:
+    """Print the JSON, the export (no --output) or the tables; write the export file; notes to stderr."""
+    from shardplan.cli.export import shell_join
+
+    messages = [f"note: {n}" for n in notes]
+    text = shell_join(argv) + "\n" if argv is not None else None
+    if text is not None and output is not None:
+        output.write_text(text)
+        messages.append(f"wrote {output}")
+        text = None
+    if plot_written is not None:
+        messages.append(f"wrote {plot_written}")
+    if as_json:
+        emit(result.model_dump(mode="json"), render, as_json=True)
+    elif text is not None:
+        sys.stdout.write(text)
+    else:
+        render(console())
+    for line in messages:
+        print(f"shardplan: {line}", file=sys.stderr)
+
+
+def vllm_argv(plan: Any, *, spec: Any, work: Any) -> tuple[list[str], list[str]]:
+    """``vllm serve`` argv of a serving plan, and notes on what vLLM needs beyond flags."""
+    from shardplan.cli.export import vllm_args
+
+    p = plan.plan
+    notes: list[str] = []
+    weight = getattr(work, "weight_dtype", None) or "bf16"
+    quant = "fp8" if weight == "fp8" else None
+    if weight in ("int8", "int4"):
+        notes.append(f"{weight} weights need a pre-quantized checkpoint (AWQ/GPTQ); vLLM reads the method from it")
+    argv = vllm_args(model=hf_repo(spec), tp=p.tp, pp=p.pp, max_num_seqs=p.batch_size,
+                     max_model_len=work.prompt_len + work.gen_len,
+                     gpu_memory_utilization=work.gpu_memory_utilization,
+                     kv_cache_dtype=getattr(work, "kv_dtype", None) or "auto", dtype=work.dtype, quantization=quant,
+                     enable_expert_parallel=p.ep > 1, block_size=work.block_size, data_parallel_size=p.replicas)
+    return argv, notes
+
+
+def flexgen_argv(plan: Any, *, spec: Any, prompt_len: int, gen_len: int) -> list[str]:
+    """FlexGen ``flex_opt`` argv of an offload plan."""
+    from shardplan.cli.export import flexgen_args
+
+    p = plan.plan
+
+    def split(s: Any) -> tuple[float, float, float]:
+        return (s.gpu, s.cpu, s.disk)
+
+    return flexgen_args(model=spec.name, gpu_batch_size=p.gpu_batch_size, num_gpu_batches=p.num_gpu_batches,
+                        weights=split(p.weights), kv_cache=split(p.kv_cache), activations=split(p.activations),
+                        cpu_attention=p.cpu_attention, compress_weight=p.compress_weights,
+                        compress_cache=p.compress_kv_cache, prompt_len=prompt_len, gen_len=gen_len)
+
+
+def pareto_plot(plan: Any, path: Path, *, max_tpot_ms: float | None) -> Path:
+    """The throughput–TPOT frontier of an ``infer --pareto`` plan."""
+    from shardplan.cli.plots import pareto_plot as draw
+
+    frontier = sorted(plan.pareto, key=lambda a: a.metrics.tpot_s)
+    pts = [(a.metrics.tpot_s * 1e3, a.metrics.tokens_per_s) for a in frontier]
+    # label the first point of each layout (TP, PP, replicas) along the frontier, with its batch range
+    labels: list[str] = []
+    for i, a in enumerate(frontier):
+        key = (a.plan.tp, a.plan.pp, a.plan.ep, a.plan.replicas)
+        prev = frontier[i - 1].plan if i else None
+        if prev is None or (prev.tp, prev.pp, prev.ep, prev.replicas) != key:
+            run = [b.plan.batch_size for b in frontier[i:] if (b.plan.tp, b.plan.pp, b.plan.ep, b.plan.replicas) == key]
+            labels.append(f"TP{a.plan.tp} PP{a.plan.pp} ×{a.plan.replicas}, batch {run[0]}…{run[-1]}")
+        else:
+            labels.append("")
+    chosen = None
+    if plan.plan is not None:
+        for i, a in enumerate(frontier):
+            if a.plan == plan.plan:
+                chosen = i
+    draw(pts, path, labels=labels, chosen=chosen, max_tpot_ms=max_tpot_ms, title=f"{plan.model} on {plan.num_gpus}× "
+         f"{plan.hardware}: throughput vs time per output token")
+    return path

@@ -1,0 +1,50 @@
+"""`--export vllm|flexgen` and the Pareto plot on the serving and offload commands."""
+
+import pytest
+
+
+def test_infer_exports_vllm_serve_flags(run_cli, tmp_path) -> None:
+    out = tmp_path / "serve.sh"
+    r = run_cli("infer", "--model", "llama-3.1-8b", "--hardware", "dgx-h100", "--gpus", "4", "--prompt-len", "1024",
+                "--gen-len", "256", "--tp", "2", "--export", "vllm", "--output", str(out), "--json")
+    assert r.code == 0, r.err
+    plan = r.json()["plan"]
+    words = out.read_text().replace("\\\n", " ").split()
+    assert words[:3] == ["vllm", "serve", "meta-llama/Llama-3.1-8B"]
+    value = {w: words[i + 1] for i, w in enumerate(words) if w.startswith("--") and i + 1 < len(words)}
+    assert value["--tensor-parallel-size"] == "2"
+    assert value["--max-num-seqs"] == str(plan["batch_size"])
+    assert value["--max-model-len"] == "1280"
+    assert value["--data-parallel-size"] == str(plan["replicas"])
+
+
+def test_offload_exports_flexgen_percent(run_cli) -> None:
+    r = run_cli("estimate", "offload", "--model", "opt-30b", "--hardware", "gcp-t4", "--prompt-len", "512",
+                "--gen-len", "32", "--gpu-batch", "48", "--num-gpu-batches", "3", "--weights", "20,80,0",
+                "--kv-cache", "0,100,0", "--activations", "0,100,0", "--cpu-attention", "--export", "flexgen")
+    assert r.code == 0, r.err
+    words = r.out.replace("\\\n", " ").split()
+    i = words.index("--percent")
+    assert words[i + 1:i + 7] == ["20", "80", "0", "100", "0", "100"]
+    assert "--cpu-cache-compute" in words and words[words.index("--gpu-batch-size") + 1] == "48"
+
+
+def test_export_name_must_match_the_command(run_cli) -> None:
+    r = run_cli("offload", "--model", "opt-6.7b", "--hardware", "gcp-t4", "--prompt-len", "512", "--gen-len", "32",
+                "--export", "vllm")
+    assert r.code == 2 and r.err.count("\n") == 1
+
+
+def test_pareto_plot_needs_pareto(run_cli, tmp_path) -> None:
+    r = run_cli("infer", "--model", "llama-3.1-8b", "--hardware", "dgx-h100", "--gpus", "8", "--prompt-len", "512",
+                "--gen-len", "64", "--plot", str(tmp_path / "p.png"))
+    assert r.code == 2 and "pareto" in r.err
+
+
+def test_pareto_plot_is_written(run_cli, tmp_path) -> None:
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "pareto.png"
+    r = run_cli("infer", "--model", "llama-3.1-8b", "--hardware", "dgx-h100", "--gpus", "8", "--prompt-len", "512",
+                "--gen-len", "64", "--pareto", "--plot", str(path))
+    assert r.code == 0, r.err
+    assert path.stat().st_size > 10_000 and path.read_bytes()[:4] == b"\x89PNG"
