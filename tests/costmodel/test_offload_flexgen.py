@@ -10,33 +10,19 @@ to them. The 4-bit compressed runs are reported by benchmarks/bench_offload.py, 
 import pytest
 
 from shardplan.costmodel.offload import estimate_offload
-from shardplan.costmodel.offload_policy import OffloadPolicy, OffloadWorkload, Placement, default_capacities
+from shardplan.costmodel.offload_policy import OffloadWorkload, default_capacities
 from shardplan.hardware import get_system
 from shardplan.models import get_model
-from shardplan.planner.validate import load_records
+from shardplan.planner.validate import flexgen_policy, load_records
 
 RECORDS = load_records("offload_runs")
-
-
-def policy_of(rec: dict) -> OffloadPolicy:
-    """FlexGen's --percent wg wc cg cc hg hc (the rest on disk) and switches as an OffloadPolicy."""
-    p = rec["parallel"]["offload_policy_percent"]
-
-    def split(g: float, c: float) -> Placement:
-        return Placement.of(g / 100, c / 100, (100 - g - c) / 100)
-
-    return OffloadPolicy(
-        gpu_batch_size=p["gpu_batch"], num_gpu_batches=p["num_gpu_batches"], weights=split(p["wg"], p["wc"]),
-        kv_cache=split(p["cg"], p["cc"]), activations=split(p["hg"], p["hc"]),
-        cpu_attention=bool(p.get("cpu_attention")), compress_weights=bool(p.get("compress_weight")),
-        compress_kv_cache=bool(p.get("compress_cache")), pin_weights=p.get("pin_weight", True))
 
 
 def predicted(rec: dict) -> float:
     system = get_system("gcp-t4")
     model = get_model(rec["model"]["name"].lower())
     work = OffloadWorkload(prompt_len=rec["workload"]["prompt_len"], gen_len=rec["workload"]["gen_len"])
-    return estimate_offload(model, system, work, policy_of(rec), default_capacities(system)).metrics.tokens_per_s
+    return estimate_offload(model, system, work, flexgen_policy(rec), default_capacities(system)).metrics.tokens_per_s
 
 
 def _cases(role: str, compressed: bool) -> list[dict]:

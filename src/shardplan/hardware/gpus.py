@@ -234,6 +234,7 @@ T4 = GpuSpec(
     peak_flops={"fp32": 8.1e12, "fp16": 65e12, "int8": 130e12},
     matmul_efficiency=[(1e7, 0.05), (1e8, 0.15), (1e9, 0.30), (1e10, 0.40), (1e11, 0.45), (1e12, 0.45)],
     memory_efficiency=[(1e5, 0.10), (1e6, 0.40), (1e7, 0.70), (1e8, 0.80), (1e9, 0.82)],
+    elementwise_efficiency=EAGER_ELEMENTWISE,
     attention_efficiency=0.3,
     kernel_launch_s=6e-6,
     tdp_w=70,

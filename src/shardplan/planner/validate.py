@@ -262,12 +262,52 @@ def vllm_kv() -> list[Case]:
     return out
 
 
+def flexgen_policy(record: dict[str, Any]) -> Any:
+    """FlexGen's ``--percent wg wc cg cc hg hc`` (the rest on disk) and switches as an ``OffloadPolicy``."""
+    from shardplan.costmodel.offload_policy import OffloadPolicy, Placement
+
+    p = record["parallel"]["offload_policy_percent"]
+
+    def split(g: float, c: float) -> Placement:
+        return Placement.of(g / 100, c / 100, (100 - g - c) / 100)
+
+    return OffloadPolicy(
+        gpu_batch_size=p["gpu_batch"], num_gpu_batches=p["num_gpu_batches"], weights=split(p["wg"], p["wc"]),
+        kv_cache=split(p["cg"], p["cc"]), activations=split(p["hg"], p["hc"]),
+        cpu_attention=bool(p.get("cpu_attention")), compress_weights=bool(p.get("compress_weight")),
+        compress_kv_cache=bool(p.get("compress_cache")), pin_weights=p.get("pin_weight", True))
+
+
+def flexgen() -> list[Case]:
+    """FlexGen (Sheng et al. 2023) on its T4 machine: published policies' generation throughput."""
+    from shardplan.costmodel.offload import estimate_offload
+    from shardplan.costmodel.offload_policy import OffloadWorkload, default_capacities
+    from shardplan.models import get_model
+
+    out = []
+    for r in load_records("offload_runs"):
+        if not r["parallel"].get("offload_policy_percent"):
+            continue
+
+        def predict(r: dict[str, Any] = r) -> float:
+            system = get_system("gcp-t4")
+            work = OffloadWorkload(prompt_len=r["workload"]["prompt_len"], gen_len=r["workload"]["gen_len"])
+            rep = estimate_offload(get_model(r["model"]["name"].lower()), system, work, flexgen_policy(r),
+                                   default_capacities(system))
+            return rep.metrics.tokens_per_s
+
+        tag = r["id"].removeprefix("flexgen-")
+        out.append(Case("flexgen", tag, "tokens_per_s", float(r["metrics"]["generation_throughput_tok_s"]), predict))
+    return out
+
+
 GROUPS: dict[str, Callable[[], list[Case]]] = {
     "korthikanti-t5": korthikanti_t5,
     "korthikanti-t4": korthikanti_t4,
     "narayanan": narayanan,
     "modern": modern,
     "vllm-kv": vllm_kv,
+    "flexgen": flexgen,
 }
 
 
