@@ -81,3 +81,14 @@ def test_train_human_output(run_cli) -> None:
 def test_train_needs_a_batch(run_cli) -> None:
     r = run_cli("train", "--model", "llama-3.1-8b", "--hardware", "dgx-h100", "--seq-len", "4096")
     assert r.code == 2 and "global-batch" in r.err
+
+
+def test_optimizer_choice_sets_the_state_bytes(run_cli) -> None:
+    """Adam keeps 12 B/param (fp32 master, m, v); 8-bit Adam 6 B; SGD with momentum 8 B (ZeRO paper, K = 12)."""
+    base = ["estimate", "train", "--model", "llama-3.1-8b", "--hardware", "dgx-h100", "--gpus", "1",
+            "--global-batch", "8", "--seq-len", "1024", "--json"]
+    got = {o: run_cli(*base, "--optimizer", o).json()["memory"]["optimizer_bytes"] for o in ("adam", "adam-8bit", "sgd")}
+    assert got["adam-8bit"] == pytest.approx(got["adam"] / 2)
+    assert got["sgd"] == pytest.approx(got["adam"] * 8 / 12)
+    r = run_cli(*base, "--optimizer", "lion")
+    assert r.code == 2 and "optimizer" in r.err

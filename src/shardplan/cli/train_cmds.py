@@ -35,6 +35,8 @@ OffW = Annotated[str | None, typer.Option("--offload-weights", help="Weights on 
 OffA = Annotated[str | None, typer.Option("--offload-activations", help="Stored activations on CPU, e.g. 50%.")]
 Dtype = Annotated[str, typer.Option("--dtype", help="Compute datatype: bf16, fp16, fp8, fp32.")]
 GradDtype = Annotated[str, typer.Option("--grad-dtype", help="Gradient datatype: fp32 (Megatron), bf16, fp16.")]
+Optimizer = Annotated[str, typer.Option(
+    "--optimizer", help="adam (12 B/param state), adam-8bit (6), sgd (8), adafactor (4); all with an fp32 master.")]
 Attention = Annotated[str | None, typer.Option("--attention", help="flash or unfused (default: the system's).")]
 ExportOpt = Annotated[TrainFormat | None, typer.Option(
     "--export", help="Print the layout as launch settings instead of the tables: megatron (Megatron-LM "
@@ -46,7 +48,8 @@ PlotOpt = Annotated[list[str] | None, typer.Option(
     "stage against capacity, pipeline*.svg = one step's schedule; or KIND:FILE. Needs the plot extra (matplotlib).")]
 
 
-def _workload(seq_len: int, global_batch: int, dtype: str, grad_dtype: str, attention: str | None) -> Any:
+def _workload(seq_len: int, global_batch: int, dtype: str, grad_dtype: str, attention: str | None,
+              optimizer: str = "adam") -> Any:
     from pydantic import ValidationError
 
     from shardplan.costmodel.layout import TrainWorkload
@@ -54,7 +57,7 @@ def _workload(seq_len: int, global_batch: int, dtype: str, grad_dtype: str, atte
 
     try:
         return TrainWorkload(seq_len=seq_len, global_batch=global_batch, dtype=dtype, grad_dtype=grad_dtype,
-                             attention=attention)
+                             attention=attention, optimizer=optimizer)
     except ValidationError as e:
         err = e.errors()[0]
         raise ShardplanError(err["msg"].removeprefix("Value error, "), field=str(err["loc"][0]) if err["loc"]
@@ -124,6 +127,7 @@ def estimate_train(
     interleave: Inter = 1, recompute: Rc = Recompute.NONE, recompute_layers: RcLayers = None,
     sequence_parallel: Sp = False, zero: Zero = 0, offload_optimizer: OffOpt = None, offload_weights: OffW = None,
     offload_activations: OffA = None, dtype: Dtype = "bf16", grad_dtype: GradDtype = "fp32",
+    optimizer: Optimizer = "adam",
     attention: Attention = None, as_json: JsonOpt = False, export: ExportOpt = None, output: OutputOpt = None,
     plot: PlotOpt = None,
 ) -> None:
@@ -148,7 +152,7 @@ def estimate_train(
         offload_weights=parse_fraction(offload_weights, field="offload-weights"),
         offload_activations=parse_fraction(offload_activations, field="offload-activations"),
     )
-    work = _workload(seq_len, global_batch, dtype, grad_dtype, attention)
+    work = _workload(seq_len, global_batch, dtype, grad_dtype, attention, optimizer)
     report = estimate_training(spec, system, n, work, layout)
     _deliver(report, spec=spec, system=system, n=n, work=work, as_json=as_json,
              render=lambda con: render_estimate(con, report), export=export, output=output, plots=plots)
@@ -171,6 +175,7 @@ def train(
     cross_node_tp: Annotated[bool, typer.Option("--allow-cross-node-tp", help="Let TP·CP span nodes.")] = False,
     top_k: Annotated[int, typer.Option("--top-k", min=1, max=50, help="Best K distinct layouts.")] = 1,
     time_limit: TimeLimitOpt = 30.0, dtype: Dtype = "bf16", grad_dtype: GradDtype = "fp32",
+    optimizer: Optimizer = "adam",
     attention: Attention = None, as_json: JsonOpt = False, export: ExportOpt = None, output: OutputOpt = None,
     plot: PlotOpt = None,
 ) -> None:
@@ -185,7 +190,7 @@ def train(
     if global_batch is None and max_global_batch is None:
         raise ShardplanError("give --global-batch B, or --max-global-batch B to let the planner choose",
                              field="global-batch")
-    work = _workload(seq_len, global_batch or max_global_batch or 1, dtype, grad_dtype, attention)
+    work = _workload(seq_len, global_batch or max_global_batch or 1, dtype, grad_dtype, attention, optimizer)
     req = TrainRequest(
         model=spec, system=system, num_gpus=n, workload=work, max_global_batch=max_global_batch,
         fixed_global_batch=global_batch is not None, tp=tp, pp=pp, dp=dp, ep=ep, cp=cp, microbatch=microbatch,

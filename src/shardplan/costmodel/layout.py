@@ -7,13 +7,18 @@ cost formula works on (a single layout is a one-row ``LayoutArrays``).
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Annotated, Self
+from typing import Annotated, Literal, Self
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from shardplan.costmodel.knobs import RECOMPUTE_CODE, RECOMPUTE_OF_CODE, Recompute
 from shardplan.hardware.spec import AttentionKernel
+
+# fp32 master weights (4 B) plus the moments: Adam m and v in fp32 (8 B; Rajbhandari et al. 2020, K = 12);
+# 8-bit Adam m and v (2 B; Dettmers et al. 2022); SGD momentum (4 B); Adafactor's factored second moment
+# (~0 B per parameter, no first moment; Shazeer & Stern 2018).
+OPTIMIZER_STATE_BYTES = {"adam": 12.0, "adam-8bit": 6.0, "sgd": 8.0, "adafactor": 4.0}
 
 
 class TrainWorkload(BaseModel):
@@ -29,8 +34,10 @@ class TrainWorkload(BaseModel):
         None, description="Datatype of the gradient reduction (default: grad_dtype; under ZeRO-3 the compute "
         "dtype, as DeepSpeed and FSDP reduce-scatter 16-bit gradients into fp32 shards)."
     )
-    optimizer_bytes_per_param: Annotated[float, Field(ge=0)] = Field(
-        12.0, description="Optimizer state per parameter: Adam with fp32 master, m and v = 12 bytes."
+    optimizer: Literal["adam", "adam-8bit", "sgd", "adafactor"] = Field(
+        "adam", description="Optimizer whose state is kept per parameter (with an fp32 master copy).")
+    optimizer_bytes_per_param: Annotated[float, Field(ge=0)] | None = Field(
+        None, description="Override: optimizer state bytes per parameter (default: from the optimizer)."
     )
     attention: AttentionKernel | None = Field(None, description="Attention kernel (default: the system's).")
     overlap_grad_reduce: bool | None = Field(None, description="Overlap DP reduction (default: the system's).")
@@ -43,6 +50,13 @@ class TrainWorkload(BaseModel):
     host_reserve_fraction: Annotated[float, Field(ge=0, lt=1)] = Field(
         0.2, description="Share of host DRAM kept free of offloaded tensors (OS, pinned buffers)."
     )
+
+    @property
+    def optimizer_state_bytes(self) -> float:
+        """State per parameter: fp32 master copy plus the optimizer's moments."""
+        if self.optimizer_bytes_per_param is not None:
+            return self.optimizer_bytes_per_param
+        return OPTIMIZER_STATE_BYTES[self.optimizer]
 
     @model_validator(mode="after")
     def _check(self) -> Self:

@@ -121,7 +121,7 @@ def param_memory(ctx: Ctx, dense: np.ndarray, expert: np.ndarray, *, offloaded: 
     keep_o = (1 - r.f_opt) if offloaded else 1.0
     weights = sharded(3) * weight_bytes(w) * keep_w
     grads = sharded(2) * DTYPE_BYTES[w.grad_dtype]
-    optimizer = sharded(1) * w.optimizer_bytes_per_param * keep_o
+    optimizer = sharded(1) * w.optimizer_state_bytes * keep_o
     return weights, grads, optimizer
 
 
@@ -224,7 +224,7 @@ def optimizer_bytes_per_param(work: TrainWorkload) -> float:
     grad-norm read, Adam read grad + state, write state, write the 16-bit copy; fp16 adds loss-scale
     unscaling and the inf/nan check (two more passes over the fp32 gradients)."""
     g = DTYPE_BYTES[work.grad_dtype]
-    per = g + (g + work.optimizer_bytes_per_param) + work.optimizer_bytes_per_param + DTYPE_BYTES["bf16"]
+    per = g + (g + work.optimizer_state_bytes) + work.optimizer_state_bytes + DTYPE_BYTES["bf16"]
     if work.dtype == "fp16":
         per += 3 * DTYPE_BYTES["fp32"]  # unscale (read + write) and the overflow check (read)
     return per
