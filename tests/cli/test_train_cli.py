@@ -87,7 +87,8 @@ def test_optimizer_choice_sets_the_state_bytes(run_cli) -> None:
     """Adam keeps 12 B/param (fp32 master, m, v); 8-bit Adam 6 B; SGD with momentum 8 B (ZeRO paper, K = 12)."""
     base = ["estimate", "train", "--model", "llama-3.1-8b", "--hardware", "dgx-h100", "--gpus", "1",
             "--global-batch", "8", "--seq-len", "1024", "--json"]
-    got = {o: run_cli(*base, "--optimizer", o).json()["memory"]["optimizer_bytes"] for o in ("adam", "adam-8bit", "sgd")}
+    got = {o: run_cli(*base, "--optimizer", o).json()["memory"]["optimizer_bytes"]
+           for o in ("adam", "adam-8bit", "sgd")}
     assert got["adam-8bit"] == pytest.approx(got["adam"] / 2)
     assert got["sgd"] == pytest.approx(got["adam"] * 8 / 12)
     r = run_cli(*base, "--optimizer", "lion")
