@@ -34,6 +34,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from shardplan.costmodel import comm
 from shardplan.costmodel import infer_ops as O
 from shardplan.costmodel.ops import PhaseCost
+from shardplan.costmodel.stages import moe_layers_before
 from shardplan.hardware.spec import SystemSpec
 from shardplan.models import params as P
 from shardplan.models.spec import ModelSpec
@@ -160,14 +161,6 @@ class StageShape:
                 "moe": self.moe_layers, "head": self.has_head.astype(float)}[kind]
 
 
-def _moe_before(model: ModelSpec, x: np.ndarray) -> np.ndarray:
-    """MoE layers among layer indices [0, x): every ``layer_freq``-th layer from ``first_dense_layers``."""
-    if model.moe is None:
-        return np.zeros_like(x)
-    count = np.ceil(np.maximum(x - model.moe.first_dense_layers, 0) / model.moe.layer_freq)
-    return np.minimum(count, model.num_moe_layers)
-
-
 def stage_shapes(model: ModelSpec, pp: np.ndarray) -> list[StageShape]:
     """vLLM's split (``get_pp_indices``): ⌊L/pp⌋ layers each, the remainder added to stages pp−2, pp−3, …"""
     L, p = model.num_layers, pp.astype(float)
@@ -178,8 +171,8 @@ def stage_shapes(model: ModelSpec, pp: np.ndarray) -> list[StageShape]:
     one = np.ones_like(p, dtype=bool)
     freq = model.moe.layer_freq if model.moe else 1
     mid_moe = np.minimum(np.ceil(n_mid / freq), model.num_moe_layers) if model.moe else np.zeros_like(p)
-    last_moe = _moe_before(model, np.full_like(p, L)) - _moe_before(model, L - n_last)
-    return [StageShape("first", n_first, _moe_before(model, n_first), one, p == 1, one),
+    last_moe = moe_layers_before(model, np.full_like(p, L)) - moe_layers_before(model, L - n_last)
+    return [StageShape("first", n_first, moe_layers_before(model, n_first), one, p == 1, one),
             StageShape("middle", n_mid, mid_moe, ~one, ~one, p > 2),
             StageShape("last", n_last, last_moe, ~one, one, p > 1)]
 

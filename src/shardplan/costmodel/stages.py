@@ -18,6 +18,7 @@ import numpy as np
 from shardplan.costmodel import layers as Lyr
 from shardplan.costmodel.memory import LayerActivations, LayerParams, layer_activations, layer_params
 from shardplan.costmodel.ops import Ctx, Op, PhaseCost, backward, selective_part
+from shardplan.models.spec import ModelSpec
 
 STAGES = ("first", "middle", "last")
 
@@ -72,13 +73,13 @@ class StageShape:
         return self.layers - self.moe_layers
 
 
-def _moe_before(ctx: Ctx, x: np.ndarray) -> np.ndarray:
+def moe_layers_before(model: ModelSpec, x: np.ndarray) -> np.ndarray:
     """MoE layers among layer indices [0, x): every ``layer_freq``-th layer from ``first_dense_layers``."""
-    moe = ctx.model.moe
+    moe = model.moe
     if moe is None:
         return np.zeros_like(x)
     count = np.ceil(np.maximum(x - moe.first_dense_layers, 0) / moe.layer_freq)
-    return np.minimum(count, ctx.model.num_moe_layers)
+    return np.minimum(count, model.num_moe_layers)
 
 
 def stage_shapes(ctx: Ctx) -> list[StageShape]:
@@ -91,8 +92,9 @@ def stage_shapes(ctx: Ctx) -> list[StageShape]:
     n_first = np.where(p == 1, L, base + (spill >= 1))
     n_last = np.where(p == 1, L, base + (spill >= 2))
     one = np.ones_like(p, dtype=bool)
-    first = StageShape("first", np.zeros_like(p), n_first, _moe_before(ctx, n_first), one, p == 1, one)
-    last = StageShape("last", p - 1, n_last, _moe_before(ctx, np.full_like(p, L)) - _moe_before(ctx, L - n_last),
+    first = StageShape("first", np.zeros_like(p), n_first, moe_layers_before(ctx.model, n_first), one, p == 1, one)
+    last_moe = moe_layers_before(ctx.model, np.full_like(p, L)) - moe_layers_before(ctx.model, L - n_last)
+    last = StageShape("last", p - 1, n_last, last_moe,
                       p == 1, one, p > 1)
     freq = ctx.model.moe.layer_freq if ctx.model.moe else 1
     mid_moe = np.minimum(np.ceil(n_mid / freq), ctx.model.num_moe_layers) if ctx.model.moe else np.zeros_like(p)

@@ -38,6 +38,7 @@ from shardplan.errors import ShardplanError
 from shardplan.hardware.spec import SystemSpec
 from shardplan.models.spec import ModelSpec
 from shardplan.planner.infer_explain import InferObjective, memory_reason, pareto_front, slo_reason
+from shardplan.planner.pins import require_allowed
 from shardplan.planner.scaling import TIME_UNIT_S, from_int_throughput, from_int_time, to_int_throughput, to_int_time
 from shardplan.planner.select import brute_force, explain_infeasible, select
 from shardplan.units import format_seconds
@@ -118,14 +119,9 @@ def _check_pins(req: InferRequest) -> None:
     """Each pinned value must be possible on its own (the combination is checked by enumeration)."""
     m, n = req.model, req.num_gpus
 
-    def need(name: str, value: int | None, allowed: list[int]) -> None:
-        if value is not None and value not in allowed:
-            shown = ", ".join(str(a) for a in allowed[:16]) + (", …" if len(allowed) > 16 else "")
-            raise ShardplanError(f"{value} is not possible here; allowed: {shown}", field=name)
-
-    need("tp", req.tp, [t for t in valid_tp(m) if n % t == 0])
-    need("pp", req.pp, [p for p in divisors(n) if p <= m.num_layers])
-    need("ep", req.ep, [e for e in divisors(m.moe.num_experts) if n % e == 0] if m.moe else [1])
+    require_allowed("tp", req.tp, [t for t in valid_tp(m) if n % t == 0])
+    require_allowed("pp", req.pp, [p for p in divisors(n) if p <= m.num_layers])
+    require_allowed("ep", req.ep, [e for e in divisors(m.moe.num_experts) if n % e == 0] if m.moe else [1])
     if req.batch is not None and req.max_batch:
         raise ShardplanError("give --batch B or --max-batch, not both", field="batch")
 

@@ -22,6 +22,7 @@ from shardplan.hardware.spec import SystemSpec
 from shardplan.models.spec import ModelSpec
 from shardplan.planner.explain_train import comparisons, explanation, infeasible_plan
 from shardplan.planner.knobs import OffloadPolicy
+from shardplan.planner.pins import require_allowed
 from shardplan.planner.plan import Alternative, SolverOut, TrainPlan
 from shardplan.planner.scaling import RATE_UNIT_S, TIME_UNIT_S, from_int_time, to_int_time
 from shardplan.planner.select import select
@@ -64,17 +65,12 @@ def _check_pins(req: TrainRequest) -> None:
     """Each pinned value must be possible on its own (the combination is checked by enumeration)."""
     m, n = req.model, req.num_gpus
 
-    def need(name: str, value: int | None, allowed: list[int]) -> None:
-        if value is not None and value not in allowed:
-            shown = ", ".join(str(a) for a in allowed[:16]) + (", …" if len(allowed) > 16 else "")
-            raise ShardplanError(f"{value} is not possible here; allowed: {shown}", field=name)
-
-    need("tp", req.tp, [t for t in valid_tp(m) if n % t == 0])
-    need("pp", req.pp, [p for p in divisors(n) if p <= m.num_layers])
-    need("dp", req.dp, divisors(n))
-    need("cp", req.cp, [c for c in divisors(n) if req.workload.seq_len % c == 0])
-    need("ep", req.ep, divisors(m.moe.num_experts) if m.moe else [1])
-    need("zero", req.zero_stage, [0, 1, 2, 3])
+    require_allowed("tp", req.tp, [t for t in valid_tp(m) if n % t == 0])
+    require_allowed("pp", req.pp, [p for p in divisors(n) if p <= m.num_layers])
+    require_allowed("dp", req.dp, divisors(n))
+    require_allowed("cp", req.cp, [c for c in divisors(n) if req.workload.seq_len % c == 0])
+    require_allowed("ep", req.ep, divisors(m.moe.num_experts) if m.moe else [1])
+    require_allowed("zero", req.zero_stage, [0, 1, 2, 3])
 
 
 def _space_request(req: TrainRequest) -> SpaceRequest:
