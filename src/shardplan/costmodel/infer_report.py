@@ -8,12 +8,12 @@ the cheapest single changes that fit — when the batch's KV cache or the weight
 from __future__ import annotations
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
 from shardplan.costmodel.infer import InferCost, InferLayout, InferRows, InferWorkload, infer_cost
 from shardplan.costmodel.infer_ops import ATTN
 from shardplan.costmodel.ops import COMM, GEMM, Op
-from shardplan.costmodel.report import Status
+from shardplan.costmodel.result import Out, ResultHead
 from shardplan.costmodel.roofline import compute_time, memory_time
 from shardplan.costmodel.space import _fmt, check_gpus, divisors
 from shardplan.errors import ShardplanError
@@ -22,11 +22,7 @@ from shardplan.models.spec import ModelSpec
 from shardplan.units import format_bytes
 
 
-class _Out(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class InferPlanOut(_Out):
+class InferPlanOut(Out):
     tp: int
     pp: int
     ep: int
@@ -34,7 +30,7 @@ class InferPlanOut(_Out):
     batch_size: int = Field(description="Concurrent sequences per replica.")
 
 
-class InferMetrics(_Out):
+class InferMetrics(Out):
     ttft_s: float = Field(description="Time to first token: prefill of the whole batch (chunked).")
     tpot_s: float = Field(description="Time per output token: one decode step at the mean context.")
     tokens_per_s: float = Field(description="Output tokens per second over all GPUs (all replicas).")
@@ -46,7 +42,7 @@ class InferMetrics(_Out):
     mean_context: float = Field(description="Context length at which TPOT is evaluated: prompt + gen/2.")
 
 
-class InferMemory(_Out):
+class InferMemory(Out):
     stage: str = Field(description="The pipeline stage with the fewest KV blocks (binds the batch).")
     weights_bytes: float
     gradients_bytes: float = 0.0
@@ -63,7 +59,7 @@ class InferMemory(_Out):
     kv_bytes_per_token: float = Field(description="KV bytes per token position on one GPU of the stage.")
 
 
-class PhaseLayerRow(_Out):
+class PhaseLayerRow(Out):
     phase: str = Field(description="prefill (one chunk) or decode (one step of one micro-batch).")
     kind: str
     count: int = Field(description="Layers of this kind in the model (all stages).")
@@ -74,18 +70,13 @@ class PhaseLayerRow(_Out):
     bound: str = Field(description="What most of the layer's time waits on: compute, memory or communication.")
 
 
-class SloOut(_Out):
+class SloOut(Out):
     max_ttft_s: float | None
     max_tpot_s: float | None
     met: bool = Field(description="TTFT and TPOT are within the limits given.")
 
 
-class InferReport(_Out):
-    status: Status
-    reason: str | None = None
-    suggestions: list[str] = Field(default_factory=list)
-    model: str
-    hardware: str
+class InferReport(ResultHead):
     num_gpus: int
     prompt_len: int
     gen_len: int

@@ -8,22 +8,18 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-Status = Literal["optimal", "feasible", "infeasible"]
-
-
-class _Out(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+from shardplan.costmodel.result import Out, ResultHead
 
 
-class TierSplit(_Out):
+class TierSplit(Out):
     gpu: float = Field(description="Fraction on the GPU.")
     cpu: float = Field(description="Fraction in CPU memory.")
     disk: float = Field(description="Fraction on disk.")
 
 
-class OffloadPlanOut(_Out):
+class OffloadPlanOut(Out):
     gpu_batch_size: int
     num_gpu_batches: int
     block_size: int = Field(description="Sequences generated together: gpu_batch_size × num_gpu_batches.")
@@ -37,7 +33,7 @@ class OffloadPlanOut(_Out):
     pin_weights: bool
 
 
-class OffloadMetrics(_Out):
+class OffloadMetrics(Out):
     tokens_per_s: float = Field(description="Generated tokens per second: block × gen_len / (prefill + decode).")
     prefill_s: float = Field(description="Prefill of the whole block (all layers).")
     decode_s: float = Field(description="All decode steps of the whole block.")
@@ -48,14 +44,14 @@ class OffloadMetrics(_Out):
     layer_decode_s: float = Field(description="One layer's decode step for the block (mean over steps).")
 
 
-class ResourceRow(_Out):
+class ResourceRow(Out):
     phase: Literal["prefill", "decode"]
     resource: str = Field(description="gpu, cpu, pcie_h2d, pcie_d2h, disk_read, disk_write.")
     busy_s: float = Field(description="Time the resource is busy in the phase (whole run).")
     binding_s: float = Field(description="Time the phase waits on this resource (it is the slowest one).")
 
 
-class TierMemory(_Out):
+class TierMemory(Out):
     tier: Literal["gpu", "cpu", "disk"]
     weights_bytes: float
     kv_cache_bytes: float
@@ -66,7 +62,7 @@ class TierMemory(_Out):
     phase: str = Field("", description="For the GPU: the phase whose peak binds (prefill or decode).")
 
 
-class OffloadMemoryOut(_Out):
+class OffloadMemoryOut(Out):
     weights_bytes: float = Field(description="GPU-resident weights.")
     gradients_bytes: float = 0.0
     optimizer_bytes: float = 0.0
@@ -82,12 +78,7 @@ class OffloadMemoryOut(_Out):
     tiers: list[TierMemory]
 
 
-class OffloadReport(_Out):
-    status: Status
-    reason: str | None = None
-    suggestions: list[str] = Field(default_factory=list)
-    model: str
-    hardware: str
+class OffloadReport(ResultHead):
     prompt_len: int
     gen_len: int
     plan: OffloadPlanOut

@@ -6,24 +6,18 @@ Field names follow the JSON contract of DESIGN.md (``status plan metrics memory`
 
 from __future__ import annotations
 
-from typing import Literal
+from pydantic import Field
 
-from pydantic import BaseModel, ConfigDict, Field
-
-Status = Literal["optimal", "feasible", "infeasible"]
+from shardplan.costmodel.result import Out, ResultHead
 
 
-class _Out(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-
-class OffloadOut(_Out):
+class OffloadOut(Out):
     weights: float = Field(description="Fraction of weights kept on the CPU and streamed in.")
     optimizer: float = Field(description="Fraction of optimizer state (and its update) on the CPU.")
     activations: float = Field(description="Fraction of stored activations kept on the CPU.")
 
 
-class TrainPlanOut(_Out):
+class TrainPlanOut(Out):
     tp: int
     pp: int
     dp: int
@@ -40,7 +34,7 @@ class TrainPlanOut(_Out):
     offload: OffloadOut
 
 
-class TrainMetrics(_Out):
+class TrainMetrics(Out):
     step_time_s: float
     tokens_per_s: float
     mfu: float = Field(description="Model FLOPs (no recompute, full attention) / (time · GPUs · peak).")
@@ -58,7 +52,7 @@ class TrainMetrics(_Out):
     optimizer_s: float
 
 
-class MemoryOut(_Out):
+class MemoryOut(Out):
     stage: str = Field(description="The stage whose memory binds (first, middle, last).")
     weights_bytes: float
     gradients_bytes: float
@@ -73,7 +67,7 @@ class MemoryOut(_Out):
     host_capacity_bytes: float
 
 
-class LayerRow(_Out):
+class LayerRow(Out):
     stage: str
     kind: str
     count: int
@@ -94,7 +88,7 @@ class LayerRow(_Out):
     activations_bytes: float
 
 
-class StageRow(_Out):
+class StageRow(Out):
     stage: str
     index: int
     layers: int
@@ -112,12 +106,7 @@ class StageRow(_Out):
     fits: bool
 
 
-class TrainReport(_Out):
-    status: Status
-    reason: str | None = None
-    suggestions: list[str] = Field(default_factory=list)
-    model: str
-    hardware: str
+class TrainReport(ResultHead):
     num_gpus: int
     seq_len: int
     plan: TrainPlanOut

@@ -32,7 +32,7 @@ from shardplan.costmodel.infer_report import (
     valid_ep,
     valid_tp,
 )
-from shardplan.costmodel.report import Status
+from shardplan.costmodel.result import ResultHead, Status
 from shardplan.costmodel.space import check_gpus, divisors
 from shardplan.errors import ShardplanError
 from shardplan.hardware.spec import SystemSpec
@@ -92,14 +92,7 @@ class InferAlternative(BaseModel):
     metrics: InferMetrics
 
 
-class InferPlan(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    status: Status
-    reason: str | None = None
-    suggestions: list[str] = Field(default_factory=list)
-    model: str
-    hardware: str
+class InferPlan(ResultHead):
     num_gpus: int
     prompt_len: int
     gen_len: int

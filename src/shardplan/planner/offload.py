@@ -36,10 +36,10 @@ from shardplan.costmodel.offload_report import (
     OffloadPlanOut,
     OffloadReport,
     ResourceRow,
-    Status,
 )
 from shardplan.costmodel.offload_table import build_offload_table
 from shardplan.costmodel.offload_terms import OffloadTable
+from shardplan.costmodel.result import ResultHead, Status
 from shardplan.hardware.spec import SystemSpec
 from shardplan.models.spec import ModelSpec
 from shardplan.planner.offload_bounds import (
@@ -93,14 +93,7 @@ class OffloadSolverOut(BaseModel):
     gap: float
 
 
-class OffloadPlanResult(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    status: Status
-    reason: str | None = None
-    suggestions: list[str] = Field(default_factory=list)
-    model: str
-    hardware: str
+class OffloadPlanResult(ResultHead):
     prompt_len: int
     gen_len: int
     objective: OffloadObjective

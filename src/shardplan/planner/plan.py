@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from shardplan.costmodel.report import LayerRow, MemoryOut, StageRow, Status, TrainMetrics, TrainPlanOut
-
-
-class _Out(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+from shardplan.costmodel.report import LayerRow, MemoryOut, StageRow, TrainMetrics, TrainPlanOut
+from shardplan.costmodel.result import Out, ResultHead, Status
 
 
-class SolverOut(_Out):
+class SolverOut(Out):
     status: Status = Field(description="CP-SAT status of the first solve: optimal, feasible (time limit), "
                            "or infeasible (no layout fits).")
     wall_time_s: float = Field(description="Whole planning time: enumerate, cost, solve, report.")
@@ -27,7 +24,7 @@ class SolverOut(_Out):
     pruned: dict[str, int] = Field(default_factory=dict, description="Layouts removed by each rule.")
 
 
-class Alternative(_Out):
+class Alternative(Out):
     rank: int
     plan: TrainPlanOut
     step_time_s: float
@@ -36,7 +33,7 @@ class Alternative(_Out):
     memory_bytes: float
 
 
-class Comparison(_Out):
+class Comparison(Out):
     layout: str = Field(description="The obvious alternative, e.g. 'TP=8 PP=1'.")
     fits: bool
     step_time_s: float | None = None
@@ -44,12 +41,7 @@ class Comparison(_Out):
     note: str = ""
 
 
-class TrainPlan(_Out):
-    status: Status
-    reason: str | None = None
-    suggestions: list[str] = Field(default_factory=list)
-    model: str
-    hardware: str
+class TrainPlan(ResultHead):
     num_gpus: int
     seq_len: int
     plan: TrainPlanOut | None = None
