@@ -194,3 +194,18 @@ def check_gpus(system: SystemSpec, num_gpus: int) -> None:
     except ValidationError as e:
         msg = e.errors()[0]["msg"].removeprefix("Value error, ")
         raise ShardplanError(msg, field="gpus") from None
+
+
+def row_keys(columns: list[np.ndarray]) -> np.ndarray:
+    """One int64 per row, equal exactly when the rows are equal in every column (mixed-radix code of each
+    column's rank among its distinct values): a fast stand-in for ``np.unique(..., axis=0)``."""
+    key = np.zeros(len(columns[0]), dtype=np.int64)
+    radix = 1
+    for col in columns:
+        values, inverse = np.unique(col, return_inverse=True)
+        if radix * len(values) >= 2**62:
+            # too many combinations for one int64: fall back to ranks of whole rows
+            return np.unique(np.stack(columns, axis=1), axis=0, return_inverse=True)[1].astype(np.int64).ravel()
+        key += inverse.astype(np.int64).ravel() * radix
+        radix *= len(values)
+    return key

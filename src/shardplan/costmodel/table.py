@@ -20,6 +20,7 @@ import numpy as np
 
 from shardplan.costmodel.evaluate import fits, host_capacity
 from shardplan.costmodel.layout import LayoutArrays, TrainWorkload
+from shardplan.costmodel.space import row_keys
 from shardplan.costmodel.train import TrainCost, train_cost
 from shardplan.hardware.spec import SystemSpec
 from shardplan.models.spec import ModelSpec
@@ -113,8 +114,8 @@ def build_train_table(model: ModelSpec, system: SystemSpec, work: TrainWorkload,
             variants.append(sub.ctx.rows.replace(**f))
         extra = _concat(variants)
         # distinct variants only
-        key = np.stack([extra.f_opt, extra.f_w, extra.f_act, np.tile(bad, len(variants))], axis=1)
-        _, uniq = np.unique(key, axis=0, return_index=True)
+        key = row_keys([extra.f_opt, extra.f_w, extra.f_act, np.tile(bad, len(variants))])
+        _, uniq = np.unique(key, return_index=True)
         extra = extra.take(np.sort(uniq))
         changed = (extra.f_opt + extra.f_w + extra.f_act) > 0
         rows = _concat([rows, extra.take(np.flatnonzero(changed))])

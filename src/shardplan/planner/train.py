@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from shardplan.costmodel.evaluate import estimate_training
 from shardplan.costmodel.layout import LayoutArrays, Recompute, TrainWorkload
-from shardplan.costmodel.space import SpaceRequest, check_gpus, divisors, enumerate_layouts, valid_tp
+from shardplan.costmodel.space import SpaceRequest, check_gpus, divisors, enumerate_layouts, row_keys, valid_tp
 from shardplan.costmodel.table import TrainTable, build_train_table
 from shardplan.errors import ShardplanError
 from shardplan.hardware.spec import SystemSpec
@@ -108,9 +108,9 @@ def primary_objective(table: TrainTable, idx: np.ndarray, per_sequence: bool) ->
 def distinct_best(table: TrainTable, idx: np.ndarray, primary: np.ndarray, rank: np.ndarray) -> np.ndarray:
     """Among rows ``idx``, the best row of every distinct layout (offload variants collapse)."""
     r = table.rows
-    keys = np.stack([getattr(r, k)[idx] for k in LAYOUT_KEY], axis=1)
+    keys = row_keys([getattr(r, k)[idx] for k in LAYOUT_KEY])
     order = np.lexsort((rank, primary))
-    _, first = np.unique(keys[order], axis=0, return_index=True)
+    _, first = np.unique(keys[order], return_index=True)
     return np.sort(order[first])
 
 
