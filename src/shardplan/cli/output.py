@@ -40,3 +40,13 @@ def emit(payload: dict[str, Any], render: Callable[[Console], None], *, as_json:
         print(json.dumps(_clean(payload), separators=(",", ":"), sort_keys=False))
     else:
         render(console())
+
+
+def render_infeasible(con: Console, result: Any) -> bool:
+    """Print the infeasible head (binding resource, then one fix per line); False when the result fits."""
+    if result.status != "infeasible":
+        return False
+    con.print(f"[bold red]INFEASIBLE[/]: {result.reason}")
+    for line in result.suggestions:
+        con.print(f"  To fix: {line}")
+    return True

@@ -7,6 +7,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from shardplan.cli.output import render_infeasible
 from shardplan.units import format_bytes, format_seconds
 
 
@@ -54,10 +55,7 @@ def render_summary(con: Console, report: Any) -> None:
 
 
 def render_status(con: Console, report: Any) -> None:
-    if report.status == "infeasible":
-        con.print(f"[bold red]INFEASIBLE[/]: {report.reason}")
-        if report.suggestions:
-            con.print("To fix: " + "; or ".join(report.suggestions))
+    if render_infeasible(con, report):
         return
     con.print(f"[bold green]{report.status.upper()}[/]: fits, {format_bytes(report.memory.total_bytes)} of "
               f"{format_bytes(report.memory.capacity_bytes)} per GPU on the {report.memory.stage} stage")
@@ -93,10 +91,7 @@ def render_plan(con: Console, plan: Any) -> None:
               f"{plan.gen_len}, objective {plan.objective}")
     con.print(f"CP-SAT: {s.status.upper()} in {format_seconds(s.wall_time_s)} (table {format_seconds(s.build_s)}, "
               f"solve {format_seconds(s.solve_s)}); {s.candidates:,} (layout, batch) rows, {s.feasible:,} admissible")
-    if plan.status == "infeasible":
-        con.print(f"[bold red]INFEASIBLE[/]: {plan.reason}")
-        for line in plan.suggestions:
-            con.print(f"  To fix: {line}")
+    if render_infeasible(con, plan):
         return
     con.print(f"[bold]Plan[/]: {layout_line(plan.plan)}")
     render_layers(con, plan.prefill_layers, "Prefill: one chunk, per layer, one GPU")

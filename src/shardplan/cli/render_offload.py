@@ -7,6 +7,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from shardplan.cli.output import render_infeasible
 from shardplan.units import format_bytes, format_seconds
 
 RESOURCE_LABELS = {"gpu": "GPU compute", "cpu": "CPU (attention, staging)", "pcie_h2d": "PCIe host→GPU",
@@ -93,11 +94,7 @@ def render_estimate(con: Console, report: Any) -> None:
     render_metrics(con, report)
     render_resources(con, report)
     render_memory(con, report)
-    if report.status == "infeasible":
-        con.print(f"[bold red]INFEASIBLE[/]: {report.reason}")
-        if report.suggestions:
-            con.print("To fix: " + "; or ".join(report.suggestions))
-    else:
+    if not render_infeasible(con, report):
         con.print(f"[bold green]FEASIBLE[/]: {report.metrics.tokens_per_s:,.3g} tokens/s; {_bottlenecks(report)}")
 
 
@@ -109,10 +106,7 @@ def render_plan(con: Console, plan: Any) -> None:
               f"{format_seconds(s.build_s)}, solve {format_seconds(s.solve_s)}); {s.candidates:,} knob rows, "
               f"{s.pruned_memory:,} cannot fit, {s.pruned_bound:,} bounded out, {s.solved:,} solved"
               + (f"; gap {s.gap:.2%}" if s.status == "feasible" else ""))
-    if plan.status == "infeasible":
-        con.print(f"[bold red]INFEASIBLE[/]: {plan.reason}")
-        for line in plan.suggestions:
-            con.print(f"  To fix: {line}")
+    if render_infeasible(con, plan):
         return
     con.print(f"[bold]Plan[/]: {policy_line(plan.plan)}")
     render_placement(con, plan.plan)

@@ -7,6 +7,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from shardplan.cli.output import render_infeasible
 from shardplan.units import format_bytes, format_seconds
 
 
@@ -99,11 +100,7 @@ def render_summary(con: Console, report: Any) -> None:
 
 
 def render_status(con: Console, report: Any) -> None:
-    if report.status == "infeasible":
-        con.print(f"[bold red]INFEASIBLE[/]: {report.reason}")
-        if report.suggestions:
-            con.print("To fix: " + "; or ".join(report.suggestions))
-    else:
+    if not render_infeasible(con, report):
         mem = report.memory
         con.print(f"[bold green]{report.status.upper()}[/]: fits, {format_bytes(mem.total_bytes)} of "
                   f"{format_bytes(mem.capacity_bytes)} per GPU on the {mem.stage} stage "
@@ -126,10 +123,7 @@ def render_plan(con: Console, plan: Any) -> None:
               f"solve {format_seconds(s.solve_s)}); {s.candidates:,} layouts, {s.evaluated:,} costed, "
               f"{s.feasible:,} fit, {s.selector_rows:,} distinct to the solver"
               + (f"; gap {s.gap:.2%}" if s.status == "feasible" else ""))
-    if plan.status == "infeasible":
-        con.print(f"[bold red]INFEASIBLE[/]: {plan.reason}")
-        for line in plan.suggestions:
-            con.print(f"  To fix: {line}")
+    if render_infeasible(con, plan):
         return
     con.print(f"[bold]Plan[/]: {layout_line(plan.plan)}")
     render_layers(con, plan)
