@@ -11,7 +11,6 @@ import math
 from typing import Any
 
 import pytest
-
 from tests.golden.requests import GOLDEN_DIR, REQUESTS, run_request
 
 
