@@ -31,6 +31,8 @@ class NormKind(StrEnum):
     """Normalisation layer: LayerNorm has a weight and a bias, RMSNorm a weight only."""
 
     LAYERNORM = "layernorm"
+    LAYERNORM_NO_BIAS = "layernorm-nobias"
+    """LayerNorm without a bias (Cohere): a weight only, like RMSNorm."""
     RMSNORM = "rmsnorm"
 
 
@@ -40,6 +42,8 @@ class PositionKind(StrEnum):
     LEARNED = "learned"
     ROPE = "rope"
     ALIBI = "alibi"
+    NOPE = "none"
+    """No positional encoding in attention (Nemotron-H, Granite 4.0-H: order comes from the SSM layers)."""
 
 
 class Mixer(StrEnum):
