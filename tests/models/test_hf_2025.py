@@ -32,7 +32,8 @@ def test_every_folder_has_a_source_note():
 
 
 # Gemma 3 report (arXiv 2503.19786) Table 1, parameters in millions: vision encoder, embedding, non-embedding.
-GEMMA3_TABLE1 = {"gemma-3-1b-it": (0, 302, 698), "gemma-3-4b-it": (417, 675, 3209), "gemma-3-27b-it": (417, 1416, 25600)}
+GEMMA3_TABLE1 = {"gemma-3-1b-it": (0, 302, 698), "gemma-3-4b-it": (417, 675, 3209),
+                 "gemma-3-27b-it": (417, 1416, 25600)}
 
 
 @pytest.mark.parametrize("name", sorted(GEMMA3_TABLE1))
@@ -174,3 +175,33 @@ def test_granite_hybrid_every_layer_has_moe():
     m = model("granite-4.0-h-tiny")
     assert m.mixer_counts() == {Mixer.MAMBA: 36, Mixer.FULL: 4}
     assert round(m.total_params / 1e9) == 7 and round(m.active_params / 1e9) == 1
+
+
+# catalog preset → the fixture folder holding the config.json it was written from
+PRESET_FIXTURES = {
+    "gemma-3-27b": "gemma-3-27b-it", "gemma-3-4b": "gemma-3-4b-it", "llama-4-scout": "Llama-4-Scout-17B-16E",
+    "llama-4-maverick": "Llama-4-Maverick-17B-128E", "gpt-oss-20b": "gpt-oss-20b", "gpt-oss-120b": "gpt-oss-120b",
+    "qwen3-next-80b-a3b": "Qwen3-Next-80B-A3B-Instruct", "kimi-k2": "Kimi-K2-Instruct", "glm-4.5": "GLM-4.5",
+    "glm-4.5-air": "GLM-4.5-Air", "olmo-2-7b": "OLMo-2-1124-7B",
+}
+
+
+@pytest.mark.parametrize(("preset", "folder"), sorted(PRESET_FIXTURES.items()))
+def test_preset_equals_the_import_of_its_config(preset: str, folder: str):
+    from shardplan.models import MODELS
+
+    m, ref = model(folder), MODELS[preset]
+    skip = {"name", "source", "num_kv_heads", "head_dim"}
+    assert m.model_dump(exclude=skip) == ref.model_dump(exclude=skip)
+    assert (m.kv_heads, m.head_size, m.total_params, m.active_params, m.mtp_params) == \
+        (ref.kv_heads, ref.head_size, ref.total_params, ref.active_params, ref.mtp_params)
+
+
+def test_qwen3_32b_matches_the_card():
+    # https://huggingface.co/Qwen/Qwen3-32B: "Number of Parameters: 32.8B; Number of Parameters (Non-Embedding): 31.2B".
+    from shardplan.models import MODELS
+
+    m = MODELS["qwen3-32b"]
+    assert m.total_params == pytest.approx(32.8e9, rel=0.005)
+    embeddings = param_breakdown(m)["embedding/tokens"] + param_breakdown(m)["lm_head"]
+    assert m.total_params - embeddings == pytest.approx(31.2e9, rel=0.005)

@@ -10,6 +10,7 @@ from typing import Any
 
 from shardplan.models.kinds import MlpKind, NormKind, PositionKind, RopeScaling, RouterScore
 from shardplan.models.parts import MLASpec, MoESpec, RopeSpec
+from shardplan.models.presets_2025 import PRESETS_2025
 from shardplan.models.spec import ModelSpec
 
 HF = "https://huggingface.co/{}/blob/main/config.json"
@@ -200,4 +201,4 @@ _MOE: list[ModelSpec] = [
     ),
 ]
 
-PRESETS: list[ModelSpec] = [*_GPT, *_OPT, *_OTHER_DENSE, *_LLAMA, *_MOE]
+PRESETS: list[ModelSpec] = [*_GPT, *_OPT, *_OTHER_DENSE, *_LLAMA, *_MOE, *PRESETS_2025]
