@@ -29,7 +29,10 @@ def _inputs(model: str, hardware: str, cpu_mem: str | None, disk: str | None, gp
     from shardplan.models import resolve_model
     from shardplan.units import parse_size
 
+    from shardplan.cli.common import warn_model
+
     spec = resolve_model(model)
+    warn_model(spec)
     system = resolve_system(hardware)
     caps = default_capacities(
         system, cpu_mem=parse_size(cpu_mem, field="cpu-mem") if cpu_mem is not None else None,
