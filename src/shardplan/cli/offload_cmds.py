@@ -24,12 +24,11 @@ Triplet = "percent on GPU,CPU,disk summing to 100, e.g. 20,80,0"
 
 def _inputs(model: str, hardware: str, cpu_mem: str | None, disk: str | None, gpu_mem: str | None) -> tuple[Any, ...]:
     """ModelSpec, SystemSpec and tier capacities (explicit sizes are taken as given)."""
+    from shardplan.cli.common import warn_model
     from shardplan.costmodel.offload_policy import default_capacities
     from shardplan.hardware import resolve_system
     from shardplan.models import resolve_model
     from shardplan.units import parse_size
-
-    from shardplan.cli.common import warn_model
 
     spec = resolve_model(model)
     warn_model(spec)
