@@ -205,3 +205,42 @@ def test_qwen3_32b_matches_the_card():
     assert m.total_params == pytest.approx(32.8e9, rel=0.005)
     embeddings = param_breakdown(m)["embedding/tokens"] + param_breakdown(m)["lm_head"]
     assert m.total_params - embeddings == pytest.approx(31.2e9, rel=0.005)
+
+
+def _cfg(name: str, **override: object) -> dict:
+    return json.loads((CONFIGS / name / "config.json").read_text()) | override
+
+
+def _text(name: str, **override: object) -> dict:
+    cfg = _cfg(name)
+    return cfg | {"text_config": cfg["text_config"] | override}
+
+
+BAD = [
+    ("layer_types length", _cfg("gpt-oss-20b", layer_types=["full_attention"] * 3), "'layer_types' has 3 entries"),
+    ("layer type unknown", _cfg("Qwen3-Next-80B-A3B-Instruct", layer_types=["mamba"] * 48),
+     "'layer_types' has unsupported layer type(s) ['mamba']"),
+    ("hybrid pattern char", _cfg("Nemotron-H-8B-Base-8K", hybrid_override_pattern="X" * 52),
+     "'hybrid_override_pattern' must have one of"),
+    ("rope type", _text("gemma-3-4b-it", rope_scaling={"rope_type": "weird", "factor": 2.0}),
+     "'text_config.rope_scaling.rope_type' 'weird' is not one of"),
+    ("text_config type", _cfg("Llama-4-Scout-17B-16E", text_config=[1]), "'text_config' must be a JSON object"),
+    ("nested key type", _text("Llama-4-Scout-17B-16E", num_local_experts="16"),
+     "'text_config.num_local_experts' must be an integer"),
+]
+
+
+@pytest.mark.parametrize(("case", "cfg", "expected"), BAD, ids=[b[0] for b in BAD])
+def test_malformed_2025_config_is_one_line_naming_the_key(case: str, cfg: dict, expected: str):
+    from shardplan.errors import ConfigFileError
+
+    with pytest.raises(ConfigFileError) as e:
+        spec_from_hf_config(cfg, name=case)
+    assert expected in str(e.value) and "\n" not in str(e.value)
+
+
+def test_bad_config_on_the_command_line_exits_2(run_cli, tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(_cfg("Nemotron-H-8B-Base-8K", hybrid_override_pattern="M*")))
+    r = run_cli("models", "show", str(path))
+    assert r.code == 2 and r.out == "" and r.err.count("\n") == 1 and "hybrid_override_pattern" in r.err

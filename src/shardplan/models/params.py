@@ -197,6 +197,12 @@ def active_param_breakdown(m: ModelSpec) -> dict[str, int]:
     return _breakdown(m, active=True)
 
 
+def layer_param_breakdown(m: ModelSpec, mixer: Mixer, slot: MlpSlot, *, active: bool = False) -> dict[str, int]:
+    """One layer of the given kind, itemised (e.g. a Qwen3-Next linear-attention MoE layer): what a cost model
+    multiplies by ``ModelSpec.layer_kinds()[(mixer, slot)]``."""
+    return _layers(m, {(mixer, slot): 1}, active=active)
+
+
 def mtp_param_breakdown(m: ModelSpec, *, active: bool = False) -> dict[str, int]:
     """The MTP layers (DeepSeek-V3 §2.2; GLM-4.5; Qwen3-Next): per layer one full-attention block with the
     model's last-layer MLP kind, enorm + hnorm, the 2h→h projection and a final norm. The embedding and the
