@@ -79,7 +79,8 @@ def test_pattern_needs_its_shape():
         ModelSpec(name="x", num_layers=4, hidden_size=64, num_heads=4, ffn_hidden_size=128, vocab_size=10,
                   layer_pattern=("Fe",))
     m = ModelSpec(name="x", num_layers=4, hidden_size=64, num_heads=4, ffn_hidden_size=128, vocab_size=10,
-                  layer_pattern=("Fe", "Fd"), moe=MoESpec(num_experts=4, experts_per_token=2, expert_ffn_hidden_size=32))
+                  layer_pattern=("Fe", "Fd"),
+                  moe=MoESpec(num_experts=4, experts_per_token=2, expert_ffn_hidden_size=32))
     assert (m.num_moe_layers, m.num_dense_layers) == (2, 2)
 
 
