@@ -244,3 +244,9 @@ def test_bad_config_on_the_command_line_exits_2(run_cli, tmp_path):
     path.write_text(json.dumps(_cfg("Nemotron-H-8B-Base-8K", hybrid_override_pattern="M*")))
     r = run_cli("models", "show", str(path))
     assert r.code == 2 and r.out == "" and r.err.count("\n") == 1 and "hybrid_override_pattern" in r.err
+
+
+def test_llama4_explicit_moe_layers():
+    # Llama4TextConfig.moe_layers overrides interleave_moe_layer_step: the same odd layers written out.
+    cfg = _text("Llama-4-Maverick-17B-128E", moe_layers=list(range(1, 48, 2)))
+    assert spec_from_hf_config(cfg, name="x").total_params == model("Llama-4-Maverick-17B-128E").total_params

@@ -73,7 +73,10 @@ def _llama4_text(c: HFConfig) -> Fields:
     pattern = compress(["C" if r else "F" for r in nope[:n]]) if nope else ("C*3", "F")
     experts = c.num("num_local_experts", default=16)
     ffn = c.num("intermediate_size", default=8192)
-    layout = moe_layout(c, n, lambda i: (i + 1) % step == 0, "interleave_moe_layer_step")
+    # Llama4TextConfig: moe_layers, by default range(step - 1, layers, step) — the odd layers for step 2.
+    listed = set(c.int_list("moe_layers"))
+    layout = moe_layout(c, n, (lambda i: i in listed) if listed else (lambda i: (i + 1) % step == 0),
+                        "moe_layers" if listed else "interleave_moe_layer_step")
     moe = moe_block(c, experts=experts, top_k=c.num("num_experts_per_tok", default=1), ffn=ffn, layout=layout,
                     num_shared_experts=1, score_function="sigmoid", norm_topk_prob=False)
     return f | dict(ffn_hidden_size=c.num("intermediate_size_mlp", default=16384), moe=moe, layer_pattern=pattern,
