@@ -250,3 +250,34 @@ def test_llama4_explicit_moe_layers():
     # Llama4TextConfig.moe_layers overrides interleave_moe_layer_step: the same odd layers written out.
     cfg = _text("Llama-4-Maverick-17B-128E", moe_layers=list(range(1, 48, 2)))
     assert spec_from_hf_config(cfg, name="x").total_params == model("Llama-4-Maverick-17B-128E").total_params
+
+
+def test_rope_parameters_object_reads_like_rope_theta_and_scaling():
+    # transformers v5 configs: {"rope_parameters": {"rope_theta": …, "rope_type": …, "factor": …}}.
+    cfg = _cfg("gpt-oss-20b")
+    v5 = {k: v for k, v in cfg.items() if k not in ("rope_theta", "rope_scaling")}
+    v5["rope_parameters"] = cfg["rope_scaling"] | {"rope_theta": cfg["rope_theta"]}
+    assert spec_from_hf_config(v5, name="v5").rope == model("gpt-oss-20b").rope
+
+
+def test_mistral3_reads_its_text_model_type():
+    # A mistral3 wrapper around a DeepSeek-V3 text model (the Mistral Large 3 layout) reads as DeepSeek-V3.
+    ds = json.loads((CONFIGS / "deepseek_v3.json").read_text())
+    cfg = _cfg("Mistral-Small-3.1-24B-Instruct-2503") | {"text_config": ds}
+    m = spec_from_hf_config(cfg, name="x")
+    assert m.mla is not None and m.moe is not None and m.vision_params > 0
+
+
+def test_nemotron_h_moe_layers():
+    """Nemotron-H MoE variants (pattern letter E): squared-ReLU experts (up + down, no gate), a sigmoid router
+    with a correction bias, one shared expert; checked weight by weight on a tiny config."""
+    h, e, f, shared = 64, 4, 32, 48
+    cfg = _cfg("Nemotron-H-8B-Base-8K", hybrid_override_pattern="ME*E", num_hidden_layers=4, hidden_size=h,
+               num_attention_heads=4, num_key_value_heads=2, head_dim=16, n_routed_experts=e, num_experts_per_tok=2,
+               moe_intermediate_size=f, moe_shared_expert_intermediate_size=shared, vocab_size=100)
+    m = spec_from_hf_config(cfg, name="tiny")
+    b = param_breakdown(m)
+    assert m.mlp_counts() == {MlpSlot.NONE: 2, MlpSlot.MOE: 2}
+    assert b["mlp/router"] == 2 * (h * e + e)
+    assert b["mlp/experts"] == 2 * e * 2 * h * f and b["mlp/shared_experts"] == 2 * 2 * h * shared
+    assert b["attention/qkv"] == h * (4 + 2 * 2) * 16 and b["norms"] == 4 * h

@@ -83,7 +83,11 @@ _SCALINGS = {s.value: s for s in RopeScaling}
 
 
 def rope_spec(c: HFConfig, *, theta: float = 10000.0) -> RopeSpec:
-    """``rope_theta``, ``partial_rotary_factor`` and ``rope_scaling`` (``rope_type`` or the older ``type``)."""
+    """``rope_theta``, ``partial_rotary_factor`` and ``rope_scaling`` (``rope_type`` or the older ``type``); newer
+    transformers configs put all of them in one ``rope_parameters`` object instead."""
+    if isinstance(c.data.get("rope_parameters"), dict):
+        params = c.sub("rope_parameters")
+        c = HFConfig(c.data | params.data | {"rope_scaling": params.data}, prefix=c.prefix)
     s = c.sub("rope_scaling")
     kind = s.text("rope_type", "type", default="none").lower()
     if kind == "default":

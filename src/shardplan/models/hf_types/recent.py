@@ -107,7 +107,9 @@ def _gpt_oss(c: HFConfig) -> Fields:
 def _mistral3(c: HFConfig) -> Fields:
     """Mistral Small 3.x: a Mistral text decoder behind a Pixtral vision tower."""
     text = c.sub("text_config")
-    f = _DECODERS["mistral"](text)
+    # The text model is a Mistral decoder, or another known type (Mistral Large 3: deepseek_v3); unknown text
+    # types of the family (ministral3) are read as Mistral.
+    f = _DECODERS.get(text.text("model_type", default="mistral"), _DECODERS["mistral"])(text)
     merge = c.num("spatial_merge_size", default=2)
     vis = vision.pixtral(c.sub("vision_config"), f["hidden_size"], merge=merge,
                          projector_bias=c.flag("multimodal_projector_bias", False))
