@@ -85,6 +85,9 @@ class Calibration(BaseModel):
         0.0, description="Extra GPU memory per GPU (allocator fragmentation, NCCL and library buffers).")
     loo_error_pct: NonNeg | None = Field(
         None, description="Leave-one-out |error| of step time over the calibration runs (≥ 3 runs), in %.")
+    band_pct: NonNeg | None = Field(
+        None, description="Error band half-width (%) for predictions on this system: the 85th percentile of the "
+        "leave-one-out |errors| (≥ 3 runs); None: the shipped table's band for calibrated systems.")
     runs: list[str] = Field(default_factory=list, description="sha256 fingerprints of the runs fitted.")
     date: str | None = Field(None, description="ISO date of the fit.")
 
