@@ -194,44 +194,55 @@ def _modern_model(record: dict[str, Any]) -> ModelSpec | None:
         return None  # a model the catalog does not have (Kimi K2, GPT-OSS, Nemotron-H): not a case
 
 
+def modern_setup(r: dict[str, Any]) -> tuple[ModelSpec, Any, int, TrainWorkload, TrainLayout, str, float] | None:
+    """A modern record as (model, system with today's software, gpus, workload, layout as published, measured
+    quantity, value); None for a model or GPU the catalog lacks. FSDP is ZeRO-3."""
+    model, system_name = _modern_model(r), _MODERN_SYSTEMS.get(r["hardware"]["gpu"])
+    if model is None or system_name is None:
+        return None
+    p, w, met = r["parallel"], r["workload"], r["metrics"]
+    tp, pp, cp, ep = p["tp"] or 1, p["pp"] or 1, p["cp"] or 1, p.get("ep") or 1
+    n = r["hardware"]["num_gpus"]
+    rc_text = str(p.get("recompute") or "").lower()
+    recompute = (Recompute.FULL if "full" in rc_text or "activation_checkpointing: true" in rc_text
+                 else Recompute.SELECTIVE if "selective" in rc_text else Recompute.NONE)
+    # Llama 3 keeps parameters unsharded after the forward pass: ZeRO-1/2, not ZeRO-3 (paper §3.3.1).
+    zero = 3 if p.get("fsdp") and not r["id"].startswith("llama3-paper") and pp == 1 else 1
+    batch = w["global_batch_sequences"]
+    mb = p.get("microbatch") or 1
+    dp = n // (tp * pp * cp)
+    mb = mb if batch % (dp * mb) == 0 else 1
+    layers = re.search(r"recompute_num_layers=(\d+)", rc_text)
+    layout = TrainLayout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, microbatch=mb, interleave=p.get("vp") or 1,
+                         recompute=recompute, recompute_layers=int(layers.group(1)) if layers else None,
+                         sequence_parallel=tp > 1, zero_stage=zero)
+    base = get_system(system_name)
+    # software of today regardless of the preset's default (the A100 preset describes Selene 2021)
+    sw = base.software.model_copy(update={"overlap_grad_reduce": True, "tp_comm_overlap": 0.5,
+                                          "zero3_rail_parallel": True})
+    system = base.model_copy(update={"software": sw})
+    work = TrainWorkload(seq_len=w["seq_len"], global_batch=batch,
+                         dtype="fp8" if r["precision"] == "fp8" else "bf16", attention="flash")
+    if met.get("tokens_per_s_per_gpu"):
+        quantity, measured = "tokens_per_s_per_gpu", float(met["tokens_per_s_per_gpu"])
+    else:
+        quantity, measured = "model_tflops_per_gpu", float(met["model_tflops_per_gpu"])
+    return model, system, n, work, layout, quantity, measured
+
+
 def modern() -> list[Case]:
     """Megatron-LM/NeMo/torchtitan/Llama 3 runs on H100 (and a few B200/H200/A100) with today's software
     (flash attention, overlapped communication); layout as published, FSDP as ZeRO-3."""
     out = []
     for r in load_records("modern_training_runs"):
-        model, system_name = _modern_model(r), _MODERN_SYSTEMS.get(r["hardware"]["gpu"])
-        if model is None or system_name is None:
+        setup = modern_setup(r)
+        if setup is None:
             continue
-        p, w, met = r["parallel"], r["workload"], r["metrics"]
-        tp, pp, cp, ep = p["tp"] or 1, p["pp"] or 1, p["cp"] or 1, p.get("ep") or 1
-        n = r["hardware"]["num_gpus"]
-        rc_text = str(p.get("recompute") or "").lower()
-        recompute = (Recompute.FULL if "full" in rc_text or "activation_checkpointing: true" in rc_text
-                     else Recompute.SELECTIVE if "selective" in rc_text else Recompute.NONE)
-        # Llama 3 keeps parameters unsharded after the forward pass: ZeRO-1/2, not ZeRO-3 (paper §3.3.1).
-        zero = 3 if p.get("fsdp") and not r["id"].startswith("llama3-paper") and pp == 1 else 1
-        batch = w["global_batch_sequences"]
-        mb = p.get("microbatch") or 1
-        dp = n // (tp * pp * cp)
-        mb = mb if batch % (dp * mb) == 0 else 1
-        layers = re.search(r"recompute_num_layers=(\d+)", rc_text)
-        layout = TrainLayout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, microbatch=mb, interleave=p.get("vp") or 1,
-                             recompute=recompute, recompute_layers=int(layers.group(1)) if layers else None,
-                             sequence_parallel=tp > 1, zero_stage=zero)
-        system = get_system(system_name)
-        work = TrainWorkload(seq_len=w["seq_len"], global_batch=batch,
-                             dtype="fp8" if r["precision"] == "fp8" else "bf16", attention="flash")
-        if met.get("tokens_per_s_per_gpu"):
-            quantity, measured = "tokens_per_s_per_gpu", float(met["tokens_per_s_per_gpu"])
-        else:
-            quantity, measured = "model_tflops_per_gpu", float(met["model_tflops_per_gpu"])
+        model, system, n, work, layout, quantity, measured = setup
 
         def predict(model: ModelSpec = model, system: Any = system, n: int = n, work: TrainWorkload = work,
                     layout: TrainLayout = layout, quantity: str = quantity) -> float:
-            # software of today regardless of the preset's default (the A100 preset describes Selene 2021)
-            sw = system.software.model_copy(update={"overlap_grad_reduce": True, "tp_comm_overlap": 0.5,
-                                                    "zero3_rail_parallel": True})
-            rep = estimate_training(model, system.model_copy(update={"software": sw}), n, work, layout)
+            rep = estimate_training(model, system, n, work, layout)
             if quantity == "tokens_per_s_per_gpu":
                 return rep.metrics.tokens_per_s / n
             return rep.metrics.mfu * system.gpu.peak(work.dtype) / 1e12
@@ -308,7 +319,15 @@ GROUPS: dict[str, Callable[[], list[Case]]] = {
     "modern": modern,
     "vllm-kv": vllm_kv,
     "flexgen": flexgen,
+    "projection": lambda: _projection(),
 }
+
+
+def _projection() -> list[Case]:
+    """Scaling series calibrated on their smallest runs (imported late: ``validate_projection`` uses this module)."""
+    from shardplan.planner.validate_projection import projection
+
+    return projection()
 
 
 def run_validation(groups: list[str] | None = None) -> ValidationReport:
