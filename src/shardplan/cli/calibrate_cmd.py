@@ -70,7 +70,7 @@ def calibrate(
     as_json: JsonOpt = False,
 ) -> None:
     """Fit the system's efficiencies and overheads to measured runs; write a system file for --hardware."""
-    from shardplan.calibrate import calibrate as _calibrate
+    from shardplan.calibration import calibrate as _calibrate
     from shardplan.errors import ShardplanError
 
     if output is not None and not output.parent.exists():

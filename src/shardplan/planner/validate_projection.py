@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from shardplan.calibrate.projection import SeriesPoint, project_series
+from shardplan.calibration.projection import SeriesPoint, project_series
 from shardplan.costmodel.layout import Recompute, TrainLayout, TrainWorkload
 from shardplan.hardware import get_system
 from shardplan.planner.validate import Case, _gpt, load_records, modern_setup

@@ -17,8 +17,8 @@ import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict
 
-from shardplan.calibrate.fit import fit_memory, leave_one_out, predict_steps, select_and_fit
-from shardplan.calibrate.runs import Run, load_runs
+from shardplan.calibration.fit import fit_memory, leave_one_out, predict_steps, select_and_fit
+from shardplan.calibration.runs import Run, load_runs
 from shardplan.costmodel.evaluate import estimate_training
 from shardplan.hardware.catalog import SYSTEMS
 from shardplan.hardware.spec import Calibration, SystemSpec, with_calibration
@@ -46,7 +46,7 @@ class RunFit(BaseModel):
 
 
 class CalibrationResult(BaseModel):
-    """What ``shardplan calibrate --json`` prints and ``shardplan.calibrate`` returns."""
+    """What ``shardplan calibrate --json`` prints and ``shardplan.calibration`` returns."""
 
     model_config = ConfigDict(frozen=True)
 

@@ -6,6 +6,6 @@ scaling series, how well a system calibrated on a series' smallest runs predicts
 This package uses the cost model only (never the planner or the validation groups).
 """
 
-from shardplan.calibrate.api import CalibrationResult, RunFit, calibrate
+from shardplan.calibration.api import CalibrationResult, RunFit, calibrate
 
 __all__ = ["CalibrationResult", "RunFit", "calibrate"]

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shardplan.calibrate.runs import Run
+from shardplan.calibration.runs import Run
 from shardplan.costmodel.evaluate import estimate_training
 from shardplan.hardware.spec import Calibration, SystemSpec, with_calibration
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from shardplan.calibrate.fit import predict_steps, select_and_fit
-from shardplan.calibrate.runs import Run
+from shardplan.calibration.fit import predict_steps, select_and_fit
+from shardplan.calibration.runs import Run
 from shardplan.costmodel.layout import TrainLayout, TrainWorkload
 from shardplan.hardware.spec import SystemSpec
 from shardplan.models.spec import ModelSpec

@@ -7,9 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from shardplan.calibrate import calibrate
-from shardplan.calibrate.fit import bounds, fit_params, from_unit, leave_one_out, to_unit
-from shardplan.calibrate.runs import load_runs
+from shardplan.calibration import calibrate
+from shardplan.calibration.fit import bounds, fit_params, from_unit, leave_one_out, to_unit
+from shardplan.calibration.runs import load_runs
 from shardplan.hardware import get_system
 from shardplan.hardware.spec import Calibration
 

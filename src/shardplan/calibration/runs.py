@@ -169,7 +169,7 @@ def check_run(index: int, raw: Any, system: SystemSpec, resolve_model: Any) -> t
     mem = None if m.peak_memory_gib is None else m.peak_memory_gib * GiB
     cap = system.gpu.memory_bytes
     if mem is not None and mem > cap:
-        raise ShardplanError(f"{m.peak_memory_gib:g} GiB is above the GPU's {cap / GiB:g} GiB",
+        raise ShardplanError(f"{m.peak_memory_gib:g} GiB is above the GPU's {cap / GiB:.1f} GiB",
                              field=f"{where}.measured.peak_memory_gib")
     return Run(index, name, spec, run.gpus, work, layout, step, mem, _fingerprint(raw)), report
 
