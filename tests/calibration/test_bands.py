@@ -1,0 +1,62 @@
+"""Error bands: the definition on hand cases, the shipped table against a fresh recomputation, coverage."""
+
+from __future__ import annotations
+
+import json
+import math
+from importlib import resources
+
+import pytest
+
+from shardplan.costmodel.bands import around, band, compute_band_table, coverage, covered, generation, half_width
+from shardplan.hardware import get_system
+from shardplan.hardware.spec import Calibration, with_calibration
+
+
+def test_half_width_hand_case() -> None:
+    # |ln ratios| = 0, 0.1, 0.2, 0.3, 0.4: the 75% quantile (linear interpolation) is 0.3 → w = e^0.3 − 1
+    ratios = [0.0, -0.1, 0.2, -0.3, 0.4]
+    assert half_width(ratios, 0.75) == pytest.approx(math.exp(0.3) - 1)
+
+
+def test_coverage_hand_case() -> None:
+    # predicted 10 with ±10%: the band is [9.0909, 11]; 11 and 9.1 inside, 11.2 and 9.0 outside
+    cases = [(11.0, 10.0, 0.1), (9.1, 10.0, 0.1), (11.2, 10.0, 0.1), (9.0, 10.0, 0.1)]
+    share, width = coverage(cases)
+    assert share == 0.5 and width == pytest.approx(0.2)
+    assert covered(11.0, 10.0, 0.1) and not covered(11.2, 10.0, 0.1)
+    assert around(10.0, 0.1) == pytest.approx([10 / 1.1, 11.0])
+
+
+def test_table_pools_small_generations() -> None:
+    rows = [("train", "a100", 1.0, 1.0 * math.exp(0.1 * k / 7)) for k in range(8)]
+    rows += [("train", "b200", 1.0, 2.0)]
+    table = compute_band_table(rows, projection=[0.05, -0.05], quantile=1.0, min_cases=8)["train"]
+    assert table["a100"] == pytest.approx(math.exp(0.1) - 1, abs=1e-4)
+    assert "b200" not in table and table["all"] == pytest.approx(1.0, abs=1e-4)  # ln 2 → w = 1
+    assert table["calibrated"] == pytest.approx(math.exp(0.05) - 1, abs=1e-4)
+    assert table["cases"] == {"a100": 8, "b200": 1}
+
+
+def test_generation_and_calibrated_band() -> None:
+    shipped = json.loads(resources.files("shardplan.data").joinpath("error_bands.json").read_text())["bands"]
+    h100 = get_system("dgx-h100")
+    assert generation(h100.gpu.name) == "h100" and generation("mi300x") == "mi300"
+    assert band(h100) == shipped["train"]["h100"]
+    with_loo = with_calibration(h100, Calibration(gemm_scale=0.9, band_pct=4.0))
+    assert band(with_loo) == pytest.approx(0.04)
+    one_run = with_calibration(h100, Calibration(gemm_scale=0.9))
+    assert band(one_run) == shipped["train"]["calibrated"]
+    memory_only = with_calibration(h100, Calibration(memory_overhead_bytes=2**30))
+    assert band(memory_only) == shipped["train"]["h100"]
+
+
+def test_shipped_table_matches_validation_and_covers_80_percent() -> None:
+    from shardplan.planner.validate_bands import _report, band_coverage, band_table
+
+    report = _report()
+    table = band_table(report)
+    shipped = json.loads(resources.files("shardplan.data").joinpath("error_bands.json").read_text())
+    assert table == shipped
+    cov = band_coverage(report, table)
+    assert cov["train"][0] >= 0.8 and cov["projection"][0] >= 0.8
