@@ -17,8 +17,9 @@ OUT = Path(__file__).resolve().parents[1] / "src" / "shardplan" / "data" / "erro
 def main() -> int:
     report = _report()
     table = band_table(report)
-    for job, (share, width) in band_coverage(report, table).items():
-        print(f"{job}: {share:.1%} of measured values inside their band, median band width {width:.1%}")
+    for kind, c in band_coverage(report, table).items():
+        print(f"{kind}: {c['inside_pct']:.1f}% of {c['cases']} measured values inside their band, "
+              f"median band width {c['median_width_pct']:.1f}% (±{c['median_width_pct'] / 2:.1f}%)")
     print(json.dumps(table["bands"], indent=1))
     if "--check" in sys.argv:
         same = json.loads(OUT.read_text()) == table

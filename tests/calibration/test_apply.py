@@ -67,7 +67,7 @@ def test_file_roundtrip_applies_the_scales_once() -> None:
 def test_bounds_are_enforced_by_the_schema() -> None:
     from shardplan.errors import ConfigFileError
 
-    with pytest.raises(ConfigFileError, match="calibration.gemm_scale"):
+    with pytest.raises(ConfigFileError, match=r"calibration\.gemm_scale"):
         system_from_mapping({"base": "dgx-h100", "calibration": {"gemm_scale": 1.5}}, origin="t.yaml")
-    with pytest.raises(ConfigFileError, match="calibration.step_overhead_s"):
+    with pytest.raises(ConfigFileError, match=r"calibration\.step_overhead_s"):
         system_from_mapping({"base": "dgx-h100", "calibration": {"step_overhead_s": -1}}, origin="t.yaml")

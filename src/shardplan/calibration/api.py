@@ -17,7 +17,7 @@ import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict
 
-from shardplan.calibration.fit import fit_memory, leave_one_out, predict_steps, select_and_fit
+from shardplan.calibration.fit import bounds, fit_memory, leave_one_out, predict_steps, select_and_fit
 from shardplan.calibration.runs import Run, load_runs
 from shardplan.costmodel.evaluate import estimate_training
 from shardplan.hardware.catalog import SYSTEMS
@@ -52,6 +52,7 @@ class CalibrationResult(BaseModel):
 
     base: str
     fitted: list[str]
+    at_bounds: list[str]
     calibration: Calibration
     runs: list[RunFit]
     mean_abs_error_before_pct: float | None
@@ -142,6 +143,7 @@ def calibrate(hardware: str | SystemSpec, runs: str | Path | list[dict[str, Any]
         out.write_text(text)
     return CalibrationResult(
         base=base_name, fitted=fitted, calibration=cal, runs=rows,
+        at_bounds=[p for p in fitted if getattr(cal, p) in bounds(p)],
         mean_abs_error_before_pct=_mean_abs([x.error_before_pct for x in rows]),
         mean_abs_error_after_pct=_mean_abs([x.error_after_pct for x in rows]),
         loo_mean_abs_error_pct=cal.loo_error_pct, system_file=content,

@@ -44,7 +44,8 @@ def render_calibration(con: Console, res: Any) -> None:
                   _pct(r.loo_error_pct), mem)
     con.print(t)
     cal = res.calibration
-    fitted = ", ".join(f"{n} = {_value(n, getattr(cal, n))}" for n in res.fitted) or "nothing"
+    fitted = ", ".join(f"{n} = {_value(n, getattr(cal, n))}" + (" (at its bound)" if n in res.at_bounds else "")
+                       for n in res.fitted) or "nothing"
     con.print(f"Fitted: {fitted}")
 
     def mean(x: float | None) -> str:

@@ -10,7 +10,14 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from shardplan.costmodel.bands import BAND_QUANTILE, MIN_CASES, compute_band_table, coverage, generation
+from shardplan.costmodel.bands import (
+    BAND_QUANTILE,
+    MIN_CASES,
+    compute_band_table,
+    coverage,
+    generation,
+    shipped_table,
+)
 from shardplan.hardware import get_system
 from shardplan.planner.validate import _MODERN_SYSTEMS, ValidationReport, load_records, run_validation
 
@@ -42,13 +49,20 @@ def band_table(report: ValidationReport | None = None) -> dict[str, Any]:
     return {"note": NOTE, "quantile": BAND_QUANTILE, "bands": compute_band_table(rows, projection=proj)}
 
 
-def band_coverage(report: ValidationReport | None = None, table: dict[str, Any] | None = None
-                  ) -> dict[str, tuple[float, float]]:
-    """``{"train": (coverage, median width), "projection": (…)}`` of the validation cases under ``table``."""
-    report = report or _report()
-    bands = (table or band_table(report))["bands"]["train"]
+def band_coverage(report: ValidationReport, table: dict[str, Any] | None = None) -> dict[str, dict[str, float]]:
+    """Per kind of case (``train``: the training groups with their generation's band; ``projection``: the
+    calibrated band): share of measured values inside the band of their prediction, median width, cases.
+    ``table``: the shipped one by default."""
+    bands = (table or shipped_table())["bands"]["train"]
     ok = [r for r in report.rows if r.predicted is not None and r.predicted > 0]
-    train = [(r.measured, r.predicted, bands.get(case_generation(r.group, r.id), bands["all"]))
-             for r in ok if r.group in TRAIN_GROUPS]
-    proj = [(r.measured, r.predicted, bands["calibrated"]) for r in ok if r.group == "projection"]
-    return {"train": coverage(train), "projection": coverage(proj)}
+    kinds = {
+        "train": [(r.measured, r.predicted, bands.get(case_generation(r.group, r.id), bands["all"]))
+                  for r in ok if r.group in TRAIN_GROUPS],
+        "projection": [(r.measured, r.predicted, bands["calibrated"]) for r in ok if r.group == "projection"],
+    }
+    out = {}
+    for kind, cases in kinds.items():
+        if cases:
+            share, width = coverage(cases)
+            out[kind] = {"inside_pct": 100 * share, "median_width_pct": 100 * width, "cases": len(cases)}
+    return out
