@@ -9,7 +9,7 @@ import json
 import sys
 from pathlib import Path
 
-from shardplan.planner.validate_bands import _report, band_coverage, band_table
+from shardplan.validation.bands import _report, band_coverage, band_table
 
 OUT = Path(__file__).resolve().parents[1] / "src" / "shardplan" / "data" / "error_bands.json"
 

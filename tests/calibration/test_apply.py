@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from shardplan.costmodel import comm
-from shardplan.costmodel.evaluate import estimate_training
-from shardplan.costmodel.layout import TrainLayout, TrainWorkload
-from shardplan.costmodel.roofline import compute_time
+from shardplan.costmodel.core import comm
+from shardplan.costmodel.core.kernels import compute_time
+from shardplan.costmodel.training.evaluate import estimate_training
+from shardplan.costmodel.training.layout import TrainLayout, TrainWorkload
 from shardplan.hardware import get_system
 from shardplan.hardware.load import system_from_mapping
 from shardplan.hardware.spec import Calibration, SystemSpec, with_calibration

@@ -8,7 +8,7 @@ from importlib import resources
 
 import pytest
 
-from shardplan.costmodel.bands import around, band, compute_band_table, coverage, covered, generation, half_width
+from shardplan.costmodel.core.bands import around, band, compute_band_table, coverage, covered, generation, half_width
 from shardplan.hardware import get_system
 from shardplan.hardware.spec import Calibration, with_calibration
 
@@ -52,7 +52,7 @@ def test_generation_and_calibrated_band() -> None:
 
 
 def test_shipped_table_matches_validation_and_covers_80_percent() -> None:
-    from shardplan.planner.validate_bands import _report, band_coverage, band_table
+    from shardplan.validation.bands import _report, band_coverage, band_table
 
     report = _report()
     table = band_table(report)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from shardplan.calibration.projection import SeriesPoint, calibration_points, project_series
-from shardplan.costmodel.evaluate import estimate_training
-from shardplan.costmodel.layout import Recompute, TrainLayout, TrainWorkload
+from shardplan.costmodel.training.evaluate import estimate_training
+from shardplan.costmodel.training.layout import Recompute, TrainLayout, TrainWorkload
 from shardplan.hardware import get_system
 from shardplan.hardware.spec import Calibration, with_calibration
 from shardplan.models import get_model

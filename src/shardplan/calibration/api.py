@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict
 
 from shardplan.calibration.fit import bounds, fit_memory, leave_one_out, predict_steps, select_and_fit
 from shardplan.calibration.runs import Run, load_runs
-from shardplan.costmodel.evaluate import estimate_training
+from shardplan.costmodel.training.evaluate import estimate_training
 from shardplan.hardware.catalog import SYSTEMS
 from shardplan.hardware.spec import Calibration, SystemSpec, with_calibration
 

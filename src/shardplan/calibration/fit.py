@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from shardplan.calibration.runs import Run
-from shardplan.costmodel.evaluate import estimate_training
+from shardplan.costmodel.training.evaluate import estimate_training
 from shardplan.hardware.spec import Calibration, SystemSpec, with_calibration
 
 GiB = 2**30

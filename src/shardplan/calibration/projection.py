@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from shardplan.calibration.fit import predict_steps, select_and_fit
 from shardplan.calibration.runs import Run
-from shardplan.costmodel.layout import TrainLayout, TrainWorkload
+from shardplan.costmodel.training.layout import TrainLayout, TrainWorkload
 from shardplan.hardware.spec import SystemSpec
 from shardplan.models.spec import ModelSpec
 

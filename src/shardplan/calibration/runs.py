@@ -18,9 +18,9 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from shardplan.costmodel.evaluate import estimate_training
-from shardplan.costmodel.layout import Recompute, TrainLayout, TrainWorkload
-from shardplan.costmodel.report import TrainReport
+from shardplan.costmodel.training.evaluate import estimate_training
+from shardplan.costmodel.training.layout import Recompute, TrainLayout, TrainWorkload
+from shardplan.costmodel.training.report import TrainReport
 from shardplan.errors import ShardplanError
 from shardplan.hardware.spec import SystemSpec
 from shardplan.models.spec import ModelSpec

@@ -20,13 +20,13 @@ def validate(
 ) -> None:
     """Run the published cases (Megatron-LM, vLLM, FlexGen) and print each prediction's error."""
     from shardplan.errors import ShardplanError
-    from shardplan.planner.validate import GROUPS, run_validation
+    from shardplan.validation.runs import GROUPS, run_validation
 
     unknown = sorted(set(group or []) - set(GROUPS))
     if unknown:
         raise ShardplanError(f"unknown group {', '.join(unknown)}; groups: {', '.join(GROUPS)}", field="group")
     report = run_validation(group)
-    from shardplan.planner.validate_bands import band_coverage
+    from shardplan.validation.bands import band_coverage
 
     bands = band_coverage(report)
 
