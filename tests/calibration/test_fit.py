@@ -10,8 +10,9 @@ import pytest
 from shardplan.calibration import calibrate
 from shardplan.calibration.fit import bounds, fit_params, from_unit, leave_one_out, to_unit
 from shardplan.calibration.runs import load_runs
+from shardplan.costmodel.training.evaluate import estimate_training
 from shardplan.hardware import get_system
-from shardplan.hardware.spec import Calibration
+from shardplan.hardware.spec import Calibration, with_calibration
 
 from .conftest import synthetic_runs
 
@@ -73,3 +74,18 @@ def test_leave_one_out_hand_case() -> None:
     loo = leave_one_out(system, runs, full)
     expected = [math.sqrt(measured[(i + 1) % 3] * measured[(i + 2) % 3]) / measured[i] - 1 for i in range(3)]
     np.testing.assert_allclose(loo, expected, rtol=1e-4, atol=1e-7)
+
+
+def test_memory_overhead_recovered_from_peak_memory() -> None:
+    runs = synthetic_runs(Calibration(gemm_scale=0.9))[1:3]  # the two that fit in 80 GB with 3 GiB more
+    truth = Calibration(memory_overhead_bytes=3 * 2**30)
+    true_sys = with_calibration(get_system("dgx-h100"), truth)
+    for raw, (run, _) in zip(runs, load_runs(runs, true_sys), strict=True):
+        mem = estimate_training(run.model, true_sys, run.gpus, run.workload, run.layout).memory.total_bytes
+        raw["measured"]["peak_memory_gib"] = mem / 2**30
+    res = calibrate("dgx-h100", runs)
+    assert res.fitted == ["gemm_scale", "memory_overhead_bytes"]
+    assert res.calibration.memory_overhead_bytes == pytest.approx(3 * 2**30, rel=1e-9)
+    for r in res.runs:
+        assert r.predicted_memory_after_gib == pytest.approx(r.measured_peak_memory_gib, rel=1e-9)
+        assert r.predicted_memory_before_gib == pytest.approx(r.measured_peak_memory_gib - 3, rel=1e-9)
