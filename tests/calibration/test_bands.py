@@ -49,6 +49,9 @@ def test_generation_and_calibrated_band() -> None:
     assert band(one_run) == shipped["train"]["calibrated"]
     memory_only = with_calibration(h100, Calibration(memory_overhead_bytes=2**30))
     assert band(memory_only) == shipped["train"]["h100"]
+    # a training calibration says nothing about offloaded generation; serving has no validation cases yet
+    t4 = with_calibration(get_system("gcp-t4"), Calibration(gemm_scale=0.9, band_pct=4.0))
+    assert band(t4, "offload") == shipped["offload"]["t4"] and band(h100, "infer") is None
 
 
 @pytest.fixture(scope="module")
@@ -66,6 +69,7 @@ def test_shipped_table_matches_validation_and_covers_80_percent(report) -> None:
     assert table == shipped
     cov = band_coverage(report)
     assert cov["train"]["inside_pct"] >= 80 and cov["projection"]["inside_pct"] >= 80
+    assert cov["offload"]["inside_pct"] >= 80 and cov["offload"]["cases"] == 12
     assert cov["train"]["cases"] == sum(shipped["bands"]["train"]["cases"].values())
 
 

@@ -9,6 +9,9 @@ calibrated system uses the band measured on calibrated predictions instead: its 
 after calibrating on a series' one or two smallest runs). Calibration narrows the band only as far as those
 measurements show it does.
 
+Jobs with validation cases: ``train`` (step time, throughput) and ``offload`` (FlexGen generation
+throughput); serving (``infer``) has no throughput cases yet, so its predictions carry no band.
+
 The table lives in ``shardplan/data/error_bands.json``; ``compute_band_table`` recomputes it from validation
 rows (``benchmarks/error_bands.py`` writes it; a test checks the shipped file against a fresh run).
 """
@@ -75,7 +78,8 @@ def band(system: SystemSpec, job: str = "train") -> float | None:
         return None
     w = float(entry.get(generation(system.gpu.name), entry["all"]))
     cal = system.calibration
-    if any(getattr(cal, name) != default for name, default in _TIME_DEFAULTS.items()):
+    # a calibration is fitted to training runs: it speaks for training predictions only
+    if job == "train" and any(getattr(cal, name) != default for name, default in _TIME_DEFAULTS.items()):
         calibrated = cal.band_pct / 100 if cal.band_pct is not None else entry.get("calibrated")
         if calibrated is not None:
             w = float(calibrated)  # measured on calibrated predictions: it replaces the generation's band
