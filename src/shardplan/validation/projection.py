@@ -3,8 +3,9 @@
 Series (same software stack and machine, several GPU counts; records in ``shardplan/data``):
 Narayanan et al. 2021 Table 1 (weak scaling, 1.7B–1T on 32–3072 A100s) and Table 2 (PTD-P and ZeRO-3 at
 three GPU counts for 175B and 530B); Megatron-LM's H100 weak-scaling table (1.7B–462B on 48–6144 GPUs);
-and every modern record family measured at two GPU counts (Llama 3 405B, NeMo GPT-3 175B, torchtitan
-Llama 3.1 8B, NeMo AutoModel DeepSeek-V3). Layouts are those of the ``narayanan`` and ``modern`` groups
+and every modern record family measured at two GPU counts with one sequence length (Llama 3 405B at 8K,
+NeMo 24.07 GPT-3 175B, NeMo AutoModel DeepSeek-V3; the torchtitan Llama 3.1 8B pair ran on a GPU the
+``modern`` group does not map, so it is not a case). Layouts are those of the ``narayanan`` and ``modern`` groups
 (Table 1–2 microbatch and interleave chosen by the planner on the uncalibrated system, then pinned).
 Each projected point is a case: step time predicted after calibrating on the series' smallest point(s).
 """
