@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shardplan.costmodel.training.evaluate import fits, host_capacity
+from shardplan.costmodel.training.evaluate import fits, gpu_capacity, host_capacity
 from shardplan.costmodel.training.layout import LayoutArrays, TrainWorkload
 from shardplan.costmodel.training.space import row_keys
 from shardplan.costmodel.training.step import TrainCost, train_cost
@@ -37,6 +37,7 @@ class TrainTable:
     fits: np.ndarray
     gpu_over: np.ndarray  # bytes over GPU capacity on the binding stage (≤ 0 when it fits)
     host_over: np.ndarray  # bytes over usable host memory per node
+    capacity: float  # GPU memory a row may fill (the GPU's memory less the headroom)
 
     @property
     def rows(self) -> LayoutArrays:
@@ -99,7 +100,7 @@ def build_train_table(model: ModelSpec, system: SystemSpec, work: TrainWorkload,
 
     ``partial_recompute=False`` keeps full recompute on every layer (the user pinned ``--recompute full``).
     """
-    cap = float(system.gpu.memory_bytes)
+    cap = gpu_capacity(system, work)
     if partial_recompute:
         first = train_cost(model, system, work, rows)
         rows = rows.replace(rk=_recompute_layers(first, cap))
@@ -121,5 +122,5 @@ def build_train_table(model: ModelSpec, system: SystemSpec, work: TrainWorkload,
         rows = _concat([rows, extra.take(np.flatnonzero(changed))])
         cost = train_cost(model, system, work, rows)
         ok = fits(cost, system, work)
-    return TrainTable(cost=cost, fits=ok, gpu_over=cost.peak_memory - cap,
+    return TrainTable(cost=cost, fits=ok, gpu_over=cost.peak_memory - cap, capacity=cap,
                       host_over=cost.host_bytes_per_node - host_capacity(system, work))

@@ -14,6 +14,7 @@ import numpy as np
 from shardplan.costmodel.core.layouts import check_gpus
 from shardplan.costmodel.training.evaluate import estimate_training
 from shardplan.costmodel.training.layout import LayoutArrays
+from shardplan.costmodel.training.report import TrainReport
 from shardplan.costmodel.training.space import enumerate_layouts, row_keys
 from shardplan.costmodel.training.table import TrainTable, build_train_table
 from shardplan.errors import ShardplanError
@@ -56,20 +57,27 @@ def distinct_best(table: TrainTable, idx: np.ndarray, primary: np.ndarray, rank:
     return np.sort(order[first])
 
 
-def baseline_row(table: TrainTable, feasible: np.ndarray, system: SystemSpec) -> int | None:
-    """The hand-written heuristic: TP = a full node, the shallowest pipeline that fits, microbatch 1,
-    no interleaving, the least recompute that fits, ZeRO-1 when there is data parallelism."""
+def baseline_row(table: TrainTable, eligible: np.ndarray, system: SystemSpec) -> int | None:
+    """The hand layout a practitioner starts from (``explain.HAND_RULE``): the smallest TP within a node that
+    fits with no pipeline; if none does, TP = the largest in a node and the shallowest pipeline that fits. Then
+    microbatch 1, no interleaving, no CP, no offload, SP with TP, ZeRO-1 with data parallelism, and the least
+    recompute that fits (fewest fully recomputed layers)."""
     r = table.rows
-    tp0 = r.tp[feasible].max(initial=0)
-    tp0 = min(tp0, system.gpus_per_node) if tp0 else 0
-    mask = feasible & (r.tp == tp0) & (r.cp == 1) & (r.v == 1) & (r.f_opt + r.f_w + r.f_act == 0)
-    mask &= (r.sp == (tp0 > 1)) & (r.zero == np.minimum(1, r.dp - 1))
+    mask = eligible & (r.tp <= system.gpus_per_node) & (r.cp == 1) & (r.v == 1) & (r.f_opt + r.f_w + r.f_act == 0)
+    mask &= (r.sp == (r.tp > 1)) & (r.zero == np.minimum(1, r.dp - 1))
     mb1 = mask & (r.mb == 1)
     mask = mb1 if mb1.any() else mask
     if not mask.any():
         return None
+    flat = mask & (r.pp == 1)
+    if flat.any():
+        mask = flat & (r.tp == r.tp[flat].min())
+    else:
+        mask = mask & (r.tp == r.tp[mask].max())
+        mask &= r.pp == r.pp[mask].min()
     cand = np.flatnonzero(mask)
-    order = np.lexsort((r.gb[cand] * -1, r.rc[cand], r.pp[cand]))
+    rk = np.where(r.rc[cand] == 2, r.rk[cand], 0)
+    order = np.lexsort((-r.gb[cand], rk, r.rc[cand]))
     return int(cand[order[0]])
 
 
@@ -110,7 +118,7 @@ def plan_training(req: TrainRequest, *, explain: bool = True) -> TrainPlan:
     rank_all = tie_rank(table.rows)
     primary_all = primary_objective(table, np.arange(len(table)), per_seq)
     cand = feasible[distinct_best(table, feasible, primary_all[feasible], rank_all[feasible])]
-    base = baseline_row(table, table.fits, req.system)
+    base = baseline_row(table, fits, req.system)
     hint = int(np.flatnonzero(cand == base)[0]) if base is not None and (cand == base).any() else None
     sel = select(primary_all[cand], tie_rank(table.rows.take(cand)), k=req.top_k, time_limit_s=req.time_limit_s,
                  seed=req.seed, hint=hint)
@@ -123,10 +131,14 @@ def plan_training(req: TrainRequest, *, explain: bool = True) -> TrainPlan:
                        selector_rows=n_rows, objective=obj, best_bound=bound,
                        gap=max(0.0, (obj - bound) / obj) if obj else 0.0, **common)
 
-    def report(i: int):
-        row = table.rows.row(i)
-        w = work.model_copy(update={"global_batch": int(table.rows.gb[i])})
-        return estimate_training(req.model, req.system, req.num_gpus, w, row)
+    reports: dict[int, TrainReport] = {}
+
+    def report(i: int) -> TrainReport:
+        """Row ``i`` re-evaluated alone: every number the plan prints comes from here."""
+        if i not in reports:
+            w = work.model_copy(update={"global_batch": int(table.rows.gb[i])})
+            reports[i] = estimate_training(req.model, req.system, req.num_gpus, w, table.rows.row(i))
+        return reports[i]
 
     best = report(chosen[0])
     alts = []
@@ -140,8 +152,8 @@ def plan_training(req: TrainRequest, *, explain: bool = True) -> TrainPlan:
         status=sel.statuses[0], model=req.model.name, hardware=req.system.name, num_gpus=req.num_gpus,
         seq_len=work.seq_len, plan=best.plan, metrics=best.metrics, memory=best.memory, stages=best.stages,
         layers=best.layers, solver=solver, alternatives=alts,
-        comparisons=comparisons(table, chosen[0], req.system),
-        explanation=explanation(best, table, base, req.system),
+        comparisons=comparisons(table, chosen[0], fits, report),
+        explanation=explanation(best, report(base) if base is not None else None),
     )
     wall = time.perf_counter() - t0
     return plan.model_copy(update={"solver": solver.model_copy(update={"wall_time_s": wall})})
