@@ -174,7 +174,11 @@ def _stage(ctx: Ctx, k: dict[str, KindCost], shape: StageShape, m: np.ndarray) -
     p = r.pp.astype(float)
     interleave = np.where(r.v > 1, 1 + (p - 1) / (p * r.v), 1.0)  # Korthikanti et al. 2022 §4.2.3
     inflight = np.minimum(m, p - shape.index) * interleave
-    working = np.where(r.rc == 2, per_layer_none, 0.0) + head * head_activations(ctx)
+    # Transients at the peak, one at a time: the layer being recomputed holds its full activations, less its
+    # input (already stored as its checkpoint); the LM head's logits are freed by the loss backward before the
+    # last layer is recomputed, so the two never coexist (Megatron's backward order).
+    recomputed = np.where(r.rc == 2, per_layer_none - per_layer_full, 0.0)
+    working = np.maximum(recomputed, head * head_activations(ctx))
     # ZeRO-3 holds the gathered weights of the module in use plus the prefetched next: about one layer.
     gathered = np.where(r.zero >= 3, (dense_p + expert_p) / np.maximum(n, 1) * w_bytes, 0.0)
     activations = stored * inflight * (1 - r.f_act) + working + gathered

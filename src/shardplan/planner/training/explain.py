@@ -28,7 +28,7 @@ def describe(lay: TrainLayout, layers_per_stage: int | None = None) -> str:
     rc = str(lay.recompute)
     if lay.recompute == Recompute.FULL and lay.recompute_layers is not None and (
             layers_per_stage is None or lay.recompute_layers < layers_per_stage):
-        rc += f" on {lay.recompute_layers} layers/stage"
+        rc += f" on {lay.recompute_layers} layer{'s' if lay.recompute_layers > 1 else ''}/stage"
     offload = [f"{name} {v:.0%}" for name, v in (("optimizer", lay.offload_optimizer), ("weights",
                lay.offload_weights), ("activations", lay.offload_activations)) if v > 0]
     return (f"TP={lay.tp} PP={lay.pp} DP={lay.dp} CP={lay.cp} EP={lay.ep}, microbatch {lay.microbatch}, "
