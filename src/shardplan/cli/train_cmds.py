@@ -160,7 +160,14 @@ def estimate_train(
     attention: Attention = None, as_json: JsonOpt = False, export: ExportOpt = None, output: OutputOpt = None,
     plot: PlotOpt = None,
 ) -> None:
-    """Per-layer and per-stage time and memory of one pinned training layout."""
+    """Per-layer and per-stage time and memory of one pinned training layout.
+
+    MFU = model FLOPs / (step time · GPUs · the dtype's dense peak), model FLOPs = 6 per active weight per token +
+    12·L·s·a·d per token for attention over the full s×s matrix (causal masking not discounted, as Megatron,
+    PaLM and torchtitan count) + 6·V·h for the LM head, no recompute. HFU adds the forward work that recompute
+    reruns, counted the same way, so HFU ≥ MFU. A plan fits when its peak memory per GPU ≤ GPU memory less
+    --memory-headroom.
+    """
     from shardplan.cli.render_train import render_estimate
     from shardplan.costmodel.training.evaluate import estimate_training
     from shardplan.costmodel.training.layout import TrainLayout
@@ -209,7 +216,14 @@ def train(
     attention: Attention = None, as_json: JsonOpt = False, export: ExportOpt = None, output: OutputOpt = None,
     plot: PlotOpt = None,
 ) -> None:
-    """Choose the fastest training layout (CP-SAT over the cost model), with the reasons."""
+    """Choose the fastest training layout (CP-SAT over the cost model), with the reasons.
+
+    MFU = model FLOPs / (step time · GPUs · the dtype's dense peak), model FLOPs = 6 per active weight per token +
+    12·L·s·a·d per token for attention over the full s×s matrix (causal masking not discounted, as Megatron,
+    PaLM and torchtitan count) + 6·V·h for the LM head, no recompute. HFU adds the forward work that recompute
+    reruns, counted the same way, so HFU ≥ MFU. A plan fits when its peak memory per GPU ≤ GPU memory less
+    --memory-headroom.
+    """
     from shardplan.cli.progress import solving
     from shardplan.cli.render_train import render_plan
     from shardplan.errors import ShardplanError
