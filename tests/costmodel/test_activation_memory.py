@@ -99,7 +99,7 @@ def test_figure7_every_technique_within_10_percent(name: str) -> None:
     """Each technique's stored activation memory relative to the TP baseline is within 10% of Fig. 7 (selective,
     SP and both within 3%); full recompute keeps 2·s·b·h per layer and microbatch in flight."""
     stored, _ = _first_stage(name)
-    for got, fig, tol in zip(stored[1:], FIG7[name], (0.03, 0.03, 0.03, 0.10), strict=True):
+    for got, fig, tol in zip(stored[1:], FIG7[name], (0.03, 0.03, 0.03, 0.03), strict=True):
         assert 100 * got / stored[0] == pytest.approx(fig, rel=tol)
 
 

@@ -91,7 +91,11 @@ def memory_plot(stages: list[StageRow], path: Path, *, pp: int, title: str) -> N
         ax.bar(x, vals, bottom=bottom, width=0.55, color=color, label=label, edgecolor="white", linewidth=0.5)
         bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
     cap = stages[0].capacity_bytes / GIB
-    ax.axhline(cap, color="#CC0000", linestyle="--", linewidth=1.5, label=f"GPU memory ({cap:.0f} GiB)")
+    usable = cap - stages[0].headroom_bytes / GIB
+    ax.axhline(cap, color="#CC0000", linestyle="--", linewidth=1.5, label=f"GPU memory ({cap:.1f} GiB)")
+    if usable < cap:
+        ax.axhline(usable, color="#CC0000", linestyle=":", linewidth=1.2,
+                   label=f"usable: less {cap - usable:.1f} GiB headroom ({usable:.1f} GiB)")
     for xi, s, top in zip(x, stages, bottom, strict=True):
         mark = "" if s.fits else "  does not fit"
         ax.annotate(f"{top:.1f} GiB{mark}", (xi, top), xytext=(0, 4), textcoords="offset points", ha="center",
