@@ -61,24 +61,36 @@ def _binding(table: TrainTable, i: int) -> str:
     return f"{st.shape.name} stage ({big} {format_bytes(float(cats[big]))})"
 
 
-def _best(table: TrainTable, mask: np.ndarray) -> int:
-    """The fastest row of ``mask`` (ties: the solver's preference order)."""
+def _best(table: TrainTable, mask: np.ndarray, per_sequence: bool = False) -> int:
+    """The fastest row of ``mask`` by the solver's objective (step time, or time per sequence when the planner
+    chooses the batch); ties: the solver's preference order."""
     from shardplan.planner.training.solve import tie_rank
 
     idx = np.flatnonzero(mask)
-    t = table.step_time_s[idx]
+    t = _objective(table, idx, per_sequence)
     order = np.lexsort((tie_rank(table.rows.take(idx)), t))
     return int(idx[order[0]])
 
 
+def _objective(table: TrainTable, idx: np.ndarray | int, per_sequence: bool) -> np.ndarray:
+    t = table.step_time_s[idx]
+    return t / table.rows.gb[idx] if per_sequence else t
+
+
 def comparisons(table: TrainTable, chosen: int, eligible: np.ndarray, report: Callable[[int], TrainReport],
-                limit: int = 8) -> list[Comparison]:
+                limit: int = 8, per_sequence: bool = False) -> list[Comparison]:
     """The best layout of each other (TP, PP) pair among the rows the solver chose from (``eligible``), named in
     full and re-evaluated by ``report`` (``estimate_training`` of that layout): its step time, or why it does not
-    fit. A pair that fits only with CPU offload (which the solver sets aside by default) says so."""
+    fit. A pair that fits only with CPU offload (which the solver sets aside by default) says so. ``delta_pct``
+    compares time per sequence (step time when the batch is fixed)."""
     r = table.rows
     pairs = sorted({(int(a), int(b)) for a, b in zip(r.tp, r.pp, strict=True)})
-    base = float(report(chosen).metrics.step_time_s)
+    best = report(chosen)
+
+    def delta(rep: TrainReport) -> float:
+        return 100 * ((rep.metrics.step_time_s / rep.plan.global_batch)
+                      / (best.metrics.step_time_s / best.plan.global_batch) - 1)
+
     fitting: list[tuple[float, int]] = []
     other: list[Comparison] = []
     for tp, pp in pairs:
@@ -86,14 +98,13 @@ def comparisons(table: TrainTable, chosen: int, eligible: np.ndarray, report: Ca
             continue
         mask = (r.tp == tp) & (r.pp == pp)
         if (mask & eligible).any():
-            i = _best(table, mask & eligible)
-            fitting.append((float(table.step_time_s[i]), i))
+            i = _best(table, mask & eligible, per_sequence)
+            fitting.append((float(_objective(table, i, per_sequence)), i))
         elif (mask & table.fits).any():
-            i = _best(table, mask & table.fits)
+            i = _best(table, mask & table.fits, per_sequence)
             rep = report(i)
             other.append(Comparison(layout=describe_plan(rep.plan), plan=rep.plan, fits=False,
-                                    step_time_s=rep.metrics.step_time_s,
-                                    delta_pct=100 * (rep.metrics.step_time_s / base - 1),
+                                    step_time_s=rep.metrics.step_time_s, delta_pct=delta(rep),
                                     note="fits only with CPU offload, which is used only when nothing fits without "
                                          "it (--offload on to let it compete)"))
         else:
@@ -106,9 +117,11 @@ def comparisons(table: TrainTable, chosen: int, eligible: np.ndarray, report: Ca
     out: list[Comparison] = []
     for _, i in sorted(fitting)[:limit]:
         rep = report(i)
-        t = rep.metrics.step_time_s
-        out.append(Comparison(layout=describe_plan(rep.plan), plan=rep.plan, fits=True, step_time_s=t,
-                              delta_pct=100 * (t / base - 1), note=f"best of TP={rep.plan.tp} PP={rep.plan.pp}"))
+        note = f"best of TP={rep.plan.tp} PP={rep.plan.pp}"
+        if rep.plan.global_batch != best.plan.global_batch:
+            note += f", batch {rep.plan.global_batch} (vs plan: time per sequence)"
+        out.append(Comparison(layout=describe_plan(rep.plan), plan=rep.plan, fits=True,
+                              step_time_s=rep.metrics.step_time_s, delta_pct=delta(rep), note=note))
     return (out + other)[:limit]
 
 
@@ -138,7 +151,11 @@ def explanation(best: TrainReport, base: TrainReport | None) -> list[str]:
     if base is not None:
         t_base = base.metrics.step_time_s
         name = f"hand layout ({HAND_RULE}: {describe_plan(base.plan)})"
-        if abs(t_base - m.step_time_s) > 1e-9 * m.step_time_s:
+        if base.plan.global_batch != p.global_batch:
+            tok = base.metrics.tokens_per_s
+            lines.append(f"vs. the {name}, batch {base.plan.global_batch}: {m.tokens_per_s / tok:.2f}× the throughput "
+                         f"({tok:,.0f} → {m.tokens_per_s:,.0f} tokens/s).")
+        elif abs(t_base - m.step_time_s) > 1e-9 * m.step_time_s:
             lines.append(f"vs. the {name}: {t_base / m.step_time_s:.2f}× faster ({t_base:.4g} s → "
                          f"{m.step_time_s:.4g} s per step).")
         else:

@@ -152,7 +152,7 @@ def plan_training(req: TrainRequest, *, explain: bool = True) -> TrainPlan:
         status=sel.statuses[0], model=req.model.name, hardware=req.system.name, num_gpus=req.num_gpus,
         seq_len=work.seq_len, plan=best.plan, metrics=best.metrics, memory=best.memory, stages=best.stages,
         layers=best.layers, solver=solver, alternatives=alts,
-        comparisons=comparisons(table, chosen[0], fits, report),
+        comparisons=comparisons(table, chosen[0], fits, report, per_sequence=per_seq),
         explanation=explanation(best, report(base) if base is not None else None),
     )
     wall = time.perf_counter() - t0
