@@ -56,6 +56,13 @@ def _f(x: np.ndarray, i: int) -> float:
     return float(np.asarray(x)[i])
 
 
+def _recompute_layers(cost: TrainCost, lay: TrainLayout, i: int) -> int | None:
+    """Fully recomputed layers per stage as reported: None (all) when it covers every layer of every stage."""
+    k = lay.recompute_layers
+    most = max(int(_f(st.shape.layers, i)) for st in cost.stages if bool(st.shape.exists[i]))
+    return None if k is None or lay.recompute != Recompute.FULL or k >= most else k
+
+
 def report_row(cost: TrainCost, i: int, *, model: ModelSpec, system: SystemSpec, num_gpus: int) -> TrainReport:
     """The report of row ``i`` of an evaluated batch of layouts."""
     r, w = cost.ctx.rows, cost.ctx.work
@@ -69,7 +76,7 @@ def report_row(cost: TrainCost, i: int, *, model: ModelSpec, system: SystemSpec,
     plan = TrainPlanOut(
         tp=lay.tp, pp=lay.pp, dp=lay.dp, ep=lay.ep, cp=lay.cp, microbatch_size=lay.microbatch,
         num_microbatches=int(round(_f(cost.num_microbatches, i))), global_batch=gb, interleave=lay.interleave,
-        recompute=str(lay.recompute), recompute_layers=lay.recompute_layers, zero_stage=lay.zero_stage,
+        recompute=str(lay.recompute), recompute_layers=_recompute_layers(cost, lay, i), zero_stage=lay.zero_stage,
         sequence_parallel=lay.sequence_parallel,
         offload=OffloadOut(weights=lay.offload_weights, optimizer=lay.offload_optimizer,
                            activations=lay.offload_activations),
