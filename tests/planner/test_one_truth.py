@@ -192,3 +192,47 @@ def test_plan_keeps_the_headroom() -> None:
     loose = work.model_copy(update={"memory_headroom_bytes": int(spare) - 1})
     assert _estimate(model, system, 8, tight, chosen).status == "infeasible"
     assert _estimate(model, system, 8, loose, chosen).status == "feasible"
+
+
+def test_per_layer_recompute_sums_to_the_stage_with_dense_and_moe_layers() -> None:
+    """DeepSeek-V3 (3 dense layers, then MoE): the first stage's recompute covers its first k layers, dense first;
+    the per-layer rows add up to the stage's recompute time."""
+    model, system = get_model("deepseek-v3"), get_system("dgx-h100")
+    lay = TrainLayout(tp=2, pp=8, dp=16, ep=16, recompute=Recompute.FULL, recompute_layers=5, sequence_parallel=True,
+                      zero_stage=1)
+    rep = _estimate(model, system, 256, TrainWorkload(seq_len=4096, global_batch=512), lay)
+    for st in rep.stages:
+        rows = [r for r in rep.layers if r.stage == st.stage]
+        assert sum(r.count * r.recompute_time_s for r in rows) == pytest.approx(st.recompute_time_s, rel=1e-9)
+    first = {(r.kind, r.recompute): r.count for r in rep.layers if r.stage == "first"}
+    assert first[("mlp", "full")] == 3 and first[("moe", "full")] == 2
+
+
+def test_closed_form_recompute_layers_is_the_fewest_that_fit() -> None:
+    """The table's k (fully recomputed layers per stage) against brute force: k fits and k − 1 does not."""
+    import numpy as np
+
+    from shardplan.costmodel.training.evaluate import fits
+    from shardplan.costmodel.training.space import SpaceRequest, enumerate_layouts
+    from shardplan.costmodel.training.step import train_cost
+    from shardplan.costmodel.training.table import build_train_table
+
+    from shardplan.models.parts import MoESpec
+    from shardplan.models.spec import ModelSpec
+
+    dense_first = ModelSpec(name="moe-dense-first", num_layers=24, hidden_size=4096, num_heads=32, num_kv_heads=8,
+                            ffn_hidden_size=14336, vocab_size=128000,
+                            moe=MoESpec(num_experts=8, experts_per_token=2, expert_ffn_hidden_size=4096,
+                                        first_dense_layers=3))
+    for name, model, gpus, seq in (("dense-first MoE", dense_first, 8, 16384),
+                                   ("llama-3.1-70b", get_model("llama-3.1-70b"), 32, 8192)):
+        system = get_system("dgx-h100")
+        work = TrainWorkload(seq_len=seq, global_batch=32)
+        space = enumerate_layouts(model, work, SpaceRequest(num_gpus=gpus, max_tp=8, max_cp=1, recompute=Recompute.FULL))
+        table = build_train_table(model, system, work, space.rows, allow_offload=False)
+        rows = table.rows
+        base = (rows.f_opt + rows.f_w + rows.f_act == 0) & table.fits & (rows.rk > 1)
+        idx = np.flatnonzero(base)
+        assert len(idx) > 0, name
+        fewer = rows.take(idx).replace(rk=rows.rk[idx] - 1)
+        assert not fits(train_cost(model, system, work, fewer), system, work).any(), name

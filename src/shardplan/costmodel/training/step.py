@@ -51,8 +51,8 @@ class StageCost:
     # What the planner's closed-form memory fixes need (bytes per GPU):
     inflight: np.ndarray  # microbatches whose activations are stored at once
     stored_mb: np.ndarray  # stored activations of one microbatch (all layers of the stage)
-    layer_none: np.ndarray  # one layer storing everything
-    layer_full: np.ndarray  # one fully recomputed layer
+    save_dense: np.ndarray  # bytes a dense layer stores beyond its input (saved by recomputing it)
+    save_moe: np.ndarray  # the same for an MoE layer (0 without MoE)
     weights_on_gpu_if_kept: np.ndarray  # weights bytes without weight offload
     optimizer_if_kept: np.ndarray  # optimizer bytes without optimizer offload
 
@@ -139,10 +139,13 @@ def _stage(ctx: Ctx, k: dict[str, KindCost], shape: StageShape, m: np.ndarray) -
 
     fwd = per_layer("fwd") + emb * k["embedding"].fwd.time + head * k["head"].fwd.time
     bwd = per_layer("bwd") + emb * k["embedding"].bwd.time + head * k["head"].bwd.time
-    # Recompute: selective reruns core attention in every layer; full reruns the first rk layers' forward.
+    # Recompute: selective reruns core attention in every layer; full reruns the forward of the stage's first rk
+    # layers (Megatron's uniform/block method), dense layers first as they precede MoE layers.
     full_layers = np.minimum(r.rk, n)
-    layer_fwd = per_layer("fwd") / np.maximum(n, 1)
-    rc = np.where(r.rc == 1, n * att.selective.time, np.where(r.rc == 2, full_layers * layer_fwd, 0.0))
+    rc_dense = np.minimum(full_layers, dense)
+    rc_moe = full_layers - rc_dense
+    full_fwd = full_layers * att.fwd.time + rc_dense * mlp.fwd.time + (rc_moe * moe.fwd.time if moe else 0.0)
+    rc = np.where(r.rc == 1, n * att.selective.time, np.where(r.rc == 2, full_fwd, 0.0))
     # Pipeline sends: one activation (scatter/gather over TP, Narayanan et al. 2021 §4.1) per chunk each way.
     stride = r.tp * r.cp * r.dp
     crosses = (stride >= sysm.gpus_per_node) | (stride * r.pp > sysm.gpus_per_node)
@@ -166,10 +169,15 @@ def _stage(ctx: Ctx, k: dict[str, KindCost], shape: StageShape, m: np.ndarray) -
         total = n * getattr(att.acts, mode) + dense * getattr(mlp.acts, mode)
         return total + (nmoe * getattr(moe.acts, mode) if moe is not None else 0.0)
 
-    per_layer_none = acts("none") / np.maximum(n, 1)
-    per_layer_full = acts("full") / np.maximum(n, 1)
-    stored = np.where(r.rc == 0, acts("none"), np.where(r.rc == 1, acts("selective"),
-                      full_layers * per_layer_full + (n - full_layers) * per_layer_none))
+    def saving(kind: KindCost | None) -> np.ndarray | float:
+        """Bytes one layer (attention + this MLP kind) stores beyond its checkpointed input."""
+        if kind is None:
+            return 0.0
+        return att.acts.none - att.acts.full + kind.acts.none - kind.acts.full
+
+    save_dense, save_moe = saving(mlp), saving(moe)
+    kept = acts("none") - rc_dense * save_dense - rc_moe * save_moe  # the first rk layers keep only their input
+    stored = np.where(r.rc == 0, acts("none"), np.where(r.rc == 1, acts("selective"), kept))
     stored = stored + emb * embedding_activations(ctx)
     p = r.pp.astype(float)
     interleave = np.where(r.v > 1, 1 + (p - 1) / (p * r.v), 1.0)  # Korthikanti et al. 2022 §4.2.3
@@ -177,7 +185,8 @@ def _stage(ctx: Ctx, k: dict[str, KindCost], shape: StageShape, m: np.ndarray) -
     # Transients at the peak, one at a time: the layer being recomputed holds its full activations, less its
     # input (already stored as its checkpoint); the LM head's logits are freed by the loss backward before the
     # last layer is recomputed, so the two never coexist (Megatron's backward order).
-    recomputed = np.where(r.rc == 2, per_layer_none - per_layer_full, 0.0)
+    recomputed = np.where(r.rc == 2, np.maximum(np.where(rc_dense > 0, save_dense, 0.0),
+                                                 np.where(rc_moe > 0, save_moe, 0.0)), 0.0)
     working = np.maximum(recomputed, head * head_activations(ctx))
     # ZeRO-3 holds the gathered weights of the module in use plus the prefetched next: about one layer.
     gathered = np.where(r.zero >= 3, (dense_p + expert_p) / np.maximum(n, 1) * w_bytes, 0.0)
@@ -192,8 +201,8 @@ def _stage(ctx: Ctx, k: dict[str, KindCost], shape: StageShape, m: np.ndarray) -
     cpu = (opt_full * r.f_opt + weights_full * r.f_w
            + stored * inflight * r.f_act)
     return StageCost(shape, fwd + p2p, bwd + rc + p2p, rc, 2 * p2p, off_exposed, weights, grads, optimizer,
-                     activations, framework, dense_p + expert_p, cpu, inflight, stored, per_layer_none,
-                     per_layer_full, w_kept, opt_full)
+                     activations, framework, dense_p + expert_p, cpu, inflight, stored,
+                     np.broadcast_to(save_dense, n.shape), np.broadcast_to(save_moe, n.shape), w_kept, opt_full)
 
 
 def _data_parallel(ctx: Ctx, st: StageCost, m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

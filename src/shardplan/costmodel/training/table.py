@@ -57,15 +57,27 @@ def _concat(parts: list[LayoutArrays]) -> LayoutArrays:
 
 
 def _recompute_layers(cost: TrainCost, cap: float) -> np.ndarray:
-    """Smallest number of fully recomputed layers per stage that fits every stage (≥ 1)."""
+    """Smallest number of fully recomputed layers per stage that fits every stage (≥ 1).
+
+    Recompute covers a stage's first k layers (dense before MoE), so the last n − k store everything: j = n − k
+    spare layers cost ``min(j, moe)·s_moe + max(j − moe, 0)·s_dense`` bytes over the all-recomputed total.
+    That total holds the largest recomputed-layer transient, so the k found always fits (``fits`` rechecks).
+    """
     r = cost.ctx.rows
     need = np.ones(len(r))
     for st in cost.stages:
-        n = st.shape.layers
-        saving = (st.layer_none - st.layer_full) * st.inflight * (1 - r.f_act)  # per layer not recomputed
-        headroom = cap - st.total  # st.total assumes every layer is recomputed
-        spare = np.floor(np.divide(headroom, saving, out=np.full_like(headroom, np.inf), where=saving > 0))
-        k = np.where(headroom < 0, n, n - np.clip(spare, 0, n))
+        n, nmoe = st.shape.layers, st.shape.moe_layers
+        scale = st.inflight * (1 - r.f_act)
+        s_moe, s_dense = st.save_moe * scale, st.save_dense * scale
+        spare_bytes = cap - st.total  # st.total assumes every layer is recomputed
+
+        def layers_within(budget: np.ndarray, per: np.ndarray) -> np.ndarray:
+            return np.floor(np.divide(budget, per, out=np.full_like(budget, np.inf), where=per > 0))
+
+        j = np.minimum(layers_within(spare_bytes, s_moe), nmoe)  # MoE layers at the stage's end first
+        dense_spare = np.clip(layers_within(spare_bytes - j * s_moe, s_dense), 0, n - nmoe)
+        j = j + np.where(j >= nmoe, dense_spare, 0.0)  # dense layers precede MoE: spared only after all MoE
+        k = np.where(spare_bytes < 0, n, n - np.clip(j, 0, n))
         need = np.maximum(need, np.where(st.shape.exists, k, 1))
     return np.where(r.rc == 2, need, ALL_LAYERS).astype(np.int64)
 
