@@ -216,7 +216,6 @@ def test_closed_form_recompute_layers_is_the_fewest_that_fit() -> None:
     from shardplan.costmodel.training.space import SpaceRequest, enumerate_layouts
     from shardplan.costmodel.training.step import train_cost
     from shardplan.costmodel.training.table import build_train_table
-
     from shardplan.models.parts import MoESpec
     from shardplan.models.spec import ModelSpec
 
@@ -228,7 +227,8 @@ def test_closed_form_recompute_layers_is_the_fewest_that_fit() -> None:
                                    ("llama-3.1-70b", get_model("llama-3.1-70b"), 32, 8192)):
         system = get_system("dgx-h100")
         work = TrainWorkload(seq_len=seq, global_batch=32)
-        space = enumerate_layouts(model, work, SpaceRequest(num_gpus=gpus, max_tp=8, max_cp=1, recompute=Recompute.FULL))
+        req = SpaceRequest(num_gpus=gpus, max_tp=8, max_cp=1, recompute=Recompute.FULL)
+        space = enumerate_layouts(model, work, req)
         table = build_train_table(model, system, work, space.rows, allow_offload=False)
         rows = table.rows
         base = (rows.f_opt + rows.f_w + rows.f_act == 0) & table.fits & (rows.rk > 1)
@@ -236,3 +236,19 @@ def test_closed_form_recompute_layers_is_the_fewest_that_fit() -> None:
         assert len(idx) > 0, name
         fewer = rows.take(idx).replace(rk=rows.rk[idx] - 1)
         assert not fits(train_cost(model, system, work, fewer), system, work).any(), name
+
+
+def test_recompute_sentence_is_the_estimate_without_recompute() -> None:
+    import dataclasses
+
+    model, system = get_model("llama-3.1-70b"), get_system("dgx-h100")
+    work = TrainWorkload(seq_len=8192, global_batch=512)
+    plan = plan_training(TrainRequest(model=model, system=system, num_gpus=64, workload=work))
+    assert plan.plan.recompute != "none"
+    line = next(x for x in plan.explanation if x.startswith("Recompute"))
+    bare = dataclasses.replace(parse(describe_plan(plan.plan)), recompute=Recompute.NONE, recompute_layers=None)
+    rep = _estimate(model, system, 64, work, bare, plan.plan.global_batch)
+    m = re.search(r"needs ([\d.]+) GiB per GPU > ([\d.]+) GiB usable", line)
+    assert m and rep.status == "infeasible", line
+    assert float(m.group(1)) * 2**30 == pytest.approx(rep.memory.total_bytes, rel=5e-3)
+    assert float(m.group(2)) * 2**30 == pytest.approx(rep.memory.capacity_bytes - rep.memory.headroom_bytes, rel=5e-3)

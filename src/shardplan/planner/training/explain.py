@@ -125,8 +125,9 @@ def comparisons(table: TrainTable, chosen: int, eligible: np.ndarray, report: Ca
     return (out + other)[:limit]
 
 
-def explanation(best: TrainReport, base: TrainReport | None) -> list[str]:
-    """Sentences: memory and headroom, where time goes, and the gain over the hand layout (``base``)."""
+def explanation(best: TrainReport, base: TrainReport | None, bare: TrainReport | None = None) -> list[str]:
+    """Sentences: memory and headroom, where time goes, why recompute (``bare``: the plan without it), and the
+    gain over the hand layout (``base``)."""
     m, mem = best.metrics, best.memory
     usable = mem.capacity_bytes - mem.headroom_bytes
     lines = [
@@ -144,8 +145,12 @@ def explanation(best: TrainReport, base: TrainReport | None) -> list[str]:
         lines.append("Exposed overheads per step: " + ", ".join(shown) + ".")
     p = best.plan
     if p.recompute != "none":
-        lines.append(f"Recompute {p.recompute}" + (f" on {p.recompute_layers} layers per stage" if p.recompute_layers
-                                                    else "") + ": storing every activation does not fit or is slower.")
+        what = f"Recompute {p.recompute}" + (f" on {p.recompute_layers} layers per stage" if p.recompute_layers else "")
+        if bare is not None and bare.status == "infeasible":
+            lines.append(f"{what}: without it this layout needs {format_bytes(bare.memory.total_bytes)} per GPU > "
+                         f"{format_bytes(usable)} usable.")
+        elif bare is not None:
+            lines.append(f"{what}: without it this layout takes {bare.metrics.step_time_s:.4g} s per step.")
     if p.offload.optimizer or p.offload.weights or p.offload.activations:
         lines.append("CPU offload is the cheapest way found to fit this layout in GPU memory.")
     if base is not None:

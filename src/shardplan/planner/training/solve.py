@@ -13,7 +13,7 @@ import numpy as np
 
 from shardplan.costmodel.core.layouts import check_gpus
 from shardplan.costmodel.training.evaluate import estimate_training
-from shardplan.costmodel.training.layout import LayoutArrays
+from shardplan.costmodel.training.layout import LayoutArrays, TrainLayout
 from shardplan.costmodel.training.report import TrainReport
 from shardplan.costmodel.training.space import enumerate_layouts, row_keys
 from shardplan.costmodel.training.table import TrainTable, build_train_table
@@ -79,6 +79,19 @@ def baseline_row(table: TrainTable, eligible: np.ndarray, system: SystemSpec) ->
     rk = np.where(r.rc[cand] == 2, r.rk[cand], 0)
     order = np.lexsort((-r.gb[cand], rk, r.rc[cand]))
     return int(cand[order[0]])
+
+
+def _without_recompute(req: TrainRequest, best: TrainReport) -> TrainReport | None:
+    """The chosen layout with no recompute (what the explanation weighs recompute against)."""
+    if best.plan is None or best.plan.recompute == "none":
+        return None
+    p = best.plan
+    lay = TrainLayout(tp=p.tp, pp=p.pp, dp=p.dp, ep=p.ep, cp=p.cp, microbatch=p.microbatch_size,
+                      interleave=p.interleave, sequence_parallel=p.sequence_parallel, zero_stage=p.zero_stage,
+                      offload_optimizer=p.offload.optimizer, offload_weights=p.offload.weights,
+                      offload_activations=p.offload.activations)
+    w = req.workload.model_copy(update={"global_batch": p.global_batch})
+    return estimate_training(req.model, req.system, req.num_gpus, w, lay)
 
 
 def plan_training(req: TrainRequest, *, explain: bool = True) -> TrainPlan:
@@ -153,7 +166,7 @@ def plan_training(req: TrainRequest, *, explain: bool = True) -> TrainPlan:
         seq_len=work.seq_len, plan=best.plan, metrics=best.metrics, memory=best.memory, stages=best.stages,
         layers=best.layers, solver=solver, alternatives=alts,
         comparisons=comparisons(table, chosen[0], fits, report, per_sequence=per_seq),
-        explanation=explanation(best, report(base) if base is not None else None),
+        explanation=explanation(best, report(base) if base is not None else None, _without_recompute(req, best)),
     )
     wall = time.perf_counter() - t0
     return plan.model_copy(update={"solver": solver.model_copy(update={"wall_time_s": wall})})
