@@ -25,8 +25,8 @@ OPTIMIZER_STATE_BYTES = {"adam": 12.0, "adam-8bit": 6.0, "sgd": 8.0, "adafactor"
 # held 1.83 GiB reserved-but-unallocated at 75.3 GiB allocated on an H100 (2.4%; vllm-project/compressed-tensors
 # PR #587, which then reserves 5%); without expandable segments reserved reached 2.1x allocated in an RL trainer
 # (nvidia-cosmos/cosmos-rl PR #388); ZeRO (Rajbhandari et al. 2020, §3.2 "memory fragmentation") reports OOM
-# with over 30% of memory free; vLLM leaves 10% by default (gpu_memory_utilization=0.9). 10% covers the measured
-# steady-state fragmentation with room for step-to-step spikes (variable-length batches, NCCL lazy buffers).
+# with over 30% of memory free; torchtitan's published Llama 3.1 8B runs peak at 76.8-83.9 GiB on H100s with
+# 96 GB HBM (pytorch/torchtitan docs/performance.md, Tables 1-2); vLLM leaves 10% (gpu_memory_utilization=0.9).
 DEFAULT_HEADROOM_FRACTION = 0.10
 
 
