@@ -70,7 +70,11 @@ def parse_headroom(text: str | None, gpu_memory_bytes: float) -> dict[str, Any]:
         if not 0 <= pct < 100:
             raise ShardplanError(f"must be between 0% and 100% (got {text})", field="memory-headroom")
         return {"memory_headroom_fraction": pct / 100}
-    size = parse_size(t, field="memory-headroom")
+    try:
+        size = parse_size(t, field="memory-headroom")
+    except ShardplanError:
+        raise ShardplanError(f"'{text}' is not a size or a percentage (use e.g. 8GiB or 10%)",
+                             field="memory-headroom") from None
     if size >= gpu_memory_bytes:
         raise ShardplanError(f"must be smaller than the GPU's memory ({format_bytes(gpu_memory_bytes)}; got {text})",
                              field="memory-headroom")
