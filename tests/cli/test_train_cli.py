@@ -113,3 +113,10 @@ def test_memory_headroom_option_sets_the_json_field(run_cli) -> None:
     assert r.json()["stages"][0]["headroom_bytes"] == 8 * 1024**3
     r = run_cli(*args, "--memory-headroom", "150%")
     assert r.code == 2 and "memory-headroom" in r.err
+
+
+def test_recompute_layers_without_full_recompute_is_bad_input(run_cli) -> None:
+    r = run_cli("train", "--model", "llama-3.1-8b", "--hardware", "dgx-h100", "-s", "4096", "-b", "8",
+                "--recompute", "selective", "--recompute-layers", "4")
+    assert r.code == 2 and "recompute-layers" in r.err
+    assert len(r.err.strip().splitlines()) == 1
