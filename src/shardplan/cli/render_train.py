@@ -90,7 +90,8 @@ def render_summary(con: Console, report: Any) -> None:
     t.add_column("value", justify="right")
     rows = [
         ("step time", format_seconds(m.step_time_s)), ("tokens/s", f"{m.tokens_per_s:,.0f}"),
-        ("MFU", f"{m.mfu:.1%}"), ("HFU", f"{m.hfu:.1%}"), ("TFLOP/s per GPU", f"{m.tflops_per_gpu:.1f}"),
+        ("MFU", f"{m.mfu:.1%}"), ("HFU", f"{m.hfu:.1%}"), ("TFLOP/s per GPU (HFU)", f"{m.tflops_per_gpu:.1f}"),
+        ("TFLOP/s per GPU (kernels run)", f"{m.executed_tflops_per_gpu:.1f}"),
         ("pipeline bubble", f"{m.bubble_fraction:.1%} ({format_seconds(m.bubble_s)})"),
     ]
     for name, v in (("TP exposed", m.tp_exposed_s), ("PP sends", m.pp_exposed_s), ("DP sync exposed", m.dp_exposed_s),
