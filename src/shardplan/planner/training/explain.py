@@ -12,6 +12,7 @@ from shardplan.costmodel.training.report import TrainPlanOut, TrainReport
 from shardplan.costmodel.training.stages import STAGES
 from shardplan.costmodel.training.table import TrainTable
 from shardplan.planner.core.select import explain_infeasible
+from shardplan.planner.training.rank import tie_rank
 from shardplan.planner.training.request import TrainRequest, space_request
 from shardplan.planner.training.schema import Comparison, SolverOut, TrainPlan
 from shardplan.units import format_bytes
@@ -64,8 +65,6 @@ def _binding(table: TrainTable, i: int) -> str:
 def _best(table: TrainTable, mask: np.ndarray, per_sequence: bool = False) -> int:
     """The fastest row of ``mask`` by the solver's objective (step time, or time per sequence when the planner
     chooses the batch); ties: the solver's preference order."""
-    from shardplan.planner.training.solve import tie_rank
-
     idx = np.flatnonzero(mask)
     t = _objective(table, idx, per_sequence)
     order = np.lexsort((tie_rank(table.rows.take(idx)), t))

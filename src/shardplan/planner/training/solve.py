@@ -13,7 +13,7 @@ import numpy as np
 
 from shardplan.costmodel.core.layouts import check_gpus
 from shardplan.costmodel.training.evaluate import estimate_training
-from shardplan.costmodel.training.layout import LayoutArrays, TrainLayout
+from shardplan.costmodel.training.layout import TrainLayout
 from shardplan.costmodel.training.report import TrainReport
 from shardplan.costmodel.training.space import enumerate_layouts, row_keys
 from shardplan.costmodel.training.table import TrainTable, build_train_table
@@ -22,22 +22,11 @@ from shardplan.hardware.spec import SystemSpec
 from shardplan.planner.core.scaling import RATE_UNIT_S, TIME_UNIT_S, from_int_time, to_int_time
 from shardplan.planner.core.select import select
 from shardplan.planner.training.explain import comparisons, explanation, infeasible_plan
+from shardplan.planner.training.rank import tie_rank
 from shardplan.planner.training.request import TrainRequest, check_pins, space_request
 from shardplan.planner.training.schema import Alternative, SolverOut, TrainPlan
 
 LAYOUT_KEY = ("tp", "pp", "dp", "ep", "cp", "mb", "v", "rc", "sp", "zero", "gb")
-
-
-def tie_rank(rows: LayoutArrays) -> np.ndarray:
-    """Deterministic preference among equal step times: less recompute, less offload, lower ZeRO, smaller
-    TP, shallower pipeline, less CP/EP, fewer chunks, no SP, larger microbatch, larger batch."""
-    offload = rows.f_opt + rows.f_w + rows.f_act
-    rk = np.where(rows.rc == 2, rows.rk, 0)
-    order = np.lexsort((-rows.gb, -rows.mb, rows.sp, rows.v, rows.ep, rows.cp, rows.pp, rows.tp, rows.zero,
-                        offload, rk, rows.rc))
-    rank = np.empty(len(rows), dtype=np.int64)
-    rank[order] = np.arange(len(rows))
-    return rank
 
 
 def primary_objective(table: TrainTable, idx: np.ndarray, per_sequence: bool) -> np.ndarray:
