@@ -65,7 +65,7 @@ def _infer_row(r: dict[str, Any]) -> list[str]:
     meets = "-" if r.get("meets_rate") is None else ("yes" if r["meets_rate"] else "no")
     return [r["hardware"], r["model"], str(r["num_gpus"]), f"{r['prompt_len']}/{r['gen_len']}", r["dtype"],
             _num(r.get("request_rate"), "{:g}"), r["status"], lay, _num(m and m["tokens_per_s"], "{:,.0f}"),
-            _num(m and m["ttft_s"] * 1e3, "{:.4g}"), _num(m and m["tpot_s"] * 1e3, "{:.3g}"), meets,
+            _num(m and m["ttft_s"] * 1e3, "{:,.0f}"), _num(m and m["tpot_s"] * 1e3, "{:.3g}"), meets,
             _num(r.get("fleet_gpus"), "{:,}"), _usd(cost.get("usd_per_million_tokens")),
             _num(r.get("scaling_efficiency"), "{:.0%}"), "★" if r.get("min_gpus_pick") else ""]
 
@@ -76,15 +76,24 @@ INFER_HEAD = ("hardware", "model", "GPUs", "prompt/gen", "dtype", "req/s", "stat
               "TTFT ms", "TPOT ms", "meets", "fleet GPUs", "$/M tok", "eff", "")
 
 
+LABELS = {"hardware", "model", "batch", "seq", "dtype", "prompt/gen", "req/s"}
+
+
 def render(con: Console, result: Any) -> None:
     """The table of rows and the summary lines (picks, counts, timing)."""
     train = result.kind == "train"
-    table = Table(title=f"shardplan sweep {result.kind}: {len(result.points)} points", show_lines=False)
-    for h in TRAIN_HEAD if train else INFER_HEAD:
-        table.add_column(h, overflow="fold")
-    for r in result.points:
-        table.add_row(*(_train_row(r) if train else _infer_row(r)),
-                      style="red" if r["status"] == "infeasible" else None)
+    head = TRAIN_HEAD if train else INFER_HEAD
+    cells = [_train_row(r) if train else _infer_row(r) for r in result.points]
+    # label columns equal on every row go to the title, so the table fits a terminal
+    same = {i for i, h in enumerate(head) if h in LABELS and len({c[i] for c in cells}) == 1 and len(cells) > 1}
+    title = ", ".join(f"{head[i]} {cells[0][i]}" for i in sorted(same))
+    table = Table(title=f"shardplan sweep {result.kind}: {len(result.points)} points" + (f" ({title})" if title
+                                                                                          else ""))
+    keep = [i for i in range(len(head)) if i not in same]
+    for i in keep:
+        table.add_column(head[i], overflow="fold")
+    for r, c in zip(result.points, cells, strict=True):
+        table.add_row(*(c[i] for i in keep), style="red" if r["status"] == "infeasible" else None)
     con.print(table)
     s = result.summary
     if train and s.get("deadline_s") is not None:

@@ -114,10 +114,12 @@ def _infer(fig: Any, result: Any) -> None:
     else:
         y, label = (lambda r: r["metrics"]["tpot_s"] * 1e3), "TPOT (ms)"
     _line(c, series, y)
-    for r in rows:
-        if r.get("min_gpus_pick") and y(r) is not None:
-            c.scatter([r["num_gpus"]], [y(r)], marker="*", s=220, color="#D55E00", zorder=5)
-    _gpu_axis(c, label)
+    for i, group in enumerate(series.values()):
+        for r in group:
+            if r.get("min_gpus_pick") and y(r) is not None:
+                c.scatter([r["num_gpus"]], [y(r)], marker="*", s=260, color=_COLOURS[i % len(_COLOURS)],
+                          edgecolors="black", linewidths=0.6, zorder=5)
+    _gpu_axis(c, label, logy="GPUs" not in label)
     c.set_xlabel("GPUs per deployment")
     c.set_title(label + (" (★ fewest)" if "GPUs" in label else ""))
 

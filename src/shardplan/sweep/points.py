@@ -55,8 +55,10 @@ def build(cls: type[BaseModel], **values: Any) -> Any:
         return cls(**values)
     except ValidationError as e:
         err = e.errors()[0]
-        loc = ".".join(str(x) for x in err["loc"]) or cls.__name__
-        raise ShardplanError(err["msg"].removeprefix("Value error, "), field=loc.replace("_", "-")) from None
+        msg = err["msg"].removeprefix("Value error, ")
+        first = msg.split(" ", 1)[0]  # cross-field validators name the field first ("dtype must be …")
+        loc = ".".join(str(x) for x in err["loc"]) or (first if first in cls.model_fields else cls.__name__)
+        raise ShardplanError(msg, field=loc.replace("_", "-")) from None
 
 
 def request_key(req: BaseModel) -> str:
