@@ -59,7 +59,7 @@ def test_bad_int_lists_name_the_field(text, words):
 
 def test_names():
     assert parse_names(" dgx-h100, dgx-b200 ,dgx-h100", field="hardware") == ["dgx-h100", "dgx-b200"]
-    with pytest.raises(ShardplanError, match="hardware: .*empty item"):
+    with pytest.raises(ShardplanError, match=r"hardware: .*empty item"):
         parse_names("dgx-h100,,dgx-b200", field="hardware")
 
 
@@ -72,7 +72,7 @@ def test_token_counts(text, value):
 
 @pytest.mark.parametrize("text", ["15X", "T", "-3T", "0", "fifteen"])
 def test_bad_token_counts(text):
-    with pytest.raises(ShardplanError, match="^tokens: "):
+    with pytest.raises(ShardplanError, match=r"^tokens: "):
         parse_count(text, field="tokens")
 
 
@@ -86,7 +86,7 @@ def test_durations(text, seconds):
 
 def test_rates_and_bad_rates():
     assert parse_rates("5,10,2.5", field="request-rate") == [5.0, 10.0, 2.5]
-    with pytest.raises(ShardplanError, match="request-rate: .*> 0"):
+    with pytest.raises(ShardplanError, match=r"request-rate: .*> 0"):
         parse_rates("5,0", field="request-rate")
 
 

@@ -35,9 +35,9 @@ def test_bad_names_fail_before_planning():
     with pytest.raises(ShardplanError) as e:
         expand("train", {**TRAIN, "hardware": ["dgx-h100", "dgx-h999"]})
     assert str(e.value).startswith("hardware: unknown system 'dgx-h999'")
-    with pytest.raises(ShardplanError, match="^model: "):
+    with pytest.raises(ShardplanError, match=r"^model: "):
         expand("train", {**TRAIN, "model": ["llama-3.1-8b", "llama-9"]})
-    with pytest.raises(ShardplanError, match="^dtype: "):
+    with pytest.raises(ShardplanError, match=r"^dtype: "):
         expand("train", {**TRAIN, "dtype": ["bf16", "bf17"]})
 
 
