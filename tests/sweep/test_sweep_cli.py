@@ -78,3 +78,31 @@ def test_table_shows_points_and_summary(run_cli):
     r = run_cli(*TRAIN)
     assert r.code == 0, r.err
     assert "2 points, 2 distinct plans (0 infeasible)" in r.out
+
+
+def test_grid_file_with_command_line_override(run_cli, tmp_path):
+    grid = tmp_path / "grid.yaml"
+    grid.write_text("model: llama-3.1-8b\nhardware: [dgx-h100]\ngpus: 8:32:x2\nglobal-batch: 32\nseq-len: 2048\n")
+    r = run_cli("sweep", "train", "--grid", str(grid), "-g", "16", "-j", "1", "--json")
+    assert r.code == 0, r.err
+    assert [row["num_gpus"] for row in r.json()["points"]] == [16]  # -g overrides the file's gpus
+    grid.write_text("model: llama-3.1-8b\nhardware: dgx-h100\nbogus: 1\n")
+    assert_bad_input(run_cli("sweep", "train", "--grid", str(grid)), "grid:", "unknown field 'bogus'")
+
+
+def test_parquet(run_cli, tmp_path):
+    pq = pytest.importorskip("pyarrow.parquet")
+    out = tmp_path / "rows.parquet"
+    r = run_cli(*TRAIN, "--parquet", str(out), "--json")
+    assert r.code == 0, r.err
+    _, flat = tabular.table(r.json()["points"])
+    assert pq.read_table(out).to_pylist() == flat
+
+
+def test_missing_extras_are_one_line(run_cli, no_planning, monkeypatch, tmp_path):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "pyarrow", None)  # import fails as if the extra were not installed
+    monkeypatch.setitem(sys.modules, "ray", None)
+    assert_bad_input(run_cli(*TRAIN, "--parquet", str(tmp_path / "x.parquet")), "shardplan[sweep]")
+    assert_bad_input(run_cli(*TRAIN, "--ray"), "shardplan[ray]")

@@ -93,3 +93,10 @@ def test_serving_fleet_by_hand():
         fleets.append(row["fleet_gpus"])
     picked = [r for r in res.points if r["min_gpus_pick"]]
     assert len(picked) == 1 and picked[0]["fleet_gpus"] == min(fleets)
+
+
+def test_notebook_api_takes_range_text():
+    api = shardplan.sweep_training("llama-3.1-8b", "dgx-h100", gpus="8:16:x2", global_batch=32, seq_len=2048,
+                                   tokens="15T", workers=1)
+    direct = run_sweep("train", TRAIN, tokens=15e12, backend="serial")
+    assert api.points == direct.points
