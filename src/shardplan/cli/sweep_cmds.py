@@ -18,7 +18,7 @@ from shardplan.cli.infer_cmds import GenLen, KvDtype, MaxTpot, MaxTtft, PromptLe
 from shardplan.cli.options import GpusOpt, HardwareOpt, JsonOpt, ModelOpt, TimeLimitOpt
 from shardplan.cli.train_cmds import Attention, GlobalBatch, GradDtype, Optimizer, SeqLen
 from shardplan.cli.train_cmds import Dtype as TrainDtype
-from shardplan.planner.knobs import OffloadPolicy
+from shardplan.planner.training.knobs import OffloadPolicy
 from shardplan.sweep.grid import RANGE_HELP
 
 sweep_app = typer.Typer(

@@ -30,9 +30,9 @@ def plan_request(kind: str, request: Any) -> dict[str, Any]:
     carrying the planner's message as its reason, not a failure of the sweep.
     """
     if kind == "train":
-        from shardplan.planner.train import plan_training as plan
+        from shardplan.planner.training.solve import plan_training as plan
     else:
-        from shardplan.planner.infer import plan_inference as plan
+        from shardplan.planner.serving.solve import plan_inference as plan
     try:
         result = plan(request)
     except ShardplanError as e:

@@ -82,7 +82,7 @@ def resolve_names(names: list[str], *, kind: Literal["model", "hardware"]) -> di
 
 
 def _gpu_check(system: Any, n: int) -> str | None:
-    from shardplan.costmodel.space import check_gpus
+    from shardplan.costmodel.core.layouts import check_gpus
 
     try:
         check_gpus(system, n)
@@ -92,8 +92,8 @@ def _gpu_check(system: Any, n: int) -> str | None:
 
 
 def _train_request(model: Any, system: Any, n: int, v: dict[str, Any], options: dict[str, Any]) -> BaseModel:
-    from shardplan.costmodel.layout import TrainWorkload
-    from shardplan.planner.train import TrainRequest
+    from shardplan.costmodel.training.layout import TrainWorkload
+    from shardplan.planner.training.request import TrainRequest
 
     work_opts = {k: options[k] for k in ("grad_dtype", "optimizer", "attention") if options.get(k) is not None}
     work = build(TrainWorkload, seq_len=v["seq_len"], global_batch=v["global_batch"], dtype=v["dtype"], **work_opts)
@@ -103,8 +103,8 @@ def _train_request(model: Any, system: Any, n: int, v: dict[str, Any], options: 
 
 
 def _infer_request(model: Any, system: Any, n: int, v: dict[str, Any], options: dict[str, Any]) -> BaseModel:
-    from shardplan.costmodel.infer import InferWorkload
-    from shardplan.planner.infer import InferRequest
+    from shardplan.costmodel.serving.cost import InferWorkload
+    from shardplan.planner.serving.request import InferRequest
 
     work_opts = {k: options[k] for k in ("weight_dtype", "kv_dtype") if options.get(k) is not None}
     work = build(InferWorkload, prompt_len=v["prompt_len"], gen_len=v["gen_len"], dtype=v["dtype"], **work_opts)
