@@ -106,7 +106,9 @@ def render(con: Console, result: Any) -> None:
     else:
         con.print("★ fewest GPUs per hardware (least fleet_gpus meeting --request-rate, else the smallest GPU count "
                   "with a plan): " + "; ".join(
-                      f"{p['hardware']} {p['model']}: {p.get('fleet_gpus') or p['num_gpus']} GPUs"
+                      f"{p['hardware']} {p['model']} {p['prompt_len']}/{p['gen_len']}"
+                      + (f" @{p['request_rate']:g}/s" if p.get("request_rate") else "")
+                      + f": {p.get('fleet_gpus') or p['num_gpus']} GPUs"
                       + (f" ({p['copies']}× {p['num_gpus']})" if p.get("copies") else "") for p in s["picks"]))
     con.print(f"{s['points']} points, {s['unique_requests']} distinct plans ({s['infeasible']} infeasible) in "
               f"{s['wall_time_s']:.1f} s on {s['backend']} ({s['points_per_s']:.2f} points/s)")

@@ -31,6 +31,8 @@ def table(rows: list[dict[str, Any]]) -> tuple[list[str], list[dict[str, Any]]]:
     """Columns (union over rows, first-seen order) and the flat rows."""
     flat = [flatten(r) for r in rows]
     cols = list(dict.fromkeys(c for r in flat for c in r))
+    nested = {c.rsplit(".", 1)[0] for c in cols if "." in c}
+    cols = [c for c in cols if c not in nested]  # a group that is None on some rows (no plan): its columns stay empty
     return cols, [{c: r.get(c) for c in cols} for r in flat]
 
 
