@@ -70,11 +70,19 @@ def test_cp_sat_equals_brute_force(space: StageSpace) -> None:
         return
     assert choice is not None and choice.status == "optimal"
     assert choice.objective == brute[0]
+    # Bounding by the uniform split's step time (what the planner passes) keeps the optimum.
+    lay = space.layout
+    uniform = evaluate_split(space.model, space.system, space.work, lay, uniform_split(space.model.num_layers, lay.pp))
+    if uniform.fits:
+        ub = uniform.step_time_s / (1 + space.system.software.step_overhead_fraction)
+        bounded = solve_stages(space, time_limit_s=30.0, upper_bound_s=ub)
+        assert bounded is not None
+        ref = brute[0] if bounded.unit == unit else brute_force_stages(space, bounded.unit)[0]
+        assert bounded.objective == ref
     # The reported numbers: the cost model's float evaluation of exactly the returned plan.
     ev = evaluate_split(space.model, space.system, space.work, space.layout, choice.layers,
                         choice.recompute_layers, choice.offload_pct)
     assert ev.fits
-    lay = space.layout
     step_units = ev.step_time_s / (1 + space.system.software.step_overhead_fraction) * lay.interleave / unit
     a, b = coefficients(space)
     slack = a + b  # each rounded-up term (a·⌈t⌉ + b·⌈tail⌉) adds less than one unit

@@ -61,6 +61,9 @@ class RankCosts:
     offload_pct: np.ndarray  # integer percent of stored activations on the CPU
     per_mb_s: np.ndarray  # forward + backward (+ recompute, sends, exposed offload) per microbatch
     tail_s: np.ndarray  # DP sync + ZeRO-3 gathers + optimizer step if this rank were rank 0 of the step
+    dp_s: np.ndarray  # the three parts of tail_s
+    zero3_s: np.ndarray
+    optimizer_s: np.ndarray
     memory_bytes: np.ndarray  # GPU bytes
     host_bytes: np.ndarray  # offloaded bytes per GPU in host memory
     stored_inflight_bytes: np.ndarray  # activation bytes an offload percent point moves (×100)
@@ -95,9 +98,9 @@ def rank_costs(model: ModelSpec, system: SystemSpec, work: TrainWorkload, layout
     m = (rows.gb / (rows.dp * rows.mb)).astype(float)
     st = _stage(ctx, kinds, shape, m)
     dp_exposed, z3 = _data_parallel(ctx, st, m)
-    tail = dp_exposed + z3 + _optimizer_time(ctx, st)
-    return RankCosts(rank, layers, rk, pct, st.per_microbatch_s, tail, st.total, st.cpu_bytes,
-                     st.stored_mb * st.inflight, st)
+    opt = _optimizer_time(ctx, st)
+    return RankCosts(rank, layers, rk, pct, st.per_microbatch_s, dp_exposed + z3 + opt, dp_exposed, z3, opt,
+                     st.total, st.cpu_bytes, st.stored_mb * st.inflight, st)
 
 
 def pipeline_factor(layout: TrainLayout, work: TrainWorkload) -> float:

@@ -81,15 +81,26 @@ class Options:
     tail_s: np.ndarray
 
 
-def _grid(space: StageSpace) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _grid(space: StageSpace, t_cap_s: float | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every (rank, layers, k), without the (rank, layers) whose fastest option is slower than ``t_cap_s`` or
+    whose smallest memory (everything recomputed, all offloadable activations on the CPU) does not fit."""
     lo, hi = space.bounds()
+    rk = np.concatenate([np.full(int(hi[i] - lo[i] + 1), i) for i in range(space.layout.pp)])
+    ln = np.concatenate([np.arange(int(lo[i]), int(hi[i]) + 1) for i in range(space.layout.pp)])
+    fast = space.cost(rk, ln, np.zeros_like(ln) if space.full else space.layout_k(ln), np.zeros_like(ln))
+    small = space.cost(rk, ln, ln if space.full else space.layout_k(ln),
+                       np.full_like(ln, 100 if space.allow_offload else 0))
+    ok = space.fits(small)
+    if t_cap_s is not None:
+        ok &= fast.per_mb_s <= t_cap_s
     ranks, layers, ks = [], [], []
-    for i in range(space.layout.pp):
-        for n in range(int(lo[i]), int(hi[i]) + 1):
-            kk = np.arange(n + 1) if space.full else space.layout_k(np.array([n]))
-            ranks.append(np.full(len(kk), i))
-            layers.append(np.full(len(kk), n))
-            ks.append(kk)
+    for i, n in zip(rk[ok], ln[ok], strict=True):
+        kk = np.arange(n + 1) if space.full else space.layout_k(np.array([n]))
+        ranks.append(np.full(len(kk), i))
+        layers.append(np.full(len(kk), n))
+        ks.append(kk)
+    if not ranks:
+        return (np.zeros(0, dtype=np.int64),) * 3
     return np.concatenate(ranks), np.concatenate(layers), np.concatenate(ks)
 
 
@@ -104,9 +115,10 @@ def _pareto(t: np.ndarray, tail: np.ndarray, secondary: np.ndarray) -> np.ndarra
     return np.array(keep, dtype=np.int64)
 
 
-def rank_options(space: StageSpace) -> Options:
-    """Every feasible option worth choosing, with the smallest offload percent that fits."""
-    rank, layers, k = _grid(space)
+def rank_options(space: StageSpace, t_cap_s: float | None = None) -> Options:
+    """Every feasible option worth choosing, with the smallest offload percent that fits (options slower
+    than ``t_cap_s`` per microbatch dropped)."""
+    rank, layers, k = _grid(space, t_cap_s)
     c0 = space.cost(rank, layers, k, np.zeros_like(rank))
     pct = np.zeros_like(rank)
     if space.allow_offload:
@@ -175,11 +187,15 @@ def solve_stages(space: StageSpace, *, time_limit_s: float = 10.0, seed: int = 0
     """
     t0 = time.perf_counter()
     lay, L = space.layout, space.model.num_layers
-    opts = rank_options(space)
-    unit, t_int, tail_int = scale(space, opts.per_mb_s, opts.tail_s)
     a, b = coefficients(space)
+    # An option whose pipeline term alone exceeds the bound cannot be in a plan that beats it (margin 1e-6).
+    t_cap = None if upper_bound_s is None else upper_bound_s * lay.interleave / a * (1 + 1e-6)
+    opts = rank_options(space, t_cap)
+    if len(opts.rank) == 0:
+        return None
+    unit, t_int, tail_int = scale(space, opts.per_mb_s, opts.tail_s)
     if upper_bound_s is not None and len(opts.rank):
-        ub = to_int_time(upper_bound_s * lay.interleave, unit)
+        ub = to_int_time(upper_bound_s * lay.interleave * (1 + 1e-6), unit)
         tail_min = int(tail_int[opts.rank == 0].min(initial=0))
         own_tail = np.where(opts.rank == 0, tail_int, tail_min)
         keep = a * t_int + b * own_tail <= ub
