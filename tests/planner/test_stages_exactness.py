@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shardplan.costmodel.training.layout import LayoutArrays, Recompute, TrainLayout, TrainWorkload
+from shardplan.costmodel.training.stage_bounds import average_lower_bounds, stage_lower_bounds
 from shardplan.costmodel.training.stage_split import evaluate_split, uniform_split
 from shardplan.costmodel.training.step import train_cost
 from shardplan.hardware import get_system
@@ -67,11 +68,20 @@ def test_cp_sat_equals_brute_force(space: StageSpace) -> None:
     brute = brute_force_stages(space, unit)
     if brute is None:
         assert choice is None
+        rows = LayoutArrays.from_layouts([space.layout], space.work.global_batch)
+        stage_lower_bounds(space.model, space.system, space.work, rows, free_recompute=True,
+                           allow_offload=space.allow_offload)  # runs (it may or may not prove infeasibility)
         return
     assert choice is not None and choice.status == "optimal"
     assert choice.objective == brute[0]
-    # Bounding by the uniform split's step time (what the planner passes) keeps the optimum.
+    # The global search's bounds never exceed the optimum (in the same units: ⌈x⌉ ≥ x).
     lay = space.layout
+    rows = LayoutArrays.from_layouts([lay], space.work.global_batch)
+    for bound in (average_lower_bounds(space.model, space.system, space.work, rows, free_recompute=True),
+                  stage_lower_bounds(space.model, space.system, space.work, rows, free_recompute=True,
+                                     allow_offload=space.allow_offload)):
+        assert float(bound[0]) * lay.interleave / unit <= brute[0] * (1 + 1e-9)
+    # Bounding by the uniform split's step time (what the planner passes) keeps the optimum.
     uniform = evaluate_split(space.model, space.system, space.work, lay, uniform_split(space.model.num_layers, lay.pp))
     if uniform.fits:
         ub = uniform.step_time_s / (1 + space.system.software.step_overhead_fraction)

@@ -24,7 +24,7 @@ import numpy as np
 from shardplan.costmodel.training.ctx import Ctx
 from shardplan.costmodel.training.evaluate import host_capacity
 from shardplan.costmodel.training.layout import LayoutArrays, TrainLayout, TrainWorkload
-from shardplan.costmodel.training.stages import StageShape, kind_costs
+from shardplan.costmodel.training.stages import KindCost, StageShape, kind_costs
 from shardplan.costmodel.training.step import StageCost, _data_parallel, _optimizer_time, _stage
 from shardplan.errors import ShardplanError
 from shardplan.hardware.spec import SystemSpec
@@ -73,27 +73,34 @@ class RankCosts:
         return len(self.rank)
 
 
-def _moe_layers(model: ModelSpec, rank: np.ndarray, layers: np.ndarray) -> np.ndarray:
+def moe_layers_of(model: ModelSpec, rank: np.ndarray, layers: np.ndarray) -> np.ndarray:
     if model.moe is None:
         return np.zeros_like(layers, dtype=float)
     dense_first = np.where(rank == 0, np.minimum(layers, model.moe.first_dense_layers), 0)
     return (layers - dense_first).astype(float)
 
 
+def layout_kinds(model: ModelSpec, system: SystemSpec, work: TrainWorkload, layout: TrainLayout
+                 ) -> dict[str, KindCost]:
+    """Per-layer-kind costs of one layout (one row; they broadcast over a rank's options)."""
+    return kind_costs(Ctx(model, system, work, LayoutArrays.from_layouts([layout], work.global_batch)))
+
+
 def rank_costs(model: ModelSpec, system: SystemSpec, work: TrainWorkload, layout: TrainLayout,
                rank: np.ndarray, layers: np.ndarray, recompute_layers: np.ndarray,
-               offload_pct: np.ndarray) -> RankCosts:
-    """Cost every option (rank, layers, full-recompute layers, activation offload %) of one global layout."""
+               offload_pct: np.ndarray, kinds: dict[str, KindCost] | None = None) -> RankCosts:
+    """Cost every option (rank, layers, full-recompute layers, activation offload %) of one global layout
+    (``kinds``: ``layout_kinds`` of it, when the caller has them)."""
     rank, layers = np.asarray(rank, dtype=np.int64), np.asarray(layers, dtype=np.int64)
     rk, pct = np.asarray(recompute_layers, dtype=np.int64), np.asarray(offload_pct, dtype=np.int64)
     n = len(rank)
     base = LayoutArrays.from_layouts([layout], work.global_batch)
     rows = base.take(np.zeros(n, dtype=np.int64)).replace(rk=rk, f_act=pct / 100.0)
     ctx = Ctx(model, system, work, rows)
-    kinds = kind_costs(ctx)
+    kinds = kinds if kinds is not None else layout_kinds(model, system, work, layout)
     p = layout.pp
     fl = layers.astype(float)
-    shape = StageShape("rank", rank.astype(float), fl, _moe_layers(model, rank, layers),
+    shape = StageShape("rank", rank.astype(float), fl, moe_layers_of(model, rank, layers),
                        rank == 0, rank == p - 1, np.ones(n, dtype=bool))
     m = (rows.gb / (rows.dp * rows.mb)).astype(float)
     st = _stage(ctx, kinds, shape, m)
@@ -171,3 +178,4 @@ def evaluate_split(model: ModelSpec, system: SystemSpec, work: TrainWorkload, la
     return StageSplitCost(list(stage_layers), [int(min(k, n)) for k, n in zip(rk, stage_layers, strict=True)],
                           [int(x) for x in pct], [float(x) for x in c.per_mb_s],
                           [float(x) for x in c.memory_bytes], host, pipeline, bubble, tail, step, ok, c)
+

@@ -19,7 +19,7 @@ integers by ``planner.core.scaling``, needs rounded up), then fewer recomputed l
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from ortools.sat.python import cp_model
@@ -27,7 +27,14 @@ from ortools.sat.python import cp_model
 from shardplan.costmodel.training.evaluate import host_capacity
 from shardplan.costmodel.training.knobs import RECOMPUTE_CODE, Recompute
 from shardplan.costmodel.training.layout import TrainLayout, TrainWorkload
-from shardplan.costmodel.training.stage_split import RankCosts, min_first_layers, rank_costs, uniform_split
+from shardplan.costmodel.training.stage_split import (
+    RankCosts,
+    layout_kinds,
+    min_first_layers,
+    rank_costs,
+    uniform_split,
+)
+from shardplan.costmodel.training.stages import KindCost
 from shardplan.hardware.spec import SystemSpec
 from shardplan.models.spec import ModelSpec
 from shardplan.planner.core.scaling import fine_time_unit, to_int_time
@@ -43,10 +50,17 @@ class StageSpace:
     layout: TrainLayout
     allow_offload: bool = False
     single_recompute: bool = False
+    free_recompute: bool = True  # False: the layout's recompute count holds on every rank (a user's pin)
+    kinds: dict[str, KindCost] = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.kinds:
+            self.kinds.update(layout_kinds(self.model, self.system, self.work, self.layout))
 
     @property
     def full(self) -> bool:
-        return RECOMPUTE_CODE[Recompute(self.layout.recompute)] == 2
+        """Per-rank recompute counts are decisions (``--recompute full``, count not pinned)."""
+        return RECOMPUTE_CODE[Recompute(self.layout.recompute)] == 2 and self.free_recompute
 
     def bounds(self) -> tuple[np.ndarray, np.ndarray]:
         """Fewest and most layers each rank may hold."""
@@ -58,7 +72,7 @@ class StageSpace:
         return lo, hi
 
     def cost(self, rank: np.ndarray, layers: np.ndarray, k: np.ndarray, pct: np.ndarray) -> RankCosts:
-        return rank_costs(self.model, self.system, self.work, self.layout, rank, layers, k, pct)
+        return rank_costs(self.model, self.system, self.work, self.layout, rank, layers, k, pct, self.kinds)
 
     def fits(self, c: RankCosts) -> np.ndarray:
         host = c.host_bytes * self.system.gpus_per_node
@@ -234,9 +248,11 @@ def solve_stages(space: StageSpace, *, time_limit_s: float = 10.0, seed: int = 0
         return None
     chosen = [j for j, xj in enumerate(x) if solver.Value(xj)]
     chosen.sort(key=lambda j: opts.rank[j])
+    # The objective from the solution's integers (CP-SAT reports it as a double, off by rounding when large).
+    objective = a * max(int(t_int[j]) for j in chosen) + b * int(tail_int[chosen[0]])
     return StageChoice(
         layers=[int(opts.layers[j]) for j in chosen], recompute_layers=[int(opts.k[j]) for j in chosen],
-        offload_pct=[int(opts.pct[j]) for j in chosen], objective=int(solver.ObjectiveValue()) // tie, unit=unit,
+        offload_pct=[int(opts.pct[j]) for j in chosen], objective=objective, unit=unit,
         status="optimal" if status == cp_model.OPTIMAL else "feasible", solve_s=time.perf_counter() - t0,
         options=len(x))
 
