@@ -5,11 +5,12 @@ where ``k_i(n) = max(0, (M_i + B_i·(n − lo_i) − C)/s_i)`` is the fewest ful
 memory ``C`` (stored bytes fall by ``s_i`` per recomputed layer, each costs ``r_i`` more time). Sends are
 included, exposed offload traffic is not (it is never negative). Time and memory are affine in a rank's layers
 and recomputed layers (``stage_split``'s per-rank costs), so ``g_i`` is convex piecewise linear and the best
-split's slowest rank is at least the smallest ``T`` with ``Σ_i max{n : g_i(n) ≤ T} ≥ L`` (continuous ``n``:
-a relaxation), found by bisection. Where the recompute term is not exact it is left out (a weaker bound):
+split's slowest rank is at least the smallest ``T`` with ``Σ_i max{n integer : g_i(n) ≤ T} ≥ L`` (``k``
+continuous: a relaxation), found by bisection. Where the recompute term is not exact it is left out (a weaker bound):
 activation offload can replace recompute, the ZeRO-3 gathered buffer is not affine in layers, and rank 0's
 dense-first layers make its per-layer averages vary.
 
+Each rank also holds at most the layers that fit its memory with the fewest-memory choices.
 ``pipeline ≥ (m + (p−1)/v)·T`` and rank 0's tail ≥ the optimizer step of its fewest layers.
 """
 
@@ -92,17 +93,19 @@ def stage_lower_bounds(model: ModelSpec, system: SystemSpec, work: TrainWorkload
         lin = lo + np.divide(Tr - t0, slope, out=np.full(len(row), np.inf), where=slope > 0)
         bent = knee + np.divide(Tr - g_knee, steep, out=np.full(len(row), np.inf), where=steep > 0)
         x = np.where(lin <= knee, lin, np.maximum(bent, np.minimum(lin, knee)))
-        x = np.where(g(lo) > Tr * (1 + 1e-12), -np.inf, np.minimum(x, hi))
+        # whole layers, at most what fits the rank's memory
+        x = np.where(g(lo) > Tr * (1 + 1e-12), -np.inf, np.minimum(np.floor(x + 1e-9), most))
         return np.bincount(row, weights=np.where(np.isfinite(x) | (x > 0), x, -1e18), minlength=n_rows)
 
     low = np.zeros(n_rows)
     high = np.zeros(n_rows)
-    np.maximum.at(high, row, g(hi))
-    for _ in range(60):
-        mid = (low + high) / 2
-        ok = layers_within(mid) >= L * (1 - 1e-12)
-        high = np.where(ok, mid, high)
-        low = np.where(ok, low, mid)
+    with np.errstate(invalid="ignore"):  # inf − inf where a rank never recomputes: the branch is not taken
+        np.maximum.at(high, row, g(hi))
+        for _ in range(60):
+            mid = (low + high) / 2
+            ok = layers_within(mid) >= L * (1 - 1e-12)
+            high = np.where(ok, mid, high)
+            low = np.where(ok, low, mid)
     factor = (rows.gb / (rows.dp * rows.mb)) + (rows.pp - 1) / rows.v
     first = rank == 0
     tail = np.zeros(n_rows)

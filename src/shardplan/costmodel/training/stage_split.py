@@ -17,6 +17,7 @@ dense-first layers (``n_0 ≥ first_dense_layers``), so a rank's MoE count depen
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -84,6 +85,21 @@ def layout_kinds(model: ModelSpec, system: SystemSpec, work: TrainWorkload, layo
                  ) -> dict[str, KindCost]:
     """Per-layer-kind costs of one layout (one row; they broadcast over a rank's options)."""
     return kind_costs(Ctx(model, system, work, LayoutArrays.from_layouts([layout], work.global_batch)))
+
+
+def kinds_of_row(kinds: dict[str, KindCost], j: int, n: int) -> dict[str, KindCost]:
+    """Row ``j`` of per-kind costs computed for ``n`` rows at once (operator lists dropped: not needed here)."""
+
+    def pick(x):
+        if isinstance(x, np.ndarray):
+            return x[j:j + 1] if x.ndim == 1 and len(x) == n else x
+        if isinstance(x, list):
+            return []
+        if dataclasses.is_dataclass(x) and not isinstance(x, type):
+            return dataclasses.replace(x, **{f.name: pick(getattr(x, f.name)) for f in dataclasses.fields(x)})
+        return x
+
+    return {k: pick(v) for k, v in kinds.items()}
 
 
 def rank_costs(model: ModelSpec, system: SystemSpec, work: TrainWorkload, layout: TrainLayout,
@@ -156,7 +172,8 @@ def check_split(model: ModelSpec, layout: TrainLayout, stage_layers: list[int]) 
 
 def evaluate_split(model: ModelSpec, system: SystemSpec, work: TrainWorkload, layout: TrainLayout,
                    stage_layers: list[int], recompute_layers: list[int] | None = None,
-                   offload_pct: list[int] | None = None) -> StageSplitCost:
+                   offload_pct: list[int] | None = None, kinds: dict[str, KindCost] | None = None
+                   ) -> StageSplitCost:
     """Step time and per-rank memory of ``layout`` with ``stage_layers`` layers on each pipeline rank.
 
     ``recompute_layers`` (per rank) defaults to the layout's count (all layers when unset); ``offload_pct``
@@ -167,7 +184,8 @@ def evaluate_split(model: ModelSpec, system: SystemSpec, work: TrainWorkload, la
     every = layout.recompute_layers if layout.recompute_layers is not None else 10**9
     rk = recompute_layers if recompute_layers is not None else [min(every, n) for n in stage_layers]
     pct = offload_pct if offload_pct is not None else [round(layout.offload_activations * 100)] * p
-    c = rank_costs(model, system, work, layout, np.arange(p), np.array(stage_layers), np.array(rk), np.array(pct))
+    c = rank_costs(model, system, work, layout, np.arange(p), np.array(stage_layers), np.array(rk), np.array(pct),
+                   kinds)
     worst = float(np.max(c.per_mb_s))
     pipeline = pipeline_factor(layout, work) * worst
     bubble = (p - 1) / layout.interleave * worst

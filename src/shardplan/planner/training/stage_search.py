@@ -16,15 +16,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from shardplan.costmodel.training.ctx import Ctx
 from shardplan.costmodel.training.report import TrainReport
 from shardplan.costmodel.training.stage_bounds import average_lower_bounds, stage_lower_bounds
 from shardplan.costmodel.training.stage_report import split_report
 from shardplan.costmodel.training.stage_split import (
     StageSplitCost,
     evaluate_split,
+    kinds_of_row,
     supports_stage_split,
     uniform_split,
 )
+from shardplan.costmodel.training.stages import kind_costs
 from shardplan.costmodel.training.table import TrainTable
 from shardplan.planner.training.request import TrainRequest
 from shardplan.planner.training.schema import SolverOut
@@ -74,6 +77,10 @@ def search_stages(req: TrainRequest, table: TrainTable, rows: np.ndarray, best_r
     fine = stage_lower_bounds(model, system, work, r.take(deep[hope]), free_recompute=free, allow_offload=allow)
     lb[hope] = np.maximum(lb[hope], fine * overhead / np.where(per_seq, r.gb[deep[hope]], 1))
     order = np.argsort(lb, kind="stable")
+    # Per-kind costs of every row that may need solving, in one vectorized pass.
+    maybe = order[lb[order] < incumbent * (1 - 1e-9)]
+    batch = kind_costs(Ctx(model, system, work, r.take(deep[maybe])))
+    slot = {int(j): q for q, j in enumerate(maybe)}
     solved = bounded = 0
     status = "optimal"
     single = req.single_recompute_count
@@ -90,9 +97,9 @@ def search_stages(req: TrainRequest, table: TrainTable, rows: np.ndarray, best_r
         gb = int(r.gb[i])
         w = work.model_copy(update={"global_batch": gb})
         offloaded = bool(r.f_opt[i] + r.f_w[i] + r.f_act[i] > 0)
+        kinds = kinds_of_row(batch, slot[int(j)], len(maybe))
         space = StageSpace(model, system, w, lay, allow_offload=req.offload.value == "on" or offloaded,
-                           single_recompute=single, free_recompute=req.recompute_layers is None
-                           and req.recompute is None)
+                           single_recompute=single, free_recompute=free, kinds=kinds)
         bound_s = incumbent * (gb if per_seq else 1) / overhead
         choice = solve_stages(space, time_limit_s=left, seed=req.seed, upper_bound_s=bound_s)
         solved += 1
@@ -100,7 +107,8 @@ def search_stages(req: TrainRequest, table: TrainTable, rows: np.ndarray, best_r
             continue
         if choice.status != "optimal":
             status = "feasible"
-        split = evaluate_split(model, system, w, lay, choice.layers, choice.recompute_layers, choice.offload_pct)
+        split = evaluate_split(model, system, w, lay, choice.layers, choice.recompute_layers, choice.offload_pct,
+                               kinds)
         score = _score(split.step_time_s, gb, per_seq)
         if split.fits and score < incumbent:
             incumbent, best = score, (i, split, choice)
