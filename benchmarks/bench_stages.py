@@ -67,19 +67,20 @@ def main() -> None:
             t0 = time.perf_counter()
             plan = plan_training(_request(model, system, gpus, batch, seq, pins, uniform=False))
             times.append(time.perf_counter() - t0)
-            stage_times.append(plan.solver.stage_solve_s)
+            stage_times.append(plan.solver.stage_search.solve_s if plan.solver.stage_search else 0.0)
         assert plan is not None
         if plan.plan is None or uni.plan is None or plan.metrics is None or uni.metrics is None:
             print(f"| {name} | {uni.status} | {plan.status} | | | | | | | | {plan.reason or ''} |")
             continue
-        p, s = plan.plan, plan.solver
+        p, s = plan.plan, plan.solver.stage_search
+        assert s is not None
         gain = 100 * (uni.metrics.step_time_s / plan.metrics.step_time_s - 1)
         layout = (f"TP{p.tp} PP{p.pp} DP{p.dp}" + (f" EP{p.ep}" if p.ep > 1 else "") + f" mb{p.microbatch_size}"
                   + (f" v{p.interleave}" if p.interleave > 1 else "") + f" {p.recompute} ZeRO{p.zero_stage}")
         rc = _runs(p.stage_recompute_layers) if p.stage_recompute_layers else "-"
         print(f"| {name} | {uni.metrics.step_time_s:.4g} | {plan.metrics.step_time_s:.4g} | {gain:+.1f}% | {layout} | "
-              f"{_runs(p.stage_layers or [])} | {rc} | {s.stage_rows_solved} / {s.stage_rows_bounded} / "
-              f"{s.stage_rows_single} | {statistics.median(stage_times):.2f} | {statistics.median(times):.2f} | "
+              f"{_runs(p.stage_layers or [])} | {rc} | {s.solved} / {s.bounded} / {s.single_stage} | "
+              f"{statistics.median(stage_times):.2f} | {statistics.median(times):.2f} | "
               f"{plan.status} |")
 
 

@@ -30,7 +30,7 @@ from shardplan.costmodel.training.stage_split import (
 from shardplan.costmodel.training.stages import kind_costs
 from shardplan.costmodel.training.table import TrainTable
 from shardplan.planner.training.request import TrainRequest
-from shardplan.planner.training.schema import SolverOut
+from shardplan.planner.training.schema import SolverOut, StageSearchOut
 from shardplan.planner.training.stages import StageChoice, StageSpace, solve_stages
 
 
@@ -135,10 +135,9 @@ def stage_plan_report(req: TrainRequest, table: TrainTable, search: StageSearch,
 
 
 def with_stage_search(solver: SolverOut, search: StageSearch) -> SolverOut:
-    return solver.model_copy(update=dict(
-        stage_status=search.status, stage_rows_solved=search.solved, stage_rows_bounded=search.bounded,
-        stage_rows_single=search.single_stage, stage_rows_skipped=search.skipped, stage_solve_s=search.solve_s,
-        uniform_step_time_s=search.uniform_step_s))
+    return solver.model_copy(update={"stage_search": StageSearchOut(
+        status=search.status, solved=search.solved, bounded=search.bounded, single_stage=search.single_stage,
+        skipped=search.skipped, solve_s=search.solve_s, uniform_step_time_s=search.uniform_step_s)})
 
 
 def stage_sentence(search: StageSearch, best: TrainReport) -> str:
