@@ -172,6 +172,8 @@ def pipeline_schedule(pp: int, m: int, v: int, fwd_s: list[float], bwd_s: list[f
 
 
 def _stage_times(stages: list[StageRow], pp: int) -> tuple[list[float], list[float]]:
+    if len(stages) == pp and [r.index for r in stages] == list(range(pp)):  # one row per rank (per-stage plan)
+        return [r.fwd_time_s for r in stages], [r.bwd_time_s for r in stages]
     by_name = {r.stage: r for r in stages}
     first = by_name.get("first", stages[0])
     rows = [by_name.get("last", first) if s == pp - 1 and s else
