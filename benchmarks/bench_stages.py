@@ -26,6 +26,7 @@ CASES: list[tuple[str, str, str, int, int, int, dict[str, Any]]] = [
     # Llama 3 paper (arXiv 2407.21783 §3.3.2): 16K H100, TP8 PP16, batch 2048 × 8192 (first/last stages lighter).
     ("Llama-3.1-405B, 16,384 H100, PP16", "llama-3.1-405b", "dgx-h100", 16384, 2048, 8192, {"pp": 16}),
     ("  memory-tight: seq 16,384", "llama-3.1-405b", "dgx-h100", 16384, 1024, 16384, {"pp": 16}),
+    ("Llama-3.1-405B, 16,384 H100, all layouts", "llama-3.1-405b", "dgx-h100", 16384, 2048, 8192, {}),
     # Narayanan et al. 2021 Table 1: GPT-3 175B on 1,024 A100, batch 1536 × 2048.
     ("GPT-3 175B, 1,024 A100, PP8", "gpt3-175b", "dgx-a100-80gb", 1024, 1536, 2048, {"pp": 8}),
     ("GPT-3 175B, 1,024 A100, PP16", "gpt3-175b", "dgx-a100-80gb", 1024, 1536, 2048, {"pp": 16}),
@@ -36,6 +37,8 @@ CASES: list[tuple[str, str, str, int, int, int, dict[str, Any]]] = [
     # DeepSeek-V3 report (arXiv 2412.19437 §3.2): 2,048 H800, PP16, EP64, batch 15360 × 4096.
     ("DeepSeek-V3, 2,048 H800, PP16 EP64", "deepseek-v3", "dgx-h800", 2048, 15360, 4096, {"pp": 16, "ep": 64}),
     ("  memory-tight: 1,024 H800", "deepseek-v3", "dgx-h800", 1024, 15360, 4096, {"pp": 16, "ep": 64}),
+    # The issue's largest case: a 1T dense GPT (Narayanan et al. 2021 Table 1's 1T shape) on 131,072 H100.
+    ("1T dense GPT, 131,072 H100, all layouts", "gpt-1008b", "dgx-h100", 131072, 16384, 4096, {}),
 ]
 
 

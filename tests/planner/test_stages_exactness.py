@@ -17,7 +17,7 @@ from shardplan.costmodel.training.stage_split import evaluate_split, uniform_spl
 from shardplan.costmodel.training.step import train_cost
 from shardplan.hardware import get_system
 from shardplan.models.spec import MlpKind, ModelSpec, MoESpec
-from shardplan.planner.training.stages import StageSpace, coefficients, solve_stages
+from shardplan.planner.training.stages import StageSpace, chunk_recompute, coefficients, solve_stages
 from shardplan.planner.training.stages_brute import brute_force_stages
 
 
@@ -98,11 +98,11 @@ def test_cp_sat_equals_brute_force(space: StageSpace) -> None:
     slack = a + b  # each rounded-up term (a·⌈t⌉ + b·⌈tail⌉) adds less than one unit
     assert step_units <= choice.objective <= step_units + slack
     if space.single_recompute and space.layout.recompute == Recompute.FULL:
-        ks = {k for k, n in zip(choice.recompute_layers, choice.layers, strict=True) if k < n}
-        assert len(ks) <= 1
-        if ks:
-            big_k = ks.pop()
-            assert all(k == min(big_k, n) for k, n in zip(choice.recompute_layers, choice.layers, strict=True))
+        v = lay.interleave
+        ks = {k // v for k, n in zip(choice.recompute_layers, choice.layers, strict=True) if k < n}
+        assert len(ks) <= 1  # one per-chunk count K (Megatron's block method)
+        big_k = ks.pop() if ks else max(-(-n // v) for n in choice.layers)
+        assert choice.recompute_layers == [chunk_recompute(big_k, n, v) for n in choice.layers]
 
 
 def test_uniform_split_equals_train_cost() -> None:

@@ -9,7 +9,7 @@ microbatches only). Per ``(rank, n, k)`` the smallest offload percent that fits 
 non-decreasing and memory decreasing in ``f``); per ``(rank, n)`` only options that are not dominated in
 (time per microbatch, rank-0 tail) survive — unless one recompute count must hold on every rank
 (``single_recompute``: Megatron's ``--recompute-num-layers`` and torchtitan take one), which the model
-enforces with ``k_i = min(K, n_i)`` for one integer ``K``.
+enforces as Megatron applies it — the first ``K`` layers of every model chunk — for one integer ``K``.
 
 CP-SAT: one boolean per surviving option, ``exactly_one`` per rank, ``Σ n_i = L``, ``Z ≥ t_i`` per rank,
 objective ``(m·v + p − 1)·Z + v·tail_0`` (``v`` times ``train_cost``'s step composition, times scaled to
@@ -229,12 +229,18 @@ def solve_stages(space: StageSpace, *, time_limit_s: float = 10.0, seed: int = 0
         model.Add(z >= sum(int(t_int[j]) * x[j] for j in js))
     tail = sum(int(tail_int[j]) * x[j] for j in np.flatnonzero(opts.rank == 0))
     if space.single_recompute and space.full:
+        # One count K per model chunk (Megatron's --recompute-method block): a rank of n layers in v chunks
+        # recomputes v·K of them, or all n once K reaches its largest chunk (see ``chunk_recompute``).
+        v = lay.interleave
         kvar = model.NewIntVar(0, L, "k")
         for j, xj in enumerate(x):
-            if opts.k[j] < opts.layers[j]:
-                model.Add(kvar == int(opts.k[j])).OnlyEnforceIf(xj)
+            n, k = int(opts.layers[j]), int(opts.k[j])
+            if k == n:
+                model.Add(kvar >= -(-n // v)).OnlyEnforceIf(xj)
+            elif k % v == 0:
+                model.Add(kvar == k // v).OnlyEnforceIf(xj)
             else:
-                model.Add(kvar >= int(opts.layers[j])).OnlyEnforceIf(xj)
+                model.Add(xj == 0)  # no single per-chunk count recomputes exactly k of this rank's layers
     tie = L + 100 * p + 1
     secondary = sum(int(opts.k[j] + opts.pct[j]) * xj for j, xj in enumerate(x) if opts.k[j] + opts.pct[j])
     model.Minimize((a * z + b * tail) * tie + secondary)
@@ -255,6 +261,12 @@ def solve_stages(space: StageSpace, *, time_limit_s: float = 10.0, seed: int = 0
         offload_pct=[int(opts.pct[j]) for j in chosen], objective=objective, unit=unit,
         status="optimal" if status == cp_model.OPTIMAL else "feasible", solve_s=time.perf_counter() - t0,
         options=len(x))
+
+
+def chunk_recompute(count: int, layers: int, v: int) -> int:
+    """Layers a rank of ``layers`` layers in ``v`` chunks (the first chunks taking the remainder) recomputes
+    when the first ``count`` layers of every chunk are recomputed (Megatron's block method, transformer_block.py)."""
+    return sum(min(count, layers // v + (1 if c < layers % v else 0)) for c in range(v))
 
 
 def _hint(model: cp_model.CpModel, x: list, opts: Options, split: list[int]) -> None:

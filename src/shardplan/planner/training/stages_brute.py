@@ -12,7 +12,7 @@ import itertools
 import numpy as np
 
 from shardplan.planner.core.scaling import to_int_time
-from shardplan.planner.training.stages import StageSpace, coefficients
+from shardplan.planner.training.stages import StageSpace, chunk_recompute, coefficients
 
 
 def _compositions(lo: np.ndarray, hi: np.ndarray, total: int) -> list[tuple[int, ...]]:
@@ -48,9 +48,11 @@ def brute_force_stages(space: StageSpace, unit: float) -> tuple[int, tuple[int, 
         t = [np.array([best_t.get((i, n, int(k)), (big, big))[0] for k in ks[i]]) for i, n in enumerate(comp)]
         tail0 = np.array([best_t.get((0, comp[0], int(k)), (big, big))[1] for k in ks[0]])
         if space.single_recompute and space.full:
-            kk = np.arange(max(comp) + 1)
-            tm = np.max(np.stack([t[i][np.minimum(kk, n)] for i, n in enumerate(comp)]), axis=0)
-            obj = a * tm + b * tail0[np.minimum(kk, comp[0])]
+            v = lay.interleave
+            kk = range(max(comp) + 1)  # one per-chunk count K for every rank
+            ks_of = [np.array([chunk_recompute(K, n, v) for K in kk]) for n in comp]
+            tm = np.max(np.stack([t[i][ks_of[i]] for i in range(p)]), axis=0)
+            obj = a * tm + b * tail0[ks_of[0]]
             feas = tm < big
         else:
             grid = np.ix_(*t)
