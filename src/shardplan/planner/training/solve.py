@@ -150,7 +150,8 @@ def plan_training(req: TrainRequest, *, explain: bool = True) -> TrainPlan:
     if stages is not None:
         solver = with_stage_search(solver, stages)
         status = "optimal" if status == "optimal" and stages.status == "optimal" else "feasible"
-        explained = [*explained, stage_sentence(stages, best)]
+        if stages.split is not None or (best.plan is not None and best.plan.pp > 1):  # nothing to say without PP
+            explained = [*explained, stage_sentence(stages, best)]
     plan = TrainPlan(
         status=status, model=req.model.name, hardware=req.system.name, num_gpus=req.num_gpus,
         seq_len=work.seq_len, plan=best.plan, metrics=best.metrics, memory=best.memory, stages=best.stages,
