@@ -79,3 +79,15 @@ def test_bad_split_is_one_line_and_exit_2(run_cli) -> None:
     assert r.code == 2 and "4 counts" in r.err
     r = run_cli(*EST, "--stage-layers", "20,20,20,20", "--stage-recompute-layers", "1,2,3,30")
     assert r.code == 2 and "stage-recompute-layers" in r.err
+
+
+def test_alternating_moe_layers_keep_the_uniform_split() -> None:
+    """A rank's MoE count depends on where its layers start when MoE layers alternate: no per-stage search."""
+    from shardplan.models.spec import ModelSpec, MoESpec
+
+    model = ModelSpec(name="alt", num_layers=8, hidden_size=1024, num_heads=8, ffn_hidden_size=4096,
+                      vocab_size=32000, moe=MoESpec(num_experts=8, experts_per_token=2,
+                                                    expert_ffn_hidden_size=1024, layer_freq=2))
+    plan = plan_training(TrainRequest(model=model, system=get_system("dgx-h100"), num_gpus=8, pp=2,
+                                      workload=TrainWorkload(seq_len=2048, global_batch=16)))
+    assert plan.status == "optimal" and plan.solver.stage_search is None and plan.plan.stage_layers is None

@@ -15,6 +15,7 @@ from shardplan.costmodel.core.layouts import check_gpus
 from shardplan.costmodel.training.evaluate import estimate_training
 from shardplan.costmodel.training.layout import LayoutArrays
 from shardplan.costmodel.training.space import enumerate_layouts, row_keys
+from shardplan.costmodel.training.stage_split import supports_stage_split
 from shardplan.costmodel.training.table import TrainTable, build_train_table
 from shardplan.errors import ShardplanError
 from shardplan.hardware.spec import SystemSpec
@@ -131,7 +132,7 @@ def plan_training(req: TrainRequest, *, explain: bool = True) -> TrainPlan:
 
     best = report(chosen[0])
     stages = None
-    if not req.uniform_stages:
+    if not req.uniform_stages and supports_stage_split(req.model):  # else: the uniform split, as requested
         every = np.arange(len(table))
         rows_all = distinct_best(table, every, primary_all, rank_all)
         if req.offload == "auto" and (table.fits & ~offloaded).any():

@@ -24,7 +24,6 @@ from shardplan.costmodel.training.stage_split import (
     StageSplitCost,
     evaluate_split,
     kinds_of_row,
-    supports_stage_split,
     uniform_split,
 )
 from shardplan.costmodel.training.stages import kind_costs
@@ -64,8 +63,6 @@ def search_stages(req: TrainRequest, table: TrainTable, rows: np.ndarray, best_r
     uniform_step = float(table.step_time_s[best_row])
     incumbent = _score(uniform_step, int(r.gb[best_row]), per_seq)
     best: tuple[int, StageSplitCost | None, StageChoice | None] = (best_row, None, None)
-    if not supports_stage_split(model):
-        return StageSearch(best_row, None, None, uniform_step, 0, 0, len(rows), 0, "optimal", 0.0)
     deep = rows[r.pp[rows] > 1]
     free = req.recompute_layers is None and req.recompute is None
     allow = req.offload.value == "on" or (req.offload.value == "auto" and bool((r.f_opt + r.f_w + r.f_act)[
