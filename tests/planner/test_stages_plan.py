@@ -62,6 +62,12 @@ def test_estimate_pins_a_split_and_exports_it(run_cli, tmp_path) -> None:
     assert d["plan"]["stage_layers"] == [19, 21, 21, 19]
     assert d["plan"]["stage_recompute_layers"] == [4, 2, 1, 0]
     assert [s["layers"] for s in d["stages"]] == [19, 21, 21, 19]
+    from shardplan.api import estimate_training
+
+    api = estimate_training("llama-3.1-70b", "dgx-h100", gpus=64, global_batch=256, seq_len=8192, tp=4, pp=4,
+                            recompute="full", sequence_parallel=True, zero_stage=1, stage_layers=[19, 21, 21, 19],
+                            stage_recompute_layers=[4, 2, 1, 0])
+    assert api.metrics.step_time_s == d["metrics"]["step_time_s"]
     mega = tmp_path / "m.args"
     assert run_cli(*EST, "--stage-layers", "19,21,21,19", "--export", "megatron", "-o", str(mega)).code == 0
     assert "--pipeline-model-parallel-layout Et*19|t*21|t*21|t*19L\n" in mega.read_text()
