@@ -101,10 +101,14 @@ def estimate_training(model: str | ModelSpec, hardware: str | SystemSpec, *, glo
                       cp: int = 1, microbatch: int = 1, interleave: int = 1, recompute: str = "none",
                       recompute_layers: int | None = None, sequence_parallel: bool = False, zero_stage: int = 0,
                       offload_optimizer: float = 0.0, offload_weights: float = 0.0, offload_activations: float = 0.0,
-                      dtype: str = "bf16", grad_dtype: str = "fp32", attention: str | None = None) -> TrainReport:
+                      dtype: str = "bf16", grad_dtype: str = "fp32", attention: str | None = None,
+                      stage_layers: list[int] | None = None,
+                      stage_recompute_layers: list[int] | None = None) -> TrainReport:
     """Time and memory of one pinned training layout, as ``shardplan estimate train`` prints it.
 
-    ``dp`` defaults to gpus / (tp·pp·cp); offload fractions are 0–1 of each class kept on the CPU. A layout
+    ``dp`` defaults to gpus / (tp·pp·cp); offload fractions are 0–1 of each class kept on the CPU;
+    ``stage_layers`` pins the layers per pipeline rank (``--stage-layers``), ``stage_recompute_layers`` the
+    fully recomputed layers per rank under ``recompute="full"``. A layout
     that does not fit is a result with ``status == "infeasible"``, a ``reason`` and ``suggestions``.
 
     >>> r = estimate_training("gpt3-175b", "dgx-a100-80gb", gpus=64, global_batch=64, seq_len=2048, tp=8, pp=8,
@@ -130,6 +134,13 @@ def estimate_training(model: str | ModelSpec, hardware: str | SystemSpec, *, glo
                          zero_stage=zero_stage, offload_optimizer=offload_optimizer,
                          offload_weights=offload_weights, offload_activations=offload_activations)
     work = _workload(seq_len, global_batch, {"dtype": dtype, "grad_dtype": grad_dtype, "attention": attention})
+    if stage_layers is not None:
+        from shardplan.costmodel.training.stage_report import estimate_split
+
+        return estimate_split(spec, system, n, work, layout, list(stage_layers),
+                              None if stage_recompute_layers is None else list(stage_recompute_layers))
+    if stage_recompute_layers is not None:
+        raise ShardplanError("needs stage_layers", field="stage_recompute_layers")
     return _estimate(spec, system, n, work, layout)
 
 
