@@ -39,7 +39,7 @@ def test_cpsat_equals_brute_force(model: str, gpus: int, prompt: int, gen: int, 
     if len(feasible) == 0:
         assert plan_inference(req).status == "infeasible"
         return
-    primary = primary_objective(req, cost, feasible)
+    primary, _unit = primary_objective(req, cost, feasible)
     rank = tie_rank(table.take(feasible))
     sel = select(primary, rank, k=1)
     assert sel.statuses == ["optimal"]

@@ -85,6 +85,17 @@ def _plans_table(con: Console, title: str, alts: list[Any]) -> None:
     con.print(t)
 
 
+PARETO_ROWS_SHOWN = 24
+
+
+def thin(points: list[Any], k: int) -> list[Any]:
+    """At most ``k`` points spread evenly along the list, always its first and last."""
+    if len(points) <= k:
+        return points
+    idx = sorted({round(j * (len(points) - 1) / (k - 1)) for j in range(k)})
+    return [points[i] for i in idx]
+
+
 def render_plan(con: Console, plan: Any) -> None:
     s = plan.solver
     con.print(f"[bold]{plan.model}[/] on {plan.num_gpus}× {plan.hardware}, prompt {plan.prompt_len}, generate "
@@ -100,7 +111,10 @@ def render_plan(con: Console, plan: Any) -> None:
     if plan.alternatives:
         _plans_table(con, "Next best plans", plan.alternatives)
     if plan.pareto:
-        _plans_table(con, "Throughput vs TPOT frontier", plan.pareto)
+        shown = thin(plan.pareto, PARETO_ROWS_SHOWN)
+        n = len(plan.pareto)
+        note = "" if len(shown) == n else f" ({len(shown)} of {n} points; --json lists all)"
+        _plans_table(con, "Throughput vs TPOT frontier" + note, shown)
     for line in plan.explanation:
         con.print(f"• {line}")
     con.print(f"[bold green]{plan.status.upper()}[/]")

@@ -31,15 +31,18 @@ from shardplan.costmodel.serving.report import (
     InferReport,
     PhaseLayerRow,
     estimate_inference,
+    report_row,
     valid_ep,
     valid_tp,
 )
 from shardplan.errors import ShardplanError
 from shardplan.planner.core.pins import require_allowed
 from shardplan.planner.core.scaling import (
+    THROUGHPUT_UNIT,
     TIME_UNIT_S,
     from_int_throughput,
     from_int_time,
+    objective_unit,
     to_int_throughput,
     to_int_time,
 )
@@ -172,12 +175,24 @@ def admissible(req: InferRequest, cost: InferCost) -> dict[str, np.ndarray]:
     return out
 
 
-def primary_objective(req: InferRequest, cost: InferCost, idx: np.ndarray) -> np.ndarray:
-    """Integer objective to minimise over rows ``idx``: throughput shortfall, or latency in µs."""
+def objective_values(req: InferRequest, cost: InferCost) -> np.ndarray:
+    """The float objective of every row: end-to-end latency (s) or throughput (tokens/s)."""
+    return cost.e2e_s if req.objective == InferObjective.LATENCY else cost.tokens_per_s
+
+
+def primary_objective(req: InferRequest, cost: InferCost, idx: np.ndarray) -> tuple[np.ndarray, float]:
+    """Integer objective to minimise over rows ``idx`` and its unit: throughput shortfall, or latency.
+
+    The unit is 1 µs / 0.001 tokens/s, coarsened by powers of ten where the table's largest value would
+    overflow CP-SAT's exact range (``scaling.objective_unit``)."""
+    vals = objective_values(req, cost)[idx]
+    top = float(vals.max(initial=0.0))
     if req.objective == InferObjective.LATENCY:
-        return to_int_time(cost.e2e_s[idx], TIME_UNIT_S)
-    u = to_int_throughput(cost.tokens_per_s[idx])
-    return u.max(initial=0) - u
+        unit = objective_unit(top, len(idx), TIME_UNIT_S)
+        return to_int_time(vals, unit), unit
+    unit = objective_unit(top, len(idx), THROUGHPUT_UNIT)
+    u = to_int_throughput(vals, unit)
+    return u.max(initial=0) - u, unit
 
 
 def _alt(rank: int, rep: InferReport) -> InferAlternative:
@@ -201,7 +216,7 @@ def plan_inference(req: InferRequest) -> InferPlan:
     if len(feasible) == 0:
         return _infeasible(req, cost, violations, common, build_s, t0, unit)
 
-    primary = primary_objective(req, cost, feasible)
+    primary, unit_value = primary_objective(req, cost, feasible)
     rank = tie_rank(rows.take(feasible))
     hint = brute_force(primary, rank)[0]
     sel = select(primary, rank, k=req.top_k, time_limit_s=req.time_limit_s, seed=req.seed, hint=hint,
@@ -209,10 +224,11 @@ def plan_inference(req: InferRequest) -> InferPlan:
     chosen = [int(feasible[i]) for i in sel.indices]
     n = len(feasible)
     if req.objective == InferObjective.LATENCY:
-        obj, bound = from_int_time(sel.objective[0] // n), from_int_time(sel.bound[0] / n)
+        obj, bound = from_int_time(sel.objective[0] // n, unit_value), from_int_time(sel.bound[0] / n, unit_value)
     else:
-        top = int(to_int_throughput(cost.tokens_per_s[feasible]).max())
-        obj, bound = from_int_throughput(top - sel.objective[0] // n), from_int_throughput(top - sel.bound[0] / n)
+        top = int(to_int_throughput(cost.tokens_per_s[feasible], unit_value).max())
+        obj = from_int_throughput(top - sel.objective[0] // n, unit_value)
+        bound = from_int_throughput(top - sel.bound[0] / n, unit_value)
     gap = abs(obj - bound) / obj if obj else 0.0
 
     def report(i: int) -> InferReport:
@@ -223,7 +239,9 @@ def plan_inference(req: InferRequest) -> InferPlan:
     front = []
     if req.pareto:
         sub = pareto_front(cost.tpot_s[feasible], cost.tokens_per_s[feasible], rank)
-        front = [_alt(k, report(int(feasible[i]))) for k, i in enumerate(sub, start=1)]
+        # table rows are evaluate() of their layouts (same infer_cost): report them without re-costing
+        front = [_alt(k, report_row(cost, int(feasible[i]), model=req.model, system=req.system, work=req.workload,
+                                    num_gpus=req.num_gpus)) for k, i in enumerate(sub, start=1)]
     solver = InferSolverOut(status=sel.statuses[0], wall_time_s=0.0, build_s=build_s, solve_s=sel.build_s + sel.solve_s,
                             candidates=len(rows), feasible=n, objective=obj, objective_unit=unit, best_bound=bound,
                             gap=gap)
