@@ -28,7 +28,7 @@ def test_estimate_json_contract(run_cli) -> None:
 def test_estimate_renders_tables(run_cli) -> None:
     r = run_cli(*EST)
     assert r.code == 0
-    assert "Prefill" in r.out and "Decode" in r.out and "TTFT" in r.out and "token slots" in r.out
+    assert "Prefill" in r.out and "engine step" in r.out and "TTFT" in r.out and "token slots" in r.out
 
 
 def test_plan_json_contract_and_determinism(run_cli) -> None:

@@ -27,7 +27,7 @@ def test_memory_bound_decode_step_reads_the_weights_at_achieved_bandwidth() -> N
     # Infinite compute, no launch floor, one GPU: a decode step is HBM bytes / (bandwidth · 0.8), and at
     # batch 1 with a short context those bytes are the weights (plus the KV cache and a few activations).
     m = get_model("llama-3.1-8b")
-    w = InferWorkload(prompt_len=16, gen_len=2)
+    w = InferWorkload(prompt_len=16, gen_len=2, mode="static")
     c = _cost("llama-3.1-8b", FLAT_SYS, w, InferLayout(tp=1, batch=1))
     weights = 2 * m.total_params - 2 * m.vocab_size * m.hidden_size  # the embedding table is gathered, not streamed
     kv = 17 * 32 * 8 * 128 * 2 * 2  # context 17 positions × 32 layers × 8 KV heads × 128 × (K, V) × 2 bytes
@@ -47,7 +47,7 @@ def test_tp_all_reduce_is_latency_bound_when_small() -> None:
 
 
 def test_throughput_is_output_tokens_over_end_to_end_time() -> None:
-    w = InferWorkload(prompt_len=1000, gen_len=200)
+    w = InferWorkload(prompt_len=1000, gen_len=200, mode="static")
     c = _cost("llama-3.1-8b", get_system("dgx-h100"), w, InferLayout(tp=2, replicas=4, batch=24))
     e2e = float(c.ttft_s[0] + 199 * c.tpot_s[0])
     assert float(c.e2e_s[0]) == pytest.approx(e2e)
@@ -55,7 +55,7 @@ def test_throughput_is_output_tokens_over_end_to_end_time() -> None:
 
 
 def test_prefill_runs_in_chunks_of_the_token_budget() -> None:
-    w = InferWorkload(prompt_len=1000, gen_len=10, max_num_batched_tokens=2048)
+    w = InferWorkload(prompt_len=1000, gen_len=10, max_num_batched_tokens=2048, mode="static")
     c = _cost("llama-3.1-8b", get_system("dgx-h100"), w, InferLayout(batch=2), InferLayout(batch=5))
     assert c.chunks.tolist() == [1.0, 3.0]  # 2000 tokens; 5000 tokens in 3 chunks of 1667
     assert float(c.prefill.step.tokens[1]) == pytest.approx(5000 / 3)
@@ -64,7 +64,7 @@ def test_prefill_runs_in_chunks_of_the_token_budget() -> None:
 
 
 def test_pipeline_decode_keeps_micro_batches_in_flight() -> None:
-    w = InferWorkload(prompt_len=512, gen_len=64)
+    w = InferWorkload(prompt_len=512, gen_len=64, mode="static")
     c = _cost("llama-3.1-70b", get_system("dgx-h100"), w, InferLayout(tp=2, pp=4, batch=1),
               InferLayout(tp=2, pp=4, batch=64))
     assert c.micro_batches.tolist() == [1.0, 4.0]
@@ -78,7 +78,7 @@ def test_pipeline_decode_keeps_micro_batches_in_flight() -> None:
 
 
 def test_moe_decode_reads_only_the_experts_a_small_batch_touches() -> None:
-    w = InferWorkload(prompt_len=256, gen_len=32)
+    w = InferWorkload(prompt_len=256, gen_len=32, mode="static")
     c = _cost("qwen3-30b-a3b", get_system("dgx-h100"), w, InferLayout(batch=1), InferLayout(batch=256))
     fc1 = next(op for op in c.decode.ops["moe"] if op.name == "moe.experts.fc1")
     m = get_model("qwen3-30b-a3b")

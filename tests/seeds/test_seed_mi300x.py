@@ -29,7 +29,7 @@ MODEL = ModelSpec(name="llama-65b-seed", family="llama", num_layers=L, hidden_si
                   mlp=MlpKind.SWIGLU, vocab_size=V, dtype="fp16")
 # The seed counts weights + KV only: no engine reserve, no non-torch memory, one sampled sequence.
 WORK = InferWorkload(prompt_len=2048, gen_len=32, dtype="fp16", gpu_memory_utilization=1.0, max_num_seqs=1,
-                     non_torch_bytes=0)
+                     non_torch_bytes=0, mode="static")
 PARAMS = L * (4 * H * H + 3 * H * F + 2 * H) + 2 * V * H + H  # attention, SwiGLU MLP, 2 RMSNorms; embedding + head
 
 

@@ -33,12 +33,28 @@ def render_summary(con: Console, report: Any) -> None:
     t = Table(title="Summary (memory per GPU)", title_justify="left", show_header=False)
     t.add_column("metric")
     t.add_column("value", justify="right")
-    rows = [
-        ("TTFT (prefill of the batch)", f"{format_seconds(m.ttft_s)} ({m.prefill_chunks} chunk(s))"),
-        ("TPOT (decode step, mean context)", f"{format_seconds(m.tpot_s)} at {m.mean_context:g} tokens"
-         + (f", {m.decode_micro_batches} micro-batches" if m.decode_micro_batches > 1 else "")),
-        ("end-to-end latency", format_seconds(m.e2e_latency_s)),
-        ("output tokens/s (all GPUs)", f"{m.tokens_per_s:,.1f} ({m.tokens_per_s_per_gpu:,.1f} per GPU)"),
+    if m.mode == "continuous":
+        load = "saturation" if m.request_rate is None else f"{m.request_rate:g} req/s offered, {m.utilisation:.0%} " \
+            f"of capacity"
+        rows = [
+            ("load", f"{load}; capacity {m.capacity_requests_per_s:,.3g} req/s"),
+            ("average step", f"{m.decodes_per_step:,.1f} decodes + {m.prefill_tokens_per_step:,.0f} prefill tokens"
+             + (f", {m.decode_micro_batches} micro-batches" if m.decode_micro_batches > 1 else "")),
+            ("TTFT (mean per request)", f"{format_seconds(m.ttft_s)} ({m.prefill_chunks} chunk(s)"
+             + (f", queueing {format_seconds(m.queue_s)})" if m.request_rate is not None else ", from admission)")),
+            ("TPOT (mean, mixed steps)", f"{format_seconds(m.tpot_s)} at {m.mean_context:g} tokens"),
+            ("end-to-end latency", format_seconds(m.e2e_latency_s)),
+            ("output tokens/s (all GPUs)", f"{m.tokens_per_s:,.1f} ({m.tokens_per_s_per_gpu:,.1f} per GPU)"),
+        ]
+    else:
+        rows = [
+            ("TTFT (prefill of the batch)", f"{format_seconds(m.ttft_s)} ({m.prefill_chunks} chunk(s))"),
+            ("TPOT (decode step, mean context)", f"{format_seconds(m.tpot_s)} at {m.mean_context:g} tokens"
+             + (f", {m.decode_micro_batches} micro-batches" if m.decode_micro_batches > 1 else "")),
+            ("end-to-end latency", format_seconds(m.e2e_latency_s)),
+            ("output tokens/s (all GPUs)", f"{m.tokens_per_s:,.1f} ({m.tokens_per_s_per_gpu:,.1f} per GPU)"),
+        ]
+    rows += [
         ("weights", format_bytes(mem.weights_bytes)),
         ("KV cache of the batch", format_bytes(mem.kv_cache_bytes)),
         ("activations (workspace)", format_bytes(mem.activations_bytes)),
@@ -52,6 +68,15 @@ def render_summary(con: Console, report: Any) -> None:
     for k, v in rows:
         t.add_row(k, v)
     con.print(t)
+
+
+def _phase_tables(con: Console, report: Any) -> None:
+    if report.metrics.mode == "continuous":
+        render_layers(con, report.prefill_layers, "Prefill: one prompt's chunk alone, per layer, one GPU")
+        render_layers(con, report.decode_layers, "Average engine step (decodes + prefill chunks), per layer, one GPU")
+    else:
+        render_layers(con, report.prefill_layers, "Prefill: one chunk, per layer, one GPU")
+        render_layers(con, report.decode_layers, "Decode: one step, per layer, one GPU")
 
 
 def render_status(con: Console, report: Any) -> None:
@@ -68,8 +93,7 @@ def render_estimate(con: Console, report: Any) -> None:
     con.print(f"[bold]{report.model}[/] on {report.num_gpus}× {report.hardware}, prompt {report.prompt_len}, "
               f"generate {report.gen_len}, weights {report.weight_dtype}, KV {report.kv_dtype}: "
               f"{layout_line(report.plan)}")
-    render_layers(con, report.prefill_layers, "Prefill: one chunk, per layer, one GPU")
-    render_layers(con, report.decode_layers, "Decode: one step, per layer, one GPU")
+    _phase_tables(con, report)
     render_summary(con, report)
     render_status(con, report)
 
@@ -105,8 +129,7 @@ def render_plan(con: Console, plan: Any) -> None:
     if render_infeasible(con, plan):
         return
     con.print(f"[bold]Plan[/]: {layout_line(plan.plan)}")
-    render_layers(con, plan.prefill_layers, "Prefill: one chunk, per layer, one GPU")
-    render_layers(con, plan.decode_layers, "Decode: one step, per layer, one GPU")
+    _phase_tables(con, plan)
     render_summary(con, plan)
     if plan.alternatives:
         _plans_table(con, "Next best plans", plan.alternatives)

@@ -61,6 +61,17 @@ def slo_reason(req: InferRequest, cost: InferCost, fits: np.ndarray) -> tuple[st
     return "; ".join(lines), fixes
 
 
+def rate_reason(req: InferRequest, cost: InferCost, fits: np.ndarray) -> tuple[str, list[str]]:
+    """Layouts fit in memory but none keeps up with the offered load: the largest capacity of any."""
+    assert cost.steady is not None and req.workload.request_rate is not None
+    cap = cost.steady.capacity_rps * cost.rows.dp
+    i = int(np.flatnonzero(fits)[np.argmax(cap[fits])])
+    best = float(cap[i])
+    reason = (f"request rate: the most any layout that fits serves is {best:.4g} requests/s ({_layout(cost, i)}) "
+              f"< --request-rate {req.workload.request_rate:g}")
+    return reason, [f"--request-rate {np.floor(best * 100) / 100:g}", "use more GPUs, or shorter prompts/outputs"]
+
+
 def memory_reason(req: InferRequest, cost: InferCost) -> str:
     """No layout holds one sequence: the leanest layout and what it leaves for the KV cache."""
     pools = np.min(np.stack([np.where(m.shape.exists, m.kv_pool, np.inf) for m in cost.memory]), axis=0)

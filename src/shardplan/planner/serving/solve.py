@@ -47,7 +47,7 @@ from shardplan.planner.core.scaling import (
     to_int_time,
 )
 from shardplan.planner.core.select import brute_force, explain_infeasible, select
-from shardplan.planner.serving.explain import memory_reason, pareto_front, slo_reason
+from shardplan.planner.serving.explain import memory_reason, pareto_front, rate_reason, slo_reason
 from shardplan.planner.serving.knobs import InferObjective
 from shardplan.planner.serving.request import InferRequest
 from shardplan.units import format_seconds
@@ -168,6 +168,8 @@ def tie_rank(rows: InferRows) -> np.ndarray:
 def admissible(req: InferRequest, cost: InferCost) -> dict[str, np.ndarray]:
     """Violations per requirement: ``out[name][r]`` is True when row r breaks it."""
     out = {"gpu_memory": ~cost.fits}
+    if cost.steady is not None and req.workload.request_rate is not None:
+        out["request_rate"] = cost.steady.utilisation >= 1.0
     if req.max_ttft_s is not None:
         out["ttft_limit"] = cost.ttft_s > req.max_ttft_s
     if req.max_tpot_s is not None:
@@ -175,9 +177,14 @@ def admissible(req: InferRequest, cost: InferCost) -> dict[str, np.ndarray]:
     return out
 
 
+def by_latency(req: InferRequest) -> bool:
+    """Latency decides: asked for, or an offered load fixes every admissible row's throughput at rate·gen."""
+    return req.objective == InferObjective.LATENCY or req.workload.request_rate is not None
+
+
 def objective_values(req: InferRequest, cost: InferCost) -> np.ndarray:
     """The float objective of every row: end-to-end latency (s) or throughput (tokens/s)."""
-    return cost.e2e_s if req.objective == InferObjective.LATENCY else cost.tokens_per_s
+    return cost.e2e_s if by_latency(req) else cost.tokens_per_s
 
 
 def primary_objective(req: InferRequest, cost: InferCost, idx: np.ndarray) -> tuple[np.ndarray, float]:
@@ -187,7 +194,7 @@ def primary_objective(req: InferRequest, cost: InferCost, idx: np.ndarray) -> tu
     overflow CP-SAT's exact range (``scaling.objective_unit``)."""
     vals = objective_values(req, cost)[idx]
     top = float(vals.max(initial=0.0))
-    if req.objective == InferObjective.LATENCY:
+    if by_latency(req):
         unit = objective_unit(top, len(idx), TIME_UNIT_S)
         return to_int_time(vals, unit), unit
     unit = objective_unit(top, len(idx), THROUGHPUT_UNIT)
@@ -212,7 +219,7 @@ def plan_inference(req: InferRequest) -> InferPlan:
     build_s = time.perf_counter() - t0
     common = dict(model=req.model.name, hardware=req.system.name, num_gpus=req.num_gpus,
                   prompt_len=req.workload.prompt_len, gen_len=req.workload.gen_len, objective=str(req.objective))
-    unit: Literal["tokens/s", "s"] = "s" if req.objective == InferObjective.LATENCY else "tokens/s"
+    unit: Literal["tokens/s", "s"] = "s" if by_latency(req) else "tokens/s"
     if len(feasible) == 0:
         return _infeasible(req, cost, violations, common, build_s, t0, unit)
 
@@ -223,7 +230,7 @@ def plan_inference(req: InferRequest) -> InferPlan:
                  label=lambda i: _label(rows, int(feasible[i])))
     chosen = [int(feasible[i]) for i in sel.indices]
     n = len(feasible)
-    if req.objective == InferObjective.LATENCY:
+    if by_latency(req):
         obj, bound = from_int_time(sel.objective[0] // n, unit_value), from_int_time(sel.bound[0] / n, unit_value)
     else:
         top = int(to_int_throughput(cost.tokens_per_s[feasible], unit_value).max())
@@ -277,7 +284,7 @@ def _infeasible(req: InferRequest, cost: InferCost, violations: dict[str, np.nda
         reason = memory_reason(req, cost)
         fixes = _memory_fixes(req)
     else:
-        reason, fixes = slo_reason(req, cost, fits)
+        reason, fixes = rate_reason(req, cost, fits) if "request_rate" in core else slo_reason(req, cost, fits)
     solver = InferSolverOut(status="infeasible", wall_time_s=time.perf_counter() - t0, build_s=build_s, solve_s=0.0,
                             candidates=len(cost.rows), feasible=0, objective=0.0, objective_unit=unit,
                             best_bound=0.0, gap=0.0)
