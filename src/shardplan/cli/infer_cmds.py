@@ -131,7 +131,7 @@ def estimate_infer(
     check_outputs(export, output, as_json)
     report = estimate_inference(spec, system, n, work, layout, max_batch=max_batch, max_ttft_s=_ms(max_ttft_ms),
                                 max_tpot_s=_ms(max_tpot_ms))
-    argv, notes = vllm_argv(report, spec=spec, work=work) if export else (None, [])
+    argv, notes = vllm_argv(report, spec=spec, work=work, system=system) if export else (None, [])
     deliver(report, lambda con: render_estimate(con, report), as_json=as_json, argv=argv, output=output,
             notes=notes)
 
@@ -171,7 +171,7 @@ def infer(
     if export and plan.plan is None:
         notes.append("nothing exported: no serving layout fits")
     elif export:
-        argv, notes = vllm_argv(plan, spec=spec, work=work)
+        argv, notes = vllm_argv(plan, spec=spec, work=work, system=system)
     written = pareto_plot(plan, plot, max_tpot_ms=max_tpot_ms) if plot is not None and plan.pareto else None
     if plot is not None and written is None:
         notes.append("nothing plotted: no point on the frontier")

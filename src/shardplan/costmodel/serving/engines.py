@@ -1,7 +1,8 @@
 """Serving engines' defaults and KV-cache memory rules, each from the engine's source at a named version.
 
-- **vLLM** (V1 engine, 2025 main after PR #17885: ``vllm/engine/arg_utils.py``
-  ``EngineArgs.get_batch_defaults``; ``vllm/v1/worker/gpu_worker.py`` ``determine_available_memory``): the
+- **vLLM** (V1 engine; ``vllm/engine/arg_utils.py`` ``EngineArgs.get_batch_defaults`` at commit 99d7eb5d,
+  the commit of ``tests/data/export/vllm_flags.json``; ``vllm/v1/worker/gpu_worker.py``
+  ``determine_available_memory``): the
   OpenAI server's token budget per step (``max_num_batched_tokens``) is 8192 and ``max_num_seqs`` 1024 on GPUs
   with ≥ 70 GiB that are not A100, else 2048 and 256. KV pool = ``gpu_memory_utilization`` (0.9) · memory −
   weights − the peak activations of a profile forward pass of ``max_num_batched_tokens`` tokens (plus the
