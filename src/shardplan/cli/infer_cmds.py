@@ -153,6 +153,9 @@ def infer(
     non_torch_memory: NonTorch = None, engine: Engine = "vllm", mode: Mode = "continuous", request_rate: Rate = None,
     as_json: JsonOpt = False, export: ServeExportOpt = None,
     output: OutputOpt = None, plot: ParetoPlotOpt = None,
+    disaggregate: Annotated[bool, typer.Option(
+        "--disaggregate", help="Separate prefill and decode workers (each its own TP/PP/batch, KV cache shipped "
+        "between them), chosen for goodput per GPU; printed beside the best aggregated plan.")] = False,
 ) -> None:
     """Choose how to serve a model (TP, PP, EP, replicas, batch) with CP-SAT over the cost model."""
     from shardplan.cli.render_infer import render_plan
@@ -166,6 +169,9 @@ def infer(
                        max_ttft_s=_ms(max_ttft_ms), max_tpot_s=_ms(max_tpot_ms), objective=objective, tp=tp, pp=pp,
                        ep=ep, cross_node_tp=cross_node_tp, pareto=pareto, top_k=top_k, time_limit_s=time_limit)
     check_outputs(export, output, as_json, plot=plot, pareto=pareto)
+    if disaggregate:
+        _disaggregated(req, as_json=as_json, export=export, pareto=pareto)
+        return
     plan = plan_inference(req)
     argv, notes = None, []
     if export and plan.plan is None:
@@ -177,3 +183,18 @@ def infer(
         notes.append("nothing plotted: no point on the frontier")
     deliver(plan, lambda con: render_plan(con, plan), as_json=as_json, argv=argv, output=output, notes=notes,
             plot_written=written)
+
+
+def _disaggregated(req: Any, *, as_json: bool, export: Any, pareto: bool) -> None:
+    from shardplan.cli.launch import deliver
+    from shardplan.cli.render_infer import render_disagg
+    from shardplan.errors import ShardplanError
+    from shardplan.planner.serving.disagg import plan_disaggregated
+
+    if export is not None or pareto:
+        raise ShardplanError("is not available with --disaggregate", field="export" if export else "pareto")
+    if req.tp or req.pp or req.ep or req.batch or req.max_batch:
+        raise ShardplanError("pins are not available with --disaggregate (each worker kind picks its own)",
+                             field="disaggregate")
+    result = plan_disaggregated(req)
+    deliver(result, lambda con: render_disagg(con, result), as_json=as_json, argv=None, output=None, notes=[])

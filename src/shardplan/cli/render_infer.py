@@ -141,3 +141,31 @@ def render_plan(con: Console, plan: Any) -> None:
     for line in plan.explanation:
         con.print(f"• {line}")
     con.print(f"[bold green]{plan.status.upper()}[/]")
+
+
+def render_disagg(con: Console, res: Any) -> None:
+    s = res.solver
+    con.print(f"[bold]{res.model}[/] on {res.num_gpus}× {res.hardware}, prompt {res.prompt_len}, generate "
+              f"{res.gen_len}: disaggregated prefill/decode")
+    con.print(f"CP-SAT: {s.status.upper()} in {format_seconds(s.wall_time_s)}; {s.candidates:,} worker rows, "
+              f"{s.kept} kept, {s.dinkelbach_steps} Dinkelbach solves")
+    if res.aggregated is not None:
+        a = res.aggregated
+        con.print(f"Aggregated best: {layout_line(a.plan)}: {a.metrics.tokens_per_s:,.0f} tokens/s "
+                  f"({a.tokens_per_s_per_gpu:,.1f} per GPU), TTFT {format_seconds(a.metrics.ttft_s)}, "
+                  f"TPOT {format_seconds(a.metrics.tpot_s)}")
+    if render_infeasible(con, res):
+        return
+    p, m = res.plan, res.metrics
+    t = Table(title="Workers", title_justify="left")
+    for col in ("kind", "TP", "PP", "workers", "batch", "GPUs"):
+        t.add_column(col, justify="left" if col == "kind" else "right")
+    for kind, w in (("prefill", p.prefill), ("decode", p.decode)):
+        t.add_row(kind, str(w.tp), str(w.pp), str(w.workers), str(w.batch_size), str(w.tp * w.pp * w.workers))
+    con.print(t)
+    con.print(f"TTFT {format_seconds(m.ttft_s)} (KV transfer {format_seconds(m.kv_transfer_s)}), TPOT "
+              f"{format_seconds(m.tpot_s)}, {m.tokens_per_s:,.0f} tokens/s on {m.gpus_used} GPUs "
+              f"({m.tokens_per_s_per_gpu:,.1f} per GPU)")
+    for line in res.explanation:
+        con.print(f"• {line}")
+    con.print(f"[bold green]{res.status.upper()}[/]: {res.winner} wins")
