@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from shardplan.costmodel.core import comm
-from shardplan.costmodel.core.layouts import moe_layers_before
+from shardplan.costmodel.core.layouts import StageShape, representative_stages
 from shardplan.costmodel.core.ops import PhaseCost
 from shardplan.costmodel.serving import layers as O
 from shardplan.models.spec import ModelSpec
@@ -16,26 +16,6 @@ KINDS = ("embedding", "attention", "mlp", "moe", "head")
 
 
 # --- pipeline stages -----------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class StageShape:
-    """Layer counts of one representative stage (first, heaviest middle, last) per row."""
-
-    name: str
-    layers: np.ndarray
-    moe_layers: np.ndarray
-    has_embedding: np.ndarray
-    has_head: np.ndarray
-    exists: np.ndarray
-
-    @property
-    def dense_layers(self) -> np.ndarray:
-        return self.layers - self.moe_layers
-
-    def count(self, kind: str) -> np.ndarray:
-        return {"embedding": self.has_embedding.astype(float), "attention": self.layers, "mlp": self.dense_layers,
-                "moe": self.moe_layers, "head": self.has_head.astype(float)}[kind]
-
-
 def stage_shapes(model: ModelSpec, pp: np.ndarray) -> list[StageShape]:
     """vLLM's split (``get_pp_indices``): ⌊L/pp⌋ layers each, the remainder added to stages pp−2, pp−3, …"""
     L, p = model.num_layers, pp.astype(float)
@@ -43,13 +23,7 @@ def stage_shapes(model: ModelSpec, pp: np.ndarray) -> list[StageShape]:
     n_first = np.where(p == 1, L, base + (extra >= p - 1))
     n_mid = base + (extra >= 1)
     n_last = base
-    one = np.ones_like(p, dtype=bool)
-    freq = model.moe.layer_freq if model.moe else 1
-    mid_moe = np.minimum(np.ceil(n_mid / freq), model.num_moe_layers) if model.moe else np.zeros_like(p)
-    last_moe = moe_layers_before(model, np.full_like(p, L)) - moe_layers_before(model, L - n_last)
-    return [StageShape("first", n_first, moe_layers_before(model, n_first), one, p == 1, one),
-            StageShape("middle", n_mid, mid_moe, ~one, ~one, p > 2),
-            StageShape("last", n_last, last_moe, ~one, one, p > 1)]
+    return representative_stages(model, p, n_first, n_mid, n_last)
 
 
 # --- time ----------------------------------------------------------------------------------------------
