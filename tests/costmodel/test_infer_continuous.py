@@ -131,3 +131,35 @@ def test_engine_defaults_and_memory_rules_by_hand() -> None:
     assert float(v.kv_pool[0]) == pytest.approx(0.9 * cap - w - a - nt)
     assert float(s.kv_pool[0]) == pytest.approx(round((mem - 10.5) / mem, 3) * cap - w)
     assert float(t.kv_pool[0]) == pytest.approx(0.9 * (cap - w - a - nt))
+
+
+def test_continuous_pool_holds_prompt_plus_half_the_output_per_sequence() -> None:
+    lay = InferLayout(tp=1, batch=1)
+    cont = _cost(InferWorkload(prompt_len=1000, gen_len=2000), lay)
+    stat = _cost(InferWorkload(prompt_len=1000, gen_len=2000, mode="static"), lay)
+    blocks = float(cont.kv_blocks[0])
+    assert float(cont.max_batch[0]) == np.floor(blocks / np.ceil((1000 + 1000) / 16))
+    assert float(stat.max_batch[0]) == np.floor(blocks / np.ceil(3000 / 16))
+
+
+def test_fused_moe_streams_the_touched_experts_once_at_transfer_bandwidth() -> None:
+    from shardplan.costmodel.core.kernels import interp_efficiency
+    from shardplan.costmodel.serving.layers import ep_imbalance
+
+    m = get_model("qwen3-30b-a3b")
+    w = InferWorkload(prompt_len=1024, gen_len=1024, mode="static")
+    c = _cost(w, InferLayout(tp=1, batch=32), model="qwen3-30b-a3b")
+    ops = {op.name: op for op in c.decode.ops["moe"]}
+    moe = m.moe
+    touched = moe.num_experts * (1 - (1 - moe.experts_per_token / moe.num_experts) ** 32)
+    h, f = m.hidden_size, moe.expert_ffn_hidden_size
+    weights = touched * 2 * h * 2 * f  # gate+up of every touched expert, bf16
+    fc1 = ops["moe.experts.fc1"]
+    assert float(fc1.nbytes[0]) == pytest.approx(weights + 2 * 32 * 8 * (h + 2 * f), rel=1e-9)
+    gpu = H100.gpu
+    bw = gpu.memory_bandwidth_bytes_per_s * float(interp_efficiency(gpu.memory_efficiency, fc1.nbytes[0]))
+    assert float(fc1.time[0]) == pytest.approx(float(fc1.nbytes[0]) / bw, rel=1e-9)  # memory-bound, one kernel
+    # busiest of 8 EP ranks with 1000 token copies each: 1 + √(2 ln 8 / 1000)
+    busiest = float(ep_imbalance(np.array([8.0]), np.array([1000.0]))[0])
+    assert busiest == pytest.approx(1 + np.sqrt(2 * np.log(8) / 1000))
+    assert float(ep_imbalance(np.array([1.0]), np.array([1000.0]))[0]) == 1.0

@@ -237,7 +237,8 @@ class InferCost:
     tokens_per_s: np.ndarray
     kv_layer_bytes: np.ndarray  # per token, per layer, per GPU
     kv_blocks: np.ndarray  # blocks per GPU = per replica (the binding stage)
-    blocks_per_seq: int
+    blocks_per_seq: int  # a whole sequence (prompt + output)
+    blocks_held: int  # a sequence on average while it runs (continuous: prompt + half the output)
     max_batch: np.ndarray  # sequences per replica that fit
     binding_stage: np.ndarray
     block_size: int
@@ -266,12 +267,17 @@ def infer_cost(model: ModelSpec, system: SystemSpec, work: InferWorkload, rows: 
     kv_blocks = np.min(blocks, axis=0)
     P_, G = work.prompt_len, work.gen_len
     blocks_per_seq = -(-(P_ + G) // work.block_size)
-    max_batch = np.floor(kv_blocks / blocks_per_seq)
+    # Engines allocate KV blocks as tokens arrive (vLLM and SGLang preempt or retract when the pool runs out),
+    # so in the continuous steady state a sequence holds its prompt and, on average, half its output: the pool
+    # carries B·(P + G/2) tokens (Little's law over staggered requests). Static batches hold all P + G. One whole
+    # sequence must fit either way.
+    held = -(-(P_ + -(-G // 2)) // work.block_size) if work.mode == "continuous" else blocks_per_seq
+    max_batch = np.where(kv_blocks >= blocks_per_seq, np.floor(kv_blocks / held), 0.0)
 
     B = rows.batch.astype(float)
     pp = rows.pp.astype(float)
     common = dict(rows=rows, ctx=ctx, shapes=shapes, memory=memory, kv_layer_bytes=kv_layer, kv_blocks=kv_blocks,
-                  blocks_per_seq=blocks_per_seq, max_batch=max_batch, binding_stage=binding,
+                  blocks_per_seq=blocks_per_seq, blocks_held=held, max_batch=max_batch, binding_stage=binding,
                   block_size=work.block_size, mode=work.mode)
     if work.mode == "continuous":
         # one prompt's own chunk, for the per-layer prefill table (the steady state mixes it with decodes)

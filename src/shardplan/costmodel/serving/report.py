@@ -60,7 +60,8 @@ class InferMemory(Out):
     gradients_bytes: float = 0.0
     optimizer_bytes: float = 0.0
     activations_bytes: float = Field(description="Peak workspace of the profile forward pass and sampler.")
-    kv_cache_bytes: float = Field(description="KV-cache blocks the batch occupies (prompt + generated tokens).")
+    kv_cache_bytes: float = Field(description="KV-cache blocks the batch occupies (static: prompt + generated tokens; "
+                                  "continuous: prompt + half the output on average).")
     non_torch_bytes: float
     reserve_bytes: float = Field(description="What the engine keeps outside its budget (vLLM: (1 − "
                                  "gpu_memory_utilization) of the GPU; SGLang: 1 − mem_fraction_static, less "
@@ -193,7 +194,7 @@ def report_row(cost: InferCost, i: int, *, model: ModelSpec, system: SystemSpec,
     cap = float(system.gpu.memory_bytes)
     b = int(cost.binding_stage[i])
     st = cost.memory[b]
-    kv_need = lay.batch * cost.blocks_per_seq * work.block_size * _f(st.kv_token, i)
+    kv_need = lay.batch * cost.blocks_held * work.block_size * _f(st.kv_token, i)
     reserve = _f(st.reserve, i)
     total = _f(st.weights, i) + _f(st.activations, i) + kv_need + _f(st.non_torch, i) + reserve
     memory = InferMemory(
