@@ -55,8 +55,8 @@ MaxTokens = Annotated[int | None, typer.Option(
     "--max-num-batched-tokens", min=1, help="Token budget of one step: prefill chunk size and the profile run's "
     "size (default: the engine's on this GPU, e.g. vLLM 8192 on H100/H200, 2048 on A100).")]
 MaxSeqs = Annotated[int | None, typer.Option(
-    "--max-num-seqs", min=1, help="Sequences in the engine's profile run (sampler workspace; default: the "
-    "engine's).")]
+    "--max-num-seqs", min=1, help="The engine's cap on sequences in flight (continuous mode: the largest batch "
+    "the planner may pick) and the rows of its profile run's sampler (default: the engine's).")]
 NonTorch = Annotated[str | None, typer.Option(
     "--non-torch-memory", help="Non-PyTorch memory the engine measures per GPU, e.g. 0.5GiB (default 0.15 GiB); "
     "add CUDA-graph memory here for vLLM ≥ 0.21.")]

@@ -301,6 +301,12 @@ def flexgen() -> list[Case]:
     return out
 
 
+def serving() -> list[Case]:
+    from shardplan.validation.serving import serving_cases  # registered here, defined there (imports this module)
+
+    return serving_cases()
+
+
 GROUPS: dict[str, Callable[[], list[Case]]] = {
     "korthikanti-t5": korthikanti_t5,
     "korthikanti-t4": korthikanti_t4,
@@ -308,6 +314,7 @@ GROUPS: dict[str, Callable[[], list[Case]]] = {
     "modern": modern,
     "vllm-kv": vllm_kv,
     "flexgen": flexgen,
+    "serving": serving,
 }
 
 

@@ -79,7 +79,8 @@ class InferWorkload(BaseModel):
         2048, description="Token budget of one step: prefill chunk size and the profile run's size (vLLM V1 "
         "server default with chunked prefill: 2048).")
     max_num_seqs: Annotated[int, Field(ge=1)] = Field(
-        256, description="Sequences sampled in the profile run (vLLM default 256); sizes the sampler workspace.")
+        256, description="The engine's cap on sequences in flight (the planner's largest continuous batch) and the "
+        "rows of its profile run's sampler (vLLM: 256, 1024 on ≥ 70 GiB non-A100 GPUs).")
     non_torch_bytes: Annotated[int, Field(ge=0)] = Field(
         int(0.15 * GiB), description="Non-PyTorch allocations vLLM measures during its profile run (cuBLAS and "
         "attention workspaces): 0.07–0.19 GiB in vLLM's logs (PRs #10511, #12126, #21489).")

@@ -142,6 +142,8 @@ def build_rows(req: InferRequest) -> tuple[InferRows, np.ndarray]:
     base = InferRows(*(np.array(c, dtype=np.int64) for c in zip(*lays, strict=True)),
                      batch=np.ones(len(lays), dtype=np.int64))
     max_b = infer_cost(req.model, req.system, req.workload, base).max_batch.astype(np.int64)
+    if req.workload.mode == "continuous":  # the engine runs at most max_num_seqs sequences at once
+        max_b = np.minimum(max_b, req.workload.max_num_seqs)
     budget = max(1, req.max_rows // len(lays))
     cols: list[list[np.ndarray]] = [[], [], [], [], []]
     for i, (tp, pp, ep, dp) in enumerate(lays):
