@@ -167,6 +167,16 @@ def tie_rank(rows: InferRows) -> np.ndarray:
     return rank
 
 
+def best_per_layout(rows: InferRows, primary: np.ndarray, rank: np.ndarray, k: int) -> np.ndarray:
+    """Indices of each layout's ``k`` best rows by (objective, tie rank): the table's ``k`` best plans are among
+    them, so the other rows are dominated and never reach CP-SAT."""
+    _, layout = np.unique(np.stack([rows.tp, rows.pp, rows.ep, rows.dp]), axis=1, return_inverse=True)
+    order = np.lexsort((rank, primary, layout))
+    first = np.r_[0, np.flatnonzero(np.diff(layout[order])) + 1]
+    pos = np.arange(len(order)) - np.repeat(first, np.diff(np.r_[first, len(order)]))
+    return np.sort(order[pos < k])
+
+
 def admissible(req: InferRequest, cost: InferCost) -> dict[str, np.ndarray]:
     """Violations per requirement: ``out[name][r]`` is True when row r breaks it."""
     out = {"gpu_memory": ~cost.fits}
@@ -225,13 +235,16 @@ def plan_inference(req: InferRequest) -> InferPlan:
     if len(feasible) == 0:
         return _infeasible(req, cost, violations, common, build_s, t0, unit)
 
-    primary, unit_value = primary_objective(req, cost, feasible)
-    rank = tie_rank(rows.take(feasible))
+    primary_all, unit_value = primary_objective(req, cost, feasible)
+    rank_all = tie_rank(rows.take(feasible))
+    keep = best_per_layout(rows.take(feasible), primary_all, rank_all, req.top_k)
+    sub = feasible[keep]
+    primary, rank = primary_all[keep], np.argsort(np.argsort(rank_all[keep])).astype(np.int64)
     hint = brute_force(primary, rank)[0]
     sel = select(primary, rank, k=req.top_k, time_limit_s=req.time_limit_s, seed=req.seed, hint=hint,
-                 label=lambda i: _label(rows, int(feasible[i])))
-    chosen = [int(feasible[i]) for i in sel.indices]
-    n = len(feasible)
+                 label=lambda i: _label(rows, int(sub[i])))
+    chosen = [int(sub[i]) for i in sel.indices]
+    n = len(sub)
     if by_latency(req):
         obj, bound = from_int_time(sel.objective[0] // n, unit_value), from_int_time(sel.bound[0] / n, unit_value)
     else:
@@ -247,12 +260,13 @@ def plan_inference(req: InferRequest) -> InferPlan:
     alts = [_alt(k, report(i)) for k, i in enumerate(chosen[1:], start=2)]
     front = []
     if req.pareto:
-        sub = pareto_front(cost.tpot_s[feasible], cost.tokens_per_s[feasible], rank)
+        front_idx = pareto_front(cost.tpot_s[feasible], cost.tokens_per_s[feasible], rank_all)
         # table rows are evaluate() of their layouts (same infer_cost): report them without re-costing
         front = [_alt(k, report_row(cost, int(feasible[i]), model=req.model, system=req.system, work=req.workload,
-                                    num_gpus=req.num_gpus)) for k, i in enumerate(sub, start=1)]
+                                    num_gpus=req.num_gpus)) for k, i in enumerate(front_idx, start=1)]
     solver = InferSolverOut(status=sel.statuses[0], wall_time_s=0.0, build_s=build_s, solve_s=sel.build_s + sel.solve_s,
-                            candidates=len(rows), feasible=n, objective=obj, objective_unit=unit, best_bound=bound,
+                            candidates=len(rows), feasible=len(feasible), objective=obj, objective_unit=unit,
+                            best_bound=bound,
                             gap=gap)
     plan = InferPlan(status=sel.statuses[0], plan=best.plan, metrics=best.metrics, memory=best.memory,
                      prefill_layers=best.prefill_layers, decode_layers=best.decode_layers, solver=solver,
