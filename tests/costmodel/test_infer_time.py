@@ -41,8 +41,11 @@ def test_tp_all_reduce_is_latency_bound_when_small() -> None:
     link = sysm.intra_node
     small = O.tp_all_reduce_time(sysm, np.array([16384.0]), np.array([8]))[0]
     assert small == pytest.approx(link.latency_s + 7 * 16384 / link.effective_bytes_per_s)  # one-shot
+    mid = O.tp_all_reduce_time(sysm, np.array([4e6]), np.array([8]))[0]
+    assert mid == pytest.approx(2 * link.latency_s + 2 * 7 / 8 * 4e6 / link.effective_bytes_per_s)  # two-shot
+    # above vLLM's 8 MiB custom all-reduce buffer: NCCL's ring, Simple protocol over NVLink (tuning.cc latencies)
     big = O.tp_all_reduce_time(sysm, np.array([64e6]), np.array([8]))[0]
-    assert big == pytest.approx(2 * link.latency_s + 2 * 7 / 8 * 64e6 / link.effective_bytes_per_s)  # two-shot
+    assert big == pytest.approx(8.4e-6 + 14 * 3.4e-6 + 14 / 8 * 64e6 / link.effective_bytes_per_s)
     assert O.tp_all_reduce_time(sysm, np.array([1e6]), np.array([1]))[0] == 0.0
 
 
@@ -87,3 +90,14 @@ def test_moe_decode_reads_only_the_experts_a_small_batch_touches() -> None:
     # batch 1: exactly k = 8 experts of 128; batch 256: 128·(1 − (1 − 8/128)^256) ≈ 128
     assert float(fc1.nbytes[0]) == pytest.approx(8 * per_expert + 2 * 8 * (m.hidden_size + 2 * 768), rel=1e-9)
     assert float(fc1.nbytes[1]) > 15 * float(fc1.nbytes[0])
+
+
+def test_pcie_boxes_all_reduce_with_nccl_ll_when_small() -> None:
+    # 4 PCIe GPUs: no custom all-reduce (vLLM: not on more than two PCIe-only GPUs); NCCL ring, LL protocol:
+    # 6.6 µs + 2·3 steps · 1.0 µs, plus 2·3/4·S at half the link (LL lines carry 4 of 8 bytes)
+    sysm = get_system("l40s-8")
+    bw = sysm.intra_node.effective_bytes_per_s
+    t = O.tp_all_reduce_time(sysm, np.array([16384.0]), np.array([4]))[0]
+    assert t == pytest.approx(6.6e-6 + 6 * 1.0e-6 + 6 / 4 * 16384 / (bw * 0.5))
+    two = O.tp_all_reduce_time(sysm, np.array([16384.0]), np.array([2]))[0]  # two PCIe GPUs: custom one-shot
+    assert two == pytest.approx(sysm.intra_node.latency_s + 16384 / bw)

@@ -32,6 +32,7 @@ from shardplan.costmodel.core.kernels import (
 )
 from shardplan.costmodel.core.operators import Attention, Elementwise, Gemm, distinct_experts, kv_heads_per_rank
 from shardplan.costmodel.core.ops import ATTN, COMM, GEMM, MEM, Op
+from shardplan.costmodel.serving.collectives import tp_all_reduce_time
 from shardplan.hardware.spec import GpuSpec, SystemSpec
 from shardplan.models.spec import ModelSpec
 from shardplan.units import DTYPE_BYTES
@@ -172,26 +173,6 @@ def fused_moe_time(gpu: GpuSpec, flops: np.ndarray, nbytes: np.ndarray, dtype: s
     t_c = compute_time(gpu, flops * imbalance, dtype, efficiency=interp_efficiency(gpu.matmul_efficiency,
                                                                                   flops / experts))
     return np.maximum(np.maximum(t_c, memory_time(gpu, nbytes)), gpu.kernel_launch_s)
-
-
-def tp_all_reduce_time(system: SystemSpec, nbytes: np.ndarray, tp: np.ndarray) -> np.ndarray:
-    """TP all-reduce as serving engines run it.
-
-    Inside a node, vLLM's custom all-reduce (csrc/custom_all_reduce.cuh) reads peers' buffers directly
-    over NVLink/xGMI: one-shot (one latency, each GPU pulls (n−1)·S) for small messages, two-shot
-    (reduce-scatter + all-gather: two latencies, 2(n−1)/n·S) for larger ones; the faster applies. Across
-    nodes NCCL's hierarchical ring (``comm.all_reduce_time``).
-    """
-    n = np.asarray(tp, dtype=float)
-    s = np.asarray(nbytes, dtype=float)
-    link = system.intra_node
-    bw, lat = link.effective_bytes_per_s, link.latency_s
-    one_shot = lat + (n - 1) * s / bw
-    two_shot = 2 * lat + 2 * (n - 1) / n * s / bw
-    ring = comm.all_reduce_time(system, s, tp, np.ones_like(tp))
-    in_node = n <= system.gpus_per_node
-    t = np.where(in_node, np.minimum(one_shot, two_shot), ring)
-    return np.where(n > 1, t, 0.0)
 
 
 def kv_layer_bytes_per_token(model: ModelSpec, kv_dtype: str, tp: np.ndarray) -> np.ndarray:
