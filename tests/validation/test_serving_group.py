@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import statistics
 
-from shardplan.validation.runs import GROUPS, load_records, run_validation
+from shardplan.validation.groups import GROUPS, run_validation
+from shardplan.validation.runs import load_records
 
 
 def test_every_record_cites_its_table_at_a_commit() -> None:
