@@ -84,6 +84,10 @@ def render_status(con: Console, report: Any) -> None:
         return
     con.print(f"[bold green]{report.status.upper()}[/]: fits, {format_bytes(report.memory.total_bytes)} of "
               f"{format_bytes(report.memory.capacity_bytes)} per GPU on the {report.memory.stage} stage")
+    m = report.metrics
+    if m.utilisation is not None and m.request_rate is not None and m.utilisation >= 1:
+        con.print(f"[red]overloaded[/]: {m.request_rate:g} requests/s offered, {m.capacity_requests_per_s:.4g} "
+                  "served at most: the queue grows without bound (TTFT unbounded)")
     slo = getattr(report, "slo", None)
     if slo is not None:
         con.print(("[green]meets[/]" if slo.met else "[red]misses[/]") + " the latency limits")

@@ -294,7 +294,9 @@ def _explain(req: InferRequest, best: InferReport, cost: InferCost, feasible: np
 def _infeasible(req: InferRequest, cost: InferCost, violations: dict[str, np.ndarray], common: dict,
                 build_s: float, t0: float, unit: Literal["tokens/s", "s"]) -> InferPlan:
     """No row meets every requirement: name the binding ones (CP-SAT assumptions) and the cheapest fixes."""
-    core = explain_infeasible(violations)
+    # a requirement no row meets is a core by itself (no CP-SAT needed); otherwise ask CP-SAT's assumptions
+    alone = [name for name, broken in violations.items() if bool(broken.all())]
+    core = alone[:1] or explain_infeasible(violations)
     fits = cost.fits
     if "gpu_memory" in core or not fits.any():
         reason = memory_reason(req, cost)
