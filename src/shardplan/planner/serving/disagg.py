@@ -109,7 +109,7 @@ def worker_rows(req: InferRequest, kind: str) -> InferRows:
     max_b = infer_cost(m, req.system, w.model_copy(update={"mode": "static"}), base).max_batch.astype(np.int64)
     cols: list[list[np.ndarray]] = [[], [], []]
     for (tp, pp), mb in zip(lays, max_b, strict=True):
-        bs = batch_grid(int(mb), 24)
+        bs = batch_grid(min(int(mb), req.workload.max_num_seqs), 24)  # the engine's cap on sequences in flight
         cols[0].append(np.full(len(bs), tp))
         cols[1].append(np.full(len(bs), pp))
         cols[2].append(bs)
