@@ -101,3 +101,18 @@ def test_pcie_boxes_all_reduce_with_nccl_ll_when_small() -> None:
     assert t == pytest.approx(6.6e-6 + 6 * 1.0e-6 + 6 / 4 * 16384 / (bw * 0.5))
     two = O.tp_all_reduce_time(sysm, np.array([16384.0]), np.array([2]))[0]  # two PCIe GPUs: custom one-shot
     assert two == pytest.approx(sysm.intra_node.latency_s + 16384 / bw)
+
+
+def test_expert_dispatch_pays_one_latency_for_all_peers() -> None:
+    from shardplan.costmodel.serving.collectives import ep_all_to_all_time
+
+    sysm = get_system("dgx-h100")
+    intra, net = sysm.intra_node, sysm.inter_node
+    s = 1e6
+    # EP 8 inside a node (replicas outermost, stride tp·pp = 1): 7/8 of the bytes on NVLink after one latency
+    t8 = ep_all_to_all_time(sysm, np.array([s]), np.array([8.0]), np.array([1.0]))[0]
+    assert t8 == pytest.approx(intra.latency_s + 7 / 8 * s / intra.effective_bytes_per_s)
+    # EP 16 over two nodes: 8/16 leave on each GPU's NIC, 7/16 on NVLink, concurrently; the network's latency
+    t16 = ep_all_to_all_time(sysm, np.array([s]), np.array([16.0]), np.array([1.0]))[0]
+    assert t16 == pytest.approx(net.latency_s + max(7 / 16 * s / intra.effective_bytes_per_s,
+                                                    8 / 16 * s / net.effective_bytes_per_s))

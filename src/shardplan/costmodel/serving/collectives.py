@@ -10,6 +10,9 @@ ring with its LL / LL128 / Simple protocols elsewhere.
   ``baseLat + 2(n−1)·hwLat`` per protocol and its bandwidth the link's times the protocol's payload share (LL
   sends 4 data bytes per 8-byte line with a flag, LL128 120 of 128 bytes, Simple all of them). NCCL picks the
   fastest protocol for the size; LL128 runs on NVLink only.
+- **Expert dispatch/combine**: the serving engines' all-to-all kernels (DeepEP's low-latency mode, NVSHMEM puts;
+  NCCL's grouped send/recv) write to every peer of the EP group at once, so one message latency is paid, not one
+  per peer; the bytes leave over the node fabric and, for peers in other nodes, each GPU's own NIC in parallel.
 """
 
 from __future__ import annotations
@@ -66,3 +69,16 @@ def tp_all_reduce_time(system: SystemSpec, nbytes: np.ndarray, tp: np.ndarray) -
     in_node = np.where(custom_ok, custom_all_reduce_time(system, s, n), nccl_ring_all_reduce_time(system, s, n))
     across = comm.all_reduce_time(system, s, n, np.ones_like(n))
     return np.where(n > 1, np.where(n <= system.gpus_per_node, in_node, across), 0.0)
+
+
+def ep_all_to_all_time(system: SystemSpec, nbytes: np.ndarray, n: np.ndarray, stride: np.ndarray) -> np.ndarray:
+    """Dispatch (or combine) of ``nbytes`` per GPU over an EP group of ``n`` ranks at rank ``stride``, keeping 1/n:
+    the intra-node share on the fabric and the rest on the NIC, concurrently, after one latency (the slower link's)."""
+    n = np.asarray(n, dtype=float)
+    k = comm.members_per_node(system, n, stride).astype(float)
+    s = np.asarray(nbytes, dtype=float)
+    intra = (k - 1) / n * s / system.intra_node.effective_bytes_per_s
+    net = system.inter_node
+    inter = (n - k) / n * s / net.effective_bytes_per_s if net is not None else 0.0 * s
+    lat = np.where(n > k, net.latency_s if net is not None else 0.0, system.intra_node.latency_s)
+    return np.where(n > 1, np.maximum(intra, inter) + lat, 0.0)

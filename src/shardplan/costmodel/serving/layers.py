@@ -32,7 +32,7 @@ from shardplan.costmodel.core.kernels import (
 )
 from shardplan.costmodel.core.operators import Attention, Elementwise, Gemm, distinct_experts, kv_heads_per_rank
 from shardplan.costmodel.core.ops import ATTN, COMM, GEMM, MEM, Op
-from shardplan.costmodel.serving.collectives import tp_all_reduce_time
+from shardplan.costmodel.serving.collectives import ep_all_to_all_time, tp_all_reduce_time
 from shardplan.hardware.spec import GpuSpec, SystemSpec
 from shardplan.models.spec import ModelSpec
 from shardplan.units import DTYPE_BYTES
@@ -139,7 +139,7 @@ class InferCtx:
     def ep_all_to_all(self, name: str, elements: np.ndarray | float) -> Op:
         """All-to-all over the EP group; replicas are outermost in rank order (TP, PP, replicas)."""
         nbytes = self._col(ACT_BYTES * elements)
-        t = comm.all_to_all_time(self.system, nbytes, self.ep, self.tp * self.pp)
+        t = ep_all_to_all_time(self.system, nbytes, self.ep, self.tp * self.pp)
         return Op(name, COMM, np.zeros_like(nbytes), nbytes, np.where(self.ep > 1, t, 0.0), dim="ep")
 
     def kv_cache_write(self, tokens: np.ndarray | float) -> np.ndarray:
