@@ -163,3 +163,35 @@ def test_fused_moe_streams_the_touched_experts_once_at_transfer_bandwidth() -> N
     busiest = float(ep_imbalance(np.array([8.0]), np.array([1000.0]))[0])
     assert busiest == pytest.approx(1 + np.sqrt(2 * np.log(8) / 1000))
     assert float(ep_imbalance(np.array([1.0]), np.array([1000.0]))[0]) == 1.0
+
+
+def test_p90_wait_follows_the_exponential_tail_and_is_zero_when_most_never_wait() -> None:
+    from shardplan.costmodel.serving.continuous import wait_quantile
+
+    w = np.array([0.04, 0.04, 0.04])
+    rho = np.array([0.05, 0.5, 0.9])
+    q = wait_quantile(w, rho, 0.9)
+    assert q[0] == 0.0  # 95% of requests find the server idle
+    assert q[1] == pytest.approx(0.04 / 0.5 * np.log(5.0))  # ρ·exp(−ρt/E[W]) = 0.1
+    assert q[2] == pytest.approx(0.04 / 0.9 * np.log(9.0))
+    # M/D/1 check by simulation at ρ = 0.7: Lindley's recursion W' = max(0, W + D − A)
+    rng = np.random.default_rng(0)
+    lam, d = 0.7, 1.0
+    gaps = rng.exponential(1 / lam, 400_000)
+    wait = np.zeros_like(gaps)
+    for i in range(1, len(gaps)):
+        wait[i] = max(0.0, wait[i - 1] + d - gaps[i])
+    mean = 0.7 / (2 * 1.0 * (1 - 0.7))  # Pollaczek–Khinchine with μ = 1
+    assert wait.mean() == pytest.approx(mean, rel=0.03)
+    assert float(wait_quantile(np.array([mean]), np.array([0.7]), 0.9)[0]) == pytest.approx(
+        float(np.quantile(wait, 0.9)), rel=0.10)
+
+
+def test_p90_limit_bounds_the_percentile_not_the_mean() -> None:
+    base = dict(model=get_model("llama-3.1-8b"), system=H100, num_gpus=2,
+                workload=InferWorkload(prompt_len=1024, gen_len=256, request_rate=35.0, max_num_batched_tokens=8192,
+                                       max_num_seqs=1024))
+    mean = plan_inference(InferRequest(**base, max_ttft_s=1.0))
+    p90 = plan_inference(InferRequest(**base, max_ttft_s=1.0, slo_statistic="p90"))
+    assert mean.metrics.ttft_s <= 1.0 < mean.metrics.ttft_p90_s  # the mean-bounded plan misses a p90 bound
+    assert p90.metrics.ttft_p90_s <= 1.0 and p90.metrics.ttft_p90_s >= p90.metrics.ttft_s

@@ -96,6 +96,14 @@ def _workload(system: Any, prompt_len: int, gen_len: int, dtype: str, weight_dty
         raise ShardplanError(err["msg"].removeprefix("Value error, "), field=field) from None
 
 
+def _statistic(value: str) -> str:
+    from shardplan.errors import ShardplanError
+
+    if value not in ("mean", "p90"):
+        raise ShardplanError(f"'{value}' is not a statistic shardplan bounds (use mean or p90)", field="slo-statistic")
+    return value
+
+
 def _ms(x: float | None) -> float | None:
     return None if x is None else x / 1e3
 
@@ -153,6 +161,9 @@ def infer(
     non_torch_memory: NonTorch = None, engine: Engine = "vllm", mode: Mode = "continuous", request_rate: Rate = None,
     as_json: JsonOpt = False, export: ServeExportOpt = None,
     output: OutputOpt = None, plot: ParetoPlotOpt = None,
+    slo_statistic: Annotated[str, typer.Option(
+        "--slo-statistic", help="What --max-ttft-ms bounds: mean (default) or p90 (M/D/1 wait under --request-rate)."
+    )] = "mean",
     disaggregate: Annotated[bool, typer.Option(
         "--disaggregate", help="Separate prefill and decode workers (each its own TP/PP/batch, KV cache shipped "
         "between them), chosen for goodput per GPU; printed beside the best aggregated plan.")] = False,
@@ -167,7 +178,8 @@ def infer(
                      rate=request_rate)
     req = InferRequest(model=spec, system=system, num_gpus=n, workload=work, batch=batch, max_batch=max_batch,
                        max_ttft_s=_ms(max_ttft_ms), max_tpot_s=_ms(max_tpot_ms), objective=objective, tp=tp, pp=pp,
-                       ep=ep, cross_node_tp=cross_node_tp, pareto=pareto, top_k=top_k, time_limit_s=time_limit)
+                       ep=ep, cross_node_tp=cross_node_tp, pareto=pareto, top_k=top_k, time_limit_s=time_limit,
+                       slo_statistic=_statistic(slo_statistic))
     check_outputs(export, output, as_json, plot=plot, pareto=pareto)
     if disaggregate:
         _disaggregated(req, as_json=as_json, export=export, pareto=pareto)

@@ -47,6 +47,7 @@ class InferMetrics(Out):
     capacity_requests_per_s: float | None = Field(None, description="Saturation capacity of all replicas.")
     utilisation: float | None = Field(None, description="Offered load / capacity (1 at saturation).")
     queue_s: float | None = Field(None, description="Mean wait for admission (M/D/1), inside ttft_s.")
+    ttft_p90_s: float | None = Field(None, description="90th-percentile TTFT (M/D/1 wait, Kingman's exponential tail).")
     decodes_per_step: float | None = Field(None, description="Average decode tokens per step (one micro-batch).")
     prefill_tokens_per_step: float | None = Field(None, description="Average prefill tokens per step.")
     goodput_tokens_per_s: float | None = Field(
@@ -181,7 +182,7 @@ def _steady_metrics(cost: InferCost, i: int, work: InferWorkload) -> dict:
         return {}
     return dict(mode="continuous", request_rate=work.request_rate,
                 capacity_requests_per_s=_f(st.capacity_rps, i) * int(cost.rows.dp[i]),
-                utilisation=min(_f(st.utilisation, i), 1e9), queue_s=_f(st.queue_s, i),
+                utilisation=min(_f(st.utilisation, i), 1e9), queue_s=_f(st.queue_s, i), ttft_p90_s=_f(st.ttft_p90_s, i),
                 decodes_per_step=_f(st.decodes, i), prefill_tokens_per_step=_f(st.prefill_tokens, i),
                 goodput_tokens_per_s=_f(cost.tokens_per_s, i))
 

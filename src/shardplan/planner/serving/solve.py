@@ -167,6 +167,13 @@ def tie_rank(rows: InferRows) -> np.ndarray:
     return rank
 
 
+def bounded_ttft(req: InferRequest, cost: InferCost) -> np.ndarray:
+    """The TTFT statistic the limit bounds: the mean, or the 90th percentile under the offered load."""
+    if req.slo_statistic == "p90" and cost.steady is not None:
+        return cost.steady.ttft_p90_s
+    return cost.ttft_s
+
+
 def best_per_layout(rows: InferRows, primary: np.ndarray, rank: np.ndarray, k: int) -> np.ndarray:
     """Indices of each layout's ``k`` best rows by (objective, tie rank): the table's ``k`` best plans are among
     them, so the other rows are dominated and never reach CP-SAT."""
@@ -183,7 +190,7 @@ def admissible(req: InferRequest, cost: InferCost) -> dict[str, np.ndarray]:
     if cost.steady is not None and req.workload.request_rate is not None:
         out["request_rate"] = cost.steady.utilisation >= 1.0
     if req.max_ttft_s is not None:
-        out["ttft_limit"] = cost.ttft_s > req.max_ttft_s
+        out["ttft_limit"] = bounded_ttft(req, cost) > req.max_ttft_s
     if req.max_tpot_s is not None:
         out["tpot_limit"] = cost.tpot_s > req.max_tpot_s
     return out
