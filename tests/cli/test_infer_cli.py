@@ -91,6 +91,12 @@ def test_request_rate_beyond_capacity_is_infeasible_naming_the_rate(run_cli) -> 
 
 
 def test_bad_engine_and_mode_are_bad_input(run_cli) -> None:
-    for flag, value in (("--engine", "tgi"), ("--mode", "offline")):
+    for flag, value in (("--engine", "tgi"), ("--mode", "offline"), ("--slo-statistic", "p99")):
         r = run_cli("infer", "-m", "llama-3.1-8b", "-H", "dgx-h100", "-p", "128", "-n", "16", flag, value)
         assert r.code == 2 and r.err.count("\n") == 1 and flag.strip("-") in r.err
+
+
+def test_request_rate_with_a_static_batch_is_bad_input(run_cli) -> None:
+    r = run_cli("infer", "-m", "llama-3.1-8b", "-H", "dgx-h100", "-p", "128", "-n", "16", "--mode", "static",
+                "--request-rate", "5")
+    assert r.code == 2 and r.err.count("\n") == 1 and "request-rate" in r.err

@@ -78,6 +78,9 @@ def _workload(system: Any, prompt_len: int, gen_len: int, dtype: str, weight_dty
                              field="engine")
     if mode not in ("continuous", "static"):
         raise ShardplanError(f"'{mode}' is not a serving mode (use continuous or static)", field="mode")
+    if rate is not None and mode != "continuous":
+        raise ShardplanError("an offered load needs --mode continuous (a static batch arrives all at once)",
+                             field="request-rate")
     d = engine_defaults(engine, system.gpu)  # type: ignore[arg-type]
     extra: dict[str, Any] = {"non_torch_bytes": parse_size(non_torch, field="non-torch-memory")} \
         if non_torch is not None else {}

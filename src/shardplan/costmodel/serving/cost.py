@@ -98,6 +98,8 @@ class InferWorkload(BaseModel):
     def _check(self) -> Self:
         if self.dtype == "fp8" and self.weight_dtype not in (None, "fp8"):
             raise ValueError(f"--dtype fp8 runs fp8 GEMMs on fp8 weights; weight_dtype {self.weight_dtype} conflicts")
+        if self.request_rate is not None and self.mode != "continuous":
+            raise ValueError("an offered load needs --mode continuous (a static batch arrives all at once)")
         return self
 
     def weights(self, model: ModelSpec) -> str:
