@@ -63,3 +63,16 @@ def test_pareto_frontier_starts_at_batch_one_and_keeps_every_non_dominated_point
     tpot, tput = cost.tpot_s[ok], cost.tokens_per_s[ok]
     nondominated = [i for i in range(len(ok)) if not np.any((tpot <= tpot[i]) & (tput > tput[i]))]
     assert len(pts) == len({(float(tpot[i]), float(tput[i])) for i in nondominated})
+
+
+def test_disaggregated_plan_at_131072_gpus_stays_exact() -> None:
+    from shardplan.planner.serving.disagg import plan_disaggregated
+
+    req = InferRequest(model=get_model("llama-3.1-8b"), system=get_system("dgx-h100"), num_gpus=131_072,
+                       workload=InferWorkload(prompt_len=1024, gen_len=256))
+    res = plan_disaggregated(req)
+    assert res.status == "optimal" and res.metrics.gpus_used <= 131_072
+    p, m = res.plan, res.metrics
+    # the plan's own numbers: served rate = min(prefill, decode capacity), per GPU used
+    assert m.requests_per_s == pytest.approx(min(m.prefill_capacity_requests_per_s, m.decode_capacity_requests_per_s))
+    assert m.gpus_used == p.prefill.workers * p.prefill.tp * p.prefill.pp + p.decode.workers * p.decode.tp * p.decode.pp
