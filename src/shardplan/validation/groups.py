@@ -18,6 +18,7 @@ from shardplan.validation.runs import (
     narayanan,
     vllm_kv,
 )
+from shardplan.validation.serving import serving_cases
 
 GROUPS: dict[str, Callable[[], list[Case]]] = {
     "korthikanti-t5": korthikanti_t5,
@@ -27,6 +28,7 @@ GROUPS: dict[str, Callable[[], list[Case]]] = {
     "vllm-kv": vllm_kv,
     "flexgen": flexgen,
     "projection": projection,
+    "serving": serving_cases,
 }
 
 
