@@ -179,7 +179,8 @@ def projections(model: ModelSpec, p: Pricer, T: Array) -> tuple[list[Op], float,
                                                  * mla.qk_rope_head_dim, 2, fixed=p.kv_cache_write(T))))
         return ops, mla.qk_head_dim, mla.v_head_dim
     d, kvr = m.head_size, kv_heads_per_rank(m, t)
-    ops += p.gemm(Gemm("attn.qkv", T, h, (m.num_heads / t + 2 * kvr) * d))
+    q_cols = m.num_heads / t * (2 if m.attn_output_gate else 1)  # Qwen3-Next: the output gate rides on q_proj
+    ops += p.gemm(Gemm("attn.qkv", T, h, (q_cols + 2 * kvr) * d))
     if p.kv_cache:
         ops.append(p.elementwise(Elementwise("attn.rope_cache_write", T * (m.num_heads / t + kvr) * d, 2,
                                              fixed=p.kv_cache_write(T))))
@@ -193,7 +194,10 @@ def attention_block(model: ModelSpec, p: Pricer, T: Array, T_elem: Array, core: 
     ops = [norm(p, "attn.norm", T_elem, h), *p.tp_entry("attn", T * h)]
     proj, _, d_v = projections(m, p, T)
     ops += proj
+    ops += attention_extras(m, p, T)
     ops += p.attention(core)
+    if m.attn_output_gate:  # sigmoid(gate) · attention output
+        ops.append(p.elementwise(Elementwise("attn.output_gate", T * m.num_heads / p.tp * d_v, 3)))
     ops += p.gemm(Gemm("attn.out", T, m.num_heads * d_v / p.tp, h))
     ops += p.tp_exit("attn", T * h)
     ops.append(residual(p, "attn.residual", T_elem, h))
@@ -287,4 +291,138 @@ def unfused_attention(p: Pricer, a: Attention, *, mask_passes: float, selective:
     if p.dropout:
         ops.append(p.elementwise(Elementwise(f"{a.name}.dropout", s, 2, 1.0), selective=selective))
     ops.append(p.bmm(f"{a.name}.context", 2.0 * s * a.d_v, e * s + io, selective=selective))
+    return ops
+
+
+# --- windowed attention and recurrent mixers (layer kinds S, C, L, M) ---------------------------------------------
+def window_pairs(s: Array, window: float | None = None, chunk: float | None = None) -> np.ndarray:
+    """Causal (query, key) pairs of one sequence of ``s`` tokens, keys including the query itself.
+
+    Full: Σ_{i=1..s} i = s(s+1)/2. Sliding window w (HF/vLLM: a query sees the last w positions, itself included):
+    Σ min(w, i) = w(w+1)/2 + (s − w)·w once s > w. Chunked local attention of chunk c (Llama 4: a query sees the
+    earlier positions of its own chunk): ⌊s/c⌋·c(c+1)/2 + r(r+1)/2 with r = s mod c.
+    """
+    s = np.asarray(s, dtype=float)
+    if chunk is not None:
+        full, r = np.floor(s / chunk), np.mod(s, chunk)
+        return full * chunk * (chunk + 1) / 2 + r * (r + 1) / 2
+    if window is not None:
+        return np.where(s <= window, s * (s + 1) / 2, window * (window + 1) / 2 + (s - window) * window)
+    return s * (s + 1) / 2
+
+
+def mixer_span(model: ModelSpec, mixer: str, s: Array) -> np.ndarray:
+    """Keys a query of a ``s``-token context can reach in a layer of ``mixer``: s, min(s, window), min(s, chunk)."""
+    s = np.asarray(s, dtype=float)
+    if mixer == "sliding" and model.sliding_window:
+        return np.minimum(s, model.sliding_window)
+    if mixer == "chunked" and model.attention_chunk_size:
+        return np.minimum(s, model.attention_chunk_size)
+    return s
+
+
+def mixer_pairs(model: ModelSpec, mixer: str, s: Array) -> np.ndarray:
+    """``window_pairs`` for a layer of ``mixer`` (attention, sliding or chunked)."""
+    if mixer == "sliding":
+        return window_pairs(s, window=model.sliding_window)
+    if mixer == "chunked":
+        return window_pairs(s, chunk=model.attention_chunk_size)
+    return window_pairs(s)
+
+
+def attention_extras(model: ModelSpec, p: Pricer, T: Array) -> list[Op]:
+    """qk-norm over every query and key head (an RMSNorm pass, Qwen3/Gemma 3/OLMo 2) and attention sinks (gpt-oss:
+    one learned logit per head joins each softmax row: one more score per query row, read with the row)."""
+    m, t = model, p.tp
+    ops: list[Op] = []
+    if m.qk_norm:
+        ops.append(norm(p, "attn.qk_norm", T * (m.num_heads / t + kv_heads_per_rank(m, t)), m.head_size))
+    if m.attention_sinks:
+        ops.append(p.elementwise(Elementwise("attn.sinks", T * m.num_heads / t, 1.0)))
+    return ops
+
+
+# Gated DeltaNet (Yang, Kautz & Hatamizadeh 2024, arXiv 2412.06464 §3.3) in the chunkwise form of DeltaNet
+# (Yang et al. 2024, arXiv 2406.06484 §3.2–3.3, the WY representation): the chunk length of the flash-linear-attention
+# kernels (fla/ops/gated_delta_rule/chunk.py, chunk_size 64).
+GDN_CHUNK = 64
+
+
+def gdn_core_flops(model: ModelSpec, tokens: Array, heads: Array, *, recurrent: bool) -> np.ndarray:
+    """FLOPs of the Gated DeltaNet core for ``tokens`` tokens over ``heads`` value heads (d_k keys, d_v values).
+
+    Chunkwise (training, prefill), per chunk of C tokens and head, counting each matmul 2·M·K·N: KKᵀ (2C²d_k), the
+    triangular solve of (I + tril(βKKᵀ))⁻¹ (C³/3 multiply-adds: 2C³/3), W = T·βK (2C²d_k), U = T·βV (2C²d_v),
+    U − W·S (2C·d_k·d_v), QKᵀ (2C²d_k), its product with the new values (2C²d_v), Q·S (2C·d_k·d_v) and the state
+    update Kᵀ(U − WS) (2C·d_k·d_v): per token C·(6d_k + 4d_v) + 2C²/3 + 6·d_k·d_v.
+    Recurrent (decode), per token and head: Sᵀk, the rank-one update and Sᵀq: 6·d_k·d_v.
+    """
+    la = model.linear_attention
+    assert la is not None
+    dk, dv = la.key_head_dim, la.value_head_dim
+    per = 6.0 * dk * dv
+    if not recurrent:
+        per = per + GDN_CHUNK * (6.0 * dk + 4.0 * dv) + 2.0 * GDN_CHUNK**2 / 3
+    return np.asarray(tokens * heads * per, dtype=float)
+
+
+def ssd_core_flops(model: ModelSpec, tokens: Array, heads: Array, groups: Array, *, recurrent: bool) -> np.ndarray:
+    """FLOPs of the Mamba-2 SSD core (Dao & Gu 2024, arXiv 2405.21060 §6, the four steps of the block
+    decomposition) for ``tokens`` tokens over ``heads`` heads (P = head_dim, N = d_state, Q = chunk):
+    intra-chunk C·Bᵀ per group (2Q·N per token) and its masked product with X per head (2Q·P), chunk states Bᵀ·X
+    (2N·P per head), outputs from the carried states C·S (2N·P per head); the inter-chunk scan is O(N·P/Q).
+    Recurrent (decode), per token and head: decay and B·x update of the N×P state and the C read-out: 6·N·P.
+    """
+    s = model.mamba
+    assert s is not None
+    P_, N, Q = s.head_dim, s.d_state, s.chunk_size
+    if recurrent:
+        return np.asarray(tokens * heads * 6.0 * N * P_, dtype=float)
+    return np.asarray(tokens * (heads * (2.0 * Q * P_ + 4.0 * N * P_) + groups * 2.0 * Q * N), dtype=float)
+
+
+def linear_attention_block(model: ModelSpec, p: Pricer, T: Array, T_elem: Array, *, seqs: Array,
+                           recurrent: bool, state_bytes: float) -> list[Op]:
+    """A Gated DeltaNet layer (transformers Qwen3NextGatedDeltaNet): norm, in_proj_qkvz and in_proj_ba (split
+    over TP by heads), the causal depthwise conv over q, k, v, the core (chunkwise or one recurrent step over
+    ``seqs`` sequences whose d_k×d_v states are read and written at ``state_bytes`` per element), the gated
+    RMSNorm with z, out_proj, TP exit, residual."""
+    la = model.linear_attention
+    assert la is not None
+    m, t, h, e = model, p.tp, model.hidden_size, p.act_bytes
+    kd, vd, hv = la.key_dim / t, la.value_dim / t, la.num_value_heads / t
+    conv = 2 * kd + vd
+    ops = [norm(p, "lin.norm", T_elem, h), *p.tp_entry("lin", T * h),
+           *p.gemm(Gemm("lin.in_qkvz", T, h, 2 * kd + 2 * vd)), *p.gemm(Gemm("lin.in_ba", T, h, 2 * hv)),
+           p.elementwise(Elementwise("lin.conv", T * conv, 2,
+                                     fixed=seqs * conv * (la.conv_kernel - 1) * 2 * state_bytes))]
+    flops = gdn_core_flops(m, T, hv, recurrent=recurrent)
+    states = hv * la.key_head_dim * la.value_head_dim * state_bytes
+    # q, k, v, gates in; o out; the state read and written once per sequence (recurrent) or per chunk (chunkwise)
+    passes = 2.0 * seqs if recurrent else 2.0 * np.maximum(T / GDN_CHUNK, seqs)
+    ops.append(p.bmm("lin.core", flops, e * T * (conv + vd + 2 * hv) + passes * states, selective=False))
+    ops += [p.elementwise(Elementwise("lin.gated_norm", T * vd, 3)), *p.gemm(Gemm("lin.out", T, vd, h)),
+            *p.tp_exit("lin", T * h), residual(p, "lin.residual", T_elem, h)]
+    return ops
+
+
+def mamba2_block(model: ModelSpec, p: Pricer, T: Array, T_elem: Array, *, seqs: Array, recurrent: bool,
+                 state_bytes: float) -> list[Op]:
+    """A Mamba-2 layer (transformers Mamba2Mixer; Megatron's MambaMixer splits heads and groups over TP): norm,
+    in_proj h → (z, x, B, C, dt), the causal depthwise conv over x, B, C, the SSD core (chunked or one
+    recurrent step over ``seqs`` sequences' N×P states), gated RMSNorm with z, out_proj, TP exit, residual."""
+    s = model.mamba
+    assert s is not None
+    t, h, e = p.tp, model.hidden_size, p.act_bytes
+    inner, conv, heads, groups = s.inner / t, s.conv_dim / t, s.num_heads / t, s.n_groups / t
+    ops = [norm(p, "ssm.norm", T_elem, h), *p.tp_entry("ssm", T * h),
+           *p.gemm(Gemm("ssm.in_proj", T, h, inner + conv + heads)),
+           p.elementwise(Elementwise("ssm.conv", T * conv, 2,
+                                     fixed=seqs * conv * (s.conv_kernel - 1) * 2 * state_bytes))]
+    flops = ssd_core_flops(model, T, heads, groups, recurrent=recurrent)
+    states = heads * s.head_dim * s.d_state * state_bytes
+    passes = 2.0 * seqs if recurrent else 2.0 * np.maximum(T / s.chunk_size, seqs)
+    ops.append(p.bmm("ssm.core", flops, e * T * (conv + heads + inner) + passes * states, selective=False))
+    ops += [p.elementwise(Elementwise("ssm.gated_norm", T * inner, 3)), *p.gemm(Gemm("ssm.out", T, inner, h)),
+            *p.tp_exit("ssm", T * h), residual(p, "ssm.residual", T_elem, h)]
     return ops

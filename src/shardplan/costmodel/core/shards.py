@@ -38,7 +38,10 @@ def layer_shard(model: ModelSpec, kind: str, tp: np.ndarray, ep: np.ndarray, pp:
     """Parameters one GPU holds for one layer of ``kind``: attention, mlp, moe, embedding or head."""
     m, t, h = model, np.asarray(tp, dtype=float), model.hidden_size
     zero = np.zeros_like(t)
-    if kind == "attention":
+    if kind in ("linear", "mamba"):  # Gated DeltaNet / Mamba-2 mixers: heads (and B/C groups) split over TP
+        mixer = P.linear_attention_params(m) if kind == "linear" else P.mamba_params(m)
+        return ShardParams(mixer / t, zero, P.layer_norms_params(m) + zero)
+    if kind in ("attention", "sliding", "chunked"):
         norms = P.layer_norms_params(m) + zero
         if m.mla is not None:  # MLA down-projections are replicated across TP ranks
             mla = m.mla

@@ -110,11 +110,8 @@ def _layer_rows(cost: TrainCost, i: int) -> list[LayerRow]:
     for st in cost.stages:
         if not bool(st.shape.exists[i]):
             continue
-        counts = {"embedding": int(st.shape.has_embedding[i]), "attention": int(_f(st.shape.layers, i)),
-                  "mlp": int(_f(st.shape.dense_layers, i)), "moe": int(_f(st.shape.moe_layers, i)),
-                  "head": int(st.shape.has_head[i])}
         for kind, kc in cost.kinds.items():
-            count = counts[kind]
+            count = int(_f(st.shape.count(kind), i))
             if count == 0:
                 continue
             mode = int(r.rc[i])

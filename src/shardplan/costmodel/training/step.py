@@ -24,9 +24,17 @@ from shardplan.costmodel.core.kernels import memory_time
 from shardplan.costmodel.training.ctx import Ctx
 from shardplan.costmodel.training.layout import LayoutArrays, TrainWorkload
 from shardplan.costmodel.training.memory import embedding_activations, head_activations
-from shardplan.costmodel.training.stages import KindCost, StageShape, kind_costs, stage_shapes
+from shardplan.costmodel.training.stages import (
+    KindCost,
+    StageShape,
+    kind_costs,
+    layer_sum,
+    model_counts,
+    model_flops_per_token,
+    stage_counts,
+    stage_shapes,
+)
 from shardplan.hardware.spec import SystemSpec
-from shardplan.models import params as P
 from shardplan.models.spec import ModelSpec
 from shardplan.units import DTYPE_BYTES
 
@@ -127,21 +135,19 @@ def param_memory(ctx: Ctx, dense: np.ndarray, expert: np.ndarray, *, offloaded: 
 
 def _stage(ctx: Ctx, k: dict[str, KindCost], shape: StageShape, m: np.ndarray) -> StageCost:
     r, w, sysm = ctx.rows, ctx.work, ctx.system
-    att, mlp = k["attention"], k["mlp"]
-    moe = k.get("moe")
-    dense, nmoe, n = shape.dense_layers, shape.moe_layers, shape.layers
+    n, counts = shape.layers, stage_counts(shape)
     emb, head = shape.has_embedding, shape.has_head
 
     def per_layer(attr: str) -> np.ndarray:
-        total = n * _phase(att, attr) + dense * _phase(mlp, attr)
-        return total + (nmoe * _phase(moe, attr) if moe is not None else 0.0)
+        return layer_sum(k, counts, lambda c: _phase(c, attr))
 
     fwd = per_layer("fwd") + emb * k["embedding"].fwd.time + head * k["head"].fwd.time
     bwd = per_layer("bwd") + emb * k["embedding"].bwd.time + head * k["head"].bwd.time
     # Recompute: selective reruns core attention in every layer; full reruns the first rk layers' forward.
     full_layers = np.minimum(r.rk, n)
     layer_fwd = per_layer("fwd") / np.maximum(n, 1)
-    rc = np.where(r.rc == 1, n * att.selective.time, np.where(r.rc == 2, full_layers * layer_fwd, 0.0))
+    sel = layer_sum(k, counts, lambda c: c.selective.time)
+    rc = np.where(r.rc == 1, sel, np.where(r.rc == 2, full_layers * layer_fwd, 0.0))
     # Pipeline sends: one activation (scatter/gather over TP, Narayanan et al. 2021 §4.1) per chunk each way.
     stride = r.tp * r.cp * r.dp
     crosses = (stride >= sysm.gpus_per_node) | (stride * r.pp > sysm.gpus_per_node)
@@ -150,8 +156,7 @@ def _stage(ctx: Ctx, k: dict[str, KindCost], shape: StageShape, m: np.ndarray) -
 
     # Parameters held, and the memory they take with ZeRO sharding and offload.
     def params_of(attr: str) -> np.ndarray:
-        total = n * getattr(att.params, attr) + dense * getattr(mlp.params, attr)
-        total = total + (nmoe * getattr(moe.params, attr) if moe is not None else 0.0)
+        total = layer_sum(k, counts, lambda c: getattr(c.params, attr))
         return total + emb * getattr(k["embedding"].params, attr) + head * getattr(k["head"].params, attr)
 
     dense_p, expert_p = params_of("dense"), params_of("expert")
@@ -162,8 +167,7 @@ def _stage(ctx: Ctx, k: dict[str, KindCost], shape: StageShape, m: np.ndarray) -
 
     # Activations: layers storing everything vs. fully recomputed ones, times microbatches in flight.
     def acts(mode: str) -> np.ndarray:
-        total = n * getattr(att.acts, mode) + dense * getattr(mlp.acts, mode)
-        return total + (nmoe * getattr(moe.acts, mode) if moe is not None else 0.0)
+        return layer_sum(k, counts, lambda c: getattr(c.acts, mode))
 
     per_layer_none = acts("none") / np.maximum(n, 1)
     per_layer_full = acts("full") / np.maximum(n, 1)
@@ -247,27 +251,15 @@ def _optimizer_time(ctx: Ctx, st: StageCost) -> np.ndarray:
 def _flops(ctx: Ctx, k: dict[str, KindCost], m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Model FLOPs (Megatron/PaLM convention) and executed FLOPs per step, whole cluster."""
     mdl, r, w = ctx.model, ctx.rows, ctx.work
-    layer_params = P.attention_qkv_params(mdl) + P.attention_out_params(mdl)
-    active = mdl.num_layers * layer_params + mdl.num_dense_layers * P.mlp_params(mdl, mdl.ffn_hidden_size)
-    if mdl.moe is not None:
-        moe = mdl.moe
-        per = moe.experts_per_token * P.mlp_params(mdl, moe.expert_ffn_hidden_size)
-        per += moe.num_shared_experts * P.mlp_params(mdl, moe.shared_ffn) + P.router_params(mdl)
-        active += mdl.num_moe_layers * per
-    d_att = (mdl.mla.qk_head_dim + mdl.mla.v_head_dim) / 2 if mdl.mla else mdl.head_size
     tokens = r.gb * w.seq_len
-    # 6 FLOPs per weight per token, 12·L·s·a·d for attention scores and context, 6·V·h for the LM head.
-    model = tokens * (6.0 * active + 12.0 * mdl.num_layers * w.seq_len * mdl.num_heads * d_att
-                      + 6.0 * mdl.vocab_size * mdl.hidden_size)
-    att, mlp, moek = k["attention"], k["mlp"], k.get("moe")
-    per_mb = mdl.num_layers * (att.fwd.flops + att.bwd.flops) + mdl.num_dense_layers * (mlp.fwd.flops + mlp.bwd.flops)
-    fwd_all = mdl.num_layers * att.fwd.flops + mdl.num_dense_layers * mlp.fwd.flops
-    if moek is not None:
-        per_mb = per_mb + mdl.num_moe_layers * (moek.fwd.flops + moek.bwd.flops)
-        fwd_all = fwd_all + mdl.num_moe_layers * moek.fwd.flops
+    model = tokens * model_flops_per_token(mdl, w.seq_len)
+    counts = model_counts(mdl)
+    per_mb = layer_sum(k, counts, lambda c: c.fwd.flops + c.bwd.flops)
+    fwd_all = layer_sum(k, counts, lambda c: c.fwd.flops)
     per_mb = per_mb + sum(k[x].fwd.flops + k[x].bwd.flops for x in ("embedding", "head"))
     full_frac = np.minimum(r.rk * r.pp, mdl.num_layers) / mdl.num_layers
-    rc = np.where(r.rc == 1, mdl.num_layers * att.selective.flops, np.where(r.rc == 2, full_frac * fwd_all, 0.0))
+    sel = layer_sum(k, counts, lambda c: c.selective.flops)
+    rc = np.where(r.rc == 1, sel, np.where(r.rc == 2, full_frac * fwd_all, 0.0))
     hardware = m * r.dp * r.cp * r.tp * (per_mb + rc)
     return model + 0.0 * hardware, hardware
 
@@ -290,15 +282,9 @@ def train_cost(model: ModelSpec, system: SystemSpec, work: TrainWorkload, rows: 
     model_flops, hw_flops = _flops(ctx, k, m)
     peak = np.max(np.stack([np.where(s.shape.exists, s.total, 0.0) for s in stages]), axis=0)
     host_gpu = np.max(np.stack([np.where(s.shape.exists, s.cpu_bytes, 0.0) for s in stages]), axis=0)
-    layers_per_stage = first.shape.layers
-    moe = k.get("moe")
 
     def comm_exposed(attr: str) -> np.ndarray:
-        att, mlp = getattr(k["attention"].fwd, attr) + getattr(k["attention"].bwd, attr), \
-            getattr(k["mlp"].fwd, attr) + getattr(k["mlp"].bwd, attr)
-        total = layers_per_stage * att + first.shape.dense_layers * mlp
-        if moe is not None:
-            total = total + first.shape.moe_layers * (getattr(moe.fwd, attr) + getattr(moe.bwd, attr))
+        total = layer_sum(k, stage_counts(first.shape), lambda c: getattr(c.fwd, attr) + getattr(c.bwd, attr))
         return (m + (p - 1) / v) * total
 
     return TrainCost(
