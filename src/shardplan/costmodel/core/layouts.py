@@ -88,6 +88,18 @@ def layer_kind_names(model: ModelSpec) -> list[str]:
     return [k for k in LAYER_KINDS if k in mixers | slots]
 
 
+def model_kind_counts(model: ModelSpec) -> dict[str, float]:
+    """Layers of each kind of ``LAYER_KINDS`` in the whole model (zero for kinds it lacks)."""
+    out = dict.fromkeys(LAYER_KINDS, 0.0)
+    for m, n in model.mixer_counts().items():
+        if m.value in MIXER_KINDS:
+            out[MIXER_KINDS[m.value]] += n
+    for slot, n in model.mlp_counts().items():
+        if slot.value in ("d", "e"):
+            out["mlp" if slot.value == "d" else "moe"] += n
+    return out
+
+
 def _prefix_table(model: ModelSpec) -> dict[str, np.ndarray]:
     """Layers of each kind among indices [0, x), for x = 0..L (cumulative counts from the layer pattern)."""
     from shardplan.models.pattern import kind_at, moe_at

@@ -32,10 +32,11 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from shardplan.costmodel.core import comm
-from shardplan.costmodel.core.layouts import StageShape, representative_stages
+from shardplan.costmodel.core.layouts import StageShape, layer_kind_names, model_kind_counts, representative_stages
 from shardplan.costmodel.core.ops import PhaseCost
 from shardplan.costmodel.core.shards import layer_shard
 from shardplan.costmodel.serving import layers as O
+from shardplan.costmodel.serving.kvcache import blocks_per_request, stage_pool
 from shardplan.hardware.spec import SystemSpec
 from shardplan.models.spec import ModelSpec
 from shardplan.units import GiB
@@ -140,6 +141,11 @@ class InferRows:
         return InferRows(*(getattr(self, f.name)[idx] for f in fields(self)))
 
 
+def serving_kinds(model: ModelSpec) -> list[str]:
+    """The embedding, each layer kind the model has (``core.layouts``), the head."""
+    return ["embedding", *layer_kind_names(model), "head"]
+
+
 # --- pipeline stages -----------------------------------------------------------------------------------
 def stage_shapes(model: ModelSpec, pp: np.ndarray) -> list[StageShape]:
     """vLLM's split (``get_pp_indices``): ⌊L/pp⌋ layers each, the remainder added to stages pp−2, pp−3, …"""
@@ -198,14 +204,15 @@ class StageMemory:
 def stage_memory(model: ModelSpec, system: SystemSpec, work: InferWorkload, rows: InferRows, shape: StageShape,
                  kv_layer: np.ndarray) -> StageMemory:
     """Weights, workspace and KV capacity of one stage (vLLM: budget − weights − peak activations − non-torch)."""
-    weights = sum(shape.count(k) * kind_weight_bytes(model, work, rows, k) for k in KINDS
-                  if k != "moe" or model.moe is not None)
+    weights = sum(shape.count(k) * kind_weight_bytes(model, work, rows, k) for k in serving_kinds(model))
     sampler = work.max_num_seqs * model.vocab_size * (SAMPLER_BUFFERS * O.LOGIT_BYTES + O.ACT_BYTES / rows.tp)
     acts = work.max_num_batched_tokens * workspace_per_token(model, rows.tp) + np.where(shape.has_head, sampler, 0.0)
     non_torch = np.full(len(rows), float(work.non_torch_bytes))
     pool = work.gpu_memory_utilization * system.gpu.memory_bytes - weights - acts - non_torch
-    kv_token = shape.layers * kv_layer
-    blocks = np.floor(np.maximum(pool, 0.0) / (work.block_size * kv_token))
+    # vLLM's hybrid allocator (``kvcache``): one pool of G_w tensors shared by the model's KV-cache groups.
+    hybrid = stage_pool(model, shape, kv_layer, pool, work.block_size)
+    kv_token = hybrid.tensors * hybrid.groups * kv_layer  # pool bytes per reported token slot
+    blocks = hybrid.reported_blocks
     return StageMemory(shape, weights, acts, non_torch, pool, kv_token, blocks)
 
 
@@ -224,13 +231,11 @@ class PhaseTimes:
 
 def _phase(ctx: O.InferCtx, step: O.Step, shapes: list[StageShape], rows: InferRows) -> PhaseTimes:
     m = ctx.model
-    kinds = [k for k in KINDS if k != "moe" or m.moe is not None]
+    kinds = serving_kinds(m)
     ops = {k: O.BUILDERS[k](ctx, step) for k in kinds}
     sums = {k: PhaseCost.of(ops[k], step.tokens) for k in kinds}
     stage_s = [sum(sh.count(k) * sums[k].time for k in kinds) for sh in shapes]
-    moe_total = float(m.num_moe_layers)
-    counts = {"embedding": 1.0, "attention": float(m.num_layers), "mlp": float(m.num_layers) - moe_total,
-              "moe": moe_total, "head": 1.0}
+    counts = {"embedding": 1.0, **model_kind_counts(m), "head": 1.0}
     total = sum(counts[k] * sums[k].time for k in kinds)
     crosses = rows.tp * rows.pp > ctx.system.gpus_per_node
     p2p = np.where(rows.pp > 1, comm.p2p_time(ctx.system, O.ACT_BYTES * step.tokens * m.hidden_size, crosses), 0.0)
@@ -266,7 +271,7 @@ class InferCost:
     tokens_per_s: np.ndarray
     kv_layer_bytes: np.ndarray  # per token, per layer, per GPU
     kv_blocks: np.ndarray  # blocks per GPU = per replica (the binding stage)
-    blocks_per_seq: int
+    blocks_per_seq: float  # in reported blocks (per KV-cache group): Σ over groups / number of groups
     max_batch: np.ndarray  # sequences per replica that fit
     binding_stage: np.ndarray
 
@@ -293,7 +298,9 @@ def infer_cost(model: ModelSpec, system: SystemSpec, work: InferWorkload, rows: 
     binding = np.argmin(blocks, axis=0)
     kv_blocks = np.min(blocks, axis=0)
     P_, G = work.prompt_len, work.gen_len
-    blocks_per_seq = -(-(P_ + G) // work.block_size)
+    per_req = blocks_per_request(model, P_ + G, work.block_size, work.max_num_batched_tokens,
+                                 float(O.kv_layer_bytes_per_token(model, work.kv(), np.ones(1))[0]), O.ACT_BYTES)
+    blocks_per_seq = int(per_req) if float(per_req).is_integer() else per_req
     max_batch = np.floor(kv_blocks / blocks_per_seq)
 
     B = rows.batch.astype(float)
@@ -301,14 +308,14 @@ def infer_cost(model: ModelSpec, system: SystemSpec, work: InferWorkload, rows: 
     # Prefill: batch·prompt tokens in equal chunks of at most max_num_batched_tokens.
     chunks = np.ceil(B * P_ / work.max_num_batched_tokens)
     pairs = B * P_ * (P_ + 1) / 2 / chunks  # causal (query, key) pairs per head, spread over the chunks
-    pre_step = O.Step("prefill", B * P_ / chunks, pairs, B * P_ / chunks, B / chunks)
+    pre_step = O.Step("prefill", B * P_ / chunks, pairs, B * P_ / chunks, B / chunks, context=P_)
     prefill = _phase(ctx, pre_step, shapes, rows)
     ttft = _pipelined(prefill, shapes, pp, chunks)
     # Decode: micro-batches in flight over the pipeline, at the mean context.
     micro = np.minimum(B, pp)
     b = np.ceil(B / micro)
     context = P_ + G / 2
-    dec_step = O.Step("decode", b, b * context, b * context, b)
+    dec_step = O.Step("decode", b, b * context, b * context, b, context=context)
     decode = _phase(ctx, dec_step, shapes, rows)
     hop = np.where(pp > 1, decode.p2p_s, 0.0)
     tpot = np.maximum(decode.total_s + pp * hop, micro * (_beat(decode, shapes) + hop))

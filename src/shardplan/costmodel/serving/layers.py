@@ -50,6 +50,18 @@ class Step:
     pairs: np.ndarray  # (query, key) pairs attended per head (causal prefill: Σ q·(q+1)/2; decode: b·context)
     kv_read: np.ndarray  # KV-cache token positions read by attention
     logit_rows: np.ndarray  # positions whose logits are computed (one per sequence finishing the step)
+    context: np.ndarray | float | None = None  # tokens per sequence: the prompt (prefill), the context (decode)
+
+    def windowed(self, model: ModelSpec, mixer: str) -> tuple[np.ndarray, np.ndarray]:
+        """(pairs, KV positions read) of a sliding or chunked layer: prefill scales the causal pairs by
+        mixer_pairs/full pairs of the prompt; decode reads min(context, window) (or the chunk) per sequence."""
+        if self.context is None or mixer == "attention":
+            return self.pairs, self.kv_read
+        if self.phase == "decode":
+            ratio = inv.mixer_span(model, mixer, self.context) / np.asarray(self.context, dtype=float)
+            return self.pairs * ratio, self.kv_read * ratio
+        ratio = inv.mixer_pairs(model, mixer, self.context) / inv.window_pairs(self.context)
+        return self.pairs * ratio, self.kv_read
 
 
 @dataclass(slots=True)
@@ -166,17 +178,40 @@ def kv_layer_bytes_per_token(model: ModelSpec, kv_dtype: str, tp: np.ndarray) ->
     return inv.kv_token_bytes(model, tp, DTYPE_BYTES[kv_dtype], latent=True)
 
 
-def core_attention(c: InferCtx, s: Step) -> Attention:
-    """The step's attention core: the pairs the step attends, the KV positions it reads. MLA decode runs in the
-    absorbed form (scores and values over the latent, DeepSeek-V2 App. C); MLA prefill decompresses K/V."""
+def core_attention(c: InferCtx, s: Step, mixer: str = "attention") -> Attention:
+    """The step's attention core: the pairs the step attends, the KV positions it reads (bounded by the window of
+    a sliding layer, the chunk of a chunked one). MLA decode runs in the absorbed form (scores and values over the
+    latent, DeepSeek-V2 App. C); MLA prefill decompresses K/V."""
     d_qk, d_v = inv.attention_dims(c.model, absorbed=s.phase == "decode")
-    return Attention("attn.core", pairs=s.pairs, heads=c.model.num_heads / c.t, d_qk=d_qk, d_v=d_v,
-                     q_tokens=s.tokens, span=s.kv_read, kv_tokens=s.kv_read,
+    pairs, kv_read = s.windowed(c.model, mixer)
+    return Attention("attn.core", pairs=pairs, heads=c.model.num_heads / c.t, d_qk=d_qk, d_v=d_v,
+                     q_tokens=s.tokens, span=kv_read, kv_tokens=kv_read,
                      kv_token_bytes=kv_layer_bytes_per_token(c.model, c.kv_dtype, c.tp))
 
 
-def attention_ops(c: InferCtx, s: Step) -> list[Op]:
-    return inv.attention_block(c.model, c, s.tokens, s.tokens, core_attention(c, s))
+def attention_ops(c: InferCtx, s: Step, mixer: str = "attention") -> list[Op]:
+    return inv.attention_block(c.model, c, s.tokens, s.tokens, core_attention(c, s, mixer))
+
+
+def sliding_ops(c: InferCtx, s: Step) -> list[Op]:
+    return attention_ops(c, s, "sliding")
+
+
+def chunked_ops(c: InferCtx, s: Step) -> list[Op]:
+    return attention_ops(c, s, "chunked")
+
+
+def linear_ops(c: InferCtx, s: Step) -> list[Op]:
+    """Gated DeltaNet: chunkwise over the prompt in prefill, one recurrent step per sequence in decode; the
+    16-bit states of the step's sequences read and written (vLLM keeps them in the model datatype)."""
+    return inv.linear_attention_block(c.model, c, s.tokens, s.tokens, seqs=s.logit_rows,
+                                      recurrent=s.phase == "decode", state_bytes=ACT_BYTES)
+
+
+def mamba_ops(c: InferCtx, s: Step) -> list[Op]:
+    """Mamba-2: SSD chunks in prefill, the recurrent update in decode (16-bit conv and SSM states)."""
+    return inv.mamba2_block(c.model, c, s.tokens, s.tokens, seqs=s.logit_rows, recurrent=s.phase == "decode",
+                            state_bytes=ACT_BYTES)
 
 
 def mlp_ops(c: InferCtx, s: Step) -> list[Op]:
@@ -203,7 +238,8 @@ def head_ops(c: InferCtx, s: Step) -> list[Op]:
     return ops
 
 
-BUILDERS = {"attention": attention_ops, "mlp": mlp_ops, "moe": moe_ops, "embedding": embedding_ops,
+BUILDERS = {"attention": attention_ops, "sliding": sliding_ops, "chunked": chunked_ops, "linear": linear_ops,
+            "mamba": mamba_ops, "mlp": mlp_ops, "moe": moe_ops, "embedding": embedding_ops,
             "head": head_ops}
 __all__ = ["ATTN", "BUILDERS", "InferCtx", "Step", "distinct_experts", "kv_heads_per_rank", "kv_layer_bytes_per_token",
            "tp_all_reduce_time", "weight_bytes_per_param"]
