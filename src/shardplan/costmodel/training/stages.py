@@ -22,6 +22,7 @@ from shardplan.costmodel.core.layouts import (
     StageShape,
     layer_kind_names,
     model_kind_counts,
+    representative_stages,
 )
 from shardplan.costmodel.core.ops import Op, PhaseCost
 from shardplan.costmodel.training import layers as Lyr
@@ -84,6 +85,18 @@ def stage_counts(shape: StageShape) -> dict[str, np.ndarray]:
 def model_counts(model: ModelSpec) -> dict[str, float]:
     """Layers of each kind in the whole model."""
     return model_kind_counts(model)
+
+
+def stage_shapes(ctx: Ctx) -> list[StageShape]:
+    """First, heaviest-middle and last stage of each row."""
+    L, p = ctx.model.num_layers, ctx.rows.pp.astype(float)
+    base, extra = np.floor(L / p), np.mod(L, p)
+    middles = np.maximum(p - 2, 0)
+    n_mid = base + (extra > 0) * (middles > 0)
+    spill = np.maximum(extra - middles, 0)  # extras that did not fit in the middle stages
+    n_first = np.where(p == 1, L, base + (spill >= 1))
+    n_last = np.where(p == 1, L, base + (spill >= 2))
+    return representative_stages(ctx.model, p, n_first, n_mid, n_last)
 
 
 def model_flops_per_token(model: ModelSpec, seq_len: int) -> float:

@@ -1,0 +1,113 @@
+"""Layer kinds costed exactly: windowed attention pairs, Gated DeltaNet and Mamba-2 cores against hand counts,
+per-stage kind counts from the pattern, and vLLM's hybrid KV-cache capacity by hand."""
+
+import json
+import math
+
+import pytest
+
+from shardplan.costmodel.core import operators as inv
+from shardplan.costmodel.core.layouts import model_kind_counts
+from shardplan.costmodel.training.layout import LayoutArrays, TrainLayout, TrainWorkload
+from shardplan.costmodel.training.step import train_cost
+from shardplan.hardware import get_system
+from shardplan.models import get_model
+from shardplan.models.spec import MambaSpec, ModelSpec
+
+
+def _brute_pairs(s: int, window: int | None = None, chunk: int | None = None) -> int:
+    """Count (query, key) pairs one by one: key ≤ query, inside the window or the query's chunk."""
+    n = 0
+    for q in range(s):
+        for k in range(q + 1):
+            if window is not None and q - k >= window:
+                continue
+            if chunk is not None and q // chunk != k // chunk:
+                continue
+            n += 1
+    return n
+
+
+@pytest.mark.parametrize(("s", "w", "c"), [(10, 4, None), (10, None, 4), (37, 64, None), (100, 16, None),
+                                           (100, None, 32), (7, None, None)])
+def test_window_pairs_equal_brute_force(s, w, c) -> None:
+    assert float(inv.window_pairs(s, window=w, chunk=c)) == _brute_pairs(s, w, c)
+
+
+def test_window_pairs_by_hand() -> None:
+    # s=10, w=4: 1+2+3+4·7 = 34; chunks of 4 over 10 tokens: 10 + 10 + 3 = 23.
+    assert float(inv.window_pairs(10, window=4)) == 34
+    assert float(inv.window_pairs(10, chunk=4)) == 23
+
+
+def _tiny(pattern: tuple[str, ...], **kw) -> ModelSpec:
+    return ModelSpec(name="tiny", num_layers=4, hidden_size=64, num_heads=4, head_dim=16, ffn_hidden_size=128,
+                     vocab_size=1000, mlp="swiglu", layer_pattern=pattern, **kw)
+
+
+def test_sliding_layer_attention_flops_by_hand() -> None:
+    """One microbatch of one 256-token sequence, window 64, 4 heads of 16: pairs = 64·65/2 + 192·64 = 14,368 plus
+    the half flash block of the diagonal per query (256·64 = 16,384); FLOPs 2·pairs·heads·(16 + 16)."""
+    m = _tiny(("S", "F"), sliding_window=64)
+    cost = train_cost(m, get_system("dgx-h100"), TrainWorkload(seq_len=256, global_batch=1),
+                      LayoutArrays.from_layouts([TrainLayout()], 1))
+    core = next(op for op in cost.kinds["sliding"].fwd_ops if op.name == "attn.flash")
+    assert float(core.flops[0]) == 2 * (2080 + 12288 + 16384) * 4 * 32
+    full = next(op for op in cost.kinds["attention"].fwd_ops if op.name == "attn.flash")
+    assert float(full.flops[0]) == 2 * (256 * 256 * (0.5 + 128 / 2 / 256)) * 4 * 32
+    # the GEMMs of a sliding layer are those of a full one
+    gemm = [op.flops[0] for op in cost.kinds["sliding"].fwd_ops if op.kind == "gemm"]
+    assert gemm == [op.flops[0] for op in cost.kinds["attention"].fwd_ops if op.kind == "gemm"]
+
+
+def test_mamba_layer_flops_by_hand() -> None:
+    """A tiny Mamba-2 layer: 2 heads of P=4, N=8, chunk Q=16, 1 group, h=64, 32 tokens.
+    SSD core: 32·(2·(2·16·4 + 4·8·4) + 2·16·8) = 24,576. in_proj: 2·32·64·(8 + 24 + 2) (inner 8, conv 8 + 2·8,
+    2 heads); out_proj: 2·32·8·64."""
+    mamba = MambaSpec(num_heads=2, head_dim=4, d_state=8, n_groups=1, conv_kernel=4, expand=2, chunk_size=16)
+    m = _tiny(("M", "F"), mamba=mamba)
+    assert float(inv.ssd_core_flops(m, 32, 2, 1, recurrent=False)) == 24576
+    assert float(inv.ssd_core_flops(m, 32, 2, 1, recurrent=True)) == 32 * 2 * 6 * 8 * 4
+    cost = train_cost(m, get_system("dgx-h100"), TrainWorkload(seq_len=32, global_batch=1),
+                      LayoutArrays.from_layouts([TrainLayout()], 1))
+    ops = {op.name: float(op.flops[0]) for op in cost.kinds["mamba"].fwd_ops}
+    assert ops["ssm.core"] == 24576
+    assert ops["ssm.in_proj"] == 2 * 32 * 64 * 34
+    assert ops["ssm.out"] == 2 * 32 * 8 * 64
+
+
+def test_gated_deltanet_core_by_hand() -> None:
+    """Qwen3-Next's linear layer (d_k = d_v = 128, chunk 64): per token and value head
+    64·(6·128 + 4·128) + 2·64²/3 + 6·128² = 81,920 + 2,730.67 + 98,304."""
+    m = get_model("qwen3-next-80b-a3b")
+    per = 64 * (6 * 128 + 4 * 128) + 2 * 64**2 / 3 + 6 * 128 * 128
+    assert float(inv.gdn_core_flops(m, 10, 32, recurrent=False)) == pytest.approx(10 * 32 * per, rel=1e-12)
+    assert float(inv.gdn_core_flops(m, 10, 32, recurrent=True)) == 10 * 32 * 6 * 128 * 128
+
+
+def test_stage_kind_counts_follow_the_pattern() -> None:
+    """gemma-3-27b, 62 layers of (S*5, F) split over pp=2: 31 + 31 layers; full layers at 5, 11, …, 59:
+    5 on each stage (5, 11, 17, 23, 29 | 35, 41, 47, 53, 59)."""
+    m = get_model("gemma-3-27b")
+    cost = train_cost(m, get_system("dgx-h100"), TrainWorkload(seq_len=1024, global_batch=8),
+                      LayoutArrays.from_layouts([TrainLayout(tp=4, pp=2)], 8))
+    first, last = cost.stages[0].shape, cost.stages[2].shape
+    assert float(first.count("attention")[0]) == 5 and float(first.count("sliding")[0]) == 26
+    assert float(last.count("attention")[0]) == 5 and float(last.count("sliding")[0]) == 26
+    assert model_kind_counts(m)["attention"] == 10 and model_kind_counts(m)["sliding"] == 52
+
+
+def test_gemma3_kv_capacity_as_vllm_allocates_it(run_cli) -> None:
+    """gemma-3-27b on one H100, bf16 KV (16 KV heads × 128: 8,192 B per token per layer), block 16.
+    vLLM groups: 10 full, 52 sliding → group size 10; full 1 group, sliding ⌈52/10⌉ = 6 → 7 groups; the pool is 10
+    tensors; num_blocks = pool // (16·8192) // 10; "GPU KV cache size" = num_blocks // 7 · 16 tokens.
+    A 4,608-token request takes 288 blocks (full) + 6 × (⌈min(1023 + 2048, 4608)/16⌉ + 1 = 193) (sliding) = 1,446
+    blocks of the pool: max concurrency num_blocks / 1,446."""
+    r = run_cli("estimate", "infer", "-m", "gemma-3-27b", "-H", "dgx-h100", "-g", "1", "--prompt-len", "4096",
+                "--gen-len", "512", "--batch", "1", "--json")
+    assert r.code == 0, r.err
+    mem = json.loads(r.out)["memory"]
+    num_blocks = int(mem["kv_pool_bytes"] // (16 * 8192) // 10)
+    assert mem["kv_cache_tokens"] == num_blocks // 7 * 16
+    assert mem["kv_bytes_per_token"] == 8192 * 10 * 7
+    assert json.loads(r.out)["metrics"]["max_batch_size"] == math.floor((num_blocks // 7) / (1446 / 7))
