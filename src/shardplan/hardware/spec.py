@@ -7,7 +7,7 @@ efficiencies are data here (overridable by the user in a YAML/JSON file), never 
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Self
+from typing import Annotated, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -23,7 +23,14 @@ class AttentionKernel(StrEnum):
     """How core attention runs on a system's software stack."""
 
     FLASH = "flash"
-    """Fused IO-aware kernel (FlashAttention-2/3, cuDNN): no s² tensor in memory, causal blocks skipped."""
+    """Fused IO-aware kernel (FlashAttention-2/3, cuDNN): no s² tensor in memory, causal blocks skipped; timed at
+    the GPU's ``attention_efficiency``."""
+    FLASH2 = "flash2"
+    """FlashAttention-2 (PyTorch SDPA's flash backend: torchtitan, llm-foundry): the GPU's measured curves."""
+    CUDNN = "cudnn"
+    """cuDNN fused attention (Transformer Engine's FusedAttention, preferred on Hopper+: Megatron-LM, NeMo)."""
+    FLASH3 = "flash3"
+    """FlashAttention-3 (Hopper)."""
     UNFUSED = "unfused"
     """Batched GEMMs plus a fused softmax kernel (Megatron-LM 2021–22): the s² scores pass through HBM."""
 
@@ -40,6 +47,25 @@ class LinkSpec(BaseModel):
     @property
     def effective_bytes_per_s(self) -> float:
         return self.bandwidth_bytes_per_s * self.efficiency
+
+
+class AttentionCurve(BaseModel):
+    """Measured throughput of one attention kernel vs sequence length (one direction, mask and head dim)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kernel: Literal["flash2", "cudnn", "flash3"]
+    direction: Literal["fwd", "bwd"]
+    causal: bool
+    head_dim: Annotated[int, Field(gt=0)]
+    seq: list[Annotated[int, Field(gt=0)]] = Field(description="Sequence lengths, increasing.")
+    tflops: list[Positive] = Field(description="TFLOP/s at each length (causal: executed FLOPs).")
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        if len(self.seq) != len(self.tflops) or not self.seq or list(self.seq) != sorted(set(self.seq)):
+            raise ValueError("seq must be increasing, one tflops value per length")
+        return self
 
 
 class GpuSpec(BaseModel):
@@ -68,6 +94,9 @@ class GpuSpec(BaseModel):
     attention_efficiency: Fraction = Field(
         0.55, description="Fused (flash) attention forward: fraction of the matmul peak it reaches."
     )
+    attention_curves: list[AttentionCurve] = Field(
+        default_factory=list, description="Measured attention-kernel throughput (flash2/cudnn/flash3); a kernel "
+        "without curves falls back to attention_efficiency.")
     kernel_launch_s: NonNeg = Field(4e-6, description="Floor on any one kernel's time (launch + tail).")
     tdp_w: NonNeg = Field(0.0, description="Board power, for reference.")
     source: str = Field("", description="Datasheet or measurement the numbers come from.")
