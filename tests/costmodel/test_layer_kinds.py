@@ -7,6 +7,7 @@ import math
 import pytest
 
 from shardplan.costmodel.core import operators as inv
+from shardplan.costmodel.core import recurrent as rec
 from shardplan.costmodel.core.layouts import model_kind_counts
 from shardplan.costmodel.training.layout import LayoutArrays, TrainLayout, TrainWorkload
 from shardplan.costmodel.training.step import train_cost
@@ -66,8 +67,8 @@ def test_mamba_layer_flops_by_hand() -> None:
     2 heads); out_proj: 2·32·8·64."""
     mamba = MambaSpec(num_heads=2, head_dim=4, d_state=8, n_groups=1, conv_kernel=4, expand=2, chunk_size=16)
     m = _tiny(("M", "F"), mamba=mamba)
-    assert float(inv.ssd_core_flops(m, 32, 2, 1, recurrent=False)) == 24576
-    assert float(inv.ssd_core_flops(m, 32, 2, 1, recurrent=True)) == 32 * 2 * 6 * 8 * 4
+    assert float(rec.ssd_core_flops(m, 32, 2, 1, recurrent=False)) == 24576
+    assert float(rec.ssd_core_flops(m, 32, 2, 1, recurrent=True)) == 32 * 2 * 6 * 8 * 4
     cost = train_cost(m, get_system("dgx-h100"), TrainWorkload(seq_len=32, global_batch=1),
                       LayoutArrays.from_layouts([TrainLayout()], 1))
     ops = {op.name: float(op.flops[0]) for op in cost.kinds["mamba"].fwd_ops}
@@ -81,8 +82,8 @@ def test_gated_deltanet_core_by_hand() -> None:
     64·(6·128 + 4·128) + 2·64²/3 + 6·128² = 81,920 + 2,730.67 + 98,304."""
     m = get_model("qwen3-next-80b-a3b")
     per = 64 * (6 * 128 + 4 * 128) + 2 * 64**2 / 3 + 6 * 128 * 128
-    assert float(inv.gdn_core_flops(m, 10, 32, recurrent=False)) == pytest.approx(10 * 32 * per, rel=1e-12)
-    assert float(inv.gdn_core_flops(m, 10, 32, recurrent=True)) == 10 * 32 * 6 * 128 * 128
+    assert float(rec.gdn_core_flops(m, 10, 32, recurrent=False)) == pytest.approx(10 * 32 * per, rel=1e-12)
+    assert float(rec.gdn_core_flops(m, 10, 32, recurrent=True)) == 10 * 32 * 6 * 128 * 128
 
 
 def test_stage_kind_counts_follow_the_pattern() -> None:

@@ -22,6 +22,7 @@ import numpy as np
 
 from shardplan.costmodel.core import comm
 from shardplan.costmodel.core import operators as inv
+from shardplan.costmodel.core import recurrent as rec
 from shardplan.costmodel.core.kernels import attention_time, gemm_time, kernel_time
 from shardplan.costmodel.core.operators import Attention, Elementwise, Gemm, distinct_experts, kv_heads_per_rank
 from shardplan.costmodel.core.ops import ATTN, COMM, GEMM, MEM, Op
@@ -204,13 +205,13 @@ def chunked_ops(c: InferCtx, s: Step) -> list[Op]:
 def linear_ops(c: InferCtx, s: Step) -> list[Op]:
     """Gated DeltaNet: chunkwise over the prompt in prefill, one recurrent step per sequence in decode; the
     16-bit states of the step's sequences read and written (vLLM keeps them in the model datatype)."""
-    return inv.linear_attention_block(c.model, c, s.tokens, s.tokens, seqs=s.logit_rows,
+    return rec.linear_attention_block(c.model, c, s.tokens, s.tokens, seqs=s.logit_rows,
                                       recurrent=s.phase == "decode", state_bytes=ACT_BYTES)
 
 
 def mamba_ops(c: InferCtx, s: Step) -> list[Op]:
     """Mamba-2: SSD chunks in prefill, the recurrent update in decode (16-bit conv and SSM states)."""
-    return inv.mamba2_block(c.model, c, s.tokens, s.tokens, seqs=s.logit_rows, recurrent=s.phase == "decode",
+    return rec.mamba2_block(c.model, c, s.tokens, s.tokens, seqs=s.logit_rows, recurrent=s.phase == "decode",
                             state_bytes=ACT_BYTES)
 
 

@@ -8,6 +8,7 @@ prices them. What only training has is here: the causal pair count of a training
 from __future__ import annotations
 
 from shardplan.costmodel.core import operators as inv
+from shardplan.costmodel.core import recurrent as rec
 from shardplan.costmodel.core.ops import Op
 from shardplan.costmodel.training.ctx import Ctx, masked
 
@@ -47,14 +48,14 @@ def chunked_ops(ctx: Ctx) -> list[Op]:
 def linear_ops(ctx: Ctx) -> list[Op]:
     """Gated DeltaNet in its chunkwise form over the microbatch's sequences (fp32 states)."""
     seqs = ctx.rows.mb.astype(float)
-    return inv.linear_attention_block(ctx.model, ctx, ctx.tokens, ctx.norm_tokens, seqs=seqs, recurrent=False,
+    return rec.linear_attention_block(ctx.model, ctx, ctx.tokens, ctx.norm_tokens, seqs=seqs, recurrent=False,
                                       state_bytes=4.0)
 
 
 def mamba_ops(ctx: Ctx) -> list[Op]:
     """Mamba-2 SSD in its chunked form over the microbatch's sequences (fp32 states)."""
     seqs = ctx.rows.mb.astype(float)
-    return inv.mamba2_block(ctx.model, ctx, ctx.tokens, ctx.norm_tokens, seqs=seqs, recurrent=False, state_bytes=4.0)
+    return rec.mamba2_block(ctx.model, ctx, ctx.tokens, ctx.norm_tokens, seqs=seqs, recurrent=False, state_bytes=4.0)
 
 
 def mlp_ops(ctx: Ctx) -> list[Op]:

@@ -105,6 +105,7 @@ def model_flops_per_token(model: ModelSpec, seq_len: int) -> float:
     and context over the keys a query may see (the whole sequence; the window for sliding, the chunk for chunked
     layers), 3× the forward core FLOPs of linear-attention and Mamba layers (chunkwise forms), 6·V·h for the head."""
     from shardplan.costmodel.core import operators as inv
+    from shardplan.costmodel.core import recurrent as rec
     from shardplan.models import params as P
 
     m, counts = model, model_counts(model)
@@ -125,9 +126,9 @@ def model_flops_per_token(model: ModelSpec, seq_len: int) -> float:
     spans = sum(counts.get(k, 0.0) * float(inv.mixer_span(m, k, seq_len)) for k in ("attention", "sliding", "chunked"))
     cores = 0.0
     if m.linear_attention is not None:
-        cores += counts.get("linear", 0.0) * float(inv.gdn_core_flops(m, 1.0, m.linear_attention.num_value_heads,
+        cores += counts.get("linear", 0.0) * float(rec.gdn_core_flops(m, 1.0, m.linear_attention.num_value_heads,
                                                                        recurrent=False))
     if m.mamba is not None:
-        cores += counts.get("mamba", 0.0) * float(inv.ssd_core_flops(m, 1.0, m.mamba.num_heads, m.mamba.n_groups,
+        cores += counts.get("mamba", 0.0) * float(rec.ssd_core_flops(m, 1.0, m.mamba.num_heads, m.mamba.n_groups,
                                                                       recurrent=False))
     return 6.0 * active + 12.0 * spans * m.num_heads * d_att + 3.0 * cores + 6.0 * m.vocab_size * m.hidden_size
