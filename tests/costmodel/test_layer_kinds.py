@@ -112,3 +112,46 @@ def test_gemma3_kv_capacity_as_vllm_allocates_it(run_cli) -> None:
     assert mem["kv_cache_tokens"] == num_blocks // 7 * 16
     assert mem["kv_bytes_per_token"] == 8192 * 10 * 7
     assert json.loads(r.out)["metrics"]["max_batch_size"] == math.floor((num_blocks // 7) / (1446 / 7))
+
+
+def test_fp4_bytes_per_weight_include_block_scales() -> None:
+    """MXFP4: 4 bits + one 8-bit E8M0 scale per 32 values = 4.25 bits; NVFP4: 4 bits + one FP8 scale per 16 = 4.5."""
+    from shardplan.costmodel.serving.layers import weight_bytes_per_param
+
+    assert weight_bytes_per_param("mxfp4", 128) == 4.25 / 8
+    assert weight_bytes_per_param("nvfp4", 128) == 4.5 / 8
+
+
+def test_gpt_oss_serves_mxfp4_experts(run_cli) -> None:
+    """gpt-oss-120b on one GPU: routed experts (36 layers × 128 experts × the expert MLP) at 4.25 bits, every
+    other weight in 16 bits; it fits one H100 as OpenAI's model card states."""
+    from shardplan.models import params as P
+
+    m = get_model("gpt-oss-120b")
+    assert m.moe is not None
+    experts = m.num_moe_layers * m.moe.num_experts * P.mlp_params(m, m.moe.expert_ffn_hidden_size)
+    expected = experts * 4.25 / 8 + (m.total_params - experts) * 2
+    r = run_cli("estimate", "infer", "-m", "gpt-oss-120b", "-H", "dgx-h100", "-g", "1", "--prompt-len", "1024",
+                "--gen-len", "256", "--batch", "8", "--json")
+    assert r.code == 0, r.err
+    d = json.loads(r.out)
+    assert d["status"] == "feasible"
+    assert d["memory"]["weights_bytes"] == pytest.approx(expected, rel=1e-9)
+
+
+@pytest.mark.parametrize("name", ["gemma-3-27b", "gpt-oss-120b", "qwen3-next-80b-a3b", "llama-4-scout",
+                                  "qwen3-32b", "deepseek-v3"])
+def test_one_gpu_holds_every_parameter(name) -> None:
+    """Σ over layer kinds of the per-GPU shard (tp = ep = pp = 1) equals the parameter count of ``models.params``
+    (a different code path: the breakdown by component)."""
+    import numpy as np
+
+    from shardplan.costmodel.core.shards import layer_shard
+
+    m, one = get_model(name), np.ones(1)
+    total = 0.0
+    for kind, n in {**model_kind_counts(m), "embedding": 1, "head": 1}.items():
+        if n:
+            sh = layer_shard(m, kind, one, one, one)
+            total += n * float(sh.dense[0] + sh.experts[0])
+    assert total == m.total_params

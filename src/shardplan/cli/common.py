@@ -39,7 +39,11 @@ def model_notes(spec: Any, job: str = "train") -> list[str]:
     if spec.vision_params:
         notes.append(f"vision tower not planned ({spec.vision_params / 1e9:.3g}B params apart); the text model is")
     if spec.dtype not in ("bf16", "fp16", "fp32", "fp8"):
-        notes.append(f"released weights are {spec.dtype}; costed in the datatype the options give")
+        if job == "train" and spec.dtype in ("mxfp4", "nvfp4") and spec.moe is not None:
+            notes.append(f"released experts are {spec.dtype}: serving keeps them so unless --weight-dtype says "
+                         "otherwise; training costs the datatype --dtype gives")
+        else:
+            notes.append(f"released weights are {spec.dtype}; costed in the datatype the options give")
     return notes
 
 

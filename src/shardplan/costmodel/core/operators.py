@@ -40,6 +40,7 @@ class Gemm:
     n: Array
     experts: Array = 1.0
     high_precision: bool = False  # router and LM head: kept in 16-bit by fp8 recipes and quantised serving
+    routed: bool = False  # routed experts (a checkpoint may store them in their own datatype: gpt-oss MXFP4)
 
     @property
     def flops(self) -> np.ndarray:
@@ -216,12 +217,13 @@ def attention_dims(model: ModelSpec, *, absorbed: bool = False) -> tuple[float, 
     return mla.qk_head_dim, mla.v_head_dim
 
 
-def ffn(model: ModelSpec, p: Pricer, prefix: str, T: Array, width: Array, *, experts: Array = 1.0) -> list[Op]:
+def ffn(model: ModelSpec, p: Pricer, prefix: str, T: Array, width: Array, *, experts: Array = 1.0,
+        routed: bool = False) -> list[Op]:
     """FC1 (gated: gate and up) → activation (act(gate)·up) → FC2 over ``width`` columns per GPU."""
     g, h = (2 if model.mlp.gated else 1), model.hidden_size
-    return [*p.gemm(Gemm(f"{prefix}.fc1", T, h, g * width, experts)),
+    return [*p.gemm(Gemm(f"{prefix}.fc1", T, h, g * width, experts, routed=routed)),
             p.elementwise(Elementwise(f"{prefix}.act", T * width, g + 1)),
-            *p.gemm(Gemm(f"{prefix}.fc2", T, width, h, experts))]
+            *p.gemm(Gemm(f"{prefix}.fc2", T, width, h, experts, routed=routed))]
 
 
 def mlp_block(model: ModelSpec, p: Pricer, T: Array, T_elem: Array) -> list[Op]:
@@ -247,7 +249,8 @@ def moe_block(model: ModelSpec, p: Pricer, T: Array, T_elem: Array) -> list[Op]:
            p.elementwise(Elementwise("moe.permute", routed * h, 2)),
            p.ep_all_to_all("moe.ep_dispatch", routed * h),
            *p.expert_tp_entry("moe.experts", routed * h)]
-    ops += ffn(m, p, "moe.experts", T * k, moe.expert_ffn_hidden_size / p.tp, experts=p.touched_experts(T * k))
+    ops += ffn(m, p, "moe.experts", T * k, moe.expert_ffn_hidden_size / p.tp, experts=p.touched_experts(T * k),
+               routed=True)
     ops += [*p.expert_tp_exit("moe.experts", routed * h), p.ep_all_to_all("moe.ep_combine", routed * h),
             p.elementwise(Elementwise("moe.unpermute", routed * h, 2))]
     if moe.num_shared_experts:

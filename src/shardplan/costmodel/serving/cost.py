@@ -41,7 +41,7 @@ from shardplan.hardware.spec import SystemSpec
 from shardplan.models.spec import ModelSpec
 from shardplan.units import GiB
 
-WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "int8", "int4")
+WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "int8", "int4", "mxfp4", "nvfp4")
 KV_DTYPES = ("bf16", "fp16", "fp8")
 KINDS = ("embedding", "attention", "mlp", "moe", "head")
 # Sampler workspace in vLLM's profile run: fp32 logits, softmax, log-softmax and the top-p/top-k sort of
@@ -59,9 +59,11 @@ class InferWorkload(BaseModel):
     gen_len: Annotated[int, Field(ge=1)] = Field(description="Generated tokens per sequence.")
     dtype: Literal["bf16", "fp16", "fp8"] = Field(
         "bf16", description="Compute datatype; fp8 means fp8 weights with fp8 GEMMs (W8A8), 16-bit activations.")
-    weight_dtype: Literal["bf16", "fp16", "fp8", "int8", "int4"] | None = Field(
+    weight_dtype: Literal["bf16", "fp16", "fp8", "int8", "int4", "mxfp4", "nvfp4"] | None = Field(
         None, description="Stored weights (default: fp8 for fp8 checkpoints or --dtype fp8, else --dtype). "
-        "int8/int4 are weight-only (GPTQ/AWQ): dequantised to 16-bit, 16-bit GEMMs.")
+        "int8/int4 are weight-only (GPTQ/AWQ): dequantised to 16-bit, 16-bit GEMMs. mxfp4/nvfp4: block-scaled "
+        "4-bit floats, fp4 GEMMs where the GPU has an fp4 peak. An MXFP4 checkpoint (gpt-oss) keeps its routed "
+        "experts in MXFP4 unless this is given.")
     kv_dtype: Literal["bf16", "fp16", "fp8"] | None = Field(None, description="KV-cache datatype (default: 16-bit).")
     block_size: Annotated[int, Field(ge=1)] = Field(16, description="Tokens per paged KV-cache block (vLLM: 16).")
     gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] = Field(
@@ -89,6 +91,12 @@ class InferWorkload(BaseModel):
         if self.dtype == "fp8" or model.dtype == "fp8":
             return "fp8"
         return self.dtype
+
+    def expert_weights(self, model: ModelSpec) -> str:
+        """Datatype of the routed experts: the checkpoint's MXFP4/NVFP4 experts unless --weight-dtype says."""
+        if self.weight_dtype is None and model.dtype in ("mxfp4", "nvfp4") and self.dtype != "fp8":
+            return model.dtype
+        return self.weights(model)
 
     def kv(self) -> str:
         return self.kv_dtype or ("bf16" if self.dtype == "fp8" else self.dtype)
@@ -162,8 +170,9 @@ def kind_weight_bytes(model: ModelSpec, work: InferWorkload, rows: InferRows, ki
     """Weight bytes one GPU holds for one layer of ``kind`` (or the embedding / the LM head): linear layers and
     experts in the weight datatype, norms, routers, biases, embeddings and the LM head in 16 bits."""
     q = O.weight_bytes_per_param(work.weights(model), work.quant_group_size)
+    q_exp = O.weight_bytes_per_param(work.expert_weights(model), work.quant_group_size)
     shard = layer_shard(model, kind, rows.tp, rows.ep, rows.pp)
-    return O.ACT_BYTES * shard.other + q * (shard.linear + shard.experts)
+    return O.ACT_BYTES * shard.other + q * shard.linear + q_exp * shard.experts
 
 
 def workspace_per_token(model: ModelSpec, tp: np.ndarray) -> np.ndarray:
@@ -290,7 +299,8 @@ class InferCost:
 def infer_cost(model: ModelSpec, system: SystemSpec, work: InferWorkload, rows: InferRows) -> InferCost:
     """Time and memory of every row (the vectorised reference; one row is ``estimate_inference``)."""
     ctx = O.InferCtx(model=model, system=system, tp=rows.tp, pp=rows.pp, ep=rows.ep, weight_dtype=work.weights(model),
-                     kv_dtype=work.kv(), gemm_dtype=work.gemm_dtype(model), quant_group_size=work.quant_group_size)
+                     kv_dtype=work.kv(), gemm_dtype=work.gemm_dtype(model), quant_group_size=work.quant_group_size,
+                     expert_weight_dtype=work.expert_weights(model))
     shapes = stage_shapes(model, rows.pp)
     kv_layer = O.kv_layer_bytes_per_token(model, work.kv(), rows.tp)
     memory = [stage_memory(model, system, work, rows, sh, kv_layer) for sh in shapes]

@@ -36,8 +36,18 @@ LOGIT_BYTES = 4.0  # vLLM upcasts logits to fp32 before sampling
 QUANT_SCALE_BYTES = 2.0
 
 
+# Block-scaled 4-bit floats: E2M1 values with one scale per block. MXFP4 (OCP Microscaling Formats (MX) v1.0 §5,
+# Table 1): one E8M0 (1-byte) scale per 32 values = 4.25 bits. NVFP4 (NVIDIA, "Introducing NVFP4", Blackwell
+# technical blog, 2025): one FP8 E4M3 scale per 16 values = 4.5 bits (plus one fp32 scale per tensor).
+FP4_BLOCKS = {"mxfp4": (32, 1.0), "nvfp4": (16, 1.0)}
+
+
 def weight_bytes_per_param(dtype: str, group_size: int) -> float:
-    """Bytes per quantised linear-layer weight: the datatype plus group-wise scales for int8/int4."""
+    """Bytes per quantised linear-layer weight: the datatype plus group-wise scales for int8/int4, block scales for
+    MXFP4/NVFP4 (0.53125 and 0.5625 bytes)."""
+    if dtype in FP4_BLOCKS:
+        block, scale = FP4_BLOCKS[dtype]
+        return DTYPE_BYTES["fp4"] + scale / block
     scales = QUANT_SCALE_BYTES / group_size if dtype in ("int8", "int4") else 0.0
     return DTYPE_BYTES[dtype] + scales
 
@@ -83,6 +93,14 @@ class InferCtx:
     dropout: bool = False
     kv_cache: bool = True
     capacity_factor: float = 1.0  # engines route dropless
+    expert_weight_dtype: str | None = None  # routed experts' datatype when the checkpoint stores them apart
+
+    def gemm_dtype_for(self, weight_dtype: str) -> str:
+        """FP4 weights run FP4 GEMMs where the GPU has an fp4 peak (Blackwell), else they are dequantised to 16-bit
+        (weight-only, as on Hopper); other weights run ``gemm_dtype``."""
+        if weight_dtype in FP4_BLOCKS:
+            return "fp4" if "fp4" in self.system.gpu.peak_flops else "bf16"
+        return self.gemm_dtype
 
     @property
     def wbytes(self) -> float:
@@ -98,7 +116,9 @@ class InferCtx:
     # --- pricing the operator inventory -------------------------------------------------------------------------
     def gemm(self, g: Gemm) -> list[Op]:
         """Each weight matrix streamed once per step; router and LM head stay 16-bit (vLLM keeps them unquantised)."""
-        wb, dtype = (ACT_BYTES, "bf16") if g.high_precision else (self.wbytes, self.gemm_dtype)
+        wdt = self.expert_weight_dtype if g.routed and self.expert_weight_dtype else self.weight_dtype
+        wb = weight_bytes_per_param(wdt, self.quant_group_size)
+        wb, dtype = (ACT_BYTES, "bf16") if g.high_precision else (wb, self.gemm_dtype_for(wdt))
         nbytes = self._col(g.nbytes(ACT_BYTES, wb, ACT_BYTES))
         flops = self._col(g.flops)
         return [Op(g.name, GEMM, flops, nbytes, gemm_time(self.system.gpu, flops, nbytes, dtype, experts=g.experts))]
