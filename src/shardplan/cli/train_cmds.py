@@ -21,7 +21,10 @@ SeqLen = Annotated[int, typer.Option("--seq-len", "-s", min=1, help="Tokens per 
 Tp = Annotated[int | None, typer.Option("--tp", min=1, help="Tensor-parallel degree.")]
 Pp = Annotated[int | None, typer.Option("--pp", min=1, help="Pipeline-parallel stages.")]
 Dp = Annotated[int | None, typer.Option("--dp", min=1, help="Data-parallel degree (default: GPUs/(tp·pp·cp)).")]
-Ep = Annotated[int | None, typer.Option("--ep", min=1, help="Expert-parallel degree (MoE).")]
+Ep = Annotated[int | None, typer.Option("--ep", min=1, help="Expert-parallel degree (MoE); with --etp it may exceed "
+                                         "dp·cp: etp·ep must divide tp·cp·dp (MoE parallel folding).")]
+Etp = Annotated[int | None, typer.Option("--etp", min=1, help="Expert tensor-parallel degree (MoE; default: tp). "
+                                         "Expert-data-parallel ranks follow: tp·cp·dp / (etp·ep).")]
 Cp = Annotated[int | None, typer.Option("--cp", min=1, help="Context-parallel degree (long sequences).")]
 Micro = Annotated[int | None, typer.Option("--microbatch", min=1, help="Sequences per microbatch.")]
 Inter = Annotated[int | None, typer.Option("--interleave", min=1, help="Pipeline chunks per stage (v).")]
@@ -123,7 +126,7 @@ def _deliver(result: Any, *, spec: Any, system: Any, n: int, work: Any, as_json:
 @estimate_app.command("train")
 def estimate_train(
     model: ModelOpt, hardware: HardwareOpt, global_batch: GlobalBatch, seq_len: SeqLen, tp: Tp = 1,
-    pp: Pp = 1, gpus: GpusOpt = None, dp: Dp = None, ep: Ep = 1, cp: Cp = 1, microbatch: Micro = 1,
+    pp: Pp = 1, gpus: GpusOpt = None, dp: Dp = None, ep: Ep = 1, etp: Etp = None, cp: Cp = 1, microbatch: Micro = 1,
     interleave: Inter = 1, recompute: Rc = Recompute.NONE, recompute_layers: RcLayers = None,
     sequence_parallel: Sp = False, zero: Zero = 0, offload_optimizer: OffOpt = None, offload_weights: OffW = None,
     offload_activations: OffA = None, dtype: Dtype = "bf16", grad_dtype: GradDtype = "fp32",
@@ -145,7 +148,7 @@ def estimate_train(
             raise ShardplanError(f"--gpus ({n}) must be divisible by tp·pp·cp ({tp * pp * cp})", field="gpus")
         dp = n // (tp * pp * cp)
     layout = TrainLayout(
-        tp=tp, pp=pp, dp=dp, ep=ep or 1, cp=cp, microbatch=microbatch or 1, interleave=interleave or 1,
+        tp=tp, pp=pp, dp=dp, ep=ep or 1, etp=etp, cp=cp, microbatch=microbatch or 1, interleave=interleave or 1,
         recompute=recompute or Recompute.NONE, recompute_layers=recompute_layers,
         sequence_parallel=bool(sequence_parallel), zero_stage=zero or 0,
         offload_optimizer=parse_fraction(offload_optimizer, field="offload-optimizer"),
@@ -165,8 +168,8 @@ def train(
     gpus: GpusOpt = None,
     max_global_batch: Annotated[int | None, typer.Option(
         "--max-global-batch", min=1, help="Choose the batch (≤ this) with the highest throughput.")] = None,
-    tp: Tp = None, pp: Pp = None, dp: Dp = None, ep: Ep = None, cp: Cp = None, microbatch: Micro = None,
-    interleave: Inter = None, recompute: Rc = None, recompute_layers: RcLayers = None,
+    tp: Tp = None, pp: Pp = None, dp: Dp = None, ep: Ep = None, etp: Etp = None, cp: Cp = None,
+    microbatch: Micro = None, interleave: Inter = None, recompute: Rc = None, recompute_layers: RcLayers = None,
     sequence_parallel: Sp = None, zero: Zero = None,
     offload: Annotated[OffloadPolicy, typer.Option(
         "--offload", help="CPU offload of optimizer/weights/activations: auto (only if nothing fits), on, off.")
@@ -193,8 +196,8 @@ def train(
     work = _workload(seq_len, global_batch or max_global_batch or 1, dtype, grad_dtype, attention, optimizer)
     req = TrainRequest(
         model=spec, system=system, num_gpus=n, workload=work, max_global_batch=max_global_batch,
-        fixed_global_batch=global_batch is not None, tp=tp, pp=pp, dp=dp, ep=ep, cp=cp, microbatch=microbatch,
-        interleave=interleave, recompute=recompute, recompute_layers=recompute_layers,
+        fixed_global_batch=global_batch is not None, tp=tp, pp=pp, dp=dp, ep=ep, etp=etp, cp=cp,
+        microbatch=microbatch, interleave=interleave, recompute=recompute, recompute_layers=recompute_layers,
         sequence_parallel=sequence_parallel, zero_stage=zero,
         offload=offload, max_cp=max_cp, cross_node_tp=cross_node_tp, top_k=top_k,
         time_limit_s=time_limit,

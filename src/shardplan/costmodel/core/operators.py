@@ -101,6 +101,7 @@ class Pricer(Protocol):
     """What a job tells the inventory, and how it turns operators into timed ``Op`` records."""
 
     tp: np.ndarray  # TP degree per row (float)
+    etp: np.ndarray  # expert TP degree per row (float; tp unless MoE parallel folding)
     act_bytes: float  # bytes of one activation element
     dropout: bool
     kv_cache: bool  # serving writes new K/V into a paged cache (with rotary embedding, one kernel pair)
@@ -249,7 +250,9 @@ def moe_block(model: ModelSpec, p: Pricer, T: Array, T_elem: Array) -> list[Op]:
            p.elementwise(Elementwise("moe.permute", routed * h, 2)),
            p.ep_all_to_all("moe.ep_dispatch", routed * h),
            *p.expert_tp_entry("moe.experts", routed * h)]
-    ops += ffn(m, p, "moe.experts", T * k, moe.expert_ffn_hidden_size / p.tp, experts=p.touched_experts(T * k),
+    # the experts' ETP group gathers etp of the attention TP group's tp token shares (etp = tp: all T tokens)
+    T_exp = T * k * p.etp / p.tp
+    ops += ffn(m, p, "moe.experts", T_exp, moe.expert_ffn_hidden_size / p.etp, experts=p.touched_experts(T_exp),
                routed=True)
     ops += [*p.expert_tp_exit("moe.experts", routed * h), p.ep_all_to_all("moe.ep_combine", routed * h),
             p.elementwise(Elementwise("moe.unpermute", routed * h, 2))]

@@ -34,8 +34,10 @@ class ShardParams:
         return self.linear + self.other
 
 
-def layer_shard(model: ModelSpec, kind: str, tp: np.ndarray, ep: np.ndarray, pp: np.ndarray) -> ShardParams:
-    """Parameters one GPU holds for one layer of ``kind``: attention, mlp, moe, embedding or head."""
+def layer_shard(model: ModelSpec, kind: str, tp: np.ndarray, ep: np.ndarray, pp: np.ndarray,
+                etp: np.ndarray | None = None) -> ShardParams:
+    """Parameters one GPU holds for one layer of ``kind``: a mixer, mlp, moe, embedding or head. Routed experts
+    split over ``etp`` (expert TP; default tp), shared experts over tp."""
     m, t, h = model, np.asarray(tp, dtype=float), model.hidden_size
     zero = np.zeros_like(t)
     if kind in ("linear", "mamba"):  # Gated DeltaNet / Mamba-2 mixers: heads (and B/C groups) split over TP
@@ -59,7 +61,8 @@ def layer_shard(model: ModelSpec, kind: str, tp: np.ndarray, ep: np.ndarray, pp:
     if kind == "moe":
         assert m.moe is not None
         shared = m.moe.num_shared_experts * P.mlp_params(m, m.moe.shared_ffn) / t
-        experts = m.moe.num_experts / np.asarray(ep, dtype=float) * P.mlp_params(m, m.moe.expert_ffn_hidden_size) / t
+        et = t if etp is None else np.asarray(etp, dtype=float)
+        experts = m.moe.num_experts / np.asarray(ep, dtype=float) * P.mlp_params(m, m.moe.expert_ffn_hidden_size) / et
         return ShardParams(shared + zero, experts, P.router_params(m) + zero)
     if kind == "embedding":
         extra = P.position_params(m) + (P.norm_params(m, h) if m.embedding_norm else 0)

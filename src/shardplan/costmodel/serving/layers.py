@@ -107,6 +107,11 @@ class InferCtx:
         return weight_bytes_per_param(self.weight_dtype, self.quant_group_size)
 
     @property
+    def etp(self) -> np.ndarray:
+        """Experts split over the engine's TP group (vLLM without expert parallelism)."""
+        return self.t
+
+    @property
     def t(self) -> np.ndarray:
         return self.tp.astype(float)
 

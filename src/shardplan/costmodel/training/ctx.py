@@ -69,6 +69,10 @@ class Ctx:
         return self.rows.tp.astype(float)
 
     @property
+    def etp(self) -> np.ndarray:
+        return self.rows.etp.astype(float)
+
+    @property
     def kv_cache(self) -> bool:
         return False
 
@@ -147,15 +151,16 @@ class Ctx:
     shared_tp_exit = tp_exit
 
     def expert_tp_entry(self, prefix: str, elements: np.ndarray | float) -> list[Op]:
-        """Experts split over TP need every TP rank's dispatched tokens: all-gather them (SP)."""
+        """Experts split over expert TP need every ETP rank's dispatched tokens: all-gather them (SP)."""
         r = self.rows
-        op = self.collective(f"{prefix}.tp_allgather", "all_gather", elements * r.tp * self.act_bytes, "tp")
-        return [masked(op, (r.tp > 1) & (r.sp == 1))]
+        op = self.collective(f"{prefix}.tp_allgather", "all_gather", elements * r.etp * self.act_bytes, "etp")
+        return [masked(op, (r.etp > 1) & (r.sp == 1))]
 
     def expert_tp_exit(self, prefix: str, elements: np.ndarray | float) -> list[Op]:
         r = self.rows
-        op = self.collective(f"{prefix}.tp_reducescatter", "reduce_scatter", elements * r.tp * self.act_bytes, "tp")
-        return [masked(op, (r.tp > 1) & (r.sp == 1))]
+        op = self.collective(f"{prefix}.tp_reducescatter", "reduce_scatter", elements * r.etp * self.act_bytes,
+                             "etp")
+        return [masked(op, (r.etp > 1) & (r.sp == 1))]
 
     def ep_all_to_all(self, name: str, elements: np.ndarray | float) -> Op:
         return self.collective(name, "all_to_all", elements * self.act_bytes, "ep")
@@ -172,9 +177,14 @@ class Ctx:
         return self.model.moe.num_experts / self.rows.ep.astype(float)
 
     def collective(self, name: str, kind: str, nbytes: np.ndarray, dim: str) -> Op:
-        """A collective over the TP, CP or EP group of each row (zero when the group has one rank)."""
+        """A collective over the TP, expert-TP, CP or EP group of each row (zero when the group has one rank). EP
+        ranks sit inside data parallelism (stride tp·cp) unless folded (Megatron-Core's expert rank order
+        etp-ep-edp: stride etp); expert-TP traffic is accounted as TP."""
         r, s = self.rows, self.system
-        n, stride = {"tp": (r.tp, 1), "cp": (r.cp, r.tp), "ep": (r.ep, r.tp * r.cp)}[dim]
+        legacy = (r.etp == r.tp) & ((r.dp * r.cp) % r.ep == 0)
+        n, stride = {"tp": (r.tp, 1), "etp": (r.etp, 1), "cp": (r.cp, r.tp),
+                     "ep": (r.ep, np.where(legacy, r.tp * r.cp, r.etp))}[dim]
+        dim = "tp" if dim == "etp" else dim
         stride = np.broadcast_to(np.asarray(stride), np.shape(n))
         fn = {"all_reduce": comm.all_reduce_time, "reduce_scatter": comm.reduce_scatter_time,
               "all_gather": comm.all_gather_time, "all_to_all": comm.all_to_all_time}[kind]

@@ -89,6 +89,13 @@ class TrainLayout:
     offload_optimizer: float = 0.0
     offload_weights: float = 0.0
     offload_activations: float = 0.0
+    etp: int | None = None
+    """Expert tensor parallelism (MoE parallel folding, Liu et al. 2025, arXiv 2504.14960): None = tp (Megatron's
+    default ``--expert-tensor-parallel-size``). Expert-data-parallel ranks follow: edp = tp·cp·dp / (etp·ep)."""
+
+    @property
+    def expert_tp(self) -> int:
+        return self.tp if self.etp is None else self.etp
 
     @property
     def num_gpus(self) -> int:
@@ -114,6 +121,12 @@ class LayoutArrays:
     f_w: np.ndarray  # fraction of weights kept on the CPU and streamed in
     f_act: np.ndarray  # fraction of stored activations kept on the CPU
     gb: np.ndarray  # global batch (sequences per step) of the row
+    etp: np.ndarray  # expert tensor parallelism (tp unless folded)
+
+    @property
+    def edp(self) -> np.ndarray:
+        """Expert-data-parallel ranks: tp·cp·dp / (etp·ep) (at least 1)."""
+        return np.maximum(self.tp * self.cp * self.dp / (self.etp * self.ep), 1.0)
 
     def __len__(self) -> int:
         return len(self.tp)
@@ -131,7 +144,7 @@ class LayoutArrays:
             sp=col(lambda x: int(x.sequence_parallel)), zero=col(lambda x: x.zero_stage),
             f_opt=col(lambda x: x.offload_optimizer, float), f_w=col(lambda x: x.offload_weights, float),
             f_act=col(lambda x: x.offload_activations, float),
-            gb=np.full(len(layouts), global_batch, dtype=np.int64),
+            gb=np.full(len(layouts), global_batch, dtype=np.int64), etp=col(lambda x: x.expert_tp),
         )
 
     def row(self, i: int) -> TrainLayout:
@@ -142,6 +155,7 @@ class LayoutArrays:
             recompute_layers=None if rk >= 10**9 else rk, sequence_parallel=bool(self.sp[i]),
             zero_stage=int(self.zero[i]), offload_optimizer=float(self.f_opt[i]),
             offload_weights=float(self.f_w[i]), offload_activations=float(self.f_act[i]),
+            etp=None if int(self.etp[i]) == int(self.tp[i]) else int(self.etp[i]),
         )
 
     def take(self, idx: np.ndarray) -> LayoutArrays:

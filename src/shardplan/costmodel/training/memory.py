@@ -33,7 +33,7 @@ class LayerParams:
 def layer_params(ctx: Ctx, kind: str) -> LayerParams:
     """Parameters per GPU of one layer of ``kind`` (a mixer, mlp, moe, embedding or head: ``core.shards``)."""
     r = ctx.rows
-    shard = layer_shard(ctx.model, kind, r.tp, r.ep, r.pp)
+    shard = layer_shard(ctx.model, kind, r.tp, r.ep, r.pp, r.etp)
     return LayerParams(shard.dense, shard.experts)
 
 

@@ -32,6 +32,7 @@ class TrainPlanOut(Out):
     zero_stage: int
     sequence_parallel: bool
     offload: OffloadOut
+    etp: int = Field(description="Expert tensor parallelism (tp unless MoE parallel folding sets it apart).")
 
 
 class TrainMetrics(Out):

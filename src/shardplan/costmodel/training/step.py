@@ -116,11 +116,12 @@ def param_memory(ctx: Ctx, dense: np.ndarray, expert: np.ndarray, *, offloaded: 
     """GPU bytes of weights, gradients and optimizer state for ``dense`` + ``expert`` parameters held.
 
     ZeRO-1/2/3 shard optimizer state / + gradients / + weights over the data-parallel group (dp·cp;
-    experts over dp·cp/ep) (Rajbhandari et al. 2020); offloaded fractions live on the CPU instead.
+    experts over the expert-data-parallel group, tp·cp·dp/(etp·ep)) (Rajbhandari et al. 2020); offloaded
+    fractions live on the CPU instead.
     """
     r, w = ctx.rows, ctx.work
     dpz = (r.dp * r.cp).astype(float)
-    edpz = np.maximum(dpz / r.ep, 1.0)
+    edpz = r.edp  # expert-data-parallel ranks: tp·cp·dp / (etp·ep) (= dp·cp/ep when etp = tp)
 
     def sharded(stage_min: int) -> np.ndarray:
         return np.where(r.zero >= stage_min, dense / dpz + expert / edpz, dense + expert)
