@@ -32,7 +32,8 @@ class TrainPlanOut(Out):
     zero_stage: int
     sequence_parallel: bool
     offload: OffloadOut
-    etp: int = Field(description="Expert tensor parallelism (tp unless MoE parallel folding sets it apart).")
+    etp: int | None = Field(None, description="Expert tensor parallelism (tp unless MoE parallel folding sets it "
+                            "apart; None: tp).")
 
 
 class TrainMetrics(Out):
