@@ -64,7 +64,8 @@ def report_row(cost: TrainCost, i: int, *, model: ModelSpec, system: SystemSpec,
         recompute=str(lay.recompute), recompute_layers=lay.recompute_layers, zero_stage=lay.zero_stage,
         sequence_parallel=lay.sequence_parallel,
         offload=OffloadOut(weights=lay.offload_weights, optimizer=lay.offload_optimizer,
-                           activations=lay.offload_activations), etp=lay.expert_tp,
+                           activations=lay.offload_activations),
+        etp=lay.expert_tp if model.moe is not None else None,
     )
     metrics = TrainMetrics(
         step_time_s=step, tokens_per_s=gb * w.seq_len / step,
