@@ -155,3 +155,24 @@ def test_one_gpu_holds_every_parameter(name) -> None:
             sh = layer_shard(m, kind, one, one, one)
             total += n * float(sh.dense[0] + sh.experts[0])
     assert total == m.total_params
+
+
+def test_nvfp4_training_gemm_by_hand() -> None:
+    """--dtype fp4 on B200: GEMM operands at 4.5 bits (E2M1 + an FP8 scale per 16), output bf16, at the fp4 peak
+    (twice the fp8 one), plus the cast passes; on H100 (no FP4 tensor cores) a clear error."""
+    from shardplan.costmodel.training.evaluate import estimate_training
+
+    m = _tiny(("F",))
+    work = TrainWorkload(seq_len=4096, global_batch=8, dtype="fp4")
+    cost = train_cost(m, get_system("dgx-b200"), work, LayoutArrays.from_layouts([TrainLayout(microbatch=8)], 8))
+    qkv = next(op for op in cost.kinds["attention"].fwd_ops if op.name == "attn.qkv")
+    T, n = 8 * 4096, (4 + 2 * 4) * 16  # tokens; q + k + v columns (4 heads, 4 KV heads, head_dim 16)
+    assert float(qkv.nbytes[0]) == pytest.approx(0.5625 * T * 64 + 0.5625 * 64 * n + 2 * T * n, rel=1e-12)
+    cast = next(op for op in cost.kinds["attention"].fwd_ops if op.name == "attn.qkv.fp4_cast")
+    assert float(cast.nbytes[0]) == pytest.approx((4 + 2 * 0.5625) * T * 64 + (4 + 0.5625) * 64 * n, rel=1e-12)
+    gpu = get_system("dgx-b200").gpu
+    assert gpu.peak("fp4") == 2 * gpu.peak("fp8")
+    from shardplan.errors import ShardplanError
+
+    with pytest.raises(ShardplanError, match="FP4 tensor cores"):
+        estimate_training(m, get_system("dgx-h100"), 8, work, TrainLayout(dp=8, microbatch=1))

@@ -36,7 +36,8 @@ Zero = Annotated[int | None, typer.Option("--zero", min=0, max=3, help="ZeRO sta
 OffOpt = Annotated[str | None, typer.Option("--offload-optimizer", help="Optimizer state on CPU, e.g. 30%.")]
 OffW = Annotated[str | None, typer.Option("--offload-weights", help="Weights on CPU, e.g. 20%.")]
 OffA = Annotated[str | None, typer.Option("--offload-activations", help="Stored activations on CPU, e.g. 50%.")]
-Dtype = Annotated[str, typer.Option("--dtype", help="Compute datatype: bf16, fp16, fp8, fp32.")]
+Dtype = Annotated[str, typer.Option("--dtype", help="Compute datatype: bf16, fp16, fp8, fp4 (NVFP4 GEMMs at the "
+                                    "GPU's fp4 peak, bf16 elsewhere), fp32.")]
 GradDtype = Annotated[str, typer.Option("--grad-dtype", help="Gradient datatype: fp32 (Megatron), bf16, fp16.")]
 Optimizer = Annotated[str, typer.Option(
     "--optimizer", help="adam (12 B/param state), adam-8bit (6), sgd (8), adafactor (4); all with an fp32 master.")]

@@ -159,13 +159,15 @@ def _zero_and_offload(t: TrainTarget, args: Args, notes: list[str]) -> list[str]
 
 
 def _precision(t: TrainTarget, args: Args) -> None:
-    if t.dtype in ("bf16", "fp8"):
+    if t.dtype in ("bf16", "fp8", "fp4"):
         args.append(("--bf16", None))
     elif t.dtype == "fp16":
         args.append(("--fp16", None))
     if t.dtype == "fp8":
         args.append(("--fp8-format", "hybrid"))
-    if t.grad_dtype == "bf16" and t.dtype in ("bf16", "fp8"):
+    if t.dtype == "fp4":  # NVFP4 GEMMs through Transformer Engine (Blackwell)
+        args += [("--fp4-format", "e2m1"), ("--fp4-recipe", "nvfp4")]
+    if t.grad_dtype == "bf16" and t.dtype in ("bf16", "fp8", "fp4"):
         args.append(("--grad-reduce-in-bf16", None))
     # auto lets Transformer Engine pick its fused IO-aware kernel (flash-attn or cuDNN), which is what the cost
     # model's "flash" means; unfused is Megatron's own softmax path with the s² scores in memory

@@ -22,7 +22,7 @@ from shardplan.costmodel.training.report import (
     TrainPlanOut,
     TrainReport,
 )
-from shardplan.costmodel.training.space import validate_layout
+from shardplan.costmodel.training.space import check_dtype, validate_layout
 from shardplan.costmodel.training.stages import STAGES
 from shardplan.costmodel.training.step import TrainCost, param_memory, train_cost
 from shardplan.hardware.spec import SystemSpec
@@ -176,6 +176,7 @@ def estimate_training(model: ModelSpec, system: SystemSpec, num_gpus: int, work:
                       layout: TrainLayout) -> TrainReport:
     """Validate and evaluate one layout; an over-capacity layout is an ``infeasible`` result with fixes."""
     check_gpus(system, num_gpus)
+    check_dtype(work, system.gpu)
     validate_layout(model, num_gpus, work, layout)
     layout = normalize(layout)
     variants = _variants(layout, work)

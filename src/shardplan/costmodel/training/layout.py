@@ -28,7 +28,8 @@ class TrainWorkload(BaseModel):
 
     seq_len: Annotated[int, Field(ge=1)] = Field(description="Tokens per sequence s.")
     global_batch: Annotated[int, Field(ge=1)] = Field(description="Sequences per optimizer step B.")
-    dtype: str = Field("bf16", description="Compute/activation datatype: bf16, fp16, fp8 (fp8 GEMMs), fp32.")
+    dtype: str = Field("bf16", description="Compute/activation datatype: bf16, fp16, fp8 (fp8 GEMMs), fp4 (NVFP4 "
+                       "GEMMs, bf16 elsewhere), fp32.")
     grad_dtype: str = Field("fp32", description="Gradient accumulation and reduction datatype (Megatron: fp32).")
     grad_reduce_dtype: str | None = Field(
         None, description="Datatype of the gradient reduction (default: grad_dtype; under ZeRO-3 the compute "
@@ -60,9 +61,10 @@ class TrainWorkload(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> Self:
-        for name in ("dtype", "grad_dtype"):
-            if getattr(self, name) not in ("bf16", "fp16", "fp8", "fp32"):
-                raise ValueError(f"{name} must be one of bf16, fp16, fp8, fp32 (got {getattr(self, name)})")
+        if self.dtype not in ("bf16", "fp16", "fp8", "fp4", "fp32"):
+            raise ValueError(f"dtype must be one of bf16, fp16, fp8, fp4, fp32 (got {self.dtype})")
+        if self.grad_dtype not in ("bf16", "fp16", "fp8", "fp32"):
+            raise ValueError(f"grad_dtype must be one of bf16, fp16, fp32 (got {self.grad_dtype})")
         if self.grad_dtype == "fp8":
             raise ValueError("grad_dtype must be bf16, fp16 or fp32")
         if self.grad_reduce_dtype not in (None, "bf16", "fp16", "fp32"):

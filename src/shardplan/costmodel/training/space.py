@@ -15,6 +15,7 @@ import numpy as np
 from shardplan.costmodel.core.layouts import divisors, fmt_values
 from shardplan.costmodel.training.layout import RECOMPUTE_CODE, LayoutArrays, Recompute, TrainLayout, TrainWorkload
 from shardplan.errors import ShardplanError
+from shardplan.hardware.spec import GpuSpec
 from shardplan.models.spec import ModelSpec
 
 
@@ -22,6 +23,13 @@ def valid_tp(model: ModelSpec) -> list[int]:
     """TP must divide the attention heads and the KV heads (Megatron shards whole query groups)."""
     kv = model.num_heads if model.mla else model.kv_heads
     return [t for t in divisors(model.num_heads) if kv % t == 0]
+
+
+def check_dtype(work: TrainWorkload, gpu: GpuSpec) -> None:
+    """NVFP4 training GEMMs need FP4 tensor cores (Blackwell: the GPU preset has an fp4 peak)."""
+    if work.dtype == "fp4" and "fp4" not in gpu.peak_flops:
+        raise ShardplanError(f"fp4 GEMMs need FP4 tensor cores; {gpu.name} has none (B200, GB200, B300, GB300 do): "
+                             "use bf16 or fp8", field="dtype")
 
 
 def validate_layout(model: ModelSpec, num_gpus: int, work: TrainWorkload, lay: TrainLayout) -> None:

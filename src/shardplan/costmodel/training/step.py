@@ -202,7 +202,7 @@ def _data_parallel(ctx: Ctx, st: StageCost, m: np.ndarray) -> tuple[np.ndarray, 
     n = (r.dp * r.cp).astype(float)
     stride = r.tp
     g_bytes = DTYPE_BYTES[w.grad_reduce_dtype or w.grad_dtype]
-    z3_g_bytes = DTYPE_BYTES[w.grad_reduce_dtype or ("bf16" if w.dtype == "fp8" else w.dtype)]
+    z3_g_bytes = DTYPE_BYTES[w.grad_reduce_dtype or ("bf16" if w.dtype in ("fp8", "fp4") else w.dtype)]
     grad_bytes = st.params * g_bytes
     ar = comm.all_reduce_time(s, grad_bytes, n, stride)
     rs = comm.reduce_scatter_time(s, grad_bytes, n, stride)

@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from shardplan.costmodel.core.layouts import divisors
 from shardplan.costmodel.training.layout import Recompute, TrainWorkload
-from shardplan.costmodel.training.space import SpaceRequest, valid_tp
+from shardplan.costmodel.training.space import SpaceRequest, check_dtype, valid_tp
 from shardplan.hardware.spec import SystemSpec
 from shardplan.models.spec import ModelSpec
 from shardplan.planner.core.pins import require_allowed
@@ -50,6 +50,7 @@ class TrainRequest(BaseModel):
 def check_pins(req: TrainRequest) -> None:
     """Each pinned value must be possible on its own (the combination is checked by enumeration)."""
     m, n = req.model, req.num_gpus
+    check_dtype(req.workload, req.system.gpu)
 
     require_allowed("tp", req.tp, [t for t in valid_tp(m) if n % t == 0])
     require_allowed("pp", req.pp, [p for p in divisors(n) if p <= m.num_layers])
