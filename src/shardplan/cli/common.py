@@ -21,7 +21,7 @@ def model_notes(spec: Any, job: str = "train") -> list[str]:
                                                           (Mixer.CHUNKED, "chunked")) if counts.get(k)]
         if windowed:
             notes.append(f"{' and '.join(windowed)} attention layers are costed as full attention by the offload "
-                         "job (FLOPs and KV cache over the whole context)")
+                         "job (FLOPs and KV cache over the whole context: FlexGen's runtime keeps no windowed cache)")
         other = [f"{counts[k]} {name}" for k, name in ((Mixer.LINEAR, "linear-attention"),
                                                      (Mixer.MAMBA, "Mamba-2"), (Mixer.NONE, "MLP-only"))
                  if counts.get(k)]
