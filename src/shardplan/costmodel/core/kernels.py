@@ -22,18 +22,36 @@ def interp_efficiency(points: list[tuple[float, float]], size: np.ndarray | floa
     return np.interp(np.log(np.maximum(np.asarray(size, dtype=float), 1.0)), xs, ys)
 
 
+def dtype_gemm_ratio(gpu: GpuSpec, dtype: str) -> float:
+    """How a datatype's best achievable GEMM fraction of its own peak compares with bf16's (measured per GPU:
+    H100 fp8 0.709 vs bf16 0.803 → 0.88); 1 where either is unmeasured."""
+    frac = gpu.matmul_peak_fraction
+    if dtype in frac and "bf16" in frac and dtype != "bf16":
+        return frac[dtype] / frac["bf16"]
+    return 1.0
+
+
 def compute_time(gpu: GpuSpec, flops: np.ndarray, dtype: str, *, efficiency: np.ndarray | float | None = None
                  ) -> np.ndarray:
     """Seconds to execute ``flops`` of matrix work: FLOPs / (peak · achievable fraction)."""
     flops = np.asarray(flops, dtype=float)
-    eff = interp_efficiency(gpu.matmul_efficiency, flops) if efficiency is None else efficiency
-    return flops / (gpu.peak(dtype) * eff)
+    if efficiency is None:
+        eff = interp_efficiency(gpu.matmul_efficiency, flops) * gpu.scales.gemm * dtype_gemm_ratio(gpu, dtype)
+    else:  # attention kernels pass their own fraction
+        eff = np.asarray(efficiency, dtype=float) * gpu.scales.attention
+    # A calibration scale (hardware.spec.Calibration) never lifts a kernel above peak.
+    return flops / (gpu.peak(dtype) * np.minimum(eff, 1.0))
 
 
 def memory_time(gpu: GpuSpec, nbytes: np.ndarray) -> np.ndarray:
     """Seconds to stream ``nbytes`` through device memory: bytes / (bandwidth · achievable fraction)."""
     nbytes = np.asarray(nbytes, dtype=float)
-    return nbytes / (gpu.memory_bandwidth_bytes_per_s * interp_efficiency(gpu.memory_efficiency, nbytes))
+    return nbytes / (gpu.memory_bandwidth_bytes_per_s * _bandwidth_fraction(gpu, gpu.memory_efficiency, nbytes))
+
+
+def _bandwidth_fraction(gpu: GpuSpec, curve: list[tuple[float, float]], nbytes: np.ndarray) -> np.ndarray:
+    """Achieved fraction of memory bandwidth, times the calibration's elementwise scale, never above 1."""
+    return np.minimum(interp_efficiency(curve, nbytes) * gpu.scales.elementwise, 1.0)
 
 
 def elementwise_time(gpu: GpuSpec, nbytes: np.ndarray) -> np.ndarray:
@@ -41,7 +59,7 @@ def elementwise_time(gpu: GpuSpec, nbytes: np.ndarray) -> np.ndarray:
     with the launch floor."""
     nbytes = np.asarray(nbytes, dtype=float)
     curve = gpu.elementwise_efficiency or gpu.memory_efficiency
-    t = nbytes / (gpu.memory_bandwidth_bytes_per_s * interp_efficiency(curve, nbytes))
+    t = nbytes / (gpu.memory_bandwidth_bytes_per_s * _bandwidth_fraction(gpu, curve, nbytes))
     return np.maximum(t, gpu.kernel_launch_s)
 
 
