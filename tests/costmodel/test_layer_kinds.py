@@ -176,3 +176,27 @@ def test_nvfp4_training_gemm_by_hand() -> None:
 
     with pytest.raises(ShardplanError, match="FP4 tensor cores"):
         estimate_training(m, get_system("dgx-h100"), 8, work, TrainLayout(dp=8, microbatch=1))
+
+
+def test_decode_reads_only_the_window_and_the_recurrent_state() -> None:
+    """One decode step of 4 sequences at mean context 4096 + 256/2 = 4224: a gemma-3-27b sliding layer reads
+    4·1024 cached positions (16 KV heads × 128 × 2 × 2 B = 8,192 B each), a full layer 4·4224; a Mamba-2 layer
+    reads and writes each sequence's SSM state (heads·P·N 16-bit values) once."""
+    from shardplan.costmodel.serving.cost import InferLayout, InferRows, InferWorkload, infer_cost
+
+    work = InferWorkload(prompt_len=4096, gen_len=256)
+    rows = InferRows.from_layouts([InferLayout(batch=4)])
+    cost = infer_cost(get_model("gemma-3-27b"), get_system("dgx-h100"), work, rows)
+    core = {k: next(op for op in cost.decode.ops[k] if op.name == "attn.core") for k in ("sliding", "attention")}
+    q_io = 2.0 * 4 * 32 * (128 + 128)  # Q in, O out: 4 tokens × 32 heads × (d_qk + d_v) × 2 B
+    assert float(core["sliding"].nbytes[0]) == pytest.approx(q_io + 4 * 1024 * 8192, rel=1e-12)
+    assert float(core["attention"].nbytes[0]) == pytest.approx(q_io + 4 * 4224 * 8192, rel=1e-12)
+
+    mamba = MambaSpec(num_heads=2, head_dim=4, d_state=8, n_groups=1, conv_kernel=4, expand=2, chunk_size=16)
+    tiny = _tiny(("M", "F"), mamba=mamba)
+    cost = infer_cost(tiny, get_system("dgx-h100"), work, rows)
+    ssm = next(op for op in cost.decode.ops["mamba"] if op.name == "ssm.core")
+    conv_dim, inner = 8 + 2 * 8, 8
+    io = 2.0 * 4 * (conv_dim + 2 + inner)  # x, B, C, dt in and y out for 4 tokens, 2 B each
+    assert float(ssm.nbytes[0]) == pytest.approx(io + 2 * 4 * (2 * 4 * 8 * 2.0), rel=1e-12)
+    assert float(ssm.flops[0]) == 4 * 2 * 6 * 8 * 4
