@@ -77,6 +77,14 @@ def layer_sum(k: dict[str, KindCost], counts: dict[str, np.ndarray | float], val
     return total
 
 
+def mixer_mean(k: dict[str, KindCost], counts: dict[str, np.ndarray | float], value: Callable[[KindCost], Any]
+               ) -> Any:
+    """The mean of ``value`` over a stage's token-mixer layers (attention, sliding, chunked, linear, mamba)."""
+    mixers = {kind: n for kind, n in counts.items() if kind in k and kind not in ("mlp", "moe")}
+    total: Any = sum(n * value(k[kind]) for kind, n in mixers.items())
+    return total / np.maximum(sum(mixers.values()), 1.0)
+
+
 def stage_counts(shape: StageShape) -> dict[str, np.ndarray]:
     """Layers of each kind on a stage."""
     return {kind: shape.count(kind) for kind in LAYER_KINDS}
@@ -99,11 +107,31 @@ def stage_shapes(ctx: Ctx) -> list[StageShape]:
     return representative_stages(ctx.model, p, n_first, n_mid, n_last)
 
 
-def model_flops_per_token(model: ModelSpec, seq_len: int) -> float:
-    """Model FLOPs per trained token (Megatron/PaLM convention, Narayanan et al. 2021 App. A; Chowdhery et al.
-    2022 App. B): 6 per weight a token passes through in the layers, 12·span·a·d per attention layer for scores
-    and context over the keys a query may see (the whole sequence; the window for sliding, the chunk for chunked
-    layers), 3× the forward core FLOPs of linear-attention and Mamba layers (chunkwise forms), 6·V·h for the head."""
+@dataclass(frozen=True, slots=True)
+class ModelFlops:
+    """Model FLOPs per trained token (Megatron/PaLM convention) in parts."""
+
+    weights_fwd: float  # 2 per weight a token passes through in the layers
+    mixers_fwd: float  # attention scores and context over the keys a query may see, recurrent cores
+    attention_fwd: float  # the softmax-attention part of ``mixers_fwd``
+    head_fwd: float  # 2·V·h
+
+    @property
+    def layers_fwd(self) -> float:
+        return self.weights_fwd + self.mixers_fwd
+
+    @property
+    def total(self) -> float:
+        """Forward and backward (×3) of every part."""
+        return 3.0 * (self.layers_fwd + self.head_fwd)
+
+
+def model_flops_parts(model: ModelSpec, seq_len: int) -> ModelFlops:
+    """Model FLOPs per token (Narayanan et al. 2021 App. A; Chowdhery et al. 2022 App. B), per layer kind: 2 per
+    active weight, 4·span·a·d per attention layer for scores and context over the keys a query may see (the whole
+    sequence, not discounted for causality as Megatron, PaLM and torchtitan count; the window for sliding layers,
+    the chunk for chunked ones), the forward core FLOPs of linear-attention and Mamba layers (chunkwise forms),
+    2·V·h for the head; training is 3× the forward."""
     from shardplan.costmodel.core import operators as inv
     from shardplan.costmodel.core import recurrent as rec
     from shardplan.models import params as P
@@ -124,6 +152,7 @@ def model_flops_per_token(model: ModelSpec, seq_len: int) -> float:
         active += counts["moe"] * per
     d_att = (m.mla.qk_head_dim + m.mla.v_head_dim) / 2 if m.mla else m.head_size
     spans = sum(counts.get(k, 0.0) * float(inv.mixer_span(m, k, seq_len)) for k in ("attention", "sliding", "chunked"))
+    attention = 4.0 * spans * m.num_heads * d_att
     cores = 0.0
     if m.linear_attention is not None:
         cores += counts.get("linear", 0.0) * float(rec.gdn_core_flops(m, 1.0, m.linear_attention.num_value_heads,
@@ -131,4 +160,4 @@ def model_flops_per_token(model: ModelSpec, seq_len: int) -> float:
     if m.mamba is not None:
         cores += counts.get("mamba", 0.0) * float(rec.ssd_core_flops(m, 1.0, m.mamba.num_heads, m.mamba.n_groups,
                                                                       recurrent=False))
-    return 6.0 * active + 12.0 * spans * m.num_heads * d_att + 3.0 * cores + 6.0 * m.vocab_size * m.hidden_size
+    return ModelFlops(2.0 * active, attention + cores, attention, 2.0 * m.vocab_size * m.hidden_size)

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from shardplan.costmodel.core.layouts import divisors
 from shardplan.costmodel.training.layout import Recompute, TrainWorkload
 from shardplan.costmodel.training.space import SpaceRequest, check_dtype, valid_tp
+from shardplan.errors import ShardplanError
 from shardplan.hardware.spec import SystemSpec
 from shardplan.models.spec import ModelSpec
 from shardplan.planner.core.pins import require_allowed
@@ -60,6 +61,9 @@ def check_pins(req: TrainRequest) -> None:
     if req.etp is not None:
         require_allowed("etp", req.etp, divisors(n) if m.moe else ([req.tp] if req.tp else []))
     require_allowed("zero", req.zero_stage, [0, 1, 2, 3])
+    if req.recompute_layers is not None and req.recompute not in (None, Recompute.FULL):
+        raise ShardplanError(f"--recompute-layers needs --recompute full (got --recompute {req.recompute})",
+                             field="recompute-layers")
 
 
 def space_request(req: TrainRequest) -> SpaceRequest:
