@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 from shardplan.errors import ShardplanError
@@ -35,14 +36,22 @@ _SIZE_UNITS: dict[str, int] = {
     "k": KB, "kb": KB, "m": MB, "mb": MB, "g": GB, "gb": GB, "t": TB, "tb": TB,
     "kib": KiB, "mib": MiB, "gib": GiB, "tib": TiB,
 }
+MAX_SIZE = 2**60
+"""Largest size accepted anywhere (1 EiB): far above any machine, far below where float arithmetic goes wrong."""
 _SIZE_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-z]*)\s*$", re.IGNORECASE)
 
 
 def parse_size(text: str | int | float, *, field: str = "size") -> int:
     """Bytes in a size such as ``208GiB``, ``1.5TB``, ``512MB`` or a plain number of bytes."""
+    if isinstance(text, bool):
+        raise ShardplanError(f"'{text}' is not a size", field=field)
     if isinstance(text, int | float):
+        if isinstance(text, int) and abs(text) > MAX_SIZE:
+            raise ShardplanError("must be at most 1 EiB (2^60 bytes)", field=field)
         value, unit = float(text), ""
     else:
+        if len(text) > 64:
+            raise ShardplanError(f"'{text[:20]}…' is not a size (too long)", field=field)
         m = _SIZE_RE.match(text)
         if not m or m.group(2).lower() not in _SIZE_UNITS:
             raise ShardplanError(
@@ -51,7 +60,10 @@ def parse_size(text: str | int | float, *, field: str = "size") -> int:
         value, unit = float(m.group(1)), m.group(2).lower()
     if value < 0:
         raise ShardplanError(f"'{text}' must not be negative", field=field)
-    return int(round(value * _SIZE_UNITS[unit]))
+    size = value * _SIZE_UNITS[unit]
+    if not math.isfinite(size) or size > MAX_SIZE:
+        raise ShardplanError(f"'{text}' must be at most 1 EiB (2^60 bytes)", field=field)
+    return int(round(size))
 
 
 def format_bytes(n: float) -> str:

@@ -31,7 +31,7 @@ def parse_fraction(text: str | None, *, field: str) -> float:
         raise ShardplanError(f"'{text}' is not a percentage (use e.g. 20% or 0.2)", field=field) from None
     if t.endswith("%") or v > 1:
         v /= 100
-    if not 0 <= v <= 1:
+    if not 0 <= v <= 1:  # also refuses nan and inf
         raise ShardplanError(f"must be between 0% and 100% (got {text})", field=field)
     return v
 
@@ -43,7 +43,7 @@ def parse_triplet(text: str, *, field: str) -> tuple[float, float, float]:
         vals = [float(p.rstrip("%")) for p in parts]
     except ValueError:
         vals = []
-    if len(vals) != 3 or any(v < 0 or v > 100 for v in vals):
+    if len(vals) != 3 or any(not 0 <= v <= 100 for v in vals):  # `not 0 ≤ v ≤ 100` also refuses nan
         raise ShardplanError(f"'{text}' must be three percentages GPU,CPU,DISK such as 20,80,0", field=field)
     if abs(sum(vals) - 100) > 1e-6:
         raise ShardplanError(f"'{text}' must sum to 100 (got {sum(vals):g})", field=field)

@@ -17,32 +17,50 @@ from shardplan.cli.launch import (
     pareto_plot,
     vllm_argv,
 )
-from shardplan.cli.options import GpusOpt, HardwareOpt, JsonOpt, ModelOpt, TimeLimitOpt
+from shardplan.cli.options import (
+    MAX_GEN,
+    MAX_GPUS,
+    MAX_SEQS,
+    MAX_SLO_MS,
+    MAX_SMALL,
+    MAX_TOKENS,
+    GpusOpt,
+    HardwareOpt,
+    JsonOpt,
+    ModelOpt,
+    TimeLimitOpt,
+    finite,
+)
 from shardplan.planner.infer_explain import InferObjective
 
-PromptLen = Annotated[int, typer.Option("--prompt-len", "-p", min=1, help="Prompt tokens per sequence.")]
-GenLen = Annotated[int, typer.Option("--gen-len", "-n", min=1, help="Generated tokens per sequence.")]
-Batch = Annotated[int | None, typer.Option("--batch", "-b", min=1, help="Concurrent sequences per replica.")]
+PromptLen = Annotated[int, typer.Option(
+    "--prompt-len", "-p", min=1, max=MAX_TOKENS, help="Prompt tokens per sequence.")]
+GenLen = Annotated[int, typer.Option("--gen-len", "-n", min=1, max=MAX_GEN, help="Generated tokens per sequence.")]
+Batch = Annotated[int | None, typer.Option(
+    "--batch", "-b", min=1, max=MAX_SEQS, help="Concurrent sequences per replica.")]
 MaxBatch = Annotated[bool, typer.Option("--max-batch", help="Run the largest batch whose KV cache fits.")]
-MaxTtft = Annotated[float | None, typer.Option("--max-ttft-ms", min=0.001,
+MaxTtft = Annotated[float | None, typer.Option("--max-ttft-ms", min=0.001, max=MAX_SLO_MS, callback=finite,
                                                help="Limit on time to first token (prefill of the batch), ms.")]
-MaxTpot = Annotated[float | None, typer.Option("--max-tpot-ms", min=0.001,
+MaxTpot = Annotated[float | None, typer.Option("--max-tpot-ms", min=0.001, max=MAX_SLO_MS, callback=finite,
                                                help="Limit on time per output token (one decode step), ms.")]
-Tp = Annotated[int | None, typer.Option("--tp", min=1, help="Tensor-parallel degree.")]
-Pp = Annotated[int | None, typer.Option("--pp", min=1, help="Pipeline-parallel stages.")]
-Ep = Annotated[int | None, typer.Option("--ep", min=1, help="Expert-parallel degree (MoE; spans replicas).")]
+Tp = Annotated[int | None, typer.Option("--tp", min=1, max=MAX_GPUS, help="Tensor-parallel degree.")]
+Pp = Annotated[int | None, typer.Option("--pp", min=1, max=MAX_GPUS, help="Pipeline-parallel stages.")]
+Ep = Annotated[int | None, typer.Option(
+    "--ep", min=1, max=MAX_GPUS, help="Expert-parallel degree (MoE; spans replicas).")]
 Dtype = Annotated[str, typer.Option("--dtype", help="Compute datatype: bf16, fp16, or fp8 (fp8 weights, fp8 GEMMs).")]
 WDtype = Annotated[str | None, typer.Option(
     "--weight-dtype", help="Stored weights: bf16, fp16, fp8, int8, int4 (int8/int4 weight-only; default: --dtype, "
     "fp8 for fp8 checkpoints).")]
 KvDtype = Annotated[str | None, typer.Option("--kv-dtype", help="KV-cache datatype: bf16, fp16, fp8.")]
-BlockSize = Annotated[int, typer.Option("--block-size", min=1, help="Tokens per paged KV-cache block.")]
-Util = Annotated[float, typer.Option("--gpu-memory-utilization", min=0.01, max=1.0,
+BlockSize = Annotated[int, typer.Option("--block-size", min=1, max=MAX_SMALL, help="Tokens per paged KV-cache block.")]
+Util = Annotated[float, typer.Option("--gpu-memory-utilization", min=0.01, max=1.0, callback=finite,
                                      help="Share of GPU memory the engine may use (vLLM default).")]
 MaxTokens = Annotated[int, typer.Option(
-    "--max-num-batched-tokens", min=1, help="Tokens per step: prefill chunk size and the profile run's size "
+    "--max-num-batched-tokens", min=1, max=MAX_TOKENS,
+        help="Tokens per step: prefill chunk size and the profile run's size "
     "(vLLM V1 server default with chunked prefill).")]
-MaxSeqs = Annotated[int, typer.Option("--max-num-seqs", min=1, help="Sequences in vLLM's profile run (sampler "
+MaxSeqs = Annotated[int, typer.Option(
+    "--max-num-seqs", min=1, max=MAX_SEQS, help="Sequences in vLLM's profile run (sampler "
                                                                    "workspace).")]
 NonTorch = Annotated[str | None, typer.Option(
     "--non-torch-memory", help="Non-PyTorch memory the engine measures per GPU, e.g. 0.5GiB (default 0.15 GiB); "

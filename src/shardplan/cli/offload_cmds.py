@@ -9,11 +9,12 @@ import typer
 from shardplan.cli._app import app, estimate_app
 from shardplan.cli.common import parse_triplet
 from shardplan.cli.launch import OffloadExportOpt, OutputOpt, check_outputs, deliver, flexgen_argv
-from shardplan.cli.options import HardwareOpt, JsonOpt, ModelOpt, TimeLimitOpt
+from shardplan.cli.options import MAX_GEN, MAX_SMALL, MAX_TOKENS, HardwareOpt, JsonOpt, ModelOpt, TimeLimitOpt
 from shardplan.costmodel.offload_policy import OffloadObjective
 
-PromptLen = Annotated[int, typer.Option("--prompt-len", "-p", min=1, help="Prompt tokens per sequence.")]
-GenLen = Annotated[int, typer.Option("--gen-len", min=1, help="Tokens generated per sequence.")]
+PromptLen = Annotated[int, typer.Option(
+    "--prompt-len", "-p", min=1, max=MAX_TOKENS, help="Prompt tokens per sequence.")]
+GenLen = Annotated[int, typer.Option("--gen-len", min=1, max=MAX_GEN, help="Tokens generated per sequence.")]
 CpuMem = Annotated[str | None, typer.Option(
     "--cpu-mem", help="Host memory the run may use, e.g. 200GiB (default: DRAM less 5% for the OS).")]
 DiskOpt = Annotated[str | None, typer.Option("--disk", help="Disk space the run may use (default: the machine's).")]
@@ -47,8 +48,9 @@ def _workload(prompt_len: int, gen_len: int) -> Any:
 @estimate_app.command("offload")
 def estimate_offload_cmd(
     model: ModelOpt, hardware: HardwareOpt, prompt_len: PromptLen, gen_len: GenLen,
-    gpu_batch: Annotated[int, typer.Option("--gpu-batch", min=1, help="Sequences per GPU batch.")],
-    num_gpu_batches: Annotated[int, typer.Option("--num-gpu-batches", min=1, help="GPU batches per block.")],
+    gpu_batch: Annotated[int, typer.Option("--gpu-batch", min=1, max=MAX_SMALL, help="Sequences per GPU batch.")],
+    num_gpu_batches: Annotated[int, typer.Option(
+        "--num-gpu-batches", min=1, max=MAX_SMALL, help="GPU batches per block.")],
     weights: Annotated[str, typer.Option("--weights", help=f"Weights: {Triplet}.")],
     kv_cache: Annotated[str, typer.Option("--kv-cache", help=f"KV cache: {Triplet}.")],
     activations: Annotated[str, typer.Option("--activations", help=f"Hidden states: {Triplet}.")],
@@ -96,9 +98,10 @@ def offload_cmd(
     ] = OffloadObjective.THROUGHPUT,
     allow_compression: Annotated[bool, typer.Option(
         "--allow-compression", help="Also consider 4-bit group-wise weights and/or KV cache.")] = False,
-    gpu_batch: Annotated[int | None, typer.Option("--gpu-batch", min=1, help="Pin the GPU batch size.")] = None,
+    gpu_batch: Annotated[int | None, typer.Option(
+        "--gpu-batch", min=1, max=MAX_SMALL, help="Pin the GPU batch size.")] = None,
     num_gpu_batches: Annotated[int | None, typer.Option(
-        "--num-gpu-batches", min=1, help="Pin the number of GPU batches.")] = None,
+        "--num-gpu-batches", min=1, max=MAX_SMALL, help="Pin the number of GPU batches.")] = None,
     cpu_attention: Annotated[bool | None, typer.Option(
         "--cpu-attention/--no-cpu-attention", help="Pin CPU attention on or off (default: choose).")] = None,
     time_limit: TimeLimitOpt = 10.0, as_json: JsonOpt = False, export: OffloadExportOpt = None,

@@ -11,22 +11,35 @@ import typer
 from shardplan.cli._app import app, estimate_app
 from shardplan.cli.common import parse_fraction, resolve_inputs
 from shardplan.cli.export import TrainFormat
-from shardplan.cli.options import GpusOpt, HardwareOpt, JsonOpt, ModelOpt, TimeLimitOpt
+from shardplan.cli.options import (
+    MAX_BATCH,
+    MAX_GPUS,
+    MAX_LAYER_COUNT,
+    MAX_TOKENS,
+    GpusOpt,
+    HardwareOpt,
+    JsonOpt,
+    ModelOpt,
+    TimeLimitOpt,
+)
 from shardplan.cli.output import console, emit
 from shardplan.costmodel.knobs import Recompute
 from shardplan.planner.knobs import OffloadPolicy
 
-GlobalBatch = Annotated[int, typer.Option("--global-batch", "-b", min=1, help="Sequences per optimizer step.")]
-SeqLen = Annotated[int, typer.Option("--seq-len", "-s", min=1, help="Tokens per sequence.")]
-Tp = Annotated[int | None, typer.Option("--tp", min=1, help="Tensor-parallel degree.")]
-Pp = Annotated[int | None, typer.Option("--pp", min=1, help="Pipeline-parallel stages.")]
-Dp = Annotated[int | None, typer.Option("--dp", min=1, help="Data-parallel degree (default: GPUs/(tp·pp·cp)).")]
-Ep = Annotated[int | None, typer.Option("--ep", min=1, help="Expert-parallel degree (MoE).")]
-Cp = Annotated[int | None, typer.Option("--cp", min=1, help="Context-parallel degree (long sequences).")]
-Micro = Annotated[int | None, typer.Option("--microbatch", min=1, help="Sequences per microbatch.")]
-Inter = Annotated[int | None, typer.Option("--interleave", min=1, help="Pipeline chunks per stage (v).")]
+GlobalBatch = Annotated[int, typer.Option(
+    "--global-batch", "-b", min=1, max=MAX_BATCH, help="Sequences per optimizer step.")]
+SeqLen = Annotated[int, typer.Option("--seq-len", "-s", min=1, max=MAX_TOKENS, help="Tokens per sequence.")]
+Tp = Annotated[int | None, typer.Option("--tp", min=1, max=MAX_GPUS, help="Tensor-parallel degree.")]
+Pp = Annotated[int | None, typer.Option("--pp", min=1, max=MAX_GPUS, help="Pipeline-parallel stages.")]
+Dp = Annotated[int | None, typer.Option(
+    "--dp", min=1, max=MAX_GPUS, help="Data-parallel degree (default: GPUs/(tp·pp·cp)).")]
+Ep = Annotated[int | None, typer.Option("--ep", min=1, max=MAX_GPUS, help="Expert-parallel degree (MoE).")]
+Cp = Annotated[int | None, typer.Option("--cp", min=1, max=MAX_GPUS, help="Context-parallel degree (long sequences).")]
+Micro = Annotated[int | None, typer.Option("--microbatch", min=1, max=MAX_BATCH, help="Sequences per microbatch.")]
+Inter = Annotated[int | None, typer.Option(
+    "--interleave", min=1, max=MAX_LAYER_COUNT, help="Pipeline chunks per stage (v).")]
 Rc = Annotated[Recompute | None, typer.Option("--recompute", help="Activation recomputation.")]
-RcLayers = Annotated[int | None, typer.Option("--recompute-layers", min=1,
+RcLayers = Annotated[int | None, typer.Option("--recompute-layers", min=1, max=MAX_LAYER_COUNT,
                                               help="With --recompute full: only this many layers per stage.")]
 Sp = Annotated[bool | None, typer.Option("--sequence-parallel/--no-sequence-parallel", help="Sequence parallelism.")]
 Zero = Annotated[int | None, typer.Option("--zero", min=0, max=3, help="ZeRO stage 0-3.")]
@@ -161,17 +174,20 @@ def estimate_train(
 @app.command("train")
 def train(
     model: ModelOpt, hardware: HardwareOpt, seq_len: SeqLen, global_batch: Annotated[
-        int | None, typer.Option("--global-batch", "-b", min=1, help="Sequences per optimizer step.")] = None,
+        int | None, typer.Option(
+            "--global-batch", "-b", min=1, max=MAX_BATCH, help="Sequences per optimizer step.")] = None,
     gpus: GpusOpt = None,
     max_global_batch: Annotated[int | None, typer.Option(
-        "--max-global-batch", min=1, help="Choose the batch (≤ this) with the highest throughput.")] = None,
+        "--max-global-batch", min=1, max=MAX_BATCH,
+            help="Choose the batch (≤ this) with the highest throughput.")] = None,
     tp: Tp = None, pp: Pp = None, dp: Dp = None, ep: Ep = None, cp: Cp = None, microbatch: Micro = None,
     interleave: Inter = None, recompute: Rc = None, recompute_layers: RcLayers = None,
     sequence_parallel: Sp = None, zero: Zero = None,
     offload: Annotated[OffloadPolicy, typer.Option(
         "--offload", help="CPU offload of optimizer/weights/activations: auto (only if nothing fits), on, off.")
     ] = OffloadPolicy.AUTO,
-    max_cp: Annotated[int, typer.Option("--max-cp", min=1, help="Largest context-parallel degree to consider.")] = 8,
+    max_cp: Annotated[int, typer.Option(
+        "--max-cp", min=1, max=MAX_GPUS, help="Largest context-parallel degree to consider.")] = 8,
     cross_node_tp: Annotated[bool, typer.Option("--allow-cross-node-tp", help="Let TP·CP span nodes.")] = False,
     top_k: Annotated[int, typer.Option("--top-k", min=1, max=50, help="Best K distinct layouts.")] = 1,
     time_limit: TimeLimitOpt = 30.0, dtype: Dtype = "bf16", grad_dtype: GradDtype = "fp32",

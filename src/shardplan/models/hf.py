@@ -14,9 +14,29 @@ from typing import Any, NoReturn
 from pydantic import ValidationError
 
 from shardplan.errors import ConfigFileError
-from shardplan.models.spec import MLASpec, MlpKind, ModelSpec, MoESpec, NormKind, PositionKind
+from shardplan.models.spec import (
+    MAX_CONTEXT,
+    MAX_DIM,
+    MAX_LAYERS,
+    MLASpec,
+    MlpKind,
+    ModelSpec,
+    MoESpec,
+    NormKind,
+    PositionKind,
+)
 
 Fields = dict[str, Any]
+
+# Upper bounds of integer keys (checked before anything iterates over layers); every other integer ≤ MAX_DIM.
+_MAXIMUM = {"num_hidden_layers": MAX_LAYERS, "n_layer": MAX_LAYERS, "max_position_embeddings": MAX_CONTEXT,
+            "n_positions": MAX_CONTEXT, "n_ctx": MAX_CONTEXT, "seq_length": MAX_CONTEXT, "sliding_window": MAX_CONTEXT}
+
+
+def _short(v: float) -> str:
+    """A number for a message, however many digits it has."""
+    text = str(int(v)) if isinstance(v, int) else repr(v)
+    return text if len(text) <= 15 else f"a {len(text)}-digit number"
 
 
 class _Config:
@@ -46,6 +66,9 @@ class _Config:
             self.fail(k, f"must be an integer, got {v!r}")
         if v < minimum:
             self.fail(k, f"must be ≥ {minimum}, got {v!r}")
+        top = _MAXIMUM.get(k, MAX_DIM)
+        if v > top:
+            self.fail(k, f"must be ≤ {top:,}, got {_short(v)}")
         return int(v)
 
     def opt_int(self, key: str, default: int | None = None) -> int | None:

@@ -7,8 +7,15 @@ from typing import Annotated, Self
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-PosInt = Annotated[int, Field(ge=1)]
-NonNegInt = Annotated[int, Field(ge=0)]
+MAX_LAYERS = 10_000
+"""Most transformer layers a model may have (the deepest published models have a few hundred)."""
+MAX_DIM = 2**24
+"""Largest width, head count, expert count or vocabulary (16,777,216; published models stay below 2^20)."""
+MAX_CONTEXT = 2**31 - 1
+"""Largest max_position_embeddings."""
+
+PosInt = Annotated[int, Field(ge=1, le=MAX_DIM)]
+NonNegInt = Annotated[int, Field(ge=0, le=MAX_DIM)]
 
 
 class MlpKind(StrEnum):
@@ -58,7 +65,8 @@ class MoESpec(BaseModel):
     shared_expert_gate: bool = Field(False, description="A sigmoid gate h→1 on the shared expert (Qwen2-MoE).")
     first_dense_layers: NonNegInt = Field(0, description="The first k layers use a dense MLP (DeepSeek).")
     layer_freq: PosInt = Field(1, description="Every n-th layer (after the dense ones) is an MoE layer.")
-    capacity_factor: float = Field(1.0, gt=0, description="Expert capacity factor for token dropping.")
+    capacity_factor: float = Field(1.0, gt=0, le=1024, allow_inf_nan=False,
+        description="Expert capacity factor for token dropping.")
 
     @model_validator(mode="after")
     def _check(self) -> Self:
@@ -96,7 +104,7 @@ class ModelSpec(BaseModel):
 
     name: str = Field(description="Catalog name or the file it came from.")
     family: str = Field("custom", description="Model family (llama, gpt, opt, …).")
-    num_layers: PosInt = Field(description="Transformer layers (blocks).")
+    num_layers: Annotated[int, Field(ge=1, le=MAX_LAYERS)] = Field(description="Transformer layers (blocks).")
     hidden_size: PosInt = Field(description="Model width h.")
     num_heads: PosInt = Field(description="Attention (query) heads a.")
     num_kv_heads: PosInt | None = Field(None, description="Key/value heads (MHA: = heads, MQA: 1, GQA: between).")
@@ -106,7 +114,8 @@ class ModelSpec(BaseModel):
     vocab_size: PosInt = Field(description="Vocabulary size V.")
     tied_embeddings: bool = Field(False, description="LM head shares the input embedding matrix.")
     position: PositionKind = Field(PositionKind.ROPE, description="Positional scheme.")
-    max_position_embeddings: PosInt = Field(2048, description="Context length the model was trained for.")
+    max_position_embeddings: Annotated[int, Field(ge=1, le=MAX_CONTEXT)] = Field(2048,
+        description="Context length the model was trained for.")
     norm: NormKind = Field(NormKind.RMSNORM, description="Norm kind.")
     norms_per_layer: NonNegInt = Field(2, description="Norm layers per block (Gemma-2: 4; Falcon-7B: 1).")
     qkv_bias: bool = Field(False, description="Bias on the Q/K/V projections.")
@@ -115,7 +124,8 @@ class ModelSpec(BaseModel):
     mlp_bias: bool = Field(False, description="Biases on the MLP projections.")
     embedding_norm: bool = Field(False, description="A norm right after the word embedding (BLOOM).")
     parallel_block: bool = Field(False, description="Attention and MLP read the same input (GPT-J/NeoX/Falcon).")
-    sliding_window: PosInt | None = Field(None, description="Sliding-window attention span, if any.")
+    sliding_window: Annotated[int, Field(ge=1, le=MAX_CONTEXT)] | None = Field(None,
+        description="Sliding-window attention span, if any.")
     moe: MoESpec | None = Field(None, description="Mixture-of-experts feed-forward, if any.")
     mla: MLASpec | None = Field(None, description="Multi-head latent attention, if any.")
     dtype: str = Field("bf16", description="Datatype of the released weights.")

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from shardplan.planner.scaling import lexicographic
+from shardplan.errors import ShardplanError
+from shardplan.planner.scaling import MAX_EXACT, lexicographic
 
 
 @dataclass
@@ -48,7 +49,17 @@ def select(primary: np.ndarray, rank: np.ndarray, *, k: int = 1, time_limit_s: f
     from ortools.sat.python import cp_model
 
     t0 = time.perf_counter()
-    coeffs = lexicographic(primary, rank)
+    exact = [int(p) * len(rank) + int(r) for p, r in zip(primary.tolist(), rank.tolist(), strict=True)]
+    by_position = max(exact, default=0) >= MAX_EXACT
+    if not by_position:
+        coeffs = lexicographic(primary, rank)
+    else:
+        # Coefficients past 2^53 are not exact in CP-SAT's doubles (and past 2^63 invalid): give CP-SAT each row's
+        # position in the exact order instead (the same minimiser); objectives are reported in exact units.
+        order = sorted(range(len(exact)), key=exact.__getitem__)
+        coeffs = [0] * len(exact)
+        for pos, i in enumerate(order):
+            coeffs[i] = pos
     model = cp_model.CpModel()
     name = label or (lambda i: f"pick[{i}]")
     picks = [model.new_bool_var(name(i)) for i in range(len(coeffs))]
@@ -67,12 +78,19 @@ def select(primary: np.ndarray, rank: np.ndarray, *, k: int = 1, time_limit_s: f
     for _ in range(min(k, len(coeffs))):
         status = solver.solve(model)
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            if not out.indices:
+                what = "no solution" if status == cp_model.UNKNOWN else f"CP-SAT status {solver.status_name(status)}"
+                raise ShardplanError(f"{what} within --time-limit {time_limit_s:g} s; raise it", field="time-limit")
             break
         chosen = next(i for i, p in enumerate(picks) if solver.boolean_value(p))
         out.indices.append(chosen)
         out.statuses.append("optimal" if status == cp_model.OPTIMAL else "feasible")
-        out.objective.append(int(round(solver.objective_value)))
-        out.bound.append(solver.best_objective_bound)
+        if by_position:
+            out.objective.append(exact[chosen])
+            out.bound.append(float(exact[chosen]) if status == cp_model.OPTIMAL else 0.0)
+        else:
+            out.objective.append(int(round(solver.objective_value)))
+            out.bound.append(solver.best_objective_bound)
         model.add(picks[chosen] == 0)  # (2)
         if hint is not None:
             model.clear_hints()
