@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Any
 
 from shardplan.errors import ShardplanError
@@ -48,3 +50,31 @@ def parse_triplet(text: str, *, field: str) -> tuple[float, float, float]:
     if abs(sum(vals) - 100) > 1e-6:
         raise ShardplanError(f"'{text}' must sum to 100 (got {sum(vals):g})", field=field)
     return vals[0] / 100, vals[1] / 100, vals[2] / 100
+
+
+def check_writable(path: Path, *, field: str) -> None:
+    """Refuse an output file that cannot be written, before any work: a folder, a missing or read-only folder,
+    a read-only file, a name too long. (A device such as /dev/full passes; its write error is caught later.)"""
+    if any(len(part) > 255 for part in path.parts) or len(str(path)) > 4096:
+        raise ShardplanError("file name too long (at most 255 characters per component)", field=field)
+    if "\x00" in str(path):
+        raise ShardplanError("file name contains a NUL character", field=field)
+    if path.is_dir():
+        raise ShardplanError(f"'{path}' is a folder; name a file", field=field)
+    folder = path.parent
+    if not folder.is_dir():
+        raise ShardplanError(f"folder '{folder}' does not exist", field=field)
+    if path.exists():
+        if not os.access(path, os.W_OK):
+            raise ShardplanError(f"cannot write '{path}': permission denied", field=field)
+    elif not os.access(folder, os.W_OK | os.X_OK):
+        raise ShardplanError(f"cannot write in folder '{folder}': permission denied", field=field)
+
+
+def write_output(path: Path, text: str, *, field: str = "output") -> None:
+    """Write ``text`` to ``path``; a write error (disk full, /dev/full) is one line, exit 2."""
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    except OSError as e:
+        raise ShardplanError(f"cannot write '{path}': {e.strerror or e}", field=field) from None

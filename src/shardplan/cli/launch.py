@@ -35,7 +35,8 @@ OffloadExportOpt = Annotated[OffloadFormat | None, typer.Option(
     "--export", help="Print the plan as launch flags instead of the tables: flexgen; with --output, write a file.")]
 OutputOpt = Annotated[Path | None, typer.Option("--output", "-o", help="File for --export (default: stdout).")]
 ParetoPlotOpt = Annotated[Path | None, typer.Option(
-    "--plot", metavar="FILE", help="With --pareto: throughput vs TPOT plot (.png, .svg, .pdf; needs matplotlib).")]
+    "--plot", metavar="FILE", help="With --pareto: throughput vs TPOT plot (.png, .svg, .pdf, .jpg; PNG for other "
+    "names; needs matplotlib).")]
 
 
 def check_outputs(export: StrEnum | None, output: Path | None, as_json: bool, *, plot: Path | None = None,
@@ -45,8 +46,10 @@ def check_outputs(export: StrEnum | None, output: Path | None, as_json: bool, *,
         raise ShardplanError("names the file for --export: add --export", field="output")
     if export is not None and output is None and as_json:
         raise ShardplanError("with --json, --export needs --output FILE (stdout holds the JSON)", field="export")
-    if output is not None and not output.parent.exists():
-        raise ShardplanError(f"folder '{output.parent}' does not exist", field="output")
+    if output is not None:
+        from shardplan.cli.common import check_writable
+
+        check_writable(output, field="output")
     if plot is not None:
         from shardplan.cli.plots import check_path, require_matplotlib
 
@@ -70,7 +73,9 @@ def deliver(result: Any, render: Callable[[Any], None], *, as_json: bool, argv: 
     messages = [f"note: {n}" for n in notes]
     text = shell_join(argv) + "\n" if argv is not None else None
     if text is not None and output is not None:
-        output.write_text(text)
+        from shardplan.cli.common import write_output
+
+        write_output(output, text)
         messages.append(f"wrote {output}")
         text = None
     if plot_written is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -25,6 +26,13 @@ from shardplan.cli.options import (
 from shardplan.cli.output import console, emit
 from shardplan.costmodel.knobs import Recompute
 from shardplan.planner.knobs import OffloadPolicy
+
+
+class PlotKind(StrEnum):
+    """What a training --plot draws."""
+
+    MEMORY = "memory"
+    PIPELINE = "pipeline"
 
 GlobalBatch = Annotated[int, typer.Option(
     "--global-batch", "-b", min=1, max=MAX_BATCH, help="Sequences per optimizer step.")]
@@ -57,8 +65,11 @@ ExportOpt = Annotated[TrainFormat | None, typer.Option(
 OutputOpt = Annotated[Path | None, typer.Option("--output", "-o", help="File for --export (default: stdout).",
                                                 dir_okay=False)]
 PlotOpt = Annotated[list[str] | None, typer.Option(
-    "--plot", metavar="FILE", help="Write a plot (.png, .svg or .pdf; repeatable): memory*.png = memory per "
-    "stage against capacity, pipeline*.svg = one step's schedule; or KIND:FILE. Needs the plot extra (matplotlib).")]
+    "--plot", metavar="FILE", help="Write a plot (repeatable; .png, .svg, .pdf or .jpg, PNG for other names): the "
+    "kind is --plot-kind, else KIND:FILE, else the name (memory*, pipeline*), else memory. memory = memory per "
+    "stage against capacity, pipeline = one step's schedule. Needs the plot extra (matplotlib).")]
+PlotKindOpt = Annotated[PlotKind | None, typer.Option(
+    "--plot-kind", help="Kind of every --plot FILE without a KIND: prefix: memory or pipeline.")]
 
 
 def _workload(seq_len: int, global_batch: int, dtype: str, grad_dtype: str, attention: str | None,
@@ -78,8 +89,9 @@ def _workload(seq_len: int, global_batch: int, dtype: str, grad_dtype: str, atte
 
 
 def _check_outputs(export: TrainFormat | None, output: Path | None, plots: list[str] | None,
-                   as_json: bool) -> list[tuple[str, Path]]:
+                   as_json: bool, plot_kind: str | None = None) -> list[tuple[str, Path]]:
     """Validate --export/--output/--plot before any work; returns the (kind, file) plots to write."""
+    from shardplan.cli.common import check_writable
     from shardplan.cli.plots import parse_train_plot, require_matplotlib
     from shardplan.errors import ShardplanError
 
@@ -87,9 +99,9 @@ def _check_outputs(export: TrainFormat | None, output: Path | None, plots: list[
         raise ShardplanError("names the file for --export: add --export megatron|deepspeed|torchtitan", field="output")
     if export is not None and output is None and as_json:
         raise ShardplanError("with --json, --export needs --output FILE (stdout holds the JSON)", field="export")
-    if output is not None and not output.parent.exists():
-        raise ShardplanError(f"folder '{output.parent}' does not exist", field="output")
-    specs = [parse_train_plot(p) for p in plots or []]
+    if output is not None:
+        check_writable(output, field="output")
+    specs = [parse_train_plot(p, str(plot_kind) if plot_kind else None) for p in plots or []]
     if specs:
         require_matplotlib()
     return specs
@@ -99,6 +111,7 @@ def _deliver(result: Any, *, spec: Any, system: Any, n: int, work: Any, as_json:
              export: TrainFormat | None, output: Path | None, plots: list[tuple[str, Path]]) -> None:
     """Write the export and plots, then print the JSON, the export (no --output) or the tables; stderr says
     which files were written and what the target framework cannot express exactly."""
+    from shardplan.cli.common import write_output
     from shardplan.cli.export import export_train, train_target
     from shardplan.cli.plots import train_plots
 
@@ -114,14 +127,14 @@ def _deliver(result: Any, *, spec: Any, system: Any, n: int, work: Any, as_json:
             messages.append("note: this layout does not fit in GPU memory (see the estimate)")
         messages += [f"note: {note}" for note in exp.notes]
         if output is not None:
-            output.write_text(exp.text)
+            write_output(output, exp.text)
             messages.append(f"wrote {output} ({export})")
         else:
             exported = exp.text
     if plots and result.plan is None:
         messages.append("nothing plotted: no layout fits")
     elif plots:
-        messages += [f"wrote {path}" for path in train_plots(plots, result)]
+        messages += train_plots(plots, result)
     if as_json:
         emit(result.model_dump(mode="json"), render, as_json=True)
         return
@@ -142,7 +155,7 @@ def estimate_train(
     offload_activations: OffA = None, dtype: Dtype = "bf16", grad_dtype: GradDtype = "fp32",
     optimizer: Optimizer = "adam",
     attention: Attention = None, as_json: JsonOpt = False, export: ExportOpt = None, output: OutputOpt = None,
-    plot: PlotOpt = None,
+    plot: PlotOpt = None, plot_kind: PlotKindOpt = None,
 ) -> None:
     """Per-layer and per-stage time and memory of one pinned training layout."""
     from shardplan.cli.render_train import render_estimate
@@ -150,7 +163,7 @@ def estimate_train(
     from shardplan.costmodel.layout import TrainLayout
     from shardplan.errors import ShardplanError
 
-    plots = _check_outputs(export, output, plot, as_json)
+    plots = _check_outputs(export, output, plot, as_json, plot_kind)
     spec, system, n = resolve_inputs(model, hardware, gpus)
     tp, pp, cp = tp or 1, pp or 1, cp or 1
     if dp is None:
@@ -193,7 +206,7 @@ def train(
     time_limit: TimeLimitOpt = 30.0, dtype: Dtype = "bf16", grad_dtype: GradDtype = "fp32",
     optimizer: Optimizer = "adam",
     attention: Attention = None, as_json: JsonOpt = False, export: ExportOpt = None, output: OutputOpt = None,
-    plot: PlotOpt = None,
+    plot: PlotOpt = None, plot_kind: PlotKindOpt = None,
 ) -> None:
     """Choose the fastest training layout (CP-SAT over the cost model), with the reasons."""
     from shardplan.cli.progress import solving
@@ -201,7 +214,7 @@ def train(
     from shardplan.errors import ShardplanError
     from shardplan.planner.train import TrainRequest, plan_training
 
-    plots = _check_outputs(export, output, plot, as_json)
+    plots = _check_outputs(export, output, plot, as_json, plot_kind)
     spec, system, n = resolve_inputs(model, hardware, gpus)
     if global_batch is None and max_global_batch is None:
         raise ShardplanError("give --global-batch B, or --max-global-batch B to let the planner choose",

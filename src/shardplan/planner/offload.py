@@ -40,6 +40,7 @@ from shardplan.costmodel.offload_report import (
 from shardplan.costmodel.offload_table import build_offload_table
 from shardplan.costmodel.offload_terms import OffloadTable
 from shardplan.costmodel.result import ResultHead, Status
+from shardplan.errors import ShardplanError
 from shardplan.hardware.spec import SystemSpec
 from shardplan.models.spec import ModelSpec
 from shardplan.planner.offload_bounds import (
@@ -205,6 +206,8 @@ def plan_offload(req: OffloadRequest) -> OffloadPlanResult:
     solve = time.perf_counter() - t0 - build
     common = dict(candidates=len(table), pruned_memory=int(len(table) - len(rows)), pruned_bound=st.pruned_bound,
                   solved=st.solved, build_s=build, solve_s=solve)
+    if st.best_x is None and not st.all_optimal:  # rows left unsolved when the time ran out: not a proof
+        raise ShardplanError(f"no solution within --time-limit {req.time_limit_s:g} s; raise it", field="time-limit")
     if st.best_x is None:
         wall = time.perf_counter() - t0
         solver = OffloadSolverOut(status="infeasible", wall_time_s=wall, objective=0.0, best_bound=0.0, gap=0.0,
