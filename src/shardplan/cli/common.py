@@ -9,13 +9,18 @@ from typing import Any
 from shardplan.errors import ShardplanError
 
 
-def resolve_inputs(model: str, hardware: str, gpus: int | None) -> tuple[Any, Any, int]:
-    """ModelSpec, SystemSpec and the GPU count (default: one node)."""
+def resolve_inputs(model: str, hardware: str, gpus: int | None, tokens: int | None = None) -> tuple[Any, Any, int]:
+    """ModelSpec, SystemSpec and the GPU count (default: one node); notes on a bare GPU name and on sequences of
+    ``tokens`` beyond the model's trained context."""
+    from shardplan.cli.notes import context_note, hardware_note
     from shardplan.hardware import resolve_system
     from shardplan.models import resolve_model
 
     spec = resolve_model(model)
     system = resolve_system(hardware)
+    hardware_note(hardware)
+    if tokens is not None:
+        context_note(spec, tokens)
     n = gpus if gpus is not None else system.gpus_per_node
     if n < 1:
         raise ShardplanError(f"must be ≥ 1 (got {n})", field="gpus")

@@ -31,7 +31,7 @@ from shardplan.cli.options import (
     TimeLimitOpt,
     finite,
 )
-from shardplan.planner.infer_explain import InferObjective
+from shardplan.planner.knobs import InferObjective
 
 PromptLen = Annotated[int, typer.Option(
     "--prompt-len", "-p", min=1, max=MAX_TOKENS, help="Prompt tokens per sequence.")]
@@ -105,7 +105,7 @@ def estimate_infer(
     from shardplan.costmodel.infer_report import estimate_inference
     from shardplan.errors import ShardplanError
 
-    spec, system, n = resolve_inputs(model, hardware, gpus)
+    spec, system, n = resolve_inputs(model, hardware, gpus, prompt_len + gen_len)
     tp, pp = tp or 1, pp or 1
     if batch is None and not max_batch:
         raise ShardplanError("give --batch B (sequences per replica) or --max-batch", field="batch")
@@ -145,7 +145,7 @@ def infer(
     from shardplan.cli.render_infer import render_plan
     from shardplan.planner.infer import InferRequest, plan_inference
 
-    spec, system, n = resolve_inputs(model, hardware, gpus)
+    spec, system, n = resolve_inputs(model, hardware, gpus, prompt_len + gen_len)
     work = _workload(prompt_len, gen_len, dtype, weight_dtype, kv_dtype, block_size, gpu_memory_utilization,
                      max_num_batched_tokens, max_num_seqs, non_torch_memory)
     req = InferRequest(model=spec, system=system, num_gpus=n, workload=work, batch=batch, max_batch=max_batch,

@@ -10,7 +10,7 @@ from shardplan.cli._app import app, estimate_app
 from shardplan.cli.common import parse_triplet
 from shardplan.cli.launch import OffloadExportOpt, OutputOpt, check_outputs, deliver, flexgen_argv
 from shardplan.cli.options import MAX_GEN, MAX_SMALL, MAX_TOKENS, HardwareOpt, JsonOpt, ModelOpt, TimeLimitOpt
-from shardplan.costmodel.offload_policy import OffloadObjective
+from shardplan.costmodel.knobs import OffloadObjective
 
 PromptLen = Annotated[int, typer.Option(
     "--prompt-len", "-p", min=1, max=MAX_TOKENS, help="Prompt tokens per sequence.")]
@@ -23,8 +23,10 @@ GpuMem = Annotated[str | None, typer.Option(
 Triplet = "percent on GPU,CPU,disk summing to 100, e.g. 20,80,0"
 
 
-def _inputs(model: str, hardware: str, cpu_mem: str | None, disk: str | None, gpu_mem: str | None) -> tuple[Any, ...]:
+def _inputs(model: str, hardware: str, cpu_mem: str | None, disk: str | None, gpu_mem: str | None,
+            tokens: int) -> tuple[Any, ...]:
     """ModelSpec, SystemSpec and tier capacities (explicit sizes are taken as given)."""
+    from shardplan.cli.notes import context_note, hardware_note
     from shardplan.costmodel.offload_policy import default_capacities
     from shardplan.hardware import resolve_system
     from shardplan.models import resolve_model
@@ -32,6 +34,8 @@ def _inputs(model: str, hardware: str, cpu_mem: str | None, disk: str | None, gp
 
     spec = resolve_model(model)
     system = resolve_system(hardware)
+    hardware_note(hardware)
+    context_note(spec, tokens)
     caps = default_capacities(
         system, cpu_mem=parse_size(cpu_mem, field="cpu-mem") if cpu_mem is not None else None,
         disk=parse_size(disk, field="disk") if disk is not None else None,
@@ -77,7 +81,7 @@ def estimate_offload_cmd(
 
     split = {name: Placement.of(*parse_triplet(text, field=name))
              for name, text in (("weights", weights), ("kv-cache", kv_cache), ("activations", activations))}
-    spec, system, caps = _inputs(model, hardware, cpu_mem, disk, gpu_mem)
+    spec, system, caps = _inputs(model, hardware, cpu_mem, disk, gpu_mem, prompt_len + gen_len)
     policy = OffloadPolicy(
         gpu_batch_size=gpu_batch, num_gpu_batches=num_gpu_batches, weights=split["weights"],
         kv_cache=split["kv-cache"], activations=split["activations"], cpu_attention=cpu_attention,
@@ -111,7 +115,7 @@ def offload_cmd(
     from shardplan.cli.render_offload import render_plan
     from shardplan.planner.offload import GPU_BATCHES, NUM_GPU_BATCHES, OffloadRequest, plan_offload
 
-    spec, system, caps = _inputs(model, hardware, cpu_mem, disk, gpu_mem)
+    spec, system, caps = _inputs(model, hardware, cpu_mem, disk, gpu_mem, prompt_len + gen_len)
     req = OffloadRequest(
         model=spec, system=system, workload=_workload(prompt_len, gen_len), capacities=caps, objective=objective,
         allow_compression=allow_compression,

@@ -164,7 +164,7 @@ def estimate_train(
     from shardplan.errors import ShardplanError
 
     plots = _check_outputs(export, output, plot, as_json, plot_kind)
-    spec, system, n = resolve_inputs(model, hardware, gpus)
+    spec, system, n = resolve_inputs(model, hardware, gpus, seq_len)
     tp, pp, cp = tp or 1, pp or 1, cp or 1
     if dp is None:
         if n % (tp * pp * cp):
@@ -215,7 +215,7 @@ def train(
     from shardplan.planner.train import TrainRequest, plan_training
 
     plots = _check_outputs(export, output, plot, as_json, plot_kind)
-    spec, system, n = resolve_inputs(model, hardware, gpus)
+    spec, system, n = resolve_inputs(model, hardware, gpus, seq_len)
     if global_batch is None and max_global_batch is None:
         raise ShardplanError("give --global-batch B, or --max-global-batch B to let the planner choose",
                              field="global-batch")

@@ -18,3 +18,12 @@ class Recompute(StrEnum):
 
 RECOMPUTE_CODE = {Recompute.NONE: 0, Recompute.SELECTIVE: 1, Recompute.FULL: 2}
 RECOMPUTE_OF_CODE = {v: k for k, v in RECOMPUTE_CODE.items()}
+
+
+class OffloadObjective(StrEnum):
+    """What an offload plan is judged by."""
+
+    THROUGHPUT = "throughput"
+    """Generated tokens per second over the whole block (FlexGen's generation throughput): large blocks win."""
+    LATENCY = "latency"
+    """Time from the start of prefill to the last generated token of one request (the block's total time)."""

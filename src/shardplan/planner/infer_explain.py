@@ -3,10 +3,11 @@ nothing fits or no layout meets the latency targets. (Light at import: the CLI r
 
 from __future__ import annotations
 
-from enum import StrEnum
 from typing import TYPE_CHECKING
 
 import numpy as np
+
+from shardplan.planner.knobs import InferObjective  # noqa: F401  (defined there: the CLI imports it cheaply)
 
 if TYPE_CHECKING:
     from shardplan.costmodel.infer import InferCost
@@ -14,15 +15,6 @@ if TYPE_CHECKING:
 
 # Frontier points closer than this ratio in TPOT share one level (one point per level).
 PARETO_LEVEL_RATIO = 1.05
-
-
-class InferObjective(StrEnum):
-    """What the serving planner optimises."""
-
-    THROUGHPUT = "throughput"
-    """Maximise output tokens per second over all GPUs, under the optional TTFT/TPOT limits."""
-    LATENCY = "latency"
-    """Minimise one request's end-to-end latency (TTFT + (gen − 1)·TPOT)."""
 
 
 def pareto_front(tpot: np.ndarray, tput: np.ndarray, rank: np.ndarray) -> list[int]:

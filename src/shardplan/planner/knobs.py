@@ -14,3 +14,12 @@ class OffloadPolicy(StrEnum):
     """Offload competes with every other choice on predicted step time."""
     OFF = "off"
     """Never offload."""
+
+
+class InferObjective(StrEnum):
+    """What the serving planner optimises."""
+
+    THROUGHPUT = "throughput"
+    """Maximise output tokens per second over all GPUs, under the optional TTFT/TPOT limits."""
+    LATENCY = "latency"
+    """Minimise one request's end-to-end latency (TTFT + (gen − 1)·TPOT)."""
