@@ -67,7 +67,9 @@ def parse_size(text: str | int | float, *, field: str = "size") -> int:
 
 
 def format_bytes(n: float) -> str:
-    """A byte count in binary units with three significant digits (``79.3 GiB``)."""
+    """A byte count in binary units with three significant digits (``79.3 GiB``); rounding noise is 0 (never -0)."""
+    if abs(n) < 0.5:
+        return "0 B"
     for unit, size in (("TiB", TiB), ("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
         if abs(n) >= size:
             return f"{n / size:.3g} {unit}"
@@ -83,9 +85,32 @@ def format_count(n: float) -> str:
 
 
 def format_seconds(t: float) -> str:
-    """A duration with a sensible unit (``13.7 s``, ``41.2 ms``, ``8 µs``)."""
-    if t >= 1.0:
+    """A duration with a sensible unit (``13.7 s``, ``41.2 ms``, ``8 µs``), never in exponent notation."""
+    if not math.isfinite(t):
+        return f"{t} s"
+    if abs(t) < 5e-10:
+        return "0 s"
+    if abs(t) >= 1e4:
+        return f"{t:,.0f} s"
+    if abs(t) >= 0.9995:  # 0.9995 s would print as 1000 ms
         return f"{t:.4g} s"
-    if t >= 1e-3:
+    if abs(t) >= 0.9995e-3:
         return f"{t * 1e3:.4g} ms"
     return f"{t * 1e6:.3g} µs"
+
+
+def format_ms(t: float) -> str:
+    """A duration in milliseconds for a column headed "ms": three significant digits, never exponent notation."""
+    v = t * 1e3
+    if not math.isfinite(v):
+        return str(v)
+    if abs(v) >= 999.5:
+        return f"{v:,.0f}"
+    if abs(v) >= 1e-3:
+        return f"{v:.3g}"
+    return "0" if abs(v) < 5e-7 else f"{v:.6f}".rstrip("0")
+
+
+def plural(n: int, word: str) -> str:
+    """``1 sequence``, ``2 sequences``."""
+    return f"{n:,} {word}" if n == 1 else f"{n:,} {word}s"

@@ -61,9 +61,12 @@ def comparisons(table: TrainTable, chosen: int, system: SystemSpec, limit: int =
 def explanation(best: TrainReport, table: TrainTable, base: int | None, system: SystemSpec) -> list[str]:
     """Sentences: memory headroom, where time goes, and the gain over the hand-written baseline."""
     m, mem = best.metrics, best.memory
+    headroom = 1 - mem.total_bytes / mem.capacity_bytes
+    # "binds" only when memory is nearly full (< 5% left); otherwise it is merely the tightest stage
+    verb = "Memory binds on" if headroom < 0.05 else "Memory is tightest on"
     lines = [
-        f"Memory binds on the {mem.stage} stage: {format_bytes(mem.total_bytes)} of "
-        f"{format_bytes(mem.capacity_bytes)} ({1 - mem.total_bytes / mem.capacity_bytes:.0%} headroom).",
+        f"{verb} the {mem.stage} stage: {format_bytes(mem.total_bytes)} of "
+        f"{format_bytes(mem.capacity_bytes)} ({headroom:.0%} headroom).",
     ]
     parts = [("pipeline bubble", m.bubble_s), ("TP communication", m.tp_exposed_s), ("pipeline sends", m.pp_exposed_s),
              ("DP gradient sync", m.dp_exposed_s), ("ZeRO-3 gathers", m.zero3_exposed_s),
