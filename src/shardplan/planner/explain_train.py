@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -123,16 +124,21 @@ def _fits_on(req: TrainRequest, n: int) -> str | None:
     return _describe(table, int(ok[np.argmin(table.step_time_s[ok])]))
 
 
-def _min_gpus(req: TrainRequest) -> tuple[int, str] | None:
-    """The smallest GPU count (whole nodes, up to 64× the request) at which some layout fits."""
+def _min_gpus(req: TrainRequest, deadline: float = float("inf")) -> tuple[int, str] | str | None:
+    """The smallest GPU count (whole nodes, up to 64× the request) at which some layout fits; ``"time"`` when the
+    search passed ``deadline`` (``--time-limit`` bounds the search for fixes too) before finding one."""
     node = req.system.gpus_per_node
     lo, n = req.num_gpus, max(2 * req.num_gpus, node)
     limit = 64 * max(req.num_gpus, node)
     while n <= limit and (req.system.max_nodes is None or n // node <= req.system.max_nodes):
+        if time.perf_counter() > deadline:
+            return "time"
         found = _fits_on(req, n)
         if found is not None:
             step = max(node, (n - lo) // 8 // node * node)
             for m in range(lo - lo % step + step, n, step):
+                if time.perf_counter() > deadline:
+                    return n, found
                 smaller = _fits_on(req, m)
                 if smaller is not None:
                     return m, smaller
@@ -144,7 +150,9 @@ def _min_gpus(req: TrainRequest) -> tuple[int, str] | None:
 def infeasible_plan(req: TrainRequest, table: TrainTable, wall: float, common: dict[str, Any], *,
                     explain: bool = True) -> TrainPlan:
     """No candidate fits: name the binding requirement and (with ``explain``) the cheapest fixes."""
-    core = explain_infeasible({"gpu_memory": table.gpu_over > 0, "host_memory": table.host_over > 0})
+    deadline = time.perf_counter() + req.time_limit_s
+    core = explain_infeasible({"gpu_memory": table.gpu_over > 0, "host_memory": table.host_over > 0},
+                              time_limit_s=min(10.0, req.time_limit_s))
     i = int(np.argmin(table.gpu_over))
     r = table.rows
     if "gpu_memory" in core or not core:
@@ -170,10 +178,12 @@ def infeasible_plan(req: TrainRequest, table: TrainTable, wall: float, common: d
         off = plan_training(req.model_copy(update={"offload": "auto", "top_k": 1}), explain=False)
         if off.status != "infeasible":
             suggestions.append("allow CPU offload (--offload auto)")
-    found = _min_gpus(req) if explain else None
+    found = _min_gpus(req, deadline) if explain else None
     if not explain:
         pass
-    elif found is not None:
+    elif found == "time":
+        suggestions.append("more GPUs may fit: the search for the smallest count stopped at --time-limit; raise it")
+    elif isinstance(found, tuple):
         n, layout = found
         nodes = max(1, n // req.system.gpus_per_node)
         suggestions.append(f"use at least {n} GPUs ({nodes} node{'s' if nodes > 1 else ''}): {layout} fits")

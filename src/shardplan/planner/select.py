@@ -98,17 +98,37 @@ def select(primary: np.ndarray, rank: np.ndarray, *, k: int = 1, time_limit_s: f
     return out
 
 
-def explain_infeasible(violations: dict[str, np.ndarray]) -> list[str]:
+MAX_CORE_ROWS = 50_000
+"""Above this many rows the assumption model takes CP-SAT longer to load than any time limit (its loading is not
+interruptible; 79 s for 300k rows measured): the core comes from the deletion filter instead."""
+
+
+def _deletion_core(violations: dict[str, np.ndarray]) -> list[str]:
+    """An irreducible set of requirements no row meets together (the deletion filter: drop a requirement whenever
+    the others still leave no row), in numpy; the same kind of answer as the CP-SAT core."""
+    core = list(violations)
+    if np.logical_or.reduce([violations[r] for r in core]).all():
+        for req in list(core):
+            rest = [r for r in core if r != req]
+            if rest and np.logical_or.reduce([violations[r] for r in rest]).all():
+                core = rest
+        return core
+    return []
+
+
+def explain_infeasible(violations: dict[str, np.ndarray], *, time_limit_s: float = 10.0) -> list[str]:
     """Requirements that together leave no row: ``violations[req][r]`` is True when row r breaks req.
 
     One assumption literal per requirement; each row's pick implies the negation of every requirement it
     breaks. CP-SAT's ``sufficient_assumptions_for_infeasibility`` names a subset that cannot all hold.
     """
+    n = len(next(iter(violations.values()))) if violations else 0
+    if n > MAX_CORE_ROWS:
+        return _deletion_core(violations)
     from ortools.sat.python import cp_model
 
     model = cp_model.CpModel()
     reqs = {name: model.new_bool_var(f"req[{name}]") for name in violations}
-    n = len(next(iter(violations.values()))) if violations else 0
     picks = [model.new_bool_var(f"pick[{i}]") for i in range(n)]
     model.add_exactly_one(picks)
     for req, broken in violations.items():
@@ -117,7 +137,7 @@ def explain_infeasible(violations: dict[str, np.ndarray]) -> list[str]:
     model.add_assumptions(list(reqs.values()))
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1  # assumptions need a single worker
-    solver.parameters.max_time_in_seconds = 10.0
+    solver.parameters.max_time_in_seconds = time_limit_s
     status = solver.solve(model)
     if status != cp_model.INFEASIBLE:
         return []
