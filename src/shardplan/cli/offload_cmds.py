@@ -8,7 +8,15 @@ import typer
 
 from shardplan.cli._app import app, estimate_app
 from shardplan.cli.common import parse_triplet
-from shardplan.cli.launch import OffloadExportOpt, OutputOpt, check_outputs, deliver, flexgen_argv
+from shardplan.cli.launch import (
+    FlexgenModule,
+    FlexgenModuleOpt,
+    OffloadExportOpt,
+    OutputOpt,
+    check_outputs,
+    deliver,
+    flexgen_argv,
+)
 from shardplan.cli.options import MAX_GEN, MAX_SMALL, MAX_TOKENS, HardwareOpt, JsonOpt, ModelOpt, TimeLimitOpt
 from shardplan.costmodel.knobs import OffloadObjective
 
@@ -68,7 +76,7 @@ def estimate_offload_cmd(
     pin_weights: Annotated[bool, typer.Option(
         "--pin-weights/--no-pin-weights", help="CPU weights in pinned memory (FlexGen --pin-weight).")] = True,
     cpu_mem: CpuMem = None, disk: DiskOpt = None, gpu_mem: GpuMem = None, as_json: JsonOpt = False,
-    export: OffloadExportOpt = None, output: OutputOpt = None,
+    export: OffloadExportOpt = None, output: OutputOpt = None, flexgen_module: FlexgenModuleOpt = FlexgenModule.FLEXGEN,
 ) -> None:
     """Throughput, phase times, bottlenecks and memory per tier of one pinned offload policy.
 
@@ -88,8 +96,17 @@ def estimate_offload_cmd(
         compress_weights=compress_weights or compression, compress_kv_cache=compress_cache or compression,
         pin_weights=pin_weights)
     check_outputs(export, output, as_json)
+    if export:
+        from shardplan.cli.export.flexgen import whole_tier
+        from shardplan.errors import ShardplanError
+
+        act = split["activations"]
+        if not whole_tier((act.gpu, act.cpu, act.disk)):
+            raise ShardplanError("FlexGen keeps the activations wholly on one tier: give --activations 100,0,0, "
+                                 "0,100,0 or 0,0,100 with --export flexgen", field="activations")
     report = estimate_offload(spec, system, _workload(prompt_len, gen_len), policy, caps)
-    argv = flexgen_argv(report, spec=spec, prompt_len=prompt_len, gen_len=gen_len) if export else None
+    argv = flexgen_argv(report, spec=spec, prompt_len=prompt_len, gen_len=gen_len,
+                        module=str(flexgen_module)) if export else None
     deliver(report, lambda con: render_estimate(con, report), as_json=as_json, argv=argv, output=output, notes=[])
 
 
@@ -109,7 +126,7 @@ def offload_cmd(
     cpu_attention: Annotated[bool | None, typer.Option(
         "--cpu-attention/--no-cpu-attention", help="Pin CPU attention on or off (default: choose).")] = None,
     time_limit: TimeLimitOpt = 10.0, as_json: JsonOpt = False, export: OffloadExportOpt = None,
-    output: OutputOpt = None,
+    output: OutputOpt = None, flexgen_module: FlexgenModuleOpt = FlexgenModule.FLEXGEN,
 ) -> None:
     """Choose where weights, KV cache and activations live (CP-SAT over the cost model), and why."""
     from shardplan.cli.render_offload import render_plan
@@ -121,12 +138,12 @@ def offload_cmd(
         allow_compression=allow_compression,
         gpu_batch_sizes=(gpu_batch,) if gpu_batch else GPU_BATCHES,
         num_gpu_batches=(num_gpu_batches,) if num_gpu_batches else NUM_GPU_BATCHES,
-        cpu_attention=cpu_attention, time_limit_s=time_limit)
+        cpu_attention=cpu_attention, time_limit_s=time_limit, whole_activations=export is not None)
     check_outputs(export, output, as_json)
     plan = plan_offload(req)
     argv, notes = None, []
     if export and plan.plan is None:
         notes.append("nothing exported: no placement fits")
     elif export:
-        argv = flexgen_argv(plan, spec=spec, prompt_len=prompt_len, gen_len=gen_len)
+        argv = flexgen_argv(plan, spec=spec, prompt_len=prompt_len, gen_len=gen_len, module=str(flexgen_module))
     deliver(plan, lambda con: render_plan(con, plan), as_json=as_json, argv=argv, output=output, notes=notes)

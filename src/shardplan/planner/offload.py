@@ -76,6 +76,8 @@ class OffloadRequest(BaseModel):
     percent_step: Annotated[int, Field(ge=1, le=100)] = Field(1, description="Placement grid in percent.")
     time_limit_s: Annotated[float, Field(gt=0)] = 10.0
     seed: int = 0
+    whole_activations: bool = Field(False, description="Keep the activations (hidden states) wholly on one tier: "
+                                    "FlexGen's OptLM refuses a split (flex_opt.py init_cache: NotImplementedError).")
 
 
 class OffloadSolverOut(BaseModel):
@@ -144,6 +146,9 @@ def _run_search(req: OffloadRequest, table: OffloadTable, rows: np.ndarray, ub: 
                 lb: np.ndarray, deadline: float) -> _Search:
     """Rows in lower-bound order; CP-SAT on each until the next bound cannot beat the incumbent."""
     st = _Search()
+    if req.whole_activations:  # a greedy incumbent must keep the activations on one tier too
+        whole = np.isclose(x_ub[:, 2, :].max(axis=-1), 1.0)
+        ub = np.where(whole, ub, np.inf)
     if np.isfinite(ub[rows]).any():
         i = rows[int(np.argmin(ub[rows]))]
         st.best_score, st.best_row, st.best_x = float(ub[i]), int(i), x_ub[i]
@@ -163,7 +168,8 @@ def _run_search(req: OffloadRequest, table: OffloadTable, rows: np.ndarray, ub: 
         if np.isfinite(st.best_score):  # a placement must beat the incumbent (float time → units, plus rounding)
             per = 1.0 if req.objective == OffloadObjective.LATENCY else float(table.knobs.block[r])
             cutoff = int(st.best_score * per / row.unit) + rounding_slack(row)
-        sol = solve_row(row, step=req.percent_step, hint=hint, time_limit_s=left, seed=req.seed, cutoff=cutoff)
+        sol = solve_row(row, step=req.percent_step, hint=hint, time_limit_s=left, seed=req.seed, cutoff=cutoff,
+                        whole=(2,) if req.whole_activations else ())
         st.solved += 1
         if sol.pct is None:
             if sol.status != "infeasible":
