@@ -42,4 +42,4 @@ def context_note(spec: object, tokens: int) -> None:
     limit = getattr(spec, "max_position_embeddings", None)
     if limit is not None and tokens > limit:
         note(f"{tokens:,} tokens per sequence exceed {getattr(spec, 'name', 'the model')}'s max_position_embeddings "
-             f"({limit:,}); the plan assumes the model runs them (e.g. with RoPE scaling)")
+             f"({limit:,}); the cost model assumes the model runs them (e.g. with RoPE scaling)")
