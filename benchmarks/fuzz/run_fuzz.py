@@ -315,7 +315,7 @@ def run_inprocess(argv: list[str]) -> dict[str, Any]:
     from shardplan.cli import main
 
     out, err = io.StringIO(), io.StringIO()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     code: int | None
     signal.signal(signal.SIGALRM, _alarm)
     signal.setitimer(signal.ITIMER_REAL, TIMEOUT_S)
@@ -330,10 +330,11 @@ def run_inprocess(argv: list[str]) -> dict[str, Any]:
         code = None
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     o, e = out.getvalue(), err.getvalue()
-    return {"argv": argv, "code": code, "wall_s": wall, "timeout": code is None, "bad": _judge(argv, code, o, e),
-            "err": e[:300], "rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}
+    return {"argv": argv, "code": code, "wall_s": wall, "cpu_s": cpu, "timeout": code is None,
+            "bad": _judge(argv, code, o, e), "err": e[:300],
+            "rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}
 
 
 def worker(chunk_file: str, result_file: str) -> None:
@@ -355,8 +356,9 @@ def child(result_file: str, argv: list[str]) -> None:
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         code = main(argv)
+    use = resource.getrusage(resource.RUSAGE_SELF)
     Path(result_file).write_text(json.dumps({"code": code, "out": out.getvalue()[-2000:], "err": err.getvalue()[-2000:],
-                                             "rss_kib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss}))
+                                             "rss_kib": use.ru_maxrss, "cpu_s": use.ru_utime + use.ru_stime}))
 
 
 def run_subprocess(argv: list[str]) -> dict[str, Any]:
@@ -378,7 +380,7 @@ def run_subprocess(argv: list[str]) -> dict[str, Any]:
     code = None if timeout else data.get("code", p.returncode)
     bad = _judge(argv, code, data.get("out", ""), data.get("err", "")) if data else (
         ["timeout"] if timeout else [f"child died (exit {p.returncode})"])
-    return {"argv": argv, "code": code, "wall_s": wall, "timeout": timeout, "bad": bad,
+    return {"argv": argv, "code": code, "wall_s": wall, "cpu_s": data.get("cpu_s"), "timeout": timeout, "bad": bad,
             "err": data.get("err", "")[:300], "rss_kib": data.get("rss_kib")}
 
 
@@ -421,6 +423,7 @@ def _summary(name: str, rows: list[dict[str, Any]]) -> list[str]:
         key = "timeout" if r["timeout"] else str(r["code"])
         codes[key] = codes.get(key, 0) + 1
     slow = [r for r in rows if r["timeout"] or r["wall_s"] > TIMEOUT_S]
+    slow_cpu = [r for r in rows if (r.get("cpu_s") or 0) > TIMEOUT_S]
     rss = [r for r in rows if r.get("rss_kib")]
     peak = max(rss, key=lambda r: r["rss_kib"]) if rss else None
     multi = [r for r in rows if any("stderr lines" in b for b in r["bad"])]
@@ -428,7 +431,7 @@ def _summary(name: str, rows: list[dict[str, Any]]) -> list[str]:
     walls = sorted(r["wall_s"] for r in rows) or [0.0]
     exits = ", ".join(f"{k}: {v:,}" for k, v in sorted(codes.items()))
     top = f"{peak['rss_kib'] / 1024:,.0f} MiB" if peak else "-"
-    return [f"| {name} | {len(rows):,} | {exits} | {len(slow)} | {top} | {len(multi)} | {len(bad)} | "
+    return [f"| {name} | {len(rows):,} | {exits} | {len(slow)} | {len(slow_cpu)} | {top} | {len(multi)} | {len(bad)} | "
             f"{walls[len(walls) // 2]:.3f} s | {walls[-1]:.2f} s |"]
 
 
@@ -437,18 +440,20 @@ def report(gen: list[dict[str, Any]], hostile: list[dict[str, Any]], sample: lis
     lines = [
         "# Fuzz results (`benchmarks/fuzz/run_fuzz.py`)",
         "",
-        f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, seed {seed}, {elapsed / 60:.0f} min on the shared "
-        "2-core machine. Contract: exit 0 or 2, a failing run prints one stderr line and nothing on stdout, `--json` "
-        "parses, no warnings, ≤ 10 s, peak RSS < 2 GiB.",
+        (f"Run {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, seed {seed}, {elapsed / 60:.0f} min on the shared "
+         if elapsed == elapsed else "Report from the logs of a run stopped early, on the shared ") +
+        f"2-core machine (load average {os.getloadavg()[0]:.1f} at the end: wall times include waiting for a core; "
+        "the CPU-time column is the tool's own cost). Contract: exit 0 or 2, a failing run prints one stderr line and "
+        "nothing on stdout, `--json` parses, no warnings, ≤ 10 s, peak RSS < 2 GiB.",
         "",
         "Generated vectors run in-process (chunks of runs in fresh worker processes; a 10 s alarm per run; the "
         "worker's peak RSS after each run, so a chunk's peak is attributed to the run that raised it). The hostile "
         "files and a random sample of the vectors run one fresh process each (10 s timeout, that process's own peak "
         "RSS, interpreter start-up included in the wall time).",
         "",
-        "| set | runs | exit codes | > 10 s | peak RSS | multi-line errors | contract violations | median wall | "
-        "max wall |",
-        "|---|---:|---|---:|---:|---:|---:|---:|---:|",
+        "| set | runs | exit codes | > 10 s wall (or killed) | > 10 s CPU | peak RSS | multi-line errors | "
+        "contract violations | median wall | max wall |",
+        "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|",
         *_summary("generated (in-process)", gen),
         *_summary("hostile files and inputs (subprocess)", hostile),
         *_summary("sample of generated (subprocess)", sample),
@@ -462,7 +467,8 @@ def report(gen: list[dict[str, Any]], hostile: list[dict[str, Any]], sample: lis
         lines.append(f"- … and {len(bad) - 60} more (see the JSON-lines log)")
     lines += ["", "## Slowest runs", ""]
     for r in sorted(everything, key=lambda r: -r["wall_s"])[:10]:
-        lines.append(f"- {r['wall_s']:.2f} s, exit {r['code']}: {_fmt_argv(r['argv'])}")
+        cpu = f", {r['cpu_s']:.2f} s CPU" if r.get("cpu_s") is not None else ""
+        lines.append(f"- {r['wall_s']:.2f} s wall{cpu}, exit {r['code']}: {_fmt_argv(r['argv'])}")
     lines += ["", "## Largest peak RSS (subprocess runs: that run alone; in-process: the run that raised the worker's "
               "peak)", ""]
     prev: dict[int, int] = {}
@@ -488,8 +494,15 @@ def main() -> None:
     ap.add_argument("--sample", type=int, default=200, help="generated vectors also run one process each")
     ap.add_argument("--out", type=Path, default=HERE / "RESULTS.md")
     ap.add_argument("--log", type=Path, default=Path(tempfile.gettempdir()) / "shardplan-fuzz.jsonl")
+    ap.add_argument("--report-only", action="store_true", help="write the report from the logs of an earlier run")
     args = ap.parse_args()
     t0 = time.perf_counter()
+    side = args.log.with_suffix(".subprocess.json")
+    if args.report_only:  # e.g. of a run stopped early: the generated runs logged so far
+        gen = [json.loads(line) for line in args.log.read_text().splitlines() if line.strip()]
+        hostile, sample = json.loads(side.read_text())
+        report(gen, hostile, sample, seed=args.seed, elapsed=float("nan"), path=args.out)
+        return
     args.log.write_text("")
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
@@ -501,6 +514,7 @@ def main() -> None:
         print(f"{len(hostile)} hostile runs done", file=sys.stderr, flush=True)
         sample = [run_subprocess(v) for v in random.Random(args.seed + 1).sample(vecs, min(args.sample, len(vecs)))]
         print(f"{len(sample)} sampled subprocess runs done", file=sys.stderr, flush=True)
+        side.write_text(json.dumps([hostile, sample]))
         gen = run_chunks(vecs, args.chunk, args.log)
     report(gen, hostile, sample, seed=args.seed, elapsed=time.perf_counter() - t0, path=args.out)
     print(f"wrote {args.out}", file=sys.stderr)
