@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from shardplan.planner.select import _deletion_core, explain_infeasible
+from shardplan.planner.core.select import _deletion_core, explain_infeasible
 
 
 def _blocked(violations: dict[str, np.ndarray], reqs: list[str]) -> bool:

@@ -31,7 +31,7 @@ from shardplan.cli.options import (
     TimeLimitOpt,
     finite,
 )
-from shardplan.planner.knobs import InferObjective
+from shardplan.planner.serving.knobs import InferObjective
 
 PromptLen = Annotated[int, typer.Option(
     "--prompt-len", "-p", min=1, max=MAX_TOKENS, help="Prompt tokens per sequence.")]
@@ -71,7 +71,7 @@ def _workload(prompt_len: int, gen_len: int, dtype: str, weight_dtype: str | Non
               block_size: int, util: float, max_tokens: int, max_seqs: int, non_torch: str | None) -> Any:
     from pydantic import ValidationError
 
-    from shardplan.costmodel.infer import InferWorkload
+    from shardplan.costmodel.serving.cost import InferWorkload
     from shardplan.errors import ShardplanError
     from shardplan.units import parse_size
 
@@ -101,8 +101,8 @@ def estimate_infer(
 ) -> None:
     """Per-layer prefill and decode costs, TTFT/TPOT/throughput and memory of one pinned serving layout."""
     from shardplan.cli.render_infer import render_estimate
-    from shardplan.costmodel.infer import InferLayout
-    from shardplan.costmodel.infer_report import estimate_inference
+    from shardplan.costmodel.serving.cost import InferLayout
+    from shardplan.costmodel.serving.report import estimate_inference
     from shardplan.errors import ShardplanError
 
     spec, system, n = resolve_inputs(model, hardware, gpus, prompt_len + gen_len)
@@ -143,7 +143,7 @@ def infer(
 ) -> None:
     """Choose how to serve a model (TP, PP, EP, replicas, batch) with CP-SAT over the cost model."""
     from shardplan.cli.render_infer import render_plan
-    from shardplan.planner.infer import InferRequest, plan_inference
+    from shardplan.planner.serving.solve import InferRequest, plan_inference
 
     spec, system, n = resolve_inputs(model, hardware, gpus, prompt_len + gen_len)
     work = _workload(prompt_len, gen_len, dtype, weight_dtype, kv_dtype, block_size, gpu_memory_utilization,

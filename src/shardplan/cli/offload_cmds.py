@@ -18,7 +18,7 @@ from shardplan.cli.launch import (
     flexgen_argv,
 )
 from shardplan.cli.options import MAX_GEN, MAX_SMALL, MAX_TOKENS, HardwareOpt, JsonOpt, ModelOpt, TimeLimitOpt
-from shardplan.costmodel.knobs import OffloadObjective
+from shardplan.costmodel.offload.knobs import OffloadObjective
 
 PromptLen = Annotated[int, typer.Option(
     "--prompt-len", "-p", min=1, max=MAX_TOKENS, help="Prompt tokens per sequence.")]
@@ -34,13 +34,15 @@ Triplet = "percent on GPU,CPU,disk summing to 100, e.g. 20,80,0"
 def _inputs(model: str, hardware: str, cpu_mem: str | None, disk: str | None, gpu_mem: str | None,
             tokens: int) -> tuple[Any, ...]:
     """ModelSpec, SystemSpec and tier capacities (explicit sizes are taken as given)."""
+    from shardplan.cli.common import warn_model
     from shardplan.cli.notes import context_note, hardware_note
-    from shardplan.costmodel.offload_policy import default_capacities
+    from shardplan.costmodel.offload.policy import default_capacities
     from shardplan.hardware import resolve_system
     from shardplan.models import resolve_model
     from shardplan.units import parse_size
 
     spec = resolve_model(model)
+    warn_model(spec)
     system = resolve_system(hardware)
     hardware_note(hardware)
     context_note(spec, tokens)
@@ -52,7 +54,7 @@ def _inputs(model: str, hardware: str, cpu_mem: str | None, disk: str | None, gp
 
 
 def _workload(prompt_len: int, gen_len: int) -> Any:
-    from shardplan.costmodel.offload_policy import OffloadWorkload
+    from shardplan.costmodel.offload.policy import OffloadWorkload
 
     return OffloadWorkload(prompt_len=prompt_len, gen_len=gen_len)
 
@@ -84,8 +86,8 @@ def estimate_offload_cmd(
     places whole tensors by cumulative size, so its '20' can put fewer bytes on the GPU than 20%.
     """
     from shardplan.cli.render_offload import render_estimate
-    from shardplan.costmodel.offload import estimate_offload
-    from shardplan.costmodel.offload_policy import OffloadPolicy, Placement
+    from shardplan.costmodel.offload.evaluate import estimate_offload
+    from shardplan.costmodel.offload.policy import OffloadPolicy, Placement
 
     split = {name: Placement.of(*parse_triplet(text, field=name))
              for name, text in (("weights", weights), ("kv-cache", kv_cache), ("activations", activations))}
@@ -130,7 +132,7 @@ def offload_cmd(
 ) -> None:
     """Choose where weights, KV cache and activations live (CP-SAT over the cost model), and why."""
     from shardplan.cli.render_offload import render_plan
-    from shardplan.planner.offload import GPU_BATCHES, NUM_GPU_BATCHES, OffloadRequest, plan_offload
+    from shardplan.planner.offload.solve import GPU_BATCHES, NUM_GPU_BATCHES, OffloadRequest, plan_offload
 
     spec, system, caps = _inputs(model, hardware, cpu_mem, disk, gpu_mem, prompt_len + gen_len)
     req = OffloadRequest(

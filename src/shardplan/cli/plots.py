@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from shardplan.errors import ShardplanError
 
 if TYPE_CHECKING:
-    from shardplan.costmodel.report import StageRow, TrainPlanOut
+    from shardplan.costmodel.training.report import StageRow, TrainPlanOut
 
 FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf", ".jpg": "jpg", ".jpeg": "jpg"}
 SUFFIXES = tuple(FORMATS)

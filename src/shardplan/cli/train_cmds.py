@@ -24,8 +24,8 @@ from shardplan.cli.options import (
     TimeLimitOpt,
 )
 from shardplan.cli.output import console, emit
-from shardplan.costmodel.knobs import Recompute
-from shardplan.planner.knobs import OffloadPolicy
+from shardplan.costmodel.training.knobs import Recompute
+from shardplan.planner.training.knobs import OffloadPolicy
 
 
 class PlotKind(StrEnum):
@@ -76,7 +76,7 @@ def _workload(seq_len: int, global_batch: int, dtype: str, grad_dtype: str, atte
               optimizer: str = "adam") -> Any:
     from pydantic import ValidationError
 
-    from shardplan.costmodel.layout import TrainWorkload
+    from shardplan.costmodel.training.layout import TrainWorkload
     from shardplan.errors import ShardplanError
 
     try:
@@ -159,8 +159,8 @@ def estimate_train(
 ) -> None:
     """Per-layer and per-stage time and memory of one pinned training layout."""
     from shardplan.cli.render_train import render_estimate
-    from shardplan.costmodel.evaluate import estimate_training
-    from shardplan.costmodel.layout import TrainLayout
+    from shardplan.costmodel.training.evaluate import estimate_training
+    from shardplan.costmodel.training.layout import TrainLayout
     from shardplan.errors import ShardplanError
 
     plots = _check_outputs(export, output, plot, as_json, plot_kind)
@@ -212,7 +212,7 @@ def train(
     from shardplan.cli.progress import solving
     from shardplan.cli.render_train import render_plan
     from shardplan.errors import ShardplanError
-    from shardplan.planner.train import TrainRequest, plan_training
+    from shardplan.planner.training.solve import TrainRequest, plan_training
 
     plots = _check_outputs(export, output, plot, as_json, plot_kind)
     spec, system, n = resolve_inputs(model, hardware, gpus, seq_len)

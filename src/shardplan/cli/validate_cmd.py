@@ -22,7 +22,7 @@ def validate(
 
     A case whose published layout the cost model finds infeasible is still scored, and marked INFEASIBLE."""
     from shardplan.errors import ShardplanError
-    from shardplan.planner.validate import GROUPS, run_validation
+    from shardplan.validation.runs import GROUPS, run_validation
 
     unknown = sorted(set(group or []) - set(GROUPS))
     if unknown:

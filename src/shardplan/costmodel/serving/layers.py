@@ -1,0 +1,209 @@
+"""Kernels of one transformer layer during serving, on one GPU, for one step of many layouts at once.
+
+A *step* is one forward pass of a replica: a prefill chunk (many prompt tokens) or a decode step (one
+new token for each sequence of a micro-batch). Per GPU, with tensor parallelism ``t`` (Megatron
+sharding, Shoeybi et al. 2019): attention heads ÷t, MLP width ÷t, vocabulary ÷t; KV heads ÷t but at
+least one (vLLM replicates KV heads when t exceeds them). Weights are read once per step (every GEMM
+streams its weight matrix from HBM whatever the number of tokens), decode attention reads the KV
+cache of every sequence, and each layer ends with a TP all-reduce of the step's activations.
+
+The operators come from the shared inventory (``core.operators``); ``InferCtx`` prices them for an engine:
+linear weights in their (possibly quantised) datatype, 16-bit router and LM head, elementwise kernels at
+streaming bandwidth (fused or captured in CUDA graphs), one TP all-reduce per block (the engines' custom
+all-reduce inside a node). What only serving has is here: the step (``Step``), the KV-cache write, logits for
+the sampled positions only and the sampler.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from shardplan.costmodel.core import comm
+from shardplan.costmodel.core import operators as inv
+from shardplan.costmodel.core.kernels import attention_time, gemm_time, kernel_time
+from shardplan.costmodel.core.operators import Attention, Elementwise, Gemm, distinct_experts, kv_heads_per_rank
+from shardplan.costmodel.core.ops import ATTN, COMM, GEMM, MEM, Op
+from shardplan.hardware.spec import SystemSpec
+from shardplan.models.spec import ModelSpec
+from shardplan.units import DTYPE_BYTES
+
+ACT_BYTES = 2.0  # activations stay 16-bit in every datatype mode (fp8 GEMMs quantise their inputs on the fly)
+LOGIT_BYTES = 4.0  # vLLM upcasts logits to fp32 before sampling
+# Weight-only int4/int8 (GPTQ/AWQ): one 16-bit scale per group of weights along the input dimension.
+QUANT_SCALE_BYTES = 2.0
+
+
+def weight_bytes_per_param(dtype: str, group_size: int) -> float:
+    """Bytes per quantised linear-layer weight: the datatype plus group-wise scales for int8/int4."""
+    scales = QUANT_SCALE_BYTES / group_size if dtype in ("int8", "int4") else 0.0
+    return DTYPE_BYTES[dtype] + scales
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """What one step of one replica processes, per row (all counts per replica, not per GPU)."""
+
+    phase: str  # "prefill" or "decode"
+    tokens: np.ndarray  # tokens through the GEMMs (prefill chunk size, or decode micro-batch)
+    pairs: np.ndarray  # (query, key) pairs attended per head (causal prefill: Σ q·(q+1)/2; decode: b·context)
+    kv_read: np.ndarray  # KV-cache token positions read by attention
+    logit_rows: np.ndarray  # positions whose logits are computed (one per sequence finishing the step)
+
+
+@dataclass(slots=True)
+class InferCtx:
+    """Model, system and the layout columns; the datatypes of weights, KV cache and GEMMs. Prices the operator
+    inventory (``core.operators.Pricer``) for a serving engine."""
+
+    model: ModelSpec
+    system: SystemSpec
+    tp: np.ndarray
+    pp: np.ndarray
+    ep: np.ndarray
+    weight_dtype: str
+    kv_dtype: str
+    gemm_dtype: str  # fp8 GEMMs for fp8 weights (W8A8); otherwise the 16-bit activation datatype
+    quant_group_size: int = 128
+    act_bytes: float = ACT_BYTES
+    dropout: bool = False
+    kv_cache: bool = True
+    capacity_factor: float = 1.0  # engines route dropless
+
+    @property
+    def wbytes(self) -> float:
+        return weight_bytes_per_param(self.weight_dtype, self.quant_group_size)
+
+    @property
+    def t(self) -> np.ndarray:
+        return self.tp.astype(float)
+
+    def _col(self, x: np.ndarray | float) -> np.ndarray:
+        return np.asarray(x, dtype=float) + np.zeros_like(self.t)
+
+    # --- pricing the operator inventory -------------------------------------------------------------------------
+    def gemm(self, g: Gemm) -> list[Op]:
+        """Each weight matrix streamed once per step; router and LM head stay 16-bit (vLLM keeps them unquantised)."""
+        wb, dtype = (ACT_BYTES, "bf16") if g.high_precision else (self.wbytes, self.gemm_dtype)
+        nbytes = self._col(g.nbytes(ACT_BYTES, wb, ACT_BYTES))
+        flops = self._col(g.flops)
+        return [Op(g.name, GEMM, flops, nbytes, gemm_time(self.system.gpu, flops, nbytes, dtype, experts=g.experts))]
+
+    def elementwise(self, x: Elementwise, *, selective: bool = False) -> Op:
+        nbytes = self._col(x.nbytes(ACT_BYTES))
+        return Op(x.name, MEM, np.zeros_like(nbytes), nbytes, kernel_time(self.system.gpu, 0.0, nbytes, "bf16"))
+
+    def bmm(self, name: str, flops: np.ndarray, nbytes: np.ndarray, *, selective: bool) -> Op:
+        return Op(name, GEMM, self._col(flops), self._col(nbytes),
+                  kernel_time(self.system.gpu, self._col(flops), self._col(nbytes), "bf16"))
+
+    def attention(self, a: Attention) -> list[Op]:
+        """A fused paged-attention kernel over the KV cache (FlashAttention / FlashInfer)."""
+        flops, nbytes = self._col(a.flops), self._col(a.nbytes(ACT_BYTES))
+        return [Op(a.name, ATTN, flops, nbytes, attention_time(self.system.gpu, flops, nbytes, "bf16"))]
+
+    def tp_entry(self, prefix: str, elements: np.ndarray | float) -> list[Op]:
+        return []
+
+    def tp_exit(self, prefix: str, elements: np.ndarray | float) -> list[Op]:
+        nbytes = self._col(ACT_BYTES * elements)
+        return [Op(f"{prefix}.tp_allreduce", COMM, np.zeros_like(nbytes), nbytes,
+                   tp_all_reduce_time(self.system, nbytes, self.tp), dim="tp")]
+
+    def shared_tp_entry(self, prefix: str, elements: np.ndarray | float) -> list[Op]:
+        return []
+
+    def shared_tp_exit(self, prefix: str, elements: np.ndarray | float) -> list[Op]:
+        return []  # summed with the routed experts' output, one all-reduce for the block (``moe_exit``)
+
+    expert_tp_entry = shared_tp_entry
+    expert_tp_exit = shared_tp_exit
+
+    def moe_exit(self, prefix: str, elements: np.ndarray | float) -> list[Op]:
+        return self.tp_exit(prefix, elements)
+
+    def ep_all_to_all(self, name: str, elements: np.ndarray | float) -> Op:
+        """All-to-all over the EP group; replicas are outermost in rank order (TP, PP, replicas)."""
+        nbytes = self._col(ACT_BYTES * elements)
+        t = comm.all_to_all_time(self.system, nbytes, self.ep, self.tp * self.pp)
+        return Op(name, COMM, np.zeros_like(nbytes), nbytes, np.where(self.ep > 1, t, 0.0), dim="ep")
+
+    def kv_cache_write(self, tokens: np.ndarray | float) -> np.ndarray:
+        return tokens * kv_layer_bytes_per_token(self.model, self.kv_dtype, self.tp)
+
+    def touched_experts(self, routed_tokens: np.ndarray | float) -> np.ndarray:
+        """Distinct local experts a step reaches: the EP group routes ep·T tokens, E/ep experts per GPU."""
+        moe = self.model.moe
+        assert moe is not None
+        ep = self.ep.astype(float)
+        tokens = ep * np.asarray(routed_tokens, dtype=float) / moe.experts_per_token
+        return np.maximum(distinct_experts(moe.num_experts, moe.experts_per_token, tokens) / ep, 1e-9)
+
+
+def tp_all_reduce_time(system: SystemSpec, nbytes: np.ndarray, tp: np.ndarray) -> np.ndarray:
+    """TP all-reduce as serving engines run it.
+
+    Inside a node, vLLM's custom all-reduce (csrc/custom_all_reduce.cuh) reads peers' buffers directly
+    over NVLink/xGMI: one-shot (one latency, each GPU pulls (n−1)·S) for small messages, two-shot
+    (reduce-scatter + all-gather: two latencies, 2(n−1)/n·S) for larger ones; the faster applies. Across
+    nodes NCCL's hierarchical ring (``comm.all_reduce_time``).
+    """
+    n = np.asarray(tp, dtype=float)
+    s = np.asarray(nbytes, dtype=float)
+    link = system.intra_node
+    bw, lat = link.effective_bytes_per_s, link.latency_s
+    one_shot = lat + (n - 1) * s / bw
+    two_shot = 2 * lat + 2 * (n - 1) / n * s / bw
+    ring = comm.all_reduce_time(system, s, tp, np.ones_like(tp))
+    in_node = n <= system.gpus_per_node
+    t = np.where(in_node, np.minimum(one_shot, two_shot), ring)
+    return np.where(n > 1, t, 0.0)
+
+
+def kv_layer_bytes_per_token(model: ModelSpec, kv_dtype: str, tp: np.ndarray) -> np.ndarray:
+    """KV-cache bytes one layer stores per token on one GPU (MLA: the compressed latent; ``core.operators``)."""
+    return inv.kv_token_bytes(model, tp, DTYPE_BYTES[kv_dtype], latent=True)
+
+
+def core_attention(c: InferCtx, s: Step) -> Attention:
+    """The step's attention core: the pairs the step attends, the KV positions it reads. MLA decode runs in the
+    absorbed form (scores and values over the latent, DeepSeek-V2 App. C); MLA prefill decompresses K/V."""
+    d_qk, d_v = inv.attention_dims(c.model, absorbed=s.phase == "decode")
+    return Attention("attn.core", pairs=s.pairs, heads=c.model.num_heads / c.t, d_qk=d_qk, d_v=d_v,
+                     q_tokens=s.tokens, span=s.kv_read, kv_tokens=s.kv_read,
+                     kv_token_bytes=kv_layer_bytes_per_token(c.model, c.kv_dtype, c.tp))
+
+
+def attention_ops(c: InferCtx, s: Step) -> list[Op]:
+    return inv.attention_block(c.model, c, s.tokens, s.tokens, core_attention(c, s))
+
+
+def mlp_ops(c: InferCtx, s: Step) -> list[Op]:
+    return inv.mlp_block(c.model, c, s.tokens, s.tokens)
+
+
+def moe_ops(c: InferCtx, s: Step) -> list[Op]:
+    return inv.moe_block(c.model, c, s.tokens, s.tokens)
+
+
+def embedding_ops(c: InferCtx, s: Step) -> list[Op]:
+    return inv.embedding_block(c.model, c, s.tokens, s.tokens)
+
+
+def head_ops(c: InferCtx, s: Step) -> list[Op]:
+    """LM head for the sampled positions only, the logits all-gathered over TP, fp32 sampling."""
+    m, R = c.model, s.logit_rows
+    ops = inv.head_block(m, c, R, R)
+    nbytes = c._col(ACT_BYTES * R * m.vocab_size)
+    gather = np.where(c.tp > 1, comm.all_gather_time(c.system, nbytes, c.tp, np.ones_like(c.tp)), 0.0)
+    ops.append(Op("head.tp_gather", COMM, np.zeros_like(gather), nbytes, gather, dim="tp"))
+    # Sampler: fp32 upcast, softmax and log-softmax, top-k/top-p: ~4 passes over fp32 logits.
+    ops.append(c.elementwise(Elementwise("head.sample", R * m.vocab_size, 0.0, 4 * LOGIT_BYTES)))
+    return ops
+
+
+BUILDERS = {"attention": attention_ops, "mlp": mlp_ops, "moe": moe_ops, "embedding": embedding_ops,
+            "head": head_ops}
+__all__ = ["ATTN", "BUILDERS", "InferCtx", "Step", "distinct_experts", "kv_heads_per_rank", "kv_layer_bytes_per_token",
+           "tp_all_reduce_time", "weight_bytes_per_param"]

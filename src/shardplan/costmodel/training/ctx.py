@@ -1,0 +1,209 @@
+"""The training context: per-row shapes of a microbatch on one GPU, and how backward and recompute derive
+from the forward operators.
+
+Layer builders (``layers.py``) emit forward ops; ``backward`` and ``recompute`` turn
+them into the other phases with the usual rules: a GEMM's backward is two GEMMs of the same size
+(activation and weight gradients), an elementwise kernel's backward moves 1.5× the bytes,
+flash attention's backward does 2.5× the forward FLOPs (five matmuls instead of two; Dao 2023), and a
+collective in forward has a mirror collective in backward (Megatron's f/g operators).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from shardplan.costmodel.core import comm
+from shardplan.costmodel.core.kernels import attention_time, elementwise_time, gemm_time, kernel_time
+from shardplan.costmodel.core.operators import Attention, Elementwise, Gemm, unfused_attention
+from shardplan.costmodel.core.ops import ATTN, COMM, GEMM, MEM, Op
+from shardplan.costmodel.training.layout import LayoutArrays, TrainWorkload
+from shardplan.hardware.spec import AttentionKernel, GpuSpec, SystemSpec
+from shardplan.models.spec import ModelSpec
+from shardplan.units import DTYPE_BYTES
+
+DROPOUT_FAMILIES = ("gpt", "opt", "bloom")
+
+
+@dataclass(slots=True)
+class Ctx:
+    """Everything the formulas need for a batch of layout rows, with derived per-row quantities."""
+
+    model: ModelSpec
+    system: SystemSpec
+    work: TrainWorkload
+    rows: LayoutArrays
+    tokens: np.ndarray = field(init=False)  # tokens per GPU per microbatch: b·s/cp
+    norm_tokens: np.ndarray = field(init=False)  # tokens an elementwise kernel sees (÷t under SP)
+    act_bytes: float = field(init=False)
+    mm_dtype: str = field(init=False)
+    flash: np.ndarray = field(init=False)  # flash attention per row (context parallel requires it)
+    dropout: bool = field(init=False)
+
+    def __post_init__(self) -> None:
+        r, w = self.rows, self.work
+        self.tokens = (r.mb * w.seq_len / r.cp).astype(float)
+        self.norm_tokens = np.where(r.sp == 1, self.tokens / r.tp, self.tokens)
+        self.act_bytes = DTYPE_BYTES["bf16"] if w.dtype == "fp8" else DTYPE_BYTES[w.dtype]
+        self.mm_dtype = w.dtype
+        kernel = w.attention or self.system.software.attention
+        self.flash = (r.cp > 1) | (kernel == AttentionKernel.FLASH)
+        self.dropout = w.dropout if w.dropout is not None else self.model.family in DROPOUT_FAMILIES
+
+    @property
+    def gpu(self) -> GpuSpec:
+        return self.system.gpu
+
+    @property
+    def tp(self) -> np.ndarray:
+        return self.rows.tp.astype(float)
+
+    @property
+    def kv_cache(self) -> bool:
+        return False
+
+    @property
+    def capacity_factor(self) -> float:
+        return self.model.moe.capacity_factor if self.model.moe is not None else 1.0
+
+    # --- pricing the operator inventory (``core.operators.Pricer``) ----------------------------------------------
+    def gemm(self, g: Gemm) -> list[Op]:
+        """A linear layer's forward GEMM; under fp8 plus its cast kernels (torchao roofline)."""
+        e = self.act_bytes
+        wbytes = 1.0 if self.mm_dtype == "fp8" else e
+        nbytes = g.nbytes(wbytes, wbytes, e)
+        ops = [Op(g.name, GEMM, g.flops, nbytes, gemm_time(self.gpu, g.flops, nbytes, self.mm_dtype,
+                                                           experts=g.experts))]
+        if self.mm_dtype == "fp8":
+            # tensorwise fp8: amax + cast of the input (2+2+1+1 B/elem) and of the weight (2+2+1 B/elem)
+            cast = np.asarray(6.0 * g.m * g.k + 5.0 * g.k * g.n * g.experts, dtype=float)
+            ops.append(Op(f"{g.name}.fp8_cast", MEM, np.zeros_like(cast), cast, self.mem_time(cast)))
+        return ops
+
+    def mem_time(self, nbytes: np.ndarray) -> np.ndarray:
+        return elementwise_time(self.gpu, nbytes)
+
+    def elementwise(self, x: Elementwise, *, selective: bool = False) -> Op:
+        nbytes = x.nbytes(self.act_bytes) + np.zeros_like(self.tokens)
+        return Op(x.name, MEM, np.zeros_like(nbytes), nbytes, self.mem_time(nbytes), selective=selective)
+
+    def bmm(self, name: str, flops: np.ndarray, nbytes: np.ndarray, *, selective: bool) -> Op:
+        """A batched attention matmul of the unfused path (selective recompute reruns it)."""
+        return Op(name, GEMM, flops, nbytes, kernel_time(self.gpu, flops, nbytes, self.mm_dtype), selective=selective)
+
+    def attention(self, a: Attention) -> list[Op]:
+        """Flash or unfused attention per row; under context parallelism the K/V ring, overlapped with the
+        attention kernels (exposed only where the ring takes longer)."""
+        nbytes = a.nbytes(self.act_bytes)
+        flash = Op(f"{a.name}.flash", ATTN, a.flops, nbytes, attention_time(self.gpu, a.flops, nbytes, self.mm_dtype))
+        unfused = unfused_attention(self, a, mask_passes=0, selective=True)
+        ops = [masked(op, ~self.flash) for op in unfused] + [masked(flash, self.flash)]
+        r = self.rows
+        ring = self.collective(f"{a.name}.cp_ring", "all_gather", a.kv_tokens * a.kv_token_bytes, "cp")
+        exposed = np.maximum(ring.time - flash.time * (r.cp - 1) / r.cp, 0.0)
+        ops.append(Op(ring.name, ring.kind, ring.flops, ring.nbytes, np.where(r.cp > 1, exposed, 0.0), dim="cp"))
+        return ops
+
+    def tp_entry(self, prefix: str, elements: np.ndarray | float) -> list[Op]:
+        """Sequence parallelism all-gathers the sharded input before a TP region (identity without SP)."""
+        r = self.rows
+        op = self.collective(f"{prefix}.tp_allgather", "all_gather", elements * self.act_bytes, "tp")
+        return [masked(op, (r.sp == 1) & (r.tp > 1))]
+
+    def tp_exit(self, prefix: str, elements: np.ndarray | float) -> list[Op]:
+        """Leaving a TP region: all-reduce the partial sums, or reduce-scatter them under SP."""
+        r = self.rows
+        nbytes = elements * self.act_bytes
+        ar = self.collective(f"{prefix}.tp_allreduce", "all_reduce", nbytes, "tp")
+        rs = self.collective(f"{prefix}.tp_reducescatter", "reduce_scatter", nbytes, "tp")
+        return [masked(ar, (r.sp == 0) & (r.tp > 1)), masked(rs, (r.sp == 1) & (r.tp > 1))]
+
+    shared_tp_entry = tp_entry
+    shared_tp_exit = tp_exit
+
+    def expert_tp_entry(self, prefix: str, elements: np.ndarray | float) -> list[Op]:
+        """Experts split over TP need every TP rank's dispatched tokens: all-gather them (SP)."""
+        r = self.rows
+        op = self.collective(f"{prefix}.tp_allgather", "all_gather", elements * r.tp * self.act_bytes, "tp")
+        return [masked(op, (r.tp > 1) & (r.sp == 1))]
+
+    def expert_tp_exit(self, prefix: str, elements: np.ndarray | float) -> list[Op]:
+        r = self.rows
+        op = self.collective(f"{prefix}.tp_reducescatter", "reduce_scatter", elements * r.tp * self.act_bytes, "tp")
+        return [masked(op, (r.tp > 1) & (r.sp == 1))]
+
+    def ep_all_to_all(self, name: str, elements: np.ndarray | float) -> Op:
+        return self.collective(name, "all_to_all", elements * self.act_bytes, "ep")
+
+    def moe_exit(self, prefix: str, elements: np.ndarray | float) -> list[Op]:
+        return []
+
+    def kv_cache_write(self, tokens: np.ndarray | float) -> np.ndarray:
+        return np.zeros_like(self.tokens)
+
+    def touched_experts(self, routed_tokens: np.ndarray | float) -> np.ndarray:
+        """Training batches reach every local expert."""
+        assert self.model.moe is not None
+        return self.model.moe.num_experts / self.rows.ep.astype(float)
+
+    def collective(self, name: str, kind: str, nbytes: np.ndarray, dim: str) -> Op:
+        """A collective over the TP, CP or EP group of each row (zero when the group has one rank)."""
+        r, s = self.rows, self.system
+        n, stride = {"tp": (r.tp, 1), "cp": (r.cp, r.tp), "ep": (r.ep, r.tp * r.cp)}[dim]
+        stride = np.broadcast_to(np.asarray(stride), np.shape(n))
+        fn = {"all_reduce": comm.all_reduce_time, "reduce_scatter": comm.reduce_scatter_time,
+              "all_gather": comm.all_gather_time, "all_to_all": comm.all_to_all_time}[kind]
+        nbytes = np.asarray(nbytes, dtype=float) + np.zeros_like(self.tokens)
+        t = fn(s, nbytes, n, stride)
+        if dim == "tp" and s.software.tp_comm_overlap:
+            # TE/async-TP split GEMMs into chunks and overlap them with the SP all-gather/reduce-scatter.
+            t = np.where(r.sp == 1, t * (1 - s.software.tp_comm_overlap), t)
+        return Op(name, COMM, np.zeros_like(nbytes), nbytes, t, dim=dim)
+
+
+def masked(op: Op, when: np.ndarray) -> Op:
+    """The op where ``when`` holds, zero elsewhere (collectives that exist only with SP, or only without)."""
+    z = np.zeros_like(op.time)
+    return Op(op.name, op.kind, np.where(when, op.flops, z), np.where(when, op.nbytes, z),
+              np.where(when, op.time, z), dim=op.dim, selective=op.selective)
+
+
+# Megatron-LM overlaps the backward all-reduce of the TP input gradient with the weight-gradient GEMM
+# (``--async-tensor-model-parallel-allreduce``, on by default since 2021). NCCL kernels share SMs with
+# the GEMM, so overlapped communication still costs this fraction of its time (fitted to Korthikanti et
+# al. 2022 Table 4: 22B layer backward 11.9 ms without SP).
+ASYNC_TP_CONTENTION = 0.4
+# An elementwise kernel's backward reads its saved input and the output gradient and writes the input
+# gradient: three tensors where the forward moved two (norms, softmax, GeLU, dropout).
+MEM_BWD_TRAFFIC = 1.5
+
+
+def backward(ctx: Ctx, fwd: list[Op]) -> list[Op]:
+    """Backward-pass ops of a layer from its forward ops."""
+    out: list[Op] = []
+    entry = next((op for op in fwd if op.kind == GEMM), None)
+    for op in fwd:
+        if op.kind == COMM and op.name.endswith("tp_allreduce") and entry is not None:
+            wgrad = entry.time
+            t = np.maximum(op.time - wgrad, 0.0) + ASYNC_TP_CONTENTION * np.minimum(op.time, wgrad)
+            out.append(Op(f"{op.name}.bwd(async)", COMM, op.flops, op.nbytes, t, dim=op.dim))
+            continue
+        if op.kind == GEMM:
+            out.append(Op(f"{op.name}.dgrad", GEMM, op.flops, op.nbytes, op.time, selective=op.selective))
+            out.append(Op(f"{op.name}.wgrad", GEMM, op.flops, op.nbytes, op.time, selective=op.selective))
+        elif op.kind == MEM:
+            nbytes = MEM_BWD_TRAFFIC * op.nbytes
+            out.append(Op(f"{op.name}.bwd", MEM, op.flops, nbytes, ctx.mem_time(nbytes)))
+        elif op.kind == ATTN:
+            flops = 2.5 * op.flops
+            t = attention_time(ctx.gpu, flops, 2.0 * op.nbytes, ctx.mm_dtype, backward=True)
+            out.append(Op(f"{op.name}.bwd", ATTN, flops, 2.0 * op.nbytes, t))
+        else:
+            out.append(Op(f"{op.name}.bwd", COMM, op.flops, op.nbytes, op.time, dim=op.dim))
+    return out
+
+
+def selective_part(fwd: list[Op]) -> list[Op]:
+    """The forward ops selective recompute reruns: core attention of the unfused path."""
+    return [op for op in fwd if op.selective]

@@ -1,0 +1,56 @@
+"""Forward operators of each layer kind on one GPU for one training microbatch, from the shared inventory.
+
+Shapes per GPU and microbatch: T = b·s/cp tokens through the GEMMs; elementwise kernels see T/t under sequence
+parallelism (Korthikanti et al. 2022 §4.2.2). The inventory (``core.operators``) lists the operators; ``Ctx``
+prices them. What only training has is here: the causal pair count of a training microbatch, and the loss.
+"""
+
+from __future__ import annotations
+
+from shardplan.costmodel.core import operators as inv
+from shardplan.costmodel.core.ops import Op
+from shardplan.costmodel.training.ctx import Ctx, masked
+
+# Flash attention skips the causal blocks above the diagonal and computes the diagonal blocks whole: half the
+# score matrix plus half a block per query row (FlashAttention-2 block of 128 keys; Dao 2023).
+FLASH_BLOCK = 128
+
+
+def core_attention(ctx: Ctx) -> inv.Attention:
+    """The attention core of one microbatch: causal (query, key) pairs as the kernel executes them."""
+    m, r = ctx.model, ctx.rows
+    s = ctx.work.seq_len
+    d_qk, d_v = inv.attention_dims(m)
+    q = r.mb * s / r.cp
+    causal = 0.5 + FLASH_BLOCK / 2 / s
+    return inv.Attention("attn", pairs=q * s * causal, heads=m.num_heads / ctx.tp, d_qk=d_qk, d_v=d_v, q_tokens=q,
+                         span=s, kv_tokens=r.mb * s,
+                         kv_token_bytes=inv.kv_token_bytes(m, ctx.tp, ctx.act_bytes, latent=False))
+
+
+def attention_ops(ctx: Ctx) -> list[Op]:
+    return inv.attention_block(ctx.model, ctx, ctx.tokens, ctx.norm_tokens, core_attention(ctx))
+
+
+def mlp_ops(ctx: Ctx) -> list[Op]:
+    return inv.mlp_block(ctx.model, ctx, ctx.tokens, ctx.norm_tokens)
+
+
+def moe_ops(ctx: Ctx) -> list[Op]:
+    return inv.moe_block(ctx.model, ctx, ctx.tokens, ctx.norm_tokens)
+
+
+def embedding_ops(ctx: Ctx) -> list[Op]:
+    return inv.embedding_block(ctx.model, ctx, ctx.tokens, ctx.norm_tokens)
+
+
+def head_ops(ctx: Ctx) -> list[Op]:
+    """LM head over every token, then vocab-parallel cross entropy in fp32 (Megatron): read the logits, write
+    the fp32 softmax and read it back; the TP ranks all-reduce the max, sum and target logit (3 fp32 per token)."""
+    m, r = ctx.model, ctx.rows
+    vocab = m.vocab_size / ctx.tp
+    ops = inv.head_block(m, ctx, ctx.tokens, ctx.norm_tokens)
+    ops.append(ctx.elementwise(inv.Elementwise("head.cross_entropy", ctx.tokens * vocab, 1, 8.0)))
+    loss = ctx.collective("head.tp_loss_allreduce", "all_reduce", ctx.tokens * 12.0, "tp")
+    ops.append(masked(loss, r.tp > 1))
+    return ops
