@@ -139,7 +139,9 @@ def explain_infeasible(violations: dict[str, np.ndarray], *, time_limit_s: float
     solver.parameters.num_workers = 1  # assumptions need a single worker
     solver.parameters.max_time_in_seconds = time_limit_s
     status = solver.solve(model)
+    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return []  # some row meets every requirement: no core
     if status != cp_model.INFEASIBLE:
-        return []
+        return _deletion_core(violations)  # no answer within the time limit
     core = set(solver.sufficient_assumptions_for_infeasibility())
     return [name for name, lit in reqs.items() if lit.index in core]

@@ -155,10 +155,10 @@ def infeasible_plan(req: TrainRequest, table: TrainTable, wall: float, common: d
                               time_limit_s=min(10.0, req.time_limit_s))
     i = int(np.argmin(table.gpu_over))
     r = table.rows
-    if "gpu_memory" in core or not core:
+    if ("gpu_memory" in core or not core) and table.gpu_over[i] > 0:  # else the leanest row fails on the host
         reason = (f"GPU memory: even the leanest layout ({_describe(table, i)}, microbatch {int(r.mb[i])}) needs "
                   f"{format_bytes(float(table.cost.peak_memory[i]))} per GPU > "
-                  f"{format_bytes(float(req.system.gpu.memory_bytes))} on the {_binding(table, i)}")
+                  f"{format_bytes(float(table.cost.peak_memory[i] - table.gpu_over[i]))} on the {_binding(table, i)}")
     else:
         reason = "host memory: the offload that would fit GPU memory exceeds the CPU memory of the nodes"
     suggestions: list[str] = []
