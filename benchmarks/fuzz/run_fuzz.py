@@ -495,11 +495,16 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=HERE / "RESULTS.md")
     ap.add_argument("--log", type=Path, default=Path(tempfile.gettempdir()) / "shardplan-fuzz.jsonl")
     ap.add_argument("--report-only", action="store_true", help="write the report from the logs of an earlier run")
+    ap.add_argument("--start", type=int, default=0, help="run the generated vectors from this index on (a second "
+                    "process can take the second half; no hostile set or sample then)")
+    ap.add_argument("--extra-log", type=Path, action="append", default=[],
+                    help="with --report-only: logs of other processes over other index ranges")
     args = ap.parse_args()
     t0 = time.perf_counter()
     side = args.log.with_suffix(".subprocess.json")
     if args.report_only:  # e.g. of a run stopped early: the generated runs logged so far
-        gen = [json.loads(line) for line in args.log.read_text().splitlines() if line.strip()]
+        gen = [json.loads(line) for log in [args.log, *args.extra_log]
+               for line in log.read_text().splitlines() if line.strip()]
         hostile, sample = json.loads(side.read_text())
         report(gen, hostile, sample, seed=args.seed, elapsed=float("nan"), path=args.out)
         return
@@ -510,6 +515,9 @@ def main() -> None:
         (root / "out").mkdir()
         file_list = [v for k, v in files.items() if k not in ("folder",)]
         vecs = generate(args.n, args.seed, [f for f in file_list if "/dev/" not in f and "fifo" not in f])
+        if args.start:
+            run_chunks(vecs[args.start:], args.chunk, args.log)
+            return
         hostile = [run_subprocess(v) for v in hostile_vectors(files, root / "out")]
         print(f"{len(hostile)} hostile runs done", file=sys.stderr, flush=True)
         sample = [run_subprocess(v) for v in random.Random(args.seed + 1).sample(vecs, min(args.sample, len(vecs)))]
