@@ -22,12 +22,15 @@ def validate(
 
     A case whose published layout the cost model finds infeasible is still scored, and marked INFEASIBLE."""
     from shardplan.errors import ShardplanError
-    from shardplan.validation.runs import GROUPS, run_validation
+    from shardplan.validation.groups import GROUPS, run_validation
 
     unknown = sorted(set(group or []) - set(GROUPS))
     if unknown:
         raise ShardplanError(f"unknown group {', '.join(unknown)}; groups: {', '.join(GROUPS)}", field="group")
     report = run_validation(group)
+    from shardplan.validation.bands import band_coverage
+
+    bands = band_coverage(report)
 
     def render(con: Console) -> None:
         t = Table(title="Predicted vs measured (published runs)", title_justify="left")
@@ -50,5 +53,8 @@ def validate(
             s.add_row(g, str(v.cases), str(v.ran), str(v.infeasible), pct(v.mape_pct), pct(v.median_abs_pct),
                       pct(v.max_abs_pct))
         con.print(s)
+        for kind, c in bands.items():
+            con.print(f"Error bands ({kind}): {c['inside_pct']:.0f}% of {c['cases']} measured values inside the "
+                      f"band of their prediction; median band ±{c['median_width_pct'] / 2:.0f}%")
 
-    emit(report.model_dump(mode="json"), render, as_json=as_json)
+    emit({**report.model_dump(mode="json"), "band_coverage": bands}, render, as_json=as_json)

@@ -23,8 +23,15 @@ def members_per_node(system: SystemSpec, n: np.ndarray, stride: np.ndarray) -> n
     return np.minimum(n, per)
 
 
-def _bw(link: LinkSpec | None) -> float:
-    return link.effective_bytes_per_s if link is not None else np.inf
+def _bw(system: SystemSpec, level: str) -> float:
+    """Achieved bandwidth of the ``intra``/``inter``-node link, with the calibration's collective-efficiency
+    scale (hardware.spec.Calibration); the efficiency never exceeds 1."""
+    link: LinkSpec | None = system.intra_node if level == "intra" else system.inter_node
+    if link is None:
+        return np.inf
+    cal = system.calibration
+    scale = cal.intra_node_comm_scale if level == "intra" else cal.inter_node_comm_scale
+    return link.bandwidth_bytes_per_s * min(link.efficiency * scale, 1.0)
 
 
 def _lat(link: LinkSpec | None) -> float:
@@ -42,8 +49,8 @@ def all_reduce_time(system: SystemSpec, nbytes: np.ndarray, n: np.ndarray, strid
     k = members_per_node(system, n, stride).astype(float)
     nodes = n / k
     s = np.asarray(nbytes, dtype=float)
-    intra = 2 * (k - 1) / k * s / _bw(system.intra_node)
-    inter = np.where(nodes > 1, 2 * (nodes - 1) / nodes * s / k / _bw(system.inter_node), 0.0)
+    intra = 2 * (k - 1) / k * s / _bw(system, "intra")
+    inter = np.where(nodes > 1, 2 * (nodes - 1) / nodes * s / k / _bw(system, "inter"), 0.0)
     lat = 2 * _ring_steps_latency(system, k, nodes)
     return np.where(n > 1, intra + inter + lat, 0.0)
 
@@ -54,8 +61,8 @@ def reduce_scatter_time(system: SystemSpec, nbytes: np.ndarray, n: np.ndarray, s
     k = members_per_node(system, n, stride).astype(float)
     nodes = n / k
     s = np.asarray(nbytes, dtype=float)
-    intra = (k - 1) / k * s / _bw(system.intra_node)
-    inter = np.where(nodes > 1, (nodes - 1) / nodes * s / k / _bw(system.inter_node), 0.0)
+    intra = (k - 1) / k * s / _bw(system, "intra")
+    inter = np.where(nodes > 1, (nodes - 1) / nodes * s / k / _bw(system, "inter"), 0.0)
     return np.where(n > 1, intra + inter + _ring_steps_latency(system, k, nodes), 0.0)
 
 
@@ -67,8 +74,8 @@ def all_to_all_time(system: SystemSpec, nbytes: np.ndarray, n: np.ndarray, strid
     n = np.asarray(n, dtype=float)
     k = members_per_node(system, n, stride).astype(float)
     s = np.asarray(nbytes, dtype=float)
-    intra = (k - 1) / n * s / _bw(system.intra_node)
-    inter = (n - k) / n * s / _bw(system.inter_node)
+    intra = (k - 1) / n * s / _bw(system, "intra")
+    inter = (n - k) / n * s / _bw(system, "inter")
     lat = (k - 1) * _lat(system.intra_node) + np.where(n > k, _lat(system.inter_node), 0.0)
     return np.where(n > 1, np.maximum(intra, inter) + lat, 0.0)
 
@@ -76,6 +83,6 @@ def all_to_all_time(system: SystemSpec, nbytes: np.ndarray, n: np.ndarray, strid
 def p2p_time(system: SystemSpec, nbytes: np.ndarray, crosses_node: np.ndarray) -> np.ndarray:
     """Point-to-point send of ``nbytes`` to a neighbour, inside the node or across it."""
     s = np.asarray(nbytes, dtype=float)
-    inter = s / _bw(system.inter_node) + _lat(system.inter_node)
-    intra = s / _bw(system.intra_node) + _lat(system.intra_node)
+    inter = s / _bw(system, "inter") + _lat(system.inter_node)
+    intra = s / _bw(system, "intra") + _lat(system.intra_node)
     return np.where(np.asarray(crosses_node, dtype=bool), inter, intra)

@@ -1,0 +1,57 @@
+"""The ``validate`` groups by name, and running them: each case predicted, errors summarised per group."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+
+from shardplan.validation.projection import projection
+from shardplan.validation.runs import (
+    Case,
+    CaseResult,
+    GroupSummary,
+    ValidationReport,
+    flexgen,
+    korthikanti_t4,
+    korthikanti_t5,
+    modern,
+    narayanan,
+    vllm_kv,
+)
+
+GROUPS: dict[str, Callable[[], list[Case]]] = {
+    "korthikanti-t5": korthikanti_t5,
+    "korthikanti-t4": korthikanti_t4,
+    "narayanan": narayanan,
+    "modern": modern,
+    "vllm-kv": vllm_kv,
+    "flexgen": flexgen,
+    "projection": projection,
+}
+
+
+def run_validation(groups: list[str] | None = None) -> ValidationReport:
+    """Run every case of the selected groups (all by default) and summarise the errors per group."""
+    rows: list[CaseResult] = []
+    for name, make in GROUPS.items():
+        if groups and name not in groups:
+            continue
+        for case in make():
+            try:
+                out = case.predict()
+                pred, why = (float(out[0]), out[1]) if isinstance(out, tuple) else (float(out), None)
+                rows.append(CaseResult(group=case.group, id=case.id, quantity=case.quantity, measured=case.measured,
+                                       predicted=pred, error_pct=100 * (pred - case.measured) / case.measured,
+                                       infeasible=why))
+            except ValueError as e:  # an infeasible or invalid case is reported, not fatal
+                rows.append(CaseResult(group=case.group, id=case.id, quantity=case.quantity, measured=case.measured,
+                                       predicted=None, error_pct=None, failure=str(e)))
+    summary = {}
+    for g in dict.fromkeys(r.group for r in rows):
+        errs = [abs(r.error_pct) for r in rows if r.group == g and r.error_pct is not None]
+        n = sum(1 for r in rows if r.group == g)
+        summary[g] = GroupSummary(cases=n, ran=len(errs), mape_pct=sum(errs) / len(errs) if errs else None,
+                                  median_abs_pct=statistics.median(errs) if errs else None,
+                                  max_abs_pct=max(errs) if errs else None,
+                                  infeasible=sum(1 for r in rows if r.group == g and r.infeasible))
+    return ValidationReport(rows=rows, summary=summary)
