@@ -136,3 +136,12 @@ def test_progress_is_silent_when_piped_or_json(run_cli) -> None:
     r = run_cli("train", "--model", "llama-3.1-8b", "--hardware", "dgx-h100", "--gpus", "8", "--global-batch", "64",
                 "--seq-len", "4096", "--json")
     assert r.code == 0 and r.err == ""
+
+
+def test_a_pipeline_too_long_to_draw_is_skipped_with_a_note(run_cli, tmp_path: Path) -> None:
+    """PP=4 with 2,048 microbatches is 16,384 passes, over MAX_PIPELINE_PASSES: a note, no file, exit 0."""
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "pipe.svg"
+    r = run_cli("estimate", "train", "-m", "llama-2-7b", "-H", "dgx-h100", "-s", "2048", "-b", "2048", "--tp", "2",
+                "--pp", "4", "--gpus", "8", "--plot", str(out), "--plot-kind", "pipeline")
+    assert r.code == 0 and "16,384 passes" in r.err and not out.exists()
