@@ -290,8 +290,19 @@ def _limit_memory() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (AS_LIMIT, AS_LIMIT))
 
 
-def _judge(argv: list[str], code: int | None, out: str, err: str) -> list[str]:
-    """Contract violations of one run."""
+def _json_ok(argv: list[str], code: int | None, out: str) -> bool:
+    """A code-0 ``--json`` run printed one JSON object (judged on the whole of stdout)."""
+    if code != 0 or "--json" not in argv:
+        return True
+    try:
+        json.loads(out)
+    except ValueError:
+        return False
+    return True
+
+
+def _judge(argv: list[str], code: int | None, out: str, err: str, json_ok: bool | None = None) -> list[str]:
+    """Contract violations of one run (``json_ok``: judged already, where ``out`` is only a tail)."""
     bad = []
     if code not in (0, 2):
         bad.append(f"exit {code}")
@@ -301,11 +312,8 @@ def _judge(argv: list[str], code: int | None, out: str, err: str) -> list[str]:
             bad.append(f"{len(lines)} stderr lines")
         if out:
             bad.append("stdout on error")
-    if code == 0 and "--json" in argv:
-        try:
-            json.loads(out)
-        except ValueError:
-            bad.append("--json output does not parse")
+    if not (_json_ok(argv, code, out) if json_ok is None else json_ok):
+        bad.append("--json output does not parse")
     if "Warning" in err or "Traceback" in err:
         bad.append("warning/traceback on stderr")
     return bad
@@ -358,6 +366,7 @@ def child(result_file: str, argv: list[str]) -> None:
         code = main(argv)
     use = resource.getrusage(resource.RUSAGE_SELF)
     Path(result_file).write_text(json.dumps({"code": code, "out": out.getvalue()[-2000:], "err": err.getvalue()[-2000:],
+                                             "json_ok": _json_ok(argv, code, out.getvalue()),
                                              "rss_kib": use.ru_maxrss, "cpu_s": use.ru_utime + use.ru_stime}))
 
 
@@ -378,7 +387,7 @@ def run_subprocess(argv: list[str]) -> dict[str, Any]:
     data = json.loads(Path(res).read_text() or "{}") if Path(res).stat().st_size else {}
     os.unlink(res)
     code = None if timeout else data.get("code", p.returncode)
-    bad = _judge(argv, code, data.get("out", ""), data.get("err", "")) if data else (
+    bad = _judge(argv, code, data.get("out", ""), data.get("err", ""), data.get("json_ok")) if data else (
         ["timeout"] if timeout else [f"child died (exit {p.returncode})"])
     return {"argv": argv, "code": code, "wall_s": wall, "cpu_s": data.get("cpu_s"), "timeout": timeout, "bad": bad,
             "err": data.get("err", "")[:300], "rss_kib": data.get("rss_kib")}
@@ -497,6 +506,7 @@ def main() -> None:
     ap.add_argument("--report-only", action="store_true", help="write the report from the logs of an earlier run")
     ap.add_argument("--start", type=int, default=0, help="run the generated vectors from this index on (a second "
                     "process can take the second half; no hostile set or sample then)")
+    ap.add_argument("--subprocess-only", action="store_true", help="only the hostile set and the sample")
     ap.add_argument("--extra-log", type=Path, action="append", default=[],
                     help="with --report-only: logs of other processes over other index ranges")
     args = ap.parse_args()
@@ -517,6 +527,11 @@ def main() -> None:
         vecs = generate(args.n, args.seed, [f for f in file_list if "/dev/" not in f and "fifo" not in f])
         if args.start:
             run_chunks(vecs[args.start:], args.chunk, args.log)
+            return
+        if args.subprocess_only:  # the hostile set and the sample again (e.g. after a harness fix)
+            hostile = [run_subprocess(v) for v in hostile_vectors(files, root / "out")]
+            sample = [run_subprocess(v) for v in random.Random(args.seed + 1).sample(vecs, min(args.sample, len(vecs)))]
+            side.write_text(json.dumps([hostile, sample]))
             return
         hostile = [run_subprocess(v) for v in hostile_vectors(files, root / "out")]
         print(f"{len(hostile)} hostile runs done", file=sys.stderr, flush=True)
