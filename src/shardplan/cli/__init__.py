@@ -18,6 +18,7 @@ from shardplan.cli import (  # noqa: F401  (importing registers the commands)
     infer_cmds,
     notes,
     offload_cmds,
+    sweep_cmds,
     train_cmds,
     validate_cmd,
 )
