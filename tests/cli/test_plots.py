@@ -74,7 +74,7 @@ def test_png_size_and_pareto(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("plot", "message"), [("nowhere/memory.png", "does not exist"), (".", "is a folder"),
-                                               ("x" * 300 + ".png", "too long")])
+                                               ("x" * 300 + ".png", "too long"), ("chart.txt", "must end in")])
 def test_bad_plot_file_is_bad_input(run_cli, plot: str, message: str, tmp_path: Path,
                                     monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
@@ -86,7 +86,7 @@ def test_bad_plot_file_is_bad_input(run_cli, plot: str, message: str, tmp_path: 
     ("x.png", None, b"\x89PNG"), ("chart.svg", "pipeline", b"<?xml"), ("plot", "memory", b"\x89PNG"),
     ("m.jpg", None, b"\xff\xd8")])
 def test_any_file_name_is_a_plot(run_cli, tmp_path: Path, name: str, kind_opt: str | None, head: bytes) -> None:
-    """A name that says nothing about the kind gets --plot-kind (default memory); an unknown suffix gets PNG."""
+    """A name that says nothing about the kind gets --plot-kind (default memory); a name without a suffix gets PNG."""
     pytest.importorskip("matplotlib")
     out = tmp_path / name
     r = run_cli(*EST, "--plot", str(out), *(["--plot-kind", kind_opt] if kind_opt else []))

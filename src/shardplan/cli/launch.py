@@ -50,8 +50,8 @@ FlexgenModuleOpt = Annotated[FlexgenModule, typer.Option(
     "(FlexLLMGen repository, flexllmgen.flex_opt).")]
 OutputOpt = Annotated[Path | None, typer.Option("--output", "-o", help="File for --export (default: stdout).")]
 ParetoPlotOpt = Annotated[Path | None, typer.Option(
-    "--plot", metavar="FILE", help="With --pareto: throughput vs TPOT plot (.png, .svg, .pdf, .jpg; PNG for other "
-    "names; needs matplotlib).")]
+    "--plot", metavar="FILE", help="With --pareto: throughput vs TPOT plot (.png, .svg, .pdf, .jpg; PNG without a "
+    "suffix; needs matplotlib).")]
 
 
 def check_outputs(export: StrEnum | None, output: Path | None, as_json: bool, *, plot: Path | None = None,

@@ -1,6 +1,6 @@
 """Plots of a plan (matplotlib, the optional ``plot`` extra): memory per stage, the pipeline schedule of one
 step, and the serving throughput–latency frontier. The format follows the file suffix (.png, .svg, .pdf, .jpg;
-PNG for any other name).
+PNG for a name without a suffix).
 
 Only the object-oriented ``matplotlib.figure.Figure`` API is used (no pyplot state, no display needed).
 """
@@ -57,14 +57,16 @@ def parse_train_plot(spec: str, default_kind: str | None = None) -> tuple[str, P
 
 
 def plot_format(path: Path) -> str:
-    """matplotlib's format for the file: from its suffix (.png, .svg, .pdf, .jpg), PNG for any other name."""
+    """matplotlib's format for the file: from its suffix (.png, .svg, .pdf, .jpg), PNG for a name without one."""
     return FORMATS.get(path.suffix.lower(), "png")
 
 
 def check_path(path: Path) -> None:
-    """The file must be writable (its folder exists; it is not a folder)."""
+    """The file must be writable (its folder exists; it is not a folder) and its suffix, if any, an image format."""
     from shardplan.cli.common import check_writable
 
+    if path.suffix and path.suffix.lower() not in FORMATS:
+        raise ShardplanError(f"'{path}' must end in {', '.join(FORMATS)} (or have no suffix: PNG)", field="plot")
     check_writable(path, field="plot")
 
 

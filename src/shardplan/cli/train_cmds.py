@@ -70,7 +70,7 @@ HeadroomOpt = Annotated[str | None, typer.Option(
     "of GPU memory (10%); default 10%. It comes on top of the framework memory (CUDA context, NCCL buffers, "
     "workspaces: 2 GiB) shown in the stage table.")]
 PlotOpt = Annotated[list[str] | None, typer.Option(
-    "--plot", metavar="FILE", help="Write a plot (repeatable; .png, .svg, .pdf or .jpg, PNG for other names): the "
+    "--plot", metavar="FILE", help="Write a plot (repeatable; .png, .svg, .pdf or .jpg, PNG without a suffix): the "
     "kind is --plot-kind, else KIND:FILE, else the name (memory*, pipeline*), else memory. memory = memory per "
     "stage against capacity, pipeline = one step's schedule. Needs the plot extra (matplotlib).")]
 PlotKindOpt = Annotated[PlotKind | None, typer.Option(
