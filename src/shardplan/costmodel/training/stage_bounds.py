@@ -81,7 +81,12 @@ def stage_lower_bounds(model: ModelSpec, system: SystemSpec, work: TrainWorkload
     # Recompute term: exact only without offload, without ZeRO-3's gathered buffer, off rank 0 of dense-first.
     exact = recompute & (not allow_offload) & (sub.zero < 3) & ~((rank == 0) & (min_first_layers(model) > 0))
     r = np.where(exact, ((r1.fwd_s + r1.bwd_s) - (a1.fwd_s + a1.bwd_s)) / (lo + 1), 0.0)
-    s = np.where(exact, (a1.total - r1.total) / (lo + 1), 0.0)
+    # Memory one more recomputed layer frees (the marginal saving: recomputing all lo + 1 layers vs lo of them).
+    # The first recomputed layer also costs a transient (its activations during its backward), so the average
+    # saving is smaller; a lower bound takes the larger, marginal one and ignores the transient.
+    ctx_most = Ctx(model, system, work, sub.replace(rk=np.where(recompute, lo.astype(np.int64), sub.rk),
+                                                   f_act=ctx_fix.rows.f_act))
+    s = np.where(exact, stage(ctx_most, lo + 1).total - r1.total, 0.0)
     mem0, b = a0.total, a1.total - a0.total
     use = exact & (r > 0) & (s > 0)
     steep = slope + np.divide(r * b, s, out=np.zeros(len(row)), where=use)

@@ -200,8 +200,14 @@ def _stage(ctx: Ctx, k: dict[str, KindCost], shape: StageShape, m: np.ndarray) -
     recomputed = np.where(r.rc == 2, np.maximum(np.where(rc_dense > 0, save_dense, 0.0),
                                                  np.where(rc_moe > 0, save_moe, 0.0)), 0.0)
     working = np.maximum(recomputed, head * head_activations(ctx))
-    # ZeRO-3 holds the gathered weights of the module in use plus the prefetched next: about one layer.
-    gathered = np.where(r.zero >= 3, (dense_p + expert_p) / np.maximum(n, 1) * w_bytes, 0.0)
+    # ZeRO-3/FSDP gathers one module (wrapping unit) at a time: a transformer layer, the embedding or the output
+    # layer (torchtitan and Megatron-FSDP wrap each); the buffer is the largest unit the stage holds.
+    def unit(kind: str) -> np.ndarray:
+        return k[kind].params.dense + k[kind].params.expert
+
+    layer_unit = layer_sum(k, counts, lambda c: c.params.dense + c.params.expert) / np.maximum(n, 1)
+    largest = np.maximum(layer_unit, np.maximum(emb * unit("embedding"), head * unit("head")))
+    gathered = np.where(r.zero >= 3, largest * w_bytes, 0.0)
     activations = stored * inflight * (1 - r.f_act) + working + gathered
     # Calibrated memory overhead (allocator, NCCL buffers) joins the framework share of the total.
     framework = np.full_like(activations, float(w.framework_bytes) + sysm.calibration.memory_overhead_bytes)
