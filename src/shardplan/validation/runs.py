@@ -5,7 +5,8 @@ into cases run through the same library calls as the CLI, and reports the error 
 Groups: ``korthikanti-t5`` (iteration times, Korthikanti et al. 2022 Table 5), ``korthikanti-t4``
 (22B layer forward/backward times, Table 4), ``narayanan`` (Narayanan et al. 2021 Tables 1–2, microbatch
 and interleave chosen by the planner), ``modern`` (H100-era Megatron/NeMo/torchtitan/Llama 3 runs,
-throughput per GPU); inference and offload groups register themselves below.
+throughput per GPU), ``optimum`` (the planner run free on expert-tuned runs, ``validation.optimum``);
+inference and offload groups register themselves below.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ class GroupSummary(BaseModel):
     mape_pct: float | None
     median_abs_pct: float | None
     max_abs_pct: float | None
+    mean_signed_pct: float | None = None  # positive: predicted larger than measured
 
 
 class ValidationReport(BaseModel):
@@ -301,11 +303,27 @@ def flexgen() -> list[Case]:
     return out
 
 
+def optimum() -> list[Case]:
+    """The free planner's tokens/s per GPU on expert-tuned published runs (``validation.optimum``)."""
+    from shardplan.validation.optimum import run_optimum
+
+    out = []
+    for row in run_optimum().rows:
+        def predict(row: Any = row) -> float:
+            if row.free is None:
+                raise ValueError(row.failure or "no prediction")
+            return float(row.free)
+
+        out.append(Case("optimum", row.id, "tokens_per_s_per_gpu", row.measured, predict))
+    return out
+
+
 GROUPS: dict[str, Callable[[], list[Case]]] = {
     "korthikanti-t5": korthikanti_t5,
     "korthikanti-t4": korthikanti_t4,
     "narayanan": narayanan,
     "modern": modern,
+    "optimum": optimum,
     "vllm-kv": vllm_kv,
     "flexgen": flexgen,
 }
@@ -327,9 +345,11 @@ def run_validation(groups: list[str] | None = None) -> ValidationReport:
                                        predicted=None, error_pct=None, failure=str(e)))
     summary = {}
     for g in dict.fromkeys(r.group for r in rows):
-        errs = [abs(r.error_pct) for r in rows if r.group == g and r.error_pct is not None]
+        signed = [r.error_pct for r in rows if r.group == g and r.error_pct is not None]
+        errs = [abs(e) for e in signed]
         n = sum(1 for r in rows if r.group == g)
         summary[g] = GroupSummary(cases=n, ran=len(errs), mape_pct=sum(errs) / len(errs) if errs else None,
                                   median_abs_pct=statistics.median(errs) if errs else None,
-                                  max_abs_pct=max(errs) if errs else None)
+                                  max_abs_pct=max(errs) if errs else None,
+                                  mean_signed_pct=sum(signed) / len(signed) if signed else None)
     return ValidationReport(rows=rows, summary=summary)
