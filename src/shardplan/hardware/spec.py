@@ -36,6 +36,9 @@ class LinkSpec(BaseModel):
     bandwidth_bytes_per_s: Positive = Field(description="Peak bandwidth per GPU, one direction.")
     latency_s: NonNeg = Field(description="Per-message (per ring step) latency.")
     efficiency: Fraction = Field(0.8, description="Achievable fraction of peak for large messages.")
+    nvls_bus_bytes_per_s: Positive | None = Field(
+        None, description="All-reduce bus bandwidth with NVLink SHARP (NVLS: the NVSwitch reduces in the network; "
+        "NCCL selects it above 4 GPUs of a node), measured by nccl-tests; None: no in-switch reduction.")
 
     @property
     def effective_bytes_per_s(self) -> float:

@@ -44,8 +44,9 @@ class TrainWorkload(BaseModel):
     dropout: bool | None = Field(
         None, description="Dropout masks stored (default: on for gpt/opt/bloom families, off otherwise)."
     )
-    framework_bytes: Annotated[int, Field(ge=0)] = Field(
-        2 * 1024**3, description="CUDA context, allocator slack and communication buffers per GPU."
+    framework_bytes: Annotated[int, Field(ge=0)] | None = Field(
+        None, description="Override: CUDA context, GEMM workspaces and NCCL buffers per GPU (default: computed "
+        "from the layout's communicators, costmodel.training.memory.framework_memory)."
     )
     host_reserve_fraction: Annotated[float, Field(ge=0, lt=1)] = Field(
         0.2, description="Share of host DRAM kept free of offloaded tensors (OS, pinned buffers)."

@@ -128,3 +128,35 @@ def head_activations(ctx: Ctx) -> np.ndarray:
     m, r, e = ctx.model, ctx.rows, ctx.act_bytes
     norm_in = np.where(r.sp == 1, e * m.hidden_size / r.tp, e * m.hidden_size)
     return ctx.tokens * (norm_in + e * m.hidden_size + 4.0 * m.vocab_size / r.tp)
+
+
+# --- memory the model cannot see as tensors (per GPU) ----------------------------------------------------
+MiB = 1024**2
+# CUDA context with lazy module loading (default since CUDA 12.2; NVIDIA forum "How to enable the CUDA's lazy
+# module loading"): ≈ 0.5 GiB; PyTorch forum "What is the reason for pytorch's GPU memory floor?" measured 723 MiB
+# with eager loading on an older stack.
+CUDA_CONTEXT_BYTES = 512 * MiB
+# cuBLAS workspace on sm90: 4096·8·1024 B = 32 MiB per handle and stream (pytorch aten/src/ATen/cuda/
+# CublasHandlePool.cpp parseChosenWorkspaceSize); Transformer Engine keeps its own 32 MiB cuBLASLt workspace
+# for its GEMM stream (transformer_engine/pytorch/module/base.py get_workspace): two of them.
+GEMM_WORKSPACE_BYTES = 2 * 32 * MiB
+# NCCL buffers per communicator: each channel's receive connection holds the Simple (NCCL_BUFFSIZE 4 MiB),
+# LL (512 KiB) and LL128 (4.6875 MiB) buffers (NVIDIA/nccl@5067397 src/init.cc DEFAULT_*_BUFFSIZE) = 9.19 MiB,
+# over 16 channels (NCCL's ring/tree channel count on an 8-GPU NVSwitch node; NCCL_MIN_NCHANNELS default is
+# lower, MAXCHANNELS 64) ≈ 147 MiB per communicator.
+NCCL_CHANNEL_BYTES = 4 * MiB + 512 * 1024 + 4.6875 * MiB
+NCCL_CHANNELS = 16
+
+
+def framework_memory(ctx: Ctx) -> np.ndarray:
+    """Bytes per GPU outside the model's tensors: CUDA context, GEMM workspaces and one NCCL communicator per
+    parallel group with more than one rank (TP, CP, DP·CP, PP, EP, and the expert-data-parallel group);
+    ``TrainWorkload.framework_bytes`` overrides it."""
+    r, w = ctx.rows, ctx.work
+    if w.framework_bytes is not None:
+        return np.full(len(r), float(w.framework_bytes))
+    groups = [r.tp, r.cp, r.dp * r.cp, r.pp, r.ep, np.maximum(r.dp * r.cp // np.maximum(r.ep, 1), 1)]
+    communicators = sum((np.asarray(g) > 1).astype(float) for g in groups[:5])
+    if ctx.model.moe is not None:
+        communicators = communicators + (np.asarray(groups[5]) > 1)
+    return CUDA_CONTEXT_BYTES + GEMM_WORKSPACE_BYTES + communicators * NCCL_CHANNELS * NCCL_CHANNEL_BYTES

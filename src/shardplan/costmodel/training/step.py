@@ -23,7 +23,7 @@ from shardplan.costmodel.core import comm
 from shardplan.costmodel.core.kernels import memory_time
 from shardplan.costmodel.training.ctx import Ctx
 from shardplan.costmodel.training.layout import LayoutArrays, TrainWorkload
-from shardplan.costmodel.training.memory import embedding_activations, head_activations
+from shardplan.costmodel.training.memory import embedding_activations, framework_memory, head_activations
 from shardplan.costmodel.training.stages import KindCost, StageShape, kind_costs, stage_shapes
 from shardplan.hardware.spec import SystemSpec
 from shardplan.models import params as P
@@ -177,7 +177,7 @@ def _stage(ctx: Ctx, k: dict[str, KindCost], shape: StageShape, m: np.ndarray) -
     # ZeRO-3 holds the gathered weights of the module in use plus the prefetched next: about one layer.
     gathered = np.where(r.zero >= 3, (dense_p + expert_p) / np.maximum(n, 1) * w_bytes, 0.0)
     activations = stored * inflight * (1 - r.f_act) + working + gathered
-    framework = np.full_like(activations, float(w.framework_bytes))
+    framework = np.broadcast_to(framework_memory(ctx), np.shape(activations)).astype(float)
 
     # Offload traffic per microbatch over PCIe (weights streamed for every pass, activations out and back).
     passes = 2 + (r.rc == 2)
@@ -191,26 +191,53 @@ def _stage(ctx: Ctx, k: dict[str, KindCost], shape: StageShape, m: np.ndarray) -
                      per_layer_full, w_kept, opt_full)
 
 
+# Megatron-Core DDP bucket: max(40M, 1M·dp) parameters (megatron/core/distributed/
+# distributed_data_parallel_config.py, bucket_size docstring); with overlap the last bucket's reduction starts
+# only after the backward has finished, and the first bucket's parameter gather must land before the forward.
+BUCKET_MIN_PARAMS = 40_000_000
+BUCKET_PARAMS_PER_DP_RANK = 1_000_000
+
+
 def _data_parallel(ctx: Ctx, st: StageCost, m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Exposed gradient-sync time per step, and exposed ZeRO-3 gather time per step."""
+    """Exposed gradient-sync time per step, and exposed ZeRO-3 gather time per step.
+
+    Megatron enables gradient sync only for the last microbatch (``schedules.py``: ``no_sync`` for the others),
+    so the bucketed reduce-scatter/all-reduce overlaps that microbatch's backward only: exposed
+    ``max(0, comm − last backward) + last bucket``. The distributed optimizer's parameter all-gather overlaps
+    the next step's first forward the same way. ZeRO-2 keeps no full gradient buffer, so every microbatch
+    reduce-scatters its gradients (DeepSpeed ZeRO-2, FSDP SHARD_GRAD_OP), each behind its own backward.
+    Without overlap the whole collective is exposed.
+    """
     r, w, s = ctx.rows, ctx.work, ctx.system
     n = (r.dp * r.cp).astype(float)
     stride = r.tp
     g_bytes = DTYPE_BYTES[w.grad_reduce_dtype or w.grad_dtype]
     z3_g_bytes = DTYPE_BYTES[w.grad_reduce_dtype or ("bf16" if w.dtype == "fp8" else w.dtype)]
-    grad_bytes = st.params * g_bytes
-    ar = comm.all_reduce_time(s, grad_bytes, n, stride)
-    rs = comm.reduce_scatter_time(s, grad_bytes, n, stride)
-    ag = comm.all_gather_time(s, st.params * DTYPE_BYTES["bf16"], n, stride)
+    p_bytes = DTYPE_BYTES["bf16"]
     overlap = s.software.overlap_grad_reduce if w.overlap_grad_reduce is None else w.overlap_grad_reduce
+    bucket = np.minimum(np.maximum(BUCKET_MIN_PARAMS, BUCKET_PARAMS_PER_DP_RANK * n), st.params) if overlap \
+        else st.params
+    ar = comm.all_reduce_time(s, st.params * g_bytes, n, stride)
+    rs = comm.reduce_scatter_time(s, st.params * g_bytes, n, stride)
+    ag = comm.all_gather_time(s, st.params * p_bytes, n, stride)
+    ar_last = comm.all_reduce_time(s, bucket * g_bytes, n, stride)
+    rs_last = comm.reduce_scatter_time(s, bucket * g_bytes, n, stride)
+    ag_first = comm.all_gather_time(s, bucket * p_bytes, n, stride)
     last_bwd = st.bwd_s if overlap else 0.0
-    next_fwd = st.fwd_s if (overlap and s.software.overlap_param_gather) else 0.0
-    sync = np.where(r.zero == 0, np.maximum(ar - last_bwd, 0.0),
-                    np.maximum(rs - last_bwd, 0.0) + np.maximum(ag - next_fwd, 0.0))
+    gather_overlap = overlap and s.software.overlap_param_gather
+    first_fwd = st.fwd_s if gather_overlap else 0.0
+
+    def exposed(t: np.ndarray, window: np.ndarray | float, edge: np.ndarray, on: bool) -> np.ndarray:
+        return np.maximum(t - window, 0.0) + edge if on else t
+
+    rs_exposed = exposed(rs, last_bwd, rs_last, overlap)
+    reduce = np.where(r.zero == 0, exposed(ar, last_bwd, ar_last, overlap), np.where(r.zero == 2, m, 1) * rs_exposed)
+    gather = np.where(r.zero >= 1, exposed(ag, first_fwd, ag_first, gather_overlap), 0.0)
+    sync = reduce + gather
     # ZeRO-3: every microbatch gathers weights for forward, backward (and recompute) and reduce-scatters
     # gradients; a share of it hides behind compute (DeepSpeed prefetching; Primus measured 93% for FSDP).
     z_stride = stride if s.software.zero3_rail_parallel else np.full_like(stride, s.gpus_per_node)
-    z_ag = comm.all_gather_time(s, st.params * DTYPE_BYTES["bf16"], n, z_stride)
+    z_ag = comm.all_gather_time(s, st.params * p_bytes, n, z_stride)
     z_rs = comm.reduce_scatter_time(s, st.params * z3_g_bytes, n, z_stride)
     per_mb = z_ag * (2 + (r.rc == 2)) + z_rs
     prefetch = s.software.overlap_param_gather
