@@ -45,7 +45,8 @@ def test_overlapped_reduction_still_exposes_the_last_bucket() -> None:
 
 
 def test_framework_memory_counts_context_workspaces_and_one_nccl_communicator_per_group() -> None:
-    """512 MiB CUDA context + 2 × 32 MiB GEMM workspaces + 16 channels × (4 + 0.5 + 4.6875) MiB per communicator."""
+    """512 MiB CUDA context + 2 × 32 MiB GEMM workspaces (PyTorch's cuBLAS, Transformer Engine's)
+    + 16 channels × (4 + 0.5 + 4.6875) MiB per NCCL communicator."""
     per_comm = 16 * (4 + 0.5 + 4.6875) * MiB
     dp_only = _est("dgx-h100", 1, 16)
     assert dp_only.memory.framework_bytes == pytest.approx(512 * MiB + 64 * MiB + per_comm)
@@ -53,6 +54,12 @@ def test_framework_memory_counts_context_workspaces_and_one_nccl_communicator_pe
     three_d = estimate_training(MODEL, system, 16, TrainWorkload(seq_len=4096, global_batch=16),
                                 TrainLayout(tp=2, pp=2, dp=4, zero_stage=1))
     assert three_d.memory.framework_bytes == pytest.approx(512 * MiB + 64 * MiB + 3 * per_comm)
+    # TP with sequence parallelism on H100 (TE userbuffer overlap): 10 buffers of the [s·b, h] bf16 activation
+    # and the TE workspace tripled; the pipeline and data-parallel communicators as before.
+    ub = estimate_training(MODEL, system, 16, TrainWorkload(seq_len=4096, global_batch=16),
+                           TrainLayout(tp=2, pp=2, dp=4, zero_stage=1, sequence_parallel=True))
+    ub_bytes = 10 * 4096 * 4096 * 2
+    assert ub.memory.framework_bytes == pytest.approx(512 * MiB + 32 * MiB + 3 * 32 * MiB + 3 * per_comm + ub_bytes)
     fixed = estimate_training(MODEL, system, 16, TrainWorkload(seq_len=4096, global_batch=16, framework_bytes=2**31),
                               TrainLayout(dp=16, zero_stage=1))
     assert fixed.memory.framework_bytes == 2**31

@@ -234,15 +234,22 @@ def _data_parallel(ctx: Ctx, st: StageCost, m: np.ndarray) -> tuple[np.ndarray, 
     reduce = np.where(r.zero == 0, exposed(ar, last_bwd, ar_last, overlap), np.where(r.zero == 2, m, 1) * rs_exposed)
     gather = np.where(r.zero >= 1, exposed(ag, first_fwd, ag_first, gather_overlap), 0.0)
     sync = reduce + gather
-    # ZeRO-3: every microbatch gathers weights for forward, backward (and recompute) and reduce-scatters
-    # gradients; a share of it hides behind compute (DeepSpeed prefetching; Primus measured 93% for FSDP).
+    # ZeRO-3: every microbatch gathers weights for forward and for backward (and again for a full recompute)
+    # and reduce-scatters gradients, layer by layer. With prefetching (FSDP forward/backward prefetch,
+    # DeepSpeed's prefetch bucket) layer i+1's gather runs under layer i's compute: the forward hides its
+    # gathers behind the forward, the backward its gathers and reduce-scatters behind the backward, and the
+    # first layer's gather and the last layer's reduce-scatter stay exposed. Without it, all of it is exposed.
     z_stride = stride if s.software.zero3_rail_parallel else np.full_like(stride, s.gpus_per_node)
     z_ag = comm.all_gather_time(s, st.params * p_bytes, n, z_stride)
     z_rs = comm.reduce_scatter_time(s, st.params * z3_g_bytes, n, z_stride)
-    per_mb = z_ag * (2 + (r.rc == 2)) + z_rs
-    prefetch = s.software.overlap_param_gather
-    hidden = s.software.zero3_overlap_fraction * np.minimum(per_mb, st.fwd_s + st.bwd_s) if prefetch else 0.0
-    z3 = np.where(r.zero >= 3, m * (per_mb - hidden), 0.0)
+    bwd_comm = z_ag * (1 + (r.rc == 2)) + z_rs
+    layers = np.maximum(st.shape.layers, 1)
+    if s.software.overlap_param_gather:
+        per_mb = (np.maximum(z_ag - st.fwd_s, 0.0) + np.maximum(bwd_comm - st.bwd_s, 0.0)
+                  + (z_ag + z_rs) / layers)
+    else:
+        per_mb = z_ag + bwd_comm
+    z3 = np.where(r.zero >= 3, m * per_mb, 0.0)
     return np.where((n > 1) & (r.zero < 3), sync, 0.0), np.where(n > 1, z3, 0.0)
 
 
@@ -258,12 +265,15 @@ def optimizer_bytes_per_param(work: TrainWorkload) -> float:
 
 
 def _optimizer_time(ctx: Ctx, st: StageCost) -> np.ndarray:
-    """Adam step: memory-bound on the GPU, or on the CPU (and PCIe) for the offloaded share."""
+    """Adam step: memory-bound on the GPU, or on the CPU (and PCIe) for the offloaded share; plus zeroing the
+    gradient buffer the next step accumulates into (Megatron ``zero_grad_buffer`` at every train step: a write
+    of the buffer, whole under ZeRO-0/1, sharded under ZeRO-2/3)."""
     r, w, s = ctx.rows, ctx.work, ctx.system
     dpz = np.where(r.zero >= 1, (r.dp * r.cp).astype(float), 1.0)
     local = st.params / dpz
     per_param = optimizer_bytes_per_param(w)
-    gpu = memory_time(s.gpu, local * per_param * (1 - r.f_opt))
+    grad_buffer = np.where(r.zero >= 2, local, st.params) * DTYPE_BYTES[w.grad_dtype]
+    gpu = memory_time(s.gpu, local * per_param * (1 - r.f_opt)) + memory_time(s.gpu, grad_buffer)
     # Offloaded share runs on the CPU (ZeRO-Offload): CPU DRAM traffic, and grads/weights over PCIe.
     cpu_bw = s.cpu_memory_bandwidth_bytes_per_s / s.gpus_per_node
     cpu = local * r.f_opt * per_param / cpu_bw
