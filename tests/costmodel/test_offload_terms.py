@@ -8,6 +8,7 @@ attention 12.3 GB/s of KV cache.
 import numpy as np
 import pytest
 
+from shardplan.costmodel.core.operators import Gemm
 from shardplan.costmodel.offload.evaluate import estimate_offload, evaluate
 from shardplan.costmodel.offload.policy import (
     ACT,
@@ -30,7 +31,7 @@ from shardplan.costmodel.offload.terms import (
     DREAD,
     DWRITE,
     H2D,
-    gemm_time,
+    FlexGenPricer,
     layer_geometry,
     phases,
 )
@@ -137,12 +138,16 @@ def test_memory_forms(table):
 
 def test_decode_gemm_is_weight_bound(t4):
     # MLP up-projection of a 48-token GPU batch in decode: 411 MB of weights, 2·48·h·4h = 19.7 GFLOP
-    t = float(gemm_time(t4, np.array(48.0), H, 4 * H, "fp16"))
+    pricer = FlexGenPricer(get_model("opt-30b"), t4, "fp16")
+
+    def up(m: float) -> float:
+        return float(pricer.gemm(Gemm("mlp.fc1", np.array(m), H, 4 * H))[0].time)
+
     nbytes = 2 * (48 * H + H * 4 * H + 48 * 4 * H)
-    assert nbytes / 320e9 < t < nbytes / (0.75 * 320e9)
+    assert nbytes / 320e9 < up(48.0) < nbytes / (0.75 * 320e9)
     # prefill GEMMs run at the machine's sustained 21.24 TFLOP/s
     m = 48 * 512.0
-    assert float(gemm_time(t4, np.array(m), H, 4 * H, "fp16")) == pytest.approx(2 * m * H * 4 * H / 21.24e12)
+    assert up(m) == pytest.approx(2 * m * H * 4 * H / 21.24e12)
 
 
 def test_decode_segments_follow_kv_growth():

@@ -41,9 +41,9 @@ RECORDS: dict[str, tuple[str, dict[str, float], float | None]] = {
     "mi325x": ("hw-mi325x", {"bf16": 1307.4, "fp16": 1307.4, "fp8": 2614.9}, 6.0),
     "mi355x": ("hw-mi355x", {"bf16": 2516.6, "fp16": 2516.6, "fp8": 5033.2, "fp4": 10066.4}, 8.0),
 }
-HAS_FP8 = {"h100-sxm", "h100-pcie", "h800-sxm", "h200-sxm", "b200", "gb200", "l40s", "l4", "rtx4090", "mi300x",
-           "mi325x", "mi355x"}
-HAS_FP4 = {"b200", "gb200", "mi355x"}
+HAS_FP8 = {"h100-sxm", "h100-pcie", "h800-sxm", "h200-sxm", "h20", "b200", "gb200", "b300", "gb300", "l40s", "l4",
+           "rtx4090", "mi300x", "mi325x", "mi355x"}
+HAS_FP4 = {"b200", "gb200", "b300", "gb300", "mi355x"}
 NO_INT8_TENSOR_CORES = {"v100-sxm2"}
 
 
@@ -182,3 +182,38 @@ def test_unknown_names_suggest_close_matches(lookup, typo: str, expected: str):
 def test_generic_system_wraps_a_bare_gpu():
     s = generic_system(GPUS["l4"])
     assert s.gpu is GPUS["l4"] and s.gpus_per_node == 8 and s.name == "l4-generic"
+
+
+# Datasheet system tables (whole system, * = with 2:4 sparsity) → dense per-GPU peaks: ÷ GPUs, * ÷ 2.
+# NVIDIA HGX B300 (8 GPUs): FP4 108 PFLOPS dense, FP8 72*, BF16 36*, TF32 18*, INT8 2 POPS*, FP32 600 TFLOPS.
+# NVIDIA GB300 NVL72 (72 GPUs): FP4 1,080 PFLOPS dense, FP8 720*, BF16 360*, TF32 180*, INT8 24 POPS*, FP32 6 PF.
+# NVIDIA H20 product brief (one GPU, dense): FP8 296, BF16 148, TF32 74, FP32 44 TFLOPS, INT8 296 TOPS.
+SYSTEM_TABLES = {
+    "b300": (8, {"fp4": (108e15, False), "fp8": (72e15, True), "bf16": (36e15, True), "tf32": (18e15, True),
+                 "int8": (2e15, True), "fp32": (600e12, False)}),
+    "gb300": (72, {"fp4": (1080e15, False), "fp8": (720e15, True), "bf16": (360e15, True), "tf32": (180e15, True),
+                   "int8": (24e15, True), "fp32": (6e15, False)}),
+    "h20": (1, {"fp8": (296e12, False), "bf16": (148e12, False), "tf32": (74e12, False), "fp32": (44e12, False),
+                "int8": (296e12, False)}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SYSTEM_TABLES))
+def test_new_gpus_are_the_datasheet_tables_per_gpu(name: str):
+    gpus, table = SYSTEM_TABLES[name]
+    for dtype, (value, sparse) in table.items():
+        assert GPUS[name].peak_flops[dtype] == pytest.approx(value / gpus / (2 if sparse else 1), rel=1e-3), dtype
+
+
+def test_new_systems():
+    from shardplan.hardware import SYSTEMS
+
+    assert (SYSTEMS["dgx-b300"].gpu.name, SYSTEMS["dgx-b300"].gpus_per_node) == ("b300", 8)
+    assert (SYSTEMS["gb300-nvl72"].gpu.name, SYSTEMS["gb300-nvl72"].gpus_per_node) == ("gb300", 72)
+    assert (SYSTEMS["hgx-h20"].gpu.name, SYSTEMS["hgx-h20"].gpus_per_node) == ("h20", 8)
+    # NVLink 5: 1.8 TB/s bidirectional per GPU = 900 GB/s each way; H20 NVLink 900 GB/s bidir = 450 GB/s.
+    assert SYSTEMS["dgx-b300"].intra_node.bandwidth_bytes_per_s == 900e9
+    assert SYSTEMS["hgx-h20"].intra_node.bandwidth_bytes_per_s == 450e9
+    # 288 GB HBM3e at 8 TB/s per Blackwell Ultra GPU; 96 GB at 4.0 TB/s per H20.
+    assert (GPUS["b300"].memory_bytes, GPUS["b300"].memory_bandwidth_bytes_per_s) == (288e9, 8e12)
+    assert (GPUS["h20"].memory_bytes, GPUS["h20"].memory_bandwidth_bytes_per_s) == (96e9, 4e12)

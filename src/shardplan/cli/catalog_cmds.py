@@ -51,6 +51,7 @@ def models_show(
     as_json: JsonOpt = False,
 ) -> None:
     """Every field of one model, and its parameter count by component."""
+    from shardplan.cli.model_view import describe, payload_extras
     from shardplan.models import active_param_breakdown, param_breakdown, resolve_model
 
     m = resolve_model(name)
@@ -58,24 +59,15 @@ def models_show(
     payload.update(
         total_params=m.total_params, active_params=m.active_params, attention_kind=m.attention_kind,
         head_dim=m.head_size, num_kv_heads=m.kv_heads,
-        param_breakdown=param_breakdown(m), active_param_breakdown=active_param_breakdown(m),
+        param_breakdown=param_breakdown(m), active_param_breakdown=active_param_breakdown(m), **payload_extras(m),
     )
 
     def render(con: Console) -> None:
         t = Table(title=f"{m.name} ({m.family}, {m.attention_kind})", title_justify="left", show_header=False)
         t.add_column("field")
-        t.add_column("value")
-        for k, v in m.model_dump(mode="json", exclude={"moe", "mla"}).items():
-            if k == "head_dim":
-                v = m.head_size
-            if k == "num_kv_heads":
-                v = m.kv_heads
-            t.add_row(k, str(v))
-        for part in ("moe", "mla"):
-            sub = getattr(m, part)
-            if sub is not None:
-                for k, v in sub.model_dump(mode="json").items():
-                    t.add_row(f"{part}.{k}", str(v))
+        t.add_column("value", overflow="fold")
+        for k, v in describe(m):
+            t.add_row(k, v)
         con.print(t)
         b = Table(title="Parameters by component", title_justify="left")
         b.add_column("component")

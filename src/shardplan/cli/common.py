@@ -2,9 +2,45 @@
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 from shardplan.errors import ShardplanError
+
+
+def model_notes(spec: Any) -> list[str]:
+    """What of this model the cost model does not yet cost exactly: said on stderr, never left silent."""
+    from shardplan.models import Mixer
+
+    counts = spec.mixer_counts()
+    notes = []
+    windowed = [f"{counts[k]} {name}" for k, name in ((Mixer.SLIDING, "sliding-window"), (Mixer.CHUNKED, "chunked"))
+                if counts.get(k)]
+    if windowed:
+        notes.append(f"{' and '.join(windowed)} attention layers are costed as full attention (FLOPs and KV cache "
+                     "over the whole context)")
+    other = [f"{counts[k]} {name}" for k, name in ((Mixer.LINEAR, "linear-attention"), (Mixer.MAMBA, "Mamba-2"),
+                                                 (Mixer.NONE, "MLP-only")) if counts.get(k)]
+    if other:
+        notes.append(f"{' and '.join(other)} layers are costed as attention layers of the model's attention shape")
+    extras = [name for flag, name in ((spec.attention_sinks, "attention sinks"),
+                                      (spec.attn_output_gate, "the attention output gate")) if flag]
+    if extras:
+        notes.append(f"{' and '.join(extras)} not costed")
+    if spec.sparse_attention is not None:
+        notes.append("DeepSeek sparse attention: the indexer is not costed and attention is costed dense")
+    if spec.mtp_layers:
+        notes.append(f"{spec.mtp_layers} MTP layer(s) not planned ({spec.mtp_params / 1e9:.3g}B params apart)")
+    if spec.vision_params:
+        notes.append(f"vision tower not planned ({spec.vision_params / 1e9:.3g}B params apart); the text model is")
+    if spec.dtype not in ("bf16", "fp16", "fp32", "fp8"):
+        notes.append(f"released weights are {spec.dtype}; costed in the datatype the options give")
+    return notes
+
+
+def warn_model(spec: Any) -> None:
+    for note in model_notes(spec):
+        print(f"note: {note}", file=sys.stderr)
 
 
 def resolve_inputs(model: str, hardware: str, gpus: int | None) -> tuple[Any, Any, int]:
@@ -13,6 +49,7 @@ def resolve_inputs(model: str, hardware: str, gpus: int | None) -> tuple[Any, An
     from shardplan.models import resolve_model
 
     spec = resolve_model(model)
+    warn_model(spec)
     system = resolve_system(hardware)
     n = gpus if gpus is not None else system.gpus_per_node
     if n < 1:

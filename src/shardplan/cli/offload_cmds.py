@@ -24,12 +24,14 @@ Triplet = "percent on GPU,CPU,disk summing to 100, e.g. 20,80,0"
 
 def _inputs(model: str, hardware: str, cpu_mem: str | None, disk: str | None, gpu_mem: str | None) -> tuple[Any, ...]:
     """ModelSpec, SystemSpec and tier capacities (explicit sizes are taken as given)."""
+    from shardplan.cli.common import warn_model
     from shardplan.costmodel.offload.policy import default_capacities
     from shardplan.hardware import resolve_system
     from shardplan.models import resolve_model
     from shardplan.units import parse_size
 
     spec = resolve_model(model)
+    warn_model(spec)
     system = resolve_system(hardware)
     caps = default_capacities(
         system, cpu_mem=parse_size(cpu_mem, field="cpu-mem") if cpu_mem is not None else None,

@@ -158,6 +158,19 @@ H200_SXM = H100_SXM.model_copy(
     }
 )
 
+# H20 (Hopper for China, 400 W): FP8 296 / BF16 148 / TF32 74 / FP32 44 TFLOPS, INT8 296 TOPS (dense), 96 GB
+# HBM3 at 4.0 TB/s, NVLink 900 GB/s. No nvidia-smi capacity published: memory_bytes is the datasheet 96 GB.
+H20 = H100_SXM.model_copy(
+    update={
+        "name": "h20",
+        "memory_bytes": 96 * GB,
+        "memory_bandwidth_bytes_per_s": 4.0 * TB,
+        "peak_flops": {"fp32": 44e12, "tf32": 74e12, "bf16": 148e12, "fp16": 148e12, "fp8": 296e12, "int8": 296e12},
+        "tdp_w": 400,
+        "source": "NVIDIA H20 product brief (FP8 296 TFLOPS, BF16 148 TFLOPS, 96 GB HBM3, 4.0 TB/s, NVLink 900 GB/s)",
+    }
+)
+
 # --- NVIDIA Blackwell ---------------------------------------------------------------------------
 # No measured curves yet: torchao copies H100's 0.78 GEMM / 0.92 memory fractions for B200; so do we.
 # fp32/tf32/int8: HGX B200 table (8 GPUs: FP32 600 TFLOPS, TF32 18 PFLOPS*, INT8 72 POPS*) ÷ 8, * ÷ 2.
@@ -184,6 +197,34 @@ GB200 = B200.model_copy(
                        "int8": 5000e12, "fp4": 10000e12},
         "tdp_w": 1200,
         "source": "NVIDIA GB200 NVL72 datasheet (published_calibration.json: hw-gb200)",
+    }
+)
+
+# B300 (Blackwell Ultra, 1100 W): NVIDIA HGX B300 table ÷ 8 — FP4 144 | 108 PFLOPS (sparse | dense), FP8 72*,
+# BF16 36*, TF32 18*, INT8 2 POPS*, FP32 600 TFLOPS; 288 GB HBM3e at 8 TB/s per GPU (* with sparsity: ÷ 2).
+# No nvidia-smi capacity published: memory_bytes is the datasheet 288 GB. Efficiencies as B200 (no measurement).
+B300 = B200.model_copy(
+    update={
+        "name": "b300",
+        "memory_bytes": 288 * GB,
+        "memory_bandwidth_bytes_per_s": 8.0 * TB,
+        "peak_flops": {"fp32": 75e12, "tf32": 1125e12, "bf16": 2250e12, "fp16": 2250e12, "fp8": 4500e12,
+                       "int8": 125e12, "fp4": 13500e12},
+        "tdp_w": 1100,
+        "source": "NVIDIA HGX B300 datasheet (8-GPU table: FP4 108 PFLOPS dense, FP8 72 / BF16 36 / TF32 18 PFLOPS "
+                  "and INT8 2 POPS with sparsity, FP32 600 TFLOPS, 2.3 TB HBM3e)",
+    }
+)
+# GB300 (1400 W): GB300 NVL72 table ÷ 72 — FP4 1440 | 1080 PFLOPS, FP8 720*, BF16 360*, TF32 180*, INT8 24 POPS*,
+# FP32 6 PFLOPS; HBM3e up to 21 TB at 576 TB/s (288 GB, 8 TB/s per GPU).
+GB300 = B300.model_copy(
+    update={
+        "name": "gb300",
+        "peak_flops": {"fp32": 83.3e12, "tf32": 1250e12, "bf16": 2500e12, "fp16": 2500e12, "fp8": 5000e12,
+                       "int8": 166.7e12, "fp4": 15000e12},
+        "tdp_w": 1400,
+        "source": "NVIDIA GB300 NVL72 datasheet (72-GPU table: FP4 1,080 PFLOPS dense, FP8 720 / BF16 360 / TF32 180 "
+                  "PFLOPS and INT8 24 POPS with sparsity, FP32 6 PFLOPS, 576 TB/s HBM3e)",
     }
 )
 
@@ -315,7 +356,8 @@ MI355X = GpuSpec(
 GPUS: dict[str, GpuSpec] = {
     g.name: g
     for g in (
-        A100_40GB, A100_80GB, H100_SXM, H100_PCIE, H800_SXM, H200_SXM, B200, GB200, L40S, L4, A10G, T4,
+        A100_40GB, A100_80GB, H100_SXM, H100_PCIE, H800_SXM, H200_SXM, H20, B200, GB200, B300, GB300, L40S, L4, A10G,
+        T4,
         V100_SXM2, RTX3090, RTX4090, RTX_A6000, MI250X, MI300X, MI325X, MI355X,
     )
 }

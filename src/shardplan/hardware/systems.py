@@ -13,7 +13,10 @@ from shardplan.hardware.gpus import (
     A100_40GB,
     A100_80GB,
     B200,
+    B300,
     GB200,
+    GB300,
+    H20,
     H100_PCIE,
     H100_SXM,
     H200_SXM,
@@ -164,6 +167,41 @@ GB200_NVL72 = SystemSpec(
     disk_read_bytes_per_s=18 * 4 * 6.9 * GB,  # assumed: PCIe Gen4/5 datacenter NVMe, 6.9 / 4.1 GB/s per drive
     disk_write_bytes_per_s=18 * 4 * 4.1 * GB,
     source="NVIDIA GB200 NVL72 datasheet; NVIDIA Grace CPU Superchip datasheet",
+)
+# DGX B300: 8× B300, NVLink5 1.8 TB/s bidir per GPU, 8× ConnectX-8 800 Gb/s; 2× Xeon 6776P (64 cores each,
+# 2.3 GHz), 2 TB DDR5 (up to 4 TB; 8 channels DDR5-6400 per socket), 8× 3.84 TB U.2 NVMe data drives.
+DGX_B300 = DGX_B200.model_copy(
+    update={
+        "name": "dgx-b300",
+        "description": "NVIDIA DGX B300: 8× B300 288GB, NVLink5 1.8 TB/s bidir, 8×800 Gb/s ConnectX-8",
+        "gpu": B300,
+        "inter_node": XDR_800G_PER_GPU,
+        "cpu_flops": 9.4e12,  # 2× Xeon 6776P: 128 cores × 2.3 GHz × 32
+        "cpu_memory_bandwidth_bytes_per_s": 819.2 * GB,  # 16 channels DDR5-6400
+        "source": "NVIDIA DGX B300 datasheet; NVIDIA HGX B300 datasheet (GPU table)",
+    }
+)
+# GB300 NVL72: the GB200 NVL72 rack with Blackwell Ultra; datasheet host: 2,592 Grace cores (36 CPUs), up to
+# 18 TB LPDDR5X at up to 14.3 TB/s, 72 ConnectX-8 (800 Gb/s per GPU), NVLink 130 TB/s (1.8 TB/s per GPU).
+GB300_NVL72 = GB200_NVL72.model_copy(
+    update={
+        "name": "gb300-nvl72",
+        "description": "NVIDIA GB300 NVL72: 72× B300 (GB300) in one NVLink5 domain, 36 Grace CPUs, 800 Gb/s per GPU",
+        "gpu": GB300,
+        "host_memory_bytes": 18 * TB,
+        "cpu_memory_bandwidth_bytes_per_s": 14.3 * TB,
+        "source": "NVIDIA GB300 NVL72 datasheet; NVIDIA Grace CPU Superchip datasheet",
+    }
+)
+# HGX H20 server: 8× H20 on NVLink4/NVSwitch (900 GB/s bidir, as H100); host taken as the DGX H100's
+# (2× Xeon 8480C, 2 TB DDR5) since HGX servers are built by OEMs; 8×400 Gb/s NDR.
+HGX_H20 = DGX_H100.model_copy(
+    update={
+        "name": "hgx-h20",
+        "description": "HGX H20 8-GPU server: 8× H20 96GB, NVLink4/NVSwitch 900 GB/s bidir, 8×400 Gb/s NDR IB",
+        "gpu": H20,
+        "source": "NVIDIA H20 product brief; host numbers from the NVIDIA DGX H100 datasheet",
+    }
 )
 # --- AMD Instinct platforms -------------------------------------------------------------------
 # Host as AMD's MLPerf Inference v4.1 system 8xMI300X_2xEPYC-9374F: 2× 32 cores at 3.85 GHz, 1.5 TiB
@@ -318,7 +356,8 @@ RTX4090_PC = SystemSpec(
 SYSTEMS: dict[str, SystemSpec] = {
     s.name: s
     for s in (
-        DGX_A100_40GB, DGX_A100_80GB, DGX_H100, DGX_H800, HGX_H200, DGX_B200, GB200_NVL72, MI300X_8, MI325X_8,
+        DGX_A100_40GB, DGX_A100_80GB, DGX_H100, DGX_H800, HGX_H200, HGX_H20, DGX_B200, GB200_NVL72, DGX_B300,
+        GB300_NVL72, MI300X_8, MI325X_8,
         L40S_8, H100_PCIE_8, GCP_T4, A6000_WS, RTX3090_PC, RTX4090_PC,
     )
 }

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from shardplan.models.spec import MLASpec, MlpKind, ModelSpec, MoESpec, NormKind, PositionKind
+from shardplan.models.kinds import MlpKind, NormKind, PositionKind, RopeScaling, RouterScore
+from shardplan.models.parts import MLASpec, MoESpec, RopeSpec
+from shardplan.models.presets_2025 import PRESETS_2025
+from shardplan.models.spec import ModelSpec
 
 HF = "https://huggingface.co/{}/blob/main/config.json"
 
@@ -34,15 +37,19 @@ def _opt(name: str, *, layers: int, hidden: int, heads: int, source: str) -> Mod
 
 
 def _rms_swiglu(name: str, *, family: str, layers: int, hidden: int, heads: int, kv: int, ffn: int, vocab: int,
-                ctx: int, source: str, **extra: Any) -> ModelSpec:
-    """A Llama-style decoder: RMSNorm, RoPE, SwiGLU, no biases, untied (override with ``extra``)."""
+                ctx: int, source: str, theta: float = 10000.0, **extra: Any) -> ModelSpec:
+    """A Llama-style decoder: RMSNorm, RoPE (base ``theta``), SwiGLU, no biases, untied (override with ``extra``)."""
     fields: dict[str, Any] = dict(
         name=name, family=family, num_layers=layers, hidden_size=hidden, num_heads=heads, num_kv_heads=kv,
         ffn_hidden_size=ffn, mlp=MlpKind.SWIGLU, vocab_size=vocab, tied_embeddings=False,
         position=PositionKind.ROPE, max_position_embeddings=ctx, norm=NormKind.RMSNORM, dtype="bf16", source=source,
+        rope=RopeSpec(theta=theta),
     )
     return ModelSpec(**(fields | extra))
 
+
+_LLAMA31_ROPE = RopeSpec(theta=500000.0, scaling=RopeScaling.LLAMA3, factor=8.0, low_freq_factor=1.0,
+                         high_freq_factor=4.0, original_max_position_embeddings=8192)
 
 _NARAYANAN_T1 = "Narayanan et al. 2021 (arXiv 2104.04473) Table 1"
 
@@ -126,62 +133,72 @@ _LLAMA: list[ModelSpec] = [
                 ctx=4096, dtype="fp16", source=HF.format("meta-llama/Llama-2-13b-hf")),
     _rms_swiglu("llama-2-70b", family="llama", layers=80, hidden=8192, heads=64, kv=8, ffn=28672, vocab=32000,
                 ctx=4096, dtype="fp16", source=HF.format("meta-llama/Llama-2-70b-hf")),
-    # meta-llama/Llama-3.1-*/config.json (vocab 128256, max_position_embeddings 131072, bfloat16).
+    # meta-llama/Llama-3.1-*/config.json (vocab 128256, max_position_embeddings 131072, bfloat16; rope_theta 500000,
+# rope_scaling llama3: factor 8, low_freq_factor 1, high_freq_factor 4, original_max_position_embeddings 8192).
     _rms_swiglu("llama-3.1-8b", family="llama", layers=32, hidden=4096, heads=32, kv=8, ffn=14336, vocab=128256,
-                ctx=131072, source=HF.format("meta-llama/Llama-3.1-8B")),
+                ctx=131072, rope=_LLAMA31_ROPE, source=HF.format("meta-llama/Llama-3.1-8B")),
     _rms_swiglu("llama-3.1-70b", family="llama", layers=80, hidden=8192, heads=64, kv=8, ffn=28672, vocab=128256,
-                ctx=131072, source=HF.format("meta-llama/Llama-3.1-70B")),
+                ctx=131072, rope=_LLAMA31_ROPE, source=HF.format("meta-llama/Llama-3.1-70B")),
     _rms_swiglu("llama-3.1-405b", family="llama", layers=126, hidden=16384, heads=128, kv=8, ffn=53248,
-                vocab=128256, ctx=131072, source=HF.format("meta-llama/Llama-3.1-405B")),
+                vocab=128256, ctx=131072, rope=_LLAMA31_ROPE, source=HF.format("meta-llama/Llama-3.1-405B")),
     # mistralai/Mistral-7B-v0.1 config.json: sliding_window 4096, max_position_embeddings 32768.
     _rms_swiglu("mistral-7b", family="mistral", layers=32, hidden=4096, heads=32, kv=8, ffn=14336, vocab=32000,
                 ctx=32768, sliding_window=4096, source=HF.format("mistralai/Mistral-7B-v0.1")),
     # Qwen/Qwen2.5-*/config.json: Q/K/V biases (no config key: Qwen2Attention always has them), untied.
     _rms_swiglu("qwen2.5-7b", family="qwen", layers=28, hidden=3584, heads=28, kv=4, ffn=18944, vocab=152064,
-                ctx=131072, qkv_bias=True, source=HF.format("Qwen/Qwen2.5-7B")),
+                ctx=131072, theta=1e6, qkv_bias=True, source=HF.format("Qwen/Qwen2.5-7B")),
     _rms_swiglu("qwen2.5-72b", family="qwen", layers=80, hidden=8192, heads=64, kv=8, ffn=29568, vocab=152064,
-                ctx=131072, qkv_bias=True, source=HF.format("Qwen/Qwen2.5-72B")),
+                ctx=131072, theta=1e6, qkv_bias=True, source=HF.format("Qwen/Qwen2.5-72B")),
     # google/gemma-2-*/config.json: GeGLU (gelu_pytorch_tanh), explicit head_dim, tied, sliding_window 4096,
     # four RMSNorms per block (input, post-attention, pre- and post-feedforward).
     _rms_swiglu("gemma-2-9b", family="gemma", layers=42, hidden=3584, heads=16, kv=8, ffn=14336, vocab=256000,
                 ctx=8192, head_dim=256, mlp=MlpKind.GEGLU, tied_embeddings=True, norms_per_layer=4,
-                sliding_window=4096, source=HF.format("google/gemma-2-9b")),
+                sliding_window=4096, layer_pattern=("S", "F"), source=HF.format("google/gemma-2-9b")),
     _rms_swiglu("gemma-2-27b", family="gemma", layers=46, hidden=4608, heads=32, kv=16, ffn=36864, vocab=256000,
                 ctx=8192, head_dim=128, mlp=MlpKind.GEGLU, tied_embeddings=True, norms_per_layer=4,
-                sliding_window=4096, source=HF.format("google/gemma-2-27b")),
+                sliding_window=4096, layer_pattern=("S", "F"), source=HF.format("google/gemma-2-27b")),
 ]
+
+# deepseek-ai/DeepSeek-V3 config.json: scoring_func sigmoid, topk_method noaux_tc, n_group 8, topk_group 4,
+# routed_scaling_factor 2.5, norm_topk_prob true; rope_theta 10000 with YaRN factor 40 from 4096 (beta 32/1).
+_DEEPSEEK_V3_ROUTER: dict[str, Any] = dict(score_function=RouterScore.SIGMOID, expert_bias=True,
+                                           topk_scaling_factor=2.5, num_groups=8, topk_groups=4)
+_DEEPSEEK_V3_ROPE = RopeSpec(theta=10000.0, scaling=RopeScaling.YARN, factor=40.0,
+                             original_max_position_embeddings=4096, beta_fast=32.0, beta_slow=1.0, mscale=1.0,
+                             mscale_all_dim=1.0)
 
 _MOE: list[ModelSpec] = [
     # mistralai/Mixtral-8x7B-v0.1 config.json: num_local_experts 8, num_experts_per_tok 2, GQA 8.
     _rms_swiglu("mixtral-8x7b", family="mixtral", layers=32, hidden=4096, heads=32, kv=8, ffn=14336, vocab=32000,
-                ctx=32768, moe=MoESpec(num_experts=8, experts_per_token=2, expert_ffn_hidden_size=14336),
+                ctx=32768, theta=1e6, moe=MoESpec(num_experts=8, experts_per_token=2, expert_ffn_hidden_size=14336),
                 source=HF.format("mistralai/Mixtral-8x7B-v0.1")),
     # mistralai/Mixtral-8x22B-v0.1 config.json: 56 layers, 48 heads, 6144, intermediate 16384, vocab 32000.
     _rms_swiglu("mixtral-8x22b", family="mixtral", layers=56, hidden=6144, heads=48, kv=8, ffn=16384, vocab=32000,
-                ctx=65536, moe=MoESpec(num_experts=8, experts_per_token=2, expert_ffn_hidden_size=16384),
+                ctx=65536, theta=1e6, moe=MoESpec(num_experts=8, experts_per_token=2, expert_ffn_hidden_size=16384),
                 source=HF.format("mistralai/Mixtral-8x22B-v0.1")),
     # Qwen/Qwen3-30B-A3B config.json: head_dim 128, q/k RMSNorm, 128 experts top-8 of 768, no shared expert.
     _rms_swiglu("qwen3-30b-a3b", family="qwen", layers=48, hidden=2048, heads=32, kv=4, ffn=6144, vocab=151936,
-                ctx=40960, head_dim=128, qk_norm=True,
+                ctx=40960, theta=1e6, head_dim=128, qk_norm=True,
                 moe=MoESpec(num_experts=128, experts_per_token=8, expert_ffn_hidden_size=768),
                 source=HF.format("Qwen/Qwen3-30B-A3B")),
     # Qwen/Qwen3-235B-A22B config.json: 94 layers, 64 heads, 4 KV heads, 128 experts top-8 of 1536.
     _rms_swiglu("qwen3-235b-a22b", family="qwen", layers=94, hidden=4096, heads=64, kv=4, ffn=12288, vocab=151936,
-                ctx=40960, head_dim=128, qk_norm=True,
+                ctx=40960, theta=1e6, head_dim=128, qk_norm=True,
                 moe=MoESpec(num_experts=128, experts_per_token=8, expert_ffn_hidden_size=1536),
                 source=HF.format("Qwen/Qwen3-235B-A22B")),
     # deepseek-ai/DeepSeek-V3 config.json: MLA (q_lora_rank 1536, kv_lora_rank 512, nope 128, rope 64, v 128),
     # 256 routed experts top-8 of 2048, 1 shared, first_k_dense_replace 3 (dense MLP 18432), vocab 129280,
-    # untied; weights released in FP8. The MTP module (num_nextn_predict_layers 1) is not part of this preset.
+    # untied; weights released in FP8; one MTP module (num_nextn_predict_layers 1, counted apart); router: sigmoid
+    # scores, noaux_tc expert bias, n_group 8 / topk_group 4, routed_scaling_factor 2.5; YaRN rope_scaling.
     ModelSpec(
         name="deepseek-v3", family="deepseek", num_layers=61, hidden_size=7168, num_heads=128,
         ffn_hidden_size=18432, mlp=MlpKind.SWIGLU, vocab_size=129280, tied_embeddings=False,
         position=PositionKind.ROPE, max_position_embeddings=163840, norm=NormKind.RMSNORM,
         mla=MLASpec(q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128),
         moe=MoESpec(num_experts=256, experts_per_token=8, expert_ffn_hidden_size=2048, num_shared_experts=1,
-                    first_dense_layers=3),
-        dtype="fp8", source=HF.format("deepseek-ai/DeepSeek-V3"),
+                    first_dense_layers=3, **_DEEPSEEK_V3_ROUTER),
+        rope=_DEEPSEEK_V3_ROPE, mtp_layers=1, dtype="fp8", source=HF.format("deepseek-ai/DeepSeek-V3"),
     ),
 ]
 
-PRESETS: list[ModelSpec] = [*_GPT, *_OPT, *_OTHER_DENSE, *_LLAMA, *_MOE]
+PRESETS: list[ModelSpec] = [*_GPT, *_OPT, *_OTHER_DENSE, *_LLAMA, *_MOE, *PRESETS_2025]

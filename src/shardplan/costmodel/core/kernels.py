@@ -51,3 +51,25 @@ def kernel_time(gpu: GpuSpec, flops: np.ndarray, nbytes: np.ndarray, dtype: str,
     t_c = compute_time(gpu, flops, dtype, efficiency=efficiency)
     t_m = memory_time(gpu, nbytes)
     return np.maximum(np.maximum(t_c, t_m), gpu.kernel_launch_s)
+
+
+def gemm_time(gpu: GpuSpec, flops: np.ndarray, nbytes: np.ndarray, dtype: str, *,
+              experts: np.ndarray | float = 1.0, sustained_flops: float | None = None) -> np.ndarray:
+    """A linear layer's GEMM: roofline time. A grouped GEMM over ``experts`` weight matrices runs as that many
+    GEMMs of one expert's share (its efficiency is that of the smaller GEMM). ``sustained_flops`` caps the rate
+    where a system states the GEMM rate it sustains (e.g. a T4 held at its power limit)."""
+    experts = np.maximum(np.asarray(experts, dtype=float), 1e-9)
+    t = experts * kernel_time(gpu, np.asarray(flops, dtype=float) / experts, np.asarray(nbytes, dtype=float)
+                              / experts, dtype)
+    if sustained_flops:
+        t = np.maximum(t, np.asarray(flops, dtype=float) / sustained_flops)
+    return t
+
+
+def attention_time(gpu: GpuSpec, flops: np.ndarray, nbytes: np.ndarray, dtype: str, *,
+                   backward: bool = False) -> np.ndarray:
+    """A fused attention kernel (flash): roofline at the GPU's attention efficiency; the backward kernel runs
+    at ``FLASH_BWD_EFFICIENCY_RATIO`` of it. fp8 GEMM recipes keep attention in 16-bit."""
+    dtype = "bf16" if dtype == "fp8" else dtype
+    eff = gpu.attention_efficiency * (FLASH_BWD_EFFICIENCY_RATIO if backward else 1.0)
+    return kernel_time(gpu, flops, nbytes, dtype, efficiency=eff)

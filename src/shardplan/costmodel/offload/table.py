@@ -43,6 +43,7 @@ from shardplan.costmodel.offload.terms import (
     H2D,
     LANES,
     MEMORY,
+    FlexGenPricer,
     LayerGeometry,
     OffloadTable,
     Phases,
@@ -126,22 +127,22 @@ class _Rows:
             dwrite=max(system.disk_write_bytes_per_s, MIN_RATE))
 
 
-def _gpu_terms(system: SystemSpec, g: LayerGeometry, x: _Rows, dtype: str) -> tuple[np.ndarray, np.ndarray]:
+def _gpu_terms(p: FlexGenPricer, g: LayerGeometry, x: _Rows) -> tuple[np.ndarray, np.ndarray]:
     """GPU kernel time of one GPU batch per (row, phase, sublayer, iteration): constant and per-fraction parts.
 
     Prefill attention always runs on the GPU; in decode the GPU attends the GPU-resident KV and, without CPU
     attention, the streamed-in rest, so that share of the attention kernels is linear in the KV placement.
     Compressed weights are decompressed for every GPU batch (FlexGen ``mha_gen``/``mlp`` call ``decompress``).
     """
-    e = g.elem_bytes
+    e, system = g.elem_bytes, p.system
     tok = x.b * x.t
     one = np.ones_like(tok)
-    core = attention_core(system, g, x.b, x.t, x.s, dtype) + x.ck * x.decode * _decompress(
+    core = attention_core(p, g, x.b, x.t, x.s) + x.ck * x.decode * _decompress(
         system, x.b * x.s * g.kv_token_bytes / e)
-    attn = (attention_gemms(system, g, tok, dtype) + core * (1 - x.decode)
+    attn = (attention_gemms(p, tok) + core * (1 - x.decode)
             + x.cw * _decompress(system, one * g.attn_weight_bytes / e)
             + x.ck * _compress(system, tok * g.kv_token_bytes / e))
-    mlp = mlp_time(system, g, tok, dtype) + x.cw * _decompress(system, one * (g.mlp_weight_bytes
+    mlp = mlp_time(p, g, tok) + x.cw * _decompress(system, one * (g.mlp_weight_bytes
                                                                             + g.extra_weight_bytes) / e)
     const = np.zeros((*tok.shape, 2, 2))
     coef = np.zeros((*tok.shape, 2, 2, 3, 3))
@@ -205,7 +206,7 @@ def build_offload_table(model: ModelSpec, system: SystemSpec, work: OffloadWorkl
     ph = phases(work)
     x = _Rows.of(system, knobs, ph)
     w_next = (g.mlp_weight_bytes + g.extra_weight_bytes, g.attn_weight_bytes)  # loaded by (attention, MLP)
-    gconst, gcoef = _gpu_terms(system, g, x, work.dtype)
+    gconst, gcoef = _gpu_terms(FlexGenPricer(model, system, work.dtype), g, x)
     const = np.zeros((*gconst.shape, len(LANES)))
     coef = np.zeros((*gconst.shape, len(LANES), 3, 3))
     const[..., COMPUTE] = gconst  # the compute lane: host work, then the GPU kernels it launches

@@ -23,7 +23,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shardplan.costmodel.core.kernels import elementwise_time, kernel_time
+from shardplan.costmodel.core import operators as inv
+from shardplan.costmodel.core.kernels import elementwise_time, gemm_time, kernel_time
+from shardplan.costmodel.core.operators import Attention, Elementwise, Gemm, distinct_experts, unfused_attention
+from shardplan.costmodel.core.ops import COMM, GEMM, MEM, Op
 from shardplan.costmodel.offload.policy import Knobs, OffloadWorkload
 from shardplan.hardware.spec import SystemSpec
 from shardplan.models.params import (
@@ -55,10 +58,6 @@ COMPRESS_BYTES_PER_VALUE = 25.5
 # nibbles 2 B, strided fp32 stores 9 B, divide and add 16 B, matmul reads 4 B) where the fp16 path moves 10 B
 # (fp16→fp32 copy 6 B, matmul reads 4 B): 3.1× the time per KV value.
 CPU_DECOMPRESS_SLOWDOWN = 31.0 / 10.0
-# Elementwise traffic around the GEMMs, in hidden-size vectors per token: the attention sublayer reads and
-# writes its LayerNorm (2) and its residual add reads two inputs and writes one (3); the MLP the same.
-ATTN_ELEMENTWISE_VECTORS = 5
-MLP_ELEMENTWISE_VECTORS = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,12 +102,8 @@ def layer_geometry(m: ModelSpec, dtype_bytes: float) -> LayerGeometry:
     mlp = (m.num_dense_layers * dense_mlp + m.num_moe_layers * moe_mlp) / L + norms / 2
     breakdown = param_breakdown(m)
     extra = sum(v for k, v in breakdown.items() if k.startswith(("embedding", "lm_head", "final_norm")))
-    if m.mla is not None:  # DeepSeek-V2 §2.1: the cache holds the compressed latent and the shared rope key
-        kv_token = (m.mla.kv_lora_rank + m.mla.qk_rope_head_dim) * dtype_bytes
-        d_qk, d_v = m.mla.qk_head_dim, m.mla.v_head_dim
-    else:
-        kv_token = 2 * m.kv_heads * m.head_size * dtype_bytes
-        d_qk = d_v = m.head_size
+    d_qk, d_v = inv.attention_dims(m)
+    kv_token = float(inv.kv_token_bytes(m, 1.0, dtype_bytes, latent=True))  # the cache holds MLA's latent
     return LayerGeometry(
         layers=L, hidden=h, heads=m.num_heads, d_qk=d_qk, d_v=d_v, qkv_width=attention_qkv_params(m) / h,
         ffn=m.ffn_hidden_size, gated=m.mlp.gated, vocab=m.vocab_size, elem_bytes=dtype_bytes,
@@ -150,58 +145,87 @@ def phases(work: OffloadWorkload) -> Phases:
     return Phases(names, np.array(tokens, float), np.array(span), np.array(cached), np.array(steps, float))
 
 
-def gemm_time(system: SystemSpec, m: np.ndarray, k: float, n: float, dtype: str) -> np.ndarray:
-    """One linear layer (M×K)·(K×N): roofline time, no faster than the machine's sustained GEMM rate."""
-    e = 2.0  # fp16/bf16 operands
-    flops = 2.0 * m * k * n
-    t = kernel_time(system.gpu, flops, e * (m * k + k * n + m * n), dtype)
-    if system.gpu_sustained_matmul_flops:
-        t = np.maximum(t, flops / system.gpu_sustained_matmul_flops)
-    return t
+@dataclass(frozen=True, slots=True)
+class FlexGenPricer:
+    """Prices the shared operator inventory as FlexGen's PyTorch backend runs it on one GPU: no tensor
+    parallelism, 16-bit operands, eager elementwise kernels, unfused attention with a separate masking pass
+    (pytorch_backend.py ``mha``: ``where`` then ``softmax`` over the stored scores), GEMMs no faster than the
+    machine's sustained rate."""
+
+    model: ModelSpec
+    system: SystemSpec
+    dtype: str
+    act_bytes: float = 2.0
+    tp: float = 1.0
+    dropout: bool = False
+    kv_cache: bool = False  # the cache traffic is priced by the transfer lanes, not as a kernel
+    capacity_factor: float = 1.0
+
+    def gemm(self, g: Gemm) -> list[Op]:
+        e = self.act_bytes
+        nbytes = g.nbytes(e, e, e)
+        t = gemm_time(self.system.gpu, g.flops, nbytes, self.dtype, experts=g.experts,
+                      sustained_flops=self.system.gpu_sustained_matmul_flops)
+        return [Op(g.name, GEMM, g.flops, nbytes, t)]
+
+    def elementwise(self, x: Elementwise, *, selective: bool = False) -> Op:
+        nbytes = x.nbytes(self.act_bytes)
+        return Op(x.name, MEM, np.zeros_like(nbytes), nbytes, elementwise_time(self.system.gpu, nbytes))
+
+    def bmm(self, name: str, flops: np.ndarray, nbytes: np.ndarray, *, selective: bool) -> Op:
+        return Op(name, GEMM, flops, nbytes, kernel_time(self.system.gpu, flops, nbytes, self.dtype))
+
+    def attention(self, a: Attention) -> list[Op]:
+        return unfused_attention(self, a, mask_passes=2, selective=False)
+
+    def _none(self, prefix: str, elements: object) -> list[Op]:
+        return []
+
+    tp_entry = tp_exit = shared_tp_entry = shared_tp_exit = expert_tp_entry = expert_tp_exit = moe_exit = _none
+
+    def ep_all_to_all(self, name: str, elements: object) -> Op:
+        z = np.zeros(1)
+        return Op(name, COMM, z, z, z, dim="ep")
+
+    def kv_cache_write(self, tokens: object) -> np.ndarray:
+        return np.zeros(1)
+
+    def touched_experts(self, routed_tokens: np.ndarray) -> np.ndarray:
+        moe = self.model.moe
+        assert moe is not None
+        return distinct_experts(moe.num_experts, moe.experts_per_token, routed_tokens / moe.experts_per_token)
 
 
-def attention_core(system: SystemSpec, g: LayerGeometry, b: np.ndarray, t: np.ndarray, s: np.ndarray,
-                    dtype: str) -> np.ndarray:
-    """FlexGen's unfused attention (pytorch_backend.py ``mha``/``mha_gen``): QKᵀ as a batched matmul, a masked
-    softmax over the stored scores (``where`` and ``softmax`` each read and write them), then scores·V."""
-    scores = b * g.heads * t * s
-    e = g.elem_bytes
-    kv_bytes = b * s * g.kv_token_bytes  # K and V read by the two matmuls
-    q_bytes = e * b * t * g.heads * (g.d_qk + g.d_v)
-    qk = kernel_time(system.gpu, 2.0 * scores * g.d_qk, e * scores + q_bytes / 2 + kv_bytes / 2, dtype)
-    softmax = elementwise_time(system.gpu, 4 * e * scores)
-    pv = kernel_time(system.gpu, 2.0 * scores * g.d_v, e * scores + q_bytes / 2 + kv_bytes / 2, dtype)
-    return qk + softmax + pv
+def _time(ops: list[Op]) -> np.ndarray:
+    return sum((op.time for op in ops), start=np.zeros(1))
 
 
-def attention_gemms(system: SystemSpec, g: LayerGeometry, tokens: np.ndarray, dtype: str) -> np.ndarray:
-    """QKV and output projections plus the sublayer's norm and residual (elementwise) for ``tokens`` tokens."""
-    proj = (gemm_time(system, tokens, g.hidden, g.qkv_width, dtype)
-            + gemm_time(system, tokens, g.heads * g.d_v, g.hidden, dtype))
-    return proj + elementwise_time(system.gpu, ATTN_ELEMENTWISE_VECTORS * g.elem_bytes * tokens * g.hidden)
+def attention_core(p: FlexGenPricer, g: LayerGeometry, b: np.ndarray, t: np.ndarray, s: np.ndarray) -> np.ndarray:
+    """Attention of ``b`` sequences, ``t`` new tokens each over a span of ``s`` positions (the full score matrix:
+    FlexGen masks rather than skips)."""
+    a = Attention("attn.core", pairs=b * t * s, heads=g.heads, d_qk=g.d_qk, d_v=g.d_v, q_tokens=b * t, span=s,
+                  kv_tokens=b * s, kv_token_bytes=g.kv_token_bytes)
+    return _time(p.attention(a))
 
 
-def mlp_time(system: SystemSpec, g: LayerGeometry, tokens: np.ndarray, dtype: str) -> np.ndarray:
-    """MLP sublayer for ``tokens`` tokens: dense, or MoE (router, the experts the tokens reach, shared experts)
-    averaged over layers; plus the LM head's share (FlexGen computes logits for every prompt position)."""
-    h, e = g.hidden, g.elem_bytes
-    up = 2 if g.gated else 1
+def attention_gemms(p: FlexGenPricer, tokens: np.ndarray) -> np.ndarray:
+    """The attention sublayer without its core: norm, projections, output projection, residual."""
+    m, h = p.model, p.model.hidden_size
+    ops = [inv.norm(p, "attn.norm", tokens, h), *inv.projections(m, p, tokens)[0]]
+    ops += p.gemm(Gemm("attn.out", tokens, m.num_heads * inv.attention_dims(m)[1], h))
+    ops.append(inv.residual(p, "attn.residual", tokens, h))
+    return _time(ops)
 
-    def ffn(m: np.ndarray, f: float) -> np.ndarray:  # up (and gate) GEMM, activation, down GEMM
-        return (gemm_time(system, m, h, up * f, dtype) + elementwise_time(system.gpu, e * m * f * (up + 1))
-                + gemm_time(system, m, f, h, dtype))
 
-    t = (1 - g.moe_fraction) * ffn(tokens, g.ffn)
+def mlp_time(p: FlexGenPricer, g: LayerGeometry, tokens: np.ndarray) -> np.ndarray:
+    """MLP sublayer for ``tokens`` tokens, dense or MoE averaged over the layers, plus the LM head's share
+    (FlexGen computes logits for every prompt position)."""
+    m = p.model
+    t = (1 - g.moe_fraction) * _time(inv.mlp_block(m, p, tokens, tokens))
     if g.moe_fraction:
-        # Expected experts reached by `tokens` tokens routed top-k among E: E·(1 − (1 − k/E)^tokens).
-        reached = g.experts * (1 - (1 - g.top_k / g.experts) ** tokens)
-        per_expert = tokens * g.top_k / reached
-        moe = gemm_time(system, tokens, h, g.experts, dtype) + reached * ffn(per_expert, g.expert_ffn)
-        if g.shared_ffn:
-            moe = moe + ffn(tokens, g.shared_ffn)
-        t = t + g.moe_fraction * moe
-    head = gemm_time(system, tokens, h, g.vocab, dtype) / g.layers
-    return t + head + elementwise_time(system.gpu, MLP_ELEMENTWISE_VECTORS * e * tokens * h)
+        t = t + g.moe_fraction * _time(inv.moe_block(m, p, tokens, tokens))
+    head = _time(p.gemm(Gemm("head.logits", tokens, m.hidden_size, m.vocab_size))) / g.layers
+    return t + head
 
 
 def cpu_attention_rate(system: SystemSpec) -> float:

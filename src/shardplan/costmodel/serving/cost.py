@@ -32,11 +32,11 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from shardplan.costmodel.core import comm
-from shardplan.costmodel.core.layouts import moe_layers_before
+from shardplan.costmodel.core.layouts import StageShape, representative_stages
 from shardplan.costmodel.core.ops import PhaseCost
+from shardplan.costmodel.core.shards import layer_shard
 from shardplan.costmodel.serving import layers as O
 from shardplan.hardware.spec import SystemSpec
-from shardplan.models import params as P
 from shardplan.models.spec import ModelSpec
 from shardplan.units import GiB
 
@@ -141,26 +141,6 @@ class InferRows:
 
 
 # --- pipeline stages -----------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class StageShape:
-    """Layer counts of one representative stage (first, heaviest middle, last) per row."""
-
-    name: str
-    layers: np.ndarray
-    moe_layers: np.ndarray
-    has_embedding: np.ndarray
-    has_head: np.ndarray
-    exists: np.ndarray
-
-    @property
-    def dense_layers(self) -> np.ndarray:
-        return self.layers - self.moe_layers
-
-    def count(self, kind: str) -> np.ndarray:
-        return {"embedding": self.has_embedding.astype(float), "attention": self.layers, "mlp": self.dense_layers,
-                "moe": self.moe_layers, "head": self.has_head.astype(float)}[kind]
-
-
 def stage_shapes(model: ModelSpec, pp: np.ndarray) -> list[StageShape]:
     """vLLM's split (``get_pp_indices``): ⌊L/pp⌋ layers each, the remainder added to stages pp−2, pp−3, …"""
     L, p = model.num_layers, pp.astype(float)
@@ -168,52 +148,16 @@ def stage_shapes(model: ModelSpec, pp: np.ndarray) -> list[StageShape]:
     n_first = np.where(p == 1, L, base + (extra >= p - 1))
     n_mid = base + (extra >= 1)
     n_last = base
-    one = np.ones_like(p, dtype=bool)
-    freq = model.moe.layer_freq if model.moe else 1
-    mid_moe = np.minimum(np.ceil(n_mid / freq), model.num_moe_layers) if model.moe else np.zeros_like(p)
-    last_moe = moe_layers_before(model, np.full_like(p, L)) - moe_layers_before(model, L - n_last)
-    return [StageShape("first", n_first, moe_layers_before(model, n_first), one, p == 1, one),
-            StageShape("middle", n_mid, mid_moe, ~one, ~one, p > 2),
-            StageShape("last", n_last, last_moe, ~one, one, p > 1)]
+    return representative_stages(model, p, n_first, n_mid, n_last)
 
 
 # --- memory --------------------------------------------------------------------------------------------
 def kind_weight_bytes(model: ModelSpec, work: InferWorkload, rows: InferRows, kind: str) -> np.ndarray:
-    """Weight bytes one GPU holds for one layer of ``kind`` (or the embedding / the LM head).
-
-    Linear layers are sharded over TP (MLA down-projections and K/V heads beyond their count are
-    replicated), experts over EP then TP; norms, routers, embeddings and the LM head stay 16-bit.
-    """
-    m, t = model, rows.tp.astype(float)
-    q = O.weight_bytes_per_param(work.weights(m), work.quant_group_size)
-    e = O.ACT_BYTES
-    h = m.hidden_size
-    if kind == "attention":
-        norms = P.layer_norms_params(m) * e
-        if m.mla is not None:
-            mla = m.mla
-            down = h * (mla.q_lora_rank + mla.kv_lora_rank + mla.qk_rope_head_dim) + mla.q_lora_rank + mla.kv_lora_rank
-            split = P.attention_qkv_params(m) + P.attention_out_params(m) - down
-            return norms + q * (down + split / t)
-        d = m.head_size
-        qkv = h * (m.num_heads / t + 2 * O.kv_heads_per_rank(m, rows.tp)) * d
-        bias = (m.num_heads / t + 2 * O.kv_heads_per_rank(m, rows.tp)) * d * e if m.qkv_bias else 0.0
-        return norms + q * (qkv + P.attention_out_params(m) / t) + bias
-    if kind == "mlp":
-        return q * P.mlp_params(m, m.ffn_hidden_size) / t
-    if kind == "moe":
-        assert m.moe is not None
-        shared = m.moe.num_shared_experts * P.mlp_params(m, m.moe.shared_ffn) / t
-        experts = m.moe.num_experts / rows.ep * P.mlp_params(m, m.moe.expert_ffn_hidden_size) / t
-        return e * P.router_params(m) + q * (shared + experts)
-    if kind == "embedding":
-        extra = P.position_params(m) + (P.norm_params(m, h) if m.embedding_norm else 0)
-        return e * (P.embedding_params(m) / t + extra)
-    if kind == "head":
-        lm = m.vocab_size * h / t
-        head = lm if not m.tied_embeddings else np.where(rows.pp > 1, lm, 0.0)  # tied: last stage keeps a copy
-        return e * (P.norm_params(m, h) + head)
-    raise ValueError(f"unknown layer kind {kind}")
+    """Weight bytes one GPU holds for one layer of ``kind`` (or the embedding / the LM head): linear layers and
+    experts in the weight datatype, norms, routers, biases, embeddings and the LM head in 16 bits."""
+    q = O.weight_bytes_per_param(work.weights(model), work.quant_group_size)
+    shard = layer_shard(model, kind, rows.tp, rows.ep, rows.pp)
+    return O.ACT_BYTES * shard.other + q * (shard.linear + shard.experts)
 
 
 def workspace_per_token(model: ModelSpec, tp: np.ndarray) -> np.ndarray:

@@ -7,8 +7,11 @@ least one (vLLM replicates KV heads when t exceeds them). Weights are read once 
 streams its weight matrix from HBM whatever the number of tokens), decode attention reads the KV
 cache of every sequence, and each layer ends with a TP all-reduce of the step's activations.
 
-Every function works on numpy columns (one entry per layout row) and returns ``Op`` records
-(``ops.Op``: FLOPs, HBM bytes or message bytes, seconds).
+The operators come from the shared inventory (``core.operators``); ``InferCtx`` prices them for an engine:
+linear weights in their (possibly quantised) datatype, 16-bit router and LM head, elementwise kernels at
+streaming bandwidth (fused or captured in CUDA graphs), one TP all-reduce per block (the engines' custom
+all-reduce inside a node). What only serving has is here: the step (``Step``), the KV-cache write, logits for
+the sampled positions only and the sampler.
 """
 
 from __future__ import annotations
@@ -18,13 +21,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from shardplan.costmodel.core import comm
-from shardplan.costmodel.core.kernels import kernel_time
-from shardplan.costmodel.core.ops import COMM, GEMM, MEM, Op
+from shardplan.costmodel.core import operators as inv
+from shardplan.costmodel.core.kernels import attention_time, gemm_time, kernel_time
+from shardplan.costmodel.core.operators import Attention, Elementwise, Gemm, distinct_experts, kv_heads_per_rank
+from shardplan.costmodel.core.ops import ATTN, COMM, GEMM, MEM, Op
 from shardplan.hardware.spec import SystemSpec
 from shardplan.models.spec import ModelSpec
 from shardplan.units import DTYPE_BYTES
 
-ATTN = "attn"
 ACT_BYTES = 2.0  # activations stay 16-bit in every datatype mode (fp8 GEMMs quantise their inputs on the fly)
 LOGIT_BYTES = 4.0  # vLLM upcasts logits to fp32 before sampling
 # Weight-only int4/int8 (GPTQ/AWQ): one 16-bit scale per group of weights along the input dimension.
@@ -50,7 +54,8 @@ class Step:
 
 @dataclass(slots=True)
 class InferCtx:
-    """Model, system and the layout columns; the datatypes of weights, KV cache and GEMMs."""
+    """Model, system and the layout columns; the datatypes of weights, KV cache and GEMMs. Prices the operator
+    inventory (``core.operators.Pricer``) for a serving engine."""
 
     model: ModelSpec
     system: SystemSpec
@@ -61,6 +66,10 @@ class InferCtx:
     kv_dtype: str
     gemm_dtype: str  # fp8 GEMMs for fp8 weights (W8A8); otherwise the 16-bit activation datatype
     quant_group_size: int = 128
+    act_bytes: float = ACT_BYTES
+    dropout: bool = False
+    kv_cache: bool = True
+    capacity_factor: float = 1.0  # engines route dropless
 
     @property
     def wbytes(self) -> float:
@@ -70,30 +79,66 @@ class InferCtx:
     def t(self) -> np.ndarray:
         return self.tp.astype(float)
 
-    # --- op constructors ------------------------------------------------------------------------------
-    def gemm(self, name: str, m: np.ndarray, k: float | np.ndarray, n: float | np.ndarray, *,
-             wbytes: float | None = None) -> Op:
-        """(m×k)·(k×n) with a weight matrix of k·n elements streamed once (roofline, torchao style)."""
-        wb = self.wbytes if wbytes is None else wbytes
-        flops = 2.0 * m * k * n
-        nbytes = wb * k * n + ACT_BYTES * (m * k + m * n)
-        dtype = self.gemm_dtype if wbytes is None else "bf16"
-        return Op(name, GEMM, flops, nbytes, kernel_time(self.system.gpu, flops, nbytes, dtype))
+    def _col(self, x: np.ndarray | float) -> np.ndarray:
+        return np.asarray(x, dtype=float) + np.zeros_like(self.t)
 
-    def mem(self, name: str, nbytes: np.ndarray) -> Op:
-        nbytes = np.asarray(nbytes, dtype=float) + np.zeros_like(self.t)
-        return Op(name, MEM, np.zeros_like(nbytes), nbytes, kernel_time(self.system.gpu, 0.0, nbytes, "bf16"))
+    # --- pricing the operator inventory -------------------------------------------------------------------------
+    def gemm(self, g: Gemm) -> list[Op]:
+        """Each weight matrix streamed once per step; router and LM head stay 16-bit (vLLM keeps them unquantised)."""
+        wb, dtype = (ACT_BYTES, "bf16") if g.high_precision else (self.wbytes, self.gemm_dtype)
+        nbytes = self._col(g.nbytes(ACT_BYTES, wb, ACT_BYTES))
+        flops = self._col(g.flops)
+        return [Op(g.name, GEMM, flops, nbytes, gemm_time(self.system.gpu, flops, nbytes, dtype, experts=g.experts))]
 
-    def tp_all_reduce(self, name: str, nbytes: np.ndarray) -> Op:
-        nbytes = np.asarray(nbytes, dtype=float) + np.zeros_like(self.t)
-        return Op(name, COMM, np.zeros_like(nbytes), nbytes, tp_all_reduce_time(self.system, nbytes, self.tp),
-                  dim="tp")
+    def elementwise(self, x: Elementwise, *, selective: bool = False) -> Op:
+        nbytes = self._col(x.nbytes(ACT_BYTES))
+        return Op(x.name, MEM, np.zeros_like(nbytes), nbytes, kernel_time(self.system.gpu, 0.0, nbytes, "bf16"))
 
-    def ep_all_to_all(self, name: str, nbytes: np.ndarray) -> Op:
+    def bmm(self, name: str, flops: np.ndarray, nbytes: np.ndarray, *, selective: bool) -> Op:
+        return Op(name, GEMM, self._col(flops), self._col(nbytes),
+                  kernel_time(self.system.gpu, self._col(flops), self._col(nbytes), "bf16"))
+
+    def attention(self, a: Attention) -> list[Op]:
+        """A fused paged-attention kernel over the KV cache (FlashAttention / FlashInfer)."""
+        flops, nbytes = self._col(a.flops), self._col(a.nbytes(ACT_BYTES))
+        return [Op(a.name, ATTN, flops, nbytes, attention_time(self.system.gpu, flops, nbytes, "bf16"))]
+
+    def tp_entry(self, prefix: str, elements: np.ndarray | float) -> list[Op]:
+        return []
+
+    def tp_exit(self, prefix: str, elements: np.ndarray | float) -> list[Op]:
+        nbytes = self._col(ACT_BYTES * elements)
+        return [Op(f"{prefix}.tp_allreduce", COMM, np.zeros_like(nbytes), nbytes,
+                   tp_all_reduce_time(self.system, nbytes, self.tp), dim="tp")]
+
+    def shared_tp_entry(self, prefix: str, elements: np.ndarray | float) -> list[Op]:
+        return []
+
+    def shared_tp_exit(self, prefix: str, elements: np.ndarray | float) -> list[Op]:
+        return []  # summed with the routed experts' output, one all-reduce for the block (``moe_exit``)
+
+    expert_tp_entry = shared_tp_entry
+    expert_tp_exit = shared_tp_exit
+
+    def moe_exit(self, prefix: str, elements: np.ndarray | float) -> list[Op]:
+        return self.tp_exit(prefix, elements)
+
+    def ep_all_to_all(self, name: str, elements: np.ndarray | float) -> Op:
         """All-to-all over the EP group; replicas are outermost in rank order (TP, PP, replicas)."""
-        nbytes = np.asarray(nbytes, dtype=float) + np.zeros_like(self.t)
+        nbytes = self._col(ACT_BYTES * elements)
         t = comm.all_to_all_time(self.system, nbytes, self.ep, self.tp * self.pp)
-        return Op(name, COMM, np.zeros_like(nbytes), nbytes, t, dim="ep")
+        return Op(name, COMM, np.zeros_like(nbytes), nbytes, np.where(self.ep > 1, t, 0.0), dim="ep")
+
+    def kv_cache_write(self, tokens: np.ndarray | float) -> np.ndarray:
+        return tokens * kv_layer_bytes_per_token(self.model, self.kv_dtype, self.tp)
+
+    def touched_experts(self, routed_tokens: np.ndarray | float) -> np.ndarray:
+        """Distinct local experts a step reaches: the EP group routes ep·T tokens, E/ep experts per GPU."""
+        moe = self.model.moe
+        assert moe is not None
+        ep = self.ep.astype(float)
+        tokens = ep * np.asarray(routed_tokens, dtype=float) / moe.experts_per_token
+        return np.maximum(distinct_experts(moe.num_experts, moe.experts_per_token, tokens) / ep, 1e-9)
 
 
 def tp_all_reduce_time(system: SystemSpec, nbytes: np.ndarray, tp: np.ndarray) -> np.ndarray:
@@ -116,165 +161,49 @@ def tp_all_reduce_time(system: SystemSpec, nbytes: np.ndarray, tp: np.ndarray) -
     return np.where(n > 1, t, 0.0)
 
 
-def kv_heads_per_rank(model: ModelSpec, tp: np.ndarray) -> np.ndarray:
-    """KV heads one TP rank stores: kv/t, replicated up to one head when t exceeds them (vLLM)."""
-    return np.maximum(model.kv_heads / np.asarray(tp, dtype=float), 1.0)
-
-
 def kv_layer_bytes_per_token(model: ModelSpec, kv_dtype: str, tp: np.ndarray) -> np.ndarray:
-    """KV-cache bytes one layer stores per token on one GPU.
-
-    MHA/GQA/MQA: K and V, ``2·kv_heads_per_rank·head_dim`` elements. MLA (DeepSeek-V2 §2.1.3): the
-    compressed latent ``kv_lora_rank + qk_rope_head_dim`` elements, shared by all heads and held whole by
-    every TP rank.
-    """
-    b = DTYPE_BYTES[kv_dtype]
-    if model.mla is not None:
-        return np.full(np.shape(tp), (model.mla.kv_lora_rank + model.mla.qk_rope_head_dim) * b, dtype=float)
-    return 2.0 * kv_heads_per_rank(model, tp) * model.head_size * b
+    """KV-cache bytes one layer stores per token on one GPU (MLA: the compressed latent; ``core.operators``)."""
+    return inv.kv_token_bytes(model, tp, DTYPE_BYTES[kv_dtype], latent=True)
 
 
-def _attention_core(c: InferCtx, s: Step) -> Op:
-    """Fused attention over the KV cache: FLOPs of QKᵀ and PV per attended pair, KV bytes per position read.
-
-    MLA decode uses the absorbed form (DeepSeek-V2 App. C): scores and values over the latent
-    (``2·r_kv + d_rope`` per pair and head); MLA prefill decompresses K/V (``d_qk + d_v`` per pair).
-    """
-    m = c.model
-    heads = m.num_heads / c.t
-    if m.mla is not None:
-        mla = m.mla
-        per_pair = 2 * mla.kv_lora_rank + mla.qk_rope_head_dim if s.phase == "decode" else mla.qk_head_dim \
-            + mla.v_head_dim
-        qo = heads * (mla.qk_head_dim + mla.v_head_dim)
-    else:
-        per_pair = 2 * m.head_size
-        qo = heads * 2 * m.head_size
-    flops = 2.0 * s.pairs * heads * per_pair
-    kv = kv_layer_bytes_per_token(m, c.kv_dtype, c.tp)
-    nbytes = s.kv_read * kv + ACT_BYTES * s.tokens * qo
-    t = kernel_time(c.system.gpu, flops, nbytes, "bf16", efficiency=c.system.gpu.attention_efficiency)
-    return Op("attn.core", ATTN, flops, nbytes, t)
+def core_attention(c: InferCtx, s: Step) -> Attention:
+    """The step's attention core: the pairs the step attends, the KV positions it reads. MLA decode runs in the
+    absorbed form (scores and values over the latent, DeepSeek-V2 App. C); MLA prefill decompresses K/V."""
+    d_qk, d_v = inv.attention_dims(c.model, absorbed=s.phase == "decode")
+    return Attention("attn.core", pairs=s.pairs, heads=c.model.num_heads / c.t, d_qk=d_qk, d_v=d_v,
+                     q_tokens=s.tokens, span=s.kv_read, kv_tokens=s.kv_read,
+                     kv_token_bytes=kv_layer_bytes_per_token(c.model, c.kv_dtype, c.tp))
 
 
 def attention_ops(c: InferCtx, s: Step) -> list[Op]:
-    """Norm, QKV (or MLA projections), rotary + KV-cache write, fused attention, output, all-reduce."""
-    m, T, t = c.model, s.tokens, c.t
-    h = m.hidden_size
-    kv_write = T * kv_layer_bytes_per_token(m, c.kv_dtype, c.tp)
-    ops = [c.mem("attn.norm", 2 * ACT_BYTES * T * h)]
-    if m.mla is not None:
-        mla = m.mla
-        # Down-projections are replicated on every TP rank; up-projections are split by heads.
-        if mla.q_lora_rank:
-            ops.append(c.gemm("attn.q_down", T, h, mla.q_lora_rank))
-            ops.append(c.gemm("attn.q_up", T, mla.q_lora_rank, m.num_heads * mla.qk_head_dim / t))
-        else:
-            ops.append(c.gemm("attn.q", T, h, m.num_heads * mla.qk_head_dim / t))
-        ops.append(c.gemm("attn.kv_down", T, h, mla.kv_lora_rank + mla.qk_rope_head_dim))
-        # W_UK/W_UV: applied to the latent of new tokens (prefill) or absorbed into q and o (decode);
-        # the same weights are read and the same FLOPs per token are spent either way.
-        ops.append(c.gemm("attn.kv_up", T, mla.kv_lora_rank, m.num_heads * (mla.qk_nope_head_dim + mla.v_head_dim) / t))
-        rope = T * (m.num_heads / t + 1) * mla.qk_rope_head_dim * 2 * ACT_BYTES
-        ops.append(c.mem("attn.rope_cache_write", rope + kv_write))
-        ops.append(_attention_core(c, s))
-        ops.append(c.gemm("attn.out", T, m.num_heads * mla.v_head_dim / t, h))
-    else:
-        d = m.head_size
-        kvr = kv_heads_per_rank(m, c.tp)
-        ops.append(c.gemm("attn.qkv", T, h, (m.num_heads / t + 2 * kvr) * d))
-        ops.append(c.mem("attn.rope_cache_write", T * (m.num_heads / t + kvr) * d * 2 * ACT_BYTES + kv_write))
-        ops.append(_attention_core(c, s))
-        ops.append(c.gemm("attn.out", T, m.num_heads * d / t, h))
-    ops.append(c.tp_all_reduce("attn.tp_allreduce", ACT_BYTES * T * h))
-    ops.append(c.mem("attn.residual", 3 * ACT_BYTES * T * h))
-    return ops
-
-
-def _mlp(c: InferCtx, prefix: str, T: np.ndarray, ffn: float) -> list[Op]:
-    """Gate/up (or fc1) → activation → down (or fc2), split over TP."""
-    g = 2 if c.model.mlp.gated else 1
-    width = ffn / c.t
-    h = c.model.hidden_size
-    return [c.gemm(f"{prefix}.fc1", T, h, g * width), c.mem(f"{prefix}.act", ACT_BYTES * T * width * (g + 1)),
-            c.gemm(f"{prefix}.fc2", T, width, h)]
+    return inv.attention_block(c.model, c, s.tokens, s.tokens, core_attention(c, s))
 
 
 def mlp_ops(c: InferCtx, s: Step) -> list[Op]:
-    """Dense MLP block."""
-    h, T = c.model.hidden_size, s.tokens
-    ops = [c.mem("mlp.norm", 2 * ACT_BYTES * T * h), *_mlp(c, "mlp", T, c.model.ffn_hidden_size)]
-    return [*ops, c.tp_all_reduce("mlp.tp_allreduce", ACT_BYTES * T * h), c.mem("mlp.residual", 3 * ACT_BYTES * T * h)]
-
-
-def distinct_experts(num_experts: int, top_k: int, tokens: np.ndarray) -> np.ndarray:
-    """Expected distinct experts a batch of ``tokens`` routes to: E·(1 − (1 − k/E)^tokens).
-
-    Each token picks k of E experts; uniform routing makes an expert idle for one token with
-    probability 1 − k/E, independently across tokens (the load-balancing loss targets uniform use).
-    """
-    return num_experts * (1.0 - (1.0 - top_k / num_experts) ** np.asarray(tokens, dtype=float))
+    return inv.mlp_block(c.model, c, s.tokens, s.tokens)
 
 
 def moe_ops(c: InferCtx, s: Step) -> list[Op]:
-    """MoE block: router, EP dispatch, expert GEMMs over the experts touched, combine, shared experts.
-
-    Experts are spread over the ``ep`` replicas of an EP group (E/ep each) and split over TP. The group
-    routes ``ep·T`` tokens per step; this GPU's experts receive T·k token copies on average and read the
-    weights of the distinct local experts hit, ``distinct(ep·T)/ep``.
-    """
-    m, T = c.model, s.tokens
-    assert m.moe is not None
-    moe, h = m.moe, m.hidden_size
-    g = 2 if m.mlp.gated else 1
-    ep = c.ep.astype(float)
-    routed = T * moe.experts_per_token
-    active = np.maximum(distinct_experts(moe.num_experts, moe.experts_per_token, ep * T) / ep, 1e-9)
-    f = moe.expert_ffn_hidden_size / c.t
-    ops = [c.mem("moe.norm", 2 * ACT_BYTES * T * h),
-           c.gemm("moe.router", T, h, moe.num_experts, wbytes=ACT_BYTES),
-           c.mem("moe.topk_permute", T * moe.num_experts * 4.0 + 2 * ACT_BYTES * routed * h)]
-    a2a = c.ep_all_to_all("moe.ep_dispatch", ACT_BYTES * routed * h)
-    a2a_time = np.where(ep > 1, a2a.time, 0.0)
-    ops.append(Op(a2a.name, COMM, a2a.flops, a2a.nbytes, a2a_time, dim="ep"))
-    for name, k_dim, n_dim in (("moe.experts.fc1", h, g * f), ("moe.experts.fc2", f, h)):
-        flops = 2.0 * routed * k_dim * n_dim
-        nbytes = active * c.wbytes * k_dim * n_dim + ACT_BYTES * routed * (k_dim + n_dim)
-        # Grouped GEMM: each active expert runs a GEMM of its share of the tokens.
-        t = active * kernel_time(c.system.gpu, flops / active, nbytes / active, c.gemm_dtype)
-        ops.append(Op(name, GEMM, flops, nbytes, t))
-    ops.append(c.mem("moe.experts.act", ACT_BYTES * routed * f * (g + 1)))
-    ops.append(Op("moe.ep_combine", COMM, a2a.flops, a2a.nbytes, a2a_time, dim="ep"))
-    if moe.num_shared_experts:
-        ops += _mlp(c, "moe.shared", T, moe.num_shared_experts * moe.shared_ffn)
-    ops.append(c.tp_all_reduce("moe.tp_allreduce", ACT_BYTES * T * h))
-    ops.append(c.mem("moe.residual", 3 * ACT_BYTES * T * h))
-    return ops
+    return inv.moe_block(c.model, c, s.tokens, s.tokens)
 
 
 def embedding_ops(c: InferCtx, s: Step) -> list[Op]:
-    """Vocab-parallel embedding lookup: gather rows, all-reduce the partial embeddings (t > 1)."""
-    h, T = c.model.hidden_size, s.tokens
-    ops = [c.mem("embed.lookup", 2 * ACT_BYTES * T * h)]
-    if c.model.position == "learned":
-        ops.append(c.mem("embed.positions", 3 * ACT_BYTES * T * h))
-    return [*ops, c.tp_all_reduce("embed.tp_allreduce", ACT_BYTES * T * h)]
+    return inv.embedding_block(c.model, c, s.tokens, s.tokens)
 
 
 def head_ops(c: InferCtx, s: Step) -> list[Op]:
-    """Final norm, LM head for the sampled positions only, logits all-gather, fp32 sampling."""
+    """LM head for the sampled positions only, the logits all-gathered over TP, fp32 sampling."""
     m, R = c.model, s.logit_rows
-    vocab = m.vocab_size / c.t
-    ops = [c.mem("head.norm", 2 * ACT_BYTES * R * m.hidden_size),
-           c.gemm("head.logits", R, m.hidden_size, vocab, wbytes=ACT_BYTES)]
-    nbytes = ACT_BYTES * R * m.vocab_size + np.zeros_like(c.t)
+    ops = inv.head_block(m, c, R, R)
+    nbytes = c._col(ACT_BYTES * R * m.vocab_size)
     gather = np.where(c.tp > 1, comm.all_gather_time(c.system, nbytes, c.tp, np.ones_like(c.tp)), 0.0)
     ops.append(Op("head.tp_gather", COMM, np.zeros_like(gather), nbytes, gather, dim="tp"))
     # Sampler: fp32 upcast, softmax and log-softmax, top-k/top-p: ~4 passes over fp32 logits.
-    ops.append(c.mem("head.sample", 4 * LOGIT_BYTES * R * m.vocab_size))
+    ops.append(c.elementwise(Elementwise("head.sample", R * m.vocab_size, 0.0, 4 * LOGIT_BYTES)))
     return ops
 
 
 BUILDERS = {"attention": attention_ops, "mlp": mlp_ops, "moe": moe_ops, "embedding": embedding_ops,
             "head": head_ops}
-
+__all__ = ["ATTN", "BUILDERS", "InferCtx", "Step", "distinct_experts", "kv_heads_per_rank", "kv_layer_bytes_per_token",
+           "tp_all_reduce_time", "weight_bytes_per_param"]

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from shardplan.costmodel.core import comm
-from shardplan.costmodel.core.kernels import FLASH_BWD_EFFICIENCY_RATIO, elementwise_time, kernel_time
+from shardplan.costmodel.core.kernels import attention_time, elementwise_time, gemm_time, kernel_time
+from shardplan.costmodel.core.operators import Attention, Elementwise, Gemm, unfused_attention
 from shardplan.costmodel.core.ops import ATTN, COMM, GEMM, MEM, Op
 from shardplan.costmodel.training.layout import LayoutArrays, TrainWorkload
 from shardplan.hardware.spec import AttentionKernel, GpuSpec, SystemSpec
@@ -54,38 +55,97 @@ class Ctx:
     def gpu(self) -> GpuSpec:
         return self.system.gpu
 
-    # --- op constructors ------------------------------------------------------------------
-    def gemm(self, name: str, m: np.ndarray, k: np.ndarray | float, n: np.ndarray | float) -> list[Op]:
-        """A linear layer's forward GEMM (M×K)·(K×N); under fp8 plus its cast kernels (torchao roofline)."""
+    @property
+    def tp(self) -> np.ndarray:
+        return self.rows.tp.astype(float)
+
+    @property
+    def kv_cache(self) -> bool:
+        return False
+
+    @property
+    def capacity_factor(self) -> float:
+        return self.model.moe.capacity_factor if self.model.moe is not None else 1.0
+
+    # --- pricing the operator inventory (``core.operators.Pricer``) ----------------------------------------------
+    def gemm(self, g: Gemm) -> list[Op]:
+        """A linear layer's forward GEMM; under fp8 plus its cast kernels (torchao roofline)."""
         e = self.act_bytes
-        flops = 2.0 * m * k * n
         wbytes = 1.0 if self.mm_dtype == "fp8" else e
-        nbytes = wbytes * (m * k + k * n) + e * m * n
-        ops = [Op(name, GEMM, flops, nbytes, kernel_time(self.gpu, flops, nbytes, self.mm_dtype))]
+        nbytes = g.nbytes(wbytes, wbytes, e)
+        ops = [Op(g.name, GEMM, g.flops, nbytes, gemm_time(self.gpu, g.flops, nbytes, self.mm_dtype,
+                                                           experts=g.experts))]
         if self.mm_dtype == "fp8":
             # tensorwise fp8: amax + cast of the input (2+2+1+1 B/elem) and of the weight (2+2+1 B/elem)
-            cast = 6.0 * m * k + 5.0 * k * n
-            ops.append(Op(f"{name}.fp8_cast", MEM, np.zeros_like(cast), cast, self.mem_time(cast)))
+            cast = np.asarray(6.0 * g.m * g.k + 5.0 * g.k * g.n * g.experts, dtype=float)
+            ops.append(Op(f"{g.name}.fp8_cast", MEM, np.zeros_like(cast), cast, self.mem_time(cast)))
         return ops
 
     def mem_time(self, nbytes: np.ndarray) -> np.ndarray:
         return elementwise_time(self.gpu, nbytes)
 
-    def mem(self, name: str, nbytes: np.ndarray, *, selective: bool = False) -> Op:
-        nbytes = np.asarray(nbytes, dtype=float)
-        return Op(name, MEM, np.zeros_like(nbytes), nbytes, self.mem_time(nbytes), selective=selective)
+    def elementwise(self, x: Elementwise, *, selective: bool = False) -> Op:
+        nbytes = x.nbytes(self.act_bytes) + np.zeros_like(self.tokens)
+        return Op(x.name, MEM, np.zeros_like(nbytes), nbytes, self.mem_time(nbytes), selective=selective)
 
-    def bmm(self, name: str, flops: np.ndarray, nbytes: np.ndarray) -> Op:
+    def bmm(self, name: str, flops: np.ndarray, nbytes: np.ndarray, *, selective: bool) -> Op:
         """A batched attention matmul of the unfused path (selective recompute reruns it)."""
-        return Op(name, GEMM, flops, nbytes, kernel_time(self.gpu, flops, nbytes, self.mm_dtype), selective=True)
+        return Op(name, GEMM, flops, nbytes, kernel_time(self.gpu, flops, nbytes, self.mm_dtype), selective=selective)
 
-    def flash_attn(self, name: str, flops: np.ndarray, nbytes: np.ndarray) -> Op:
-        dtype = "bf16" if self.mm_dtype == "fp8" else self.mm_dtype
-        t = kernel_time(self.gpu, flops, nbytes, dtype, efficiency=self.gpu.attention_efficiency)
-        return Op(name, ATTN, flops, nbytes, t)
+    def attention(self, a: Attention) -> list[Op]:
+        """Flash or unfused attention per row; under context parallelism the K/V ring, overlapped with the
+        attention kernels (exposed only where the ring takes longer)."""
+        nbytes = a.nbytes(self.act_bytes)
+        flash = Op(f"{a.name}.flash", ATTN, a.flops, nbytes, attention_time(self.gpu, a.flops, nbytes, self.mm_dtype))
+        unfused = unfused_attention(self, a, mask_passes=0, selective=True)
+        ops = [masked(op, ~self.flash) for op in unfused] + [masked(flash, self.flash)]
+        r = self.rows
+        ring = self.collective(f"{a.name}.cp_ring", "all_gather", a.kv_tokens * a.kv_token_bytes, "cp")
+        exposed = np.maximum(ring.time - flash.time * (r.cp - 1) / r.cp, 0.0)
+        ops.append(Op(ring.name, ring.kind, ring.flops, ring.nbytes, np.where(r.cp > 1, exposed, 0.0), dim="cp"))
+        return ops
 
-    def tp_stride(self) -> np.ndarray:
-        return np.ones_like(self.rows.tp)
+    def tp_entry(self, prefix: str, elements: np.ndarray | float) -> list[Op]:
+        """Sequence parallelism all-gathers the sharded input before a TP region (identity without SP)."""
+        r = self.rows
+        op = self.collective(f"{prefix}.tp_allgather", "all_gather", elements * self.act_bytes, "tp")
+        return [masked(op, (r.sp == 1) & (r.tp > 1))]
+
+    def tp_exit(self, prefix: str, elements: np.ndarray | float) -> list[Op]:
+        """Leaving a TP region: all-reduce the partial sums, or reduce-scatter them under SP."""
+        r = self.rows
+        nbytes = elements * self.act_bytes
+        ar = self.collective(f"{prefix}.tp_allreduce", "all_reduce", nbytes, "tp")
+        rs = self.collective(f"{prefix}.tp_reducescatter", "reduce_scatter", nbytes, "tp")
+        return [masked(ar, (r.sp == 0) & (r.tp > 1)), masked(rs, (r.sp == 1) & (r.tp > 1))]
+
+    shared_tp_entry = tp_entry
+    shared_tp_exit = tp_exit
+
+    def expert_tp_entry(self, prefix: str, elements: np.ndarray | float) -> list[Op]:
+        """Experts split over TP need every TP rank's dispatched tokens: all-gather them (SP)."""
+        r = self.rows
+        op = self.collective(f"{prefix}.tp_allgather", "all_gather", elements * r.tp * self.act_bytes, "tp")
+        return [masked(op, (r.tp > 1) & (r.sp == 1))]
+
+    def expert_tp_exit(self, prefix: str, elements: np.ndarray | float) -> list[Op]:
+        r = self.rows
+        op = self.collective(f"{prefix}.tp_reducescatter", "reduce_scatter", elements * r.tp * self.act_bytes, "tp")
+        return [masked(op, (r.tp > 1) & (r.sp == 1))]
+
+    def ep_all_to_all(self, name: str, elements: np.ndarray | float) -> Op:
+        return self.collective(name, "all_to_all", elements * self.act_bytes, "ep")
+
+    def moe_exit(self, prefix: str, elements: np.ndarray | float) -> list[Op]:
+        return []
+
+    def kv_cache_write(self, tokens: np.ndarray | float) -> np.ndarray:
+        return np.zeros_like(self.tokens)
+
+    def touched_experts(self, routed_tokens: np.ndarray | float) -> np.ndarray:
+        """Training batches reach every local expert."""
+        assert self.model.moe is not None
+        return self.model.moe.num_experts / self.rows.ep.astype(float)
 
     def collective(self, name: str, kind: str, nbytes: np.ndarray, dim: str) -> Op:
         """A collective over the TP, CP or EP group of each row (zero when the group has one rank)."""
@@ -94,12 +154,19 @@ class Ctx:
         stride = np.broadcast_to(np.asarray(stride), np.shape(n))
         fn = {"all_reduce": comm.all_reduce_time, "reduce_scatter": comm.reduce_scatter_time,
               "all_gather": comm.all_gather_time, "all_to_all": comm.all_to_all_time}[kind]
-        nbytes = np.asarray(nbytes, dtype=float)
+        nbytes = np.asarray(nbytes, dtype=float) + np.zeros_like(self.tokens)
         t = fn(s, nbytes, n, stride)
         if dim == "tp" and s.software.tp_comm_overlap:
             # TE/async-TP split GEMMs into chunks and overlap them with the SP all-gather/reduce-scatter.
             t = np.where(r.sp == 1, t * (1 - s.software.tp_comm_overlap), t)
         return Op(name, COMM, np.zeros_like(nbytes), nbytes, t, dim=dim)
+
+
+def masked(op: Op, when: np.ndarray) -> Op:
+    """The op where ``when`` holds, zero elsewhere (collectives that exist only with SP, or only without)."""
+    z = np.zeros_like(op.time)
+    return Op(op.name, op.kind, np.where(when, op.flops, z), np.where(when, op.nbytes, z),
+              np.where(when, op.time, z), dim=op.dim, selective=op.selective)
 
 
 # Megatron-LM overlaps the backward all-reduce of the TP input gradient with the weight-gradient GEMM
@@ -130,9 +197,7 @@ def backward(ctx: Ctx, fwd: list[Op]) -> list[Op]:
             out.append(Op(f"{op.name}.bwd", MEM, op.flops, nbytes, ctx.mem_time(nbytes)))
         elif op.kind == ATTN:
             flops = 2.5 * op.flops
-            dtype = "bf16" if ctx.mm_dtype == "fp8" else ctx.mm_dtype
-            eff = ctx.gpu.attention_efficiency * FLASH_BWD_EFFICIENCY_RATIO
-            t = kernel_time(ctx.gpu, flops, 2.0 * op.nbytes, dtype, efficiency=eff)
+            t = attention_time(ctx.gpu, flops, 2.0 * op.nbytes, ctx.mm_dtype, backward=True)
             out.append(Op(f"{op.name}.bwd", ATTN, flops, 2.0 * op.nbytes, t))
         else:
             out.append(Op(f"{op.name}.bwd", COMM, op.flops, op.nbytes, op.time, dim=op.dim))

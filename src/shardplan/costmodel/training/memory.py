@@ -13,8 +13,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from shardplan.costmodel.core.shards import layer_shard
 from shardplan.costmodel.training.ctx import Ctx
-from shardplan.models import params as P
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,33 +31,10 @@ class LayerParams:
 
 
 def layer_params(ctx: Ctx, kind: str) -> LayerParams:
-    """Parameters per GPU of one layer of ``kind``: attention, mlp, moe, embedding or head."""
-    m, r = ctx.model, ctx.rows
-    t = r.tp.astype(float)
-    zero = np.zeros_like(t)
-    if kind == "attention":
-        replicated = P.layer_norms_params(m)
-        split = P.attention_qkv_params(m) + P.attention_out_params(m)
-        if m.mla is not None:  # MLA down-projections are replicated across TP ranks
-            down = m.hidden_size * (m.mla.q_lora_rank + m.mla.kv_lora_rank + m.mla.qk_rope_head_dim)
-            split, replicated = split - down, replicated + down
-        return LayerParams(replicated + split / t, zero)
-    if kind == "mlp":
-        return LayerParams(P.mlp_params(m, m.ffn_hidden_size) / t, zero)
-    if kind == "moe":
-        assert m.moe is not None
-        shared = m.moe.num_shared_experts * P.mlp_params(m, m.moe.shared_ffn) / t
-        experts = m.moe.num_experts / r.ep * P.mlp_params(m, m.moe.expert_ffn_hidden_size) / t
-        return LayerParams(P.router_params(m) + shared, experts)
-    if kind == "embedding":
-        extra = P.position_params(m) + (P.norm_params(m, m.hidden_size) if m.embedding_norm else 0)
-        return LayerParams(P.embedding_params(m) / t + extra, zero)
-    if kind == "head":
-        # Tied embeddings: the last stage keeps its own copy of the word embedding when pp > 1 (Megatron).
-        lm = m.vocab_size * m.hidden_size / t
-        head = lm if not m.tied_embeddings else np.where(r.pp > 1, lm, 0.0)
-        return LayerParams(P.norm_params(m, m.hidden_size) + head, zero)
-    raise ValueError(f"unknown layer kind {kind}")
+    """Parameters per GPU of one layer of ``kind``: attention, mlp, moe, embedding or head (``core.shards``)."""
+    r = ctx.rows
+    shard = layer_shard(ctx.model, kind, r.tp, r.ep, r.pp)
+    return LayerParams(shard.dense, shard.experts)
 
 
 @dataclass(frozen=True, slots=True)

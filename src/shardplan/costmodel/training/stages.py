@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shardplan.costmodel.core.layouts import moe_layers_before
+from shardplan.costmodel.core.layouts import StageShape, representative_stages
 from shardplan.costmodel.core.ops import Op, PhaseCost
 from shardplan.costmodel.training import layers as Lyr
 from shardplan.costmodel.training.ctx import Ctx, backward, selective_part
@@ -57,23 +57,6 @@ def kind_costs(ctx: Ctx) -> dict[str, KindCost]:
     return {k: kind_cost(ctx, k) for k in kinds}
 
 
-@dataclass(frozen=True, slots=True)
-class StageShape:
-    """Layer counts of one representative stage, per row (``exists`` is False where it is not distinct)."""
-
-    name: str
-    index: np.ndarray  # stage index 0..pp-1
-    layers: np.ndarray
-    moe_layers: np.ndarray
-    has_embedding: np.ndarray
-    has_head: np.ndarray
-    exists: np.ndarray
-
-    @property
-    def dense_layers(self) -> np.ndarray:
-        return self.layers - self.moe_layers
-
-
 def stage_shapes(ctx: Ctx) -> list[StageShape]:
     """First, heaviest-middle and last stage of each row."""
     L, p = ctx.model.num_layers, ctx.rows.pp.astype(float)
@@ -83,12 +66,4 @@ def stage_shapes(ctx: Ctx) -> list[StageShape]:
     spill = np.maximum(extra - middles, 0)  # extras that did not fit in the middle stages
     n_first = np.where(p == 1, L, base + (spill >= 1))
     n_last = np.where(p == 1, L, base + (spill >= 2))
-    one = np.ones_like(p, dtype=bool)
-    first = StageShape("first", np.zeros_like(p), n_first, moe_layers_before(ctx.model, n_first), one, p == 1, one)
-    last_moe = moe_layers_before(ctx.model, np.full_like(p, L)) - moe_layers_before(ctx.model, L - n_last)
-    last = StageShape("last", p - 1, n_last, last_moe,
-                      p == 1, one, p > 1)
-    freq = ctx.model.moe.layer_freq if ctx.model.moe else 1
-    mid_moe = np.minimum(np.ceil(n_mid / freq), ctx.model.num_moe_layers) if ctx.model.moe else np.zeros_like(p)
-    middle = StageShape("middle", np.minimum(1.0, p - 1), n_mid, mid_moe, ~one, ~one, p > 2)
-    return [first, middle, last]
+    return representative_stages(ctx.model, p, n_first, n_mid, n_last)
