@@ -123,7 +123,8 @@ class SoftwareSpec(BaseModel):
     overlap_grad_reduce: bool = Field(True, description="Data-parallel gradient reduction overlaps backward.")
     overlap_param_gather: bool = Field(True, description="ZeRO-3 parameter all-gathers overlap compute.")
     zero3_overlap_fraction: Fraction = Field(
-        0.8, description="Share of ZeRO-3 communication hidden behind compute when overlap is on."
+        0.8, description="Share of the overlappable ZeRO-3 communication (forward gathers under the forward, "
+        "backward gathers and reduce-scatters under the backward) that hides when prefetching is on."
     )
     zero3_rail_parallel: bool = Field(
         True, description="ZeRO-3 gathers spread a node's share over all its NICs (NCCL rings per rail); "
