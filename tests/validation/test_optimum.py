@@ -50,3 +50,18 @@ def test_summary_counts_the_band() -> None:
     s = summarise([row(-12.0), row(-10.0), row(0.0), row(15.0), row(16.0)])
     assert s.free_within_band == 3 and abs(s.free_mean_signed_pct - 1.8) < 1e-9
     assert abs(s.pinned_h100_mape_pct - 10.6) < 1e-9
+
+
+def test_why_faster_names_the_removed_costs_largest_first() -> None:
+    from types import SimpleNamespace
+
+    from shardplan.validation.optimum import why_faster
+
+    def metrics(pipeline: float, bubble: float, dp: float) -> SimpleNamespace:
+        zero = dict(tp_exposed_s=0.0, cp_exposed_s=0.0, ep_exposed_s=0.0, pp_exposed_s=0.0, zero3_exposed_s=0.0,
+                    optimizer_s=0.01)
+        return SimpleNamespace(pipeline_s=pipeline, bubble_s=bubble, dp_exposed_s=dp, **zero)
+
+    # published: 10 s pipeline of which 1.5 s bubble, 0.4 s DP; free: 8.2 s with 0.2 s bubble, no DP exposure
+    text = why_faster(metrics(10.0, 1.5, 0.4), metrics(8.2, 0.2, 0.0))
+    assert text == "bubble -1.30 s, compute -0.50 s, DP sync -0.40 s"

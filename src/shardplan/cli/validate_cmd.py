@@ -34,6 +34,12 @@ def _render_optimum(con: Console, report: Any) -> None:
         t.add_row(r.id, r.hardware, str(r.gpus), measured, pinned, _signed(r.pinned_error_pct), free,
                   _signed(r.free_error_pct), r.free_layout or "-")
     con.print(t)
+    faster = [r for r in report.rows if r.why_free_faster]
+    if faster:
+        con.print("Free plan > 15% faster than the published layout under the same cost model; the costs it removes "
+                  "(seconds per step):")
+        for r in faster:
+            con.print(f"  {r.id}: {r.why_free_faster}")
     s = report.summary
     lo, hi = s.band_pct
     con.print(f"free planner: {s.free_ran}/{s.cases} ran, mean signed {_signed(s.free_mean_signed_pct)} "

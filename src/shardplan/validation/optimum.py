@@ -68,6 +68,7 @@ class OptimumRow(BaseModel):
     free: float | None
     free_error_pct: float | None
     free_layout: str | None
+    why_free_faster: str | None = None  # when the free plan beats the published layout by > 15%: the costs it removes
     failure: str | None = None
 
 
@@ -196,6 +197,28 @@ def load_runs() -> list[OptimumRun]:
     return [r for r in runs if r is not None]
 
 
+# Parts of a step (TrainMetrics fields, seconds per step); compute is what the pipeline time leaves.
+_PARTS = (("bubble", "bubble_s"), ("TP comm", "tp_exposed_s"), ("CP comm", "cp_exposed_s"), ("EP comm", "ep_exposed_s"),
+          ("PP sends", "pp_exposed_s"), ("DP sync", "dp_exposed_s"), ("ZeRO-3 gathers", "zero3_exposed_s"),
+          ("optimizer", "optimizer_s"))
+
+
+def step_parts(metrics: Any) -> dict[str, float]:
+    """A step split into compute and its exposed costs (seconds)."""
+    parts = {name: float(getattr(metrics, f)) for name, f in _PARTS}
+    comm_in_pipeline = sum(parts[k] for k in ("bubble", "TP comm", "CP comm", "EP comm", "PP sends"))
+    parts["compute"] = float(metrics.pipeline_s) - comm_in_pipeline
+    return parts
+
+
+def why_faster(pinned: Any, free: Any, top: int = 3) -> str:
+    """The exposed costs the free plan removes against the published layout, largest first, as
+    'compute −1.20 s, bubble −0.40 s' (seconds per step; both evaluated by the same cost model)."""
+    a, b = step_parts(pinned), step_parts(free)
+    diffs = sorted(((b[k] - a[k], k) for k in a), key=lambda x: x[0])
+    return ", ".join(f"{k} {d:+.2f} s" for d, k in diffs[:top] if d < 0)
+
+
 def _error(pred: float | None, measured: float) -> float | None:
     return None if pred is None else 100.0 * (pred - measured) / measured
 
@@ -210,10 +233,11 @@ def evaluate_run(run: OptimumRun) -> OptimumRow:
                   measured=run.measured_tokens_per_s_per_gpu, derived_from_tflops=run.derived_from_tflops,
                   pinned_layout=layout_text(lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.microbatch, lay.interleave,
                                             str(lay.recompute), lay.zero_stage))
-    pinned = fits = None
+    pinned = fits = pinned_metrics = why = None
     failure: list[str] = []
     try:
         rep = estimate_training(run.model, run.system, run.gpus, run.work, lay)
+        pinned_metrics = rep.metrics
         pinned = rep.metrics.tokens_per_s / run.gpus
         fits = rep.memory.total_bytes <= rep.memory.capacity_bytes
     except (ShardplanError, ValueError) as e:
@@ -229,11 +253,14 @@ def evaluate_run(run: OptimumRun) -> OptimumRow:
             q = plan.plan
             free_layout = layout_text(q.tp, q.pp, q.dp, q.cp, q.ep, q.microbatch_size, q.interleave, q.recompute,
                                       q.zero_stage)
+            if pinned is not None and pinned_metrics is not None and free > 1.15 * pinned:
+                why = why_faster(pinned_metrics, plan.metrics)
     except (ShardplanError, ValueError) as e:
         failure.append(f"free: {e}")
     m = run.measured_tokens_per_s_per_gpu
     return OptimumRow(**common, pinned=pinned, pinned_error_pct=_error(pinned, m), pinned_fits=fits, free=free,
-                      free_error_pct=_error(free, m), free_layout=free_layout, failure="; ".join(failure) or None)
+                      free_error_pct=_error(free, m), free_layout=free_layout, why_free_faster=why,
+                      failure="; ".join(failure) or None)
 
 
 def _mean(xs: list[float]) -> float | None:
