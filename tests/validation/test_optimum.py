@@ -4,7 +4,14 @@ and the planner's optimum against the published layout."""
 import json
 
 from shardplan.models import get_model
-from shardplan.validation.optimum import OptimumRow, evaluate_run, parse_run, source_flops_per_token, summarise
+from shardplan.validation.optimum import (
+    OptimumRow,
+    OptimumRun,
+    evaluate_run,
+    parse_run,
+    source_flops_per_token,
+    summarise,
+)
 from shardplan.validation.runs import load_records
 
 
@@ -27,7 +34,7 @@ def test_dgxc_llama8b_mfu_matches_published_tokens() -> None:
 def test_parse_run_keeps_the_published_layout() -> None:
     rec = next(r for r in load_records("optimum_runs")["runs"] if r["id"] == "dgxc-v25.01-llama-31-70b-64gpu-h100-bf16")
     run = parse_run(json.loads(json.dumps(rec)))
-    assert run is not None
+    assert isinstance(run, OptimumRun)
     lay = run.layout
     assert (lay.tp, lay.pp, lay.cp, lay.dp, lay.interleave, lay.zero_stage) == (4, 4, 2, 2, 5, 1)
     assert run.work.global_batch == 128 and run.work.seq_len == 8192 and run.gpus == 64
@@ -65,3 +72,9 @@ def test_why_faster_names_the_removed_costs_largest_first() -> None:
     # published: 10 s pipeline of which 1.5 s bubble, 0.4 s DP; free: 8.2 s with 0.2 s bubble, no DP exposure
     text = why_faster(metrics(10.0, 1.5, 0.4), metrics(8.2, 0.2, 0.0))
     assert text == "bubble -1.30 s, compute -0.50 s, DP sync -0.40 s"
+
+
+def test_a_gpu_without_a_preset_is_listed_not_evaluated_on_another_gpu() -> None:
+    """torchtitan's Grand Teton H100s (96 GB HBM2e, 500 W) are not the 700 W H100 SXM 80GB of dgx-h100."""
+    rec = next(r for r in load_records("modern_training_runs") if r["id"] == "torchtitan-llama3.1-8b-8gpu-fsdp-bf16")
+    assert parse_run(rec) == f"no system preset for {rec['hardware']['gpu']}"

@@ -28,7 +28,7 @@ def _render_optimum(con: Console, report: Any) -> None:
     for col in ("case", "hardware", "GPUs", "measured", "pinned", "err", "free", "err", "free layout"):
         t.add_column(col, justify="left" if col in ("case", "hardware", "free layout") else "right")
     for r in report.rows:
-        measured = f"{r.measured:.0f}" + ("*" if r.derived_from_tflops else "")
+        measured = (f"{r.measured:.0f}" + ("*" if r.derived_from_tflops else "")) if r.measured else "-"
         pinned = f"{r.pinned:.0f}" + ("" if r.pinned_fits in (None, True) else " (OOM)") if r.pinned else "-"
         free = f"{r.free:.0f}" if r.free is not None else f"[red]{r.failure}[/]"
         t.add_row(r.id, r.hardware, str(r.gpus), measured, pinned, _signed(r.pinned_error_pct), free,

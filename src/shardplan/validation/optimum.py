@@ -31,9 +31,10 @@ from shardplan.models import params as P
 from shardplan.models.spec import MlpKind, ModelSpec
 
 BAND = (-10.0, 15.0)  # free-planner target band, percent of measured throughput (issue 11)
-# GPU name prefix in the records → system preset. The Grand Teton H100s of torchtitan's tables (HBM2e,
-# 500 W) have no preset of their own and run as dgx-h100.
-SYSTEM_OF_GPU = (("H100", "dgx-h100"), ("H200", "hgx-h200"), ("B200", "dgx-b200"), ("GB200", "gb200-nvl72"),
+# GPU name prefix in the records → system preset. The Grand Teton H100s of torchtitan's tables (96 GB HBM2e at
+# 500 W: lower sustained clocks and memory bandwidth than the 700 W H100 SXM 80GB) have no preset: they are
+# listed, not evaluated on the wrong GPU.
+SYSTEM_OF_GPU = (("H100-SXM-80GB", "dgx-h100"), ("H200", "hgx-h200"), ("B200", "dgx-b200"), ("GB200", "gb200-nvl72"),
                  ("GB300", "gb300-nvl72"), ("A100-SXM-80GB", "dgx-a100-80gb"))
 _ALIASES = {"llama-3-8b": "llama-3.1-8b", "llama-3-70b": "llama-3.1-70b"}
 _MLP = {"swiglu": MlpKind.SWIGLU, "gelu": MlpKind.GELU, "relu": MlpKind.RELU, "squared-relu": MlpKind.RELU}
@@ -150,11 +151,13 @@ def _system(gpu_name: str) -> SystemSpec | None:
     return system.model_copy(update={"software": SoftwareSpec()})
 
 
-def parse_run(record: dict[str, Any]) -> OptimumRun | None:
-    """A record as a run the cost model can evaluate, or None (model or machine not in the catalogs)."""
+def parse_run(record: dict[str, Any]) -> OptimumRun | str:
+    """A record as a run the cost model can evaluate, or why it cannot be (model or machine not in the catalogs)."""
     model, system = _model(record), _system(record["hardware"]["gpu"])
-    if model is None or system is None:
-        return None
+    if model is None:
+        return f"model {record['model']['name']} is not in the catalog"
+    if system is None:
+        return f"no system preset for {record['hardware']['gpu']}"
     p, w, met = record["parallel"], record["workload"], record["metrics"]
     tp, pp, cp, ep = p.get("tp") or 1, p.get("pp") or 1, p.get("cp") or 1, p.get("ep") or 1
     if (ep > 1) != (model.moe is not None):
@@ -182,19 +185,22 @@ def parse_run(record: dict[str, Any]) -> OptimumRun | None:
     elif met.get("model_tflops_per_gpu"):
         measured, derived = float(met["model_tflops_per_gpu"]) * 1e12 / source_flops_per_token(model, seq), True
     else:
-        return None
+        return "no throughput published"
     return OptimumRun(record["id"], model, system, n, work, layout, measured, derived)
 
 
-def load_runs() -> list[OptimumRun]:
-    """The tuned runs: ``optimum_runs.json`` plus the runs of ``modern_training_runs.json`` it names."""
+def load_records_tuned() -> list[dict[str, Any]]:
+    """The tuned runs' records: ``optimum_runs.json`` plus the runs of ``modern_training_runs.json`` it names."""
     from shardplan.validation.runs import load_records
 
-    data = load_records("optimum_runs")
-    named = set(data.get("already_in_modern", []))  # type: ignore[union-attr]
-    records = list(data["runs"]) + [r for r in load_records("modern_training_runs") if r["id"] in named]  # type: ignore[call-overload]
-    runs = [parse_run(r) for r in records]
-    return [r for r in runs if r is not None]
+    data: Any = load_records("optimum_runs")
+    named = set(data.get("already_in_modern", []))
+    return list(data["runs"]) + [r for r in load_records("modern_training_runs") if r["id"] in named]
+
+
+def load_runs() -> list[OptimumRun]:
+    """The tuned runs the catalogs can express."""
+    return [r for r in map(parse_run, load_records_tuned()) if isinstance(r, OptimumRun)]
 
 
 # Parts of a step (TrainMetrics fields, seconds per step); compute is what the pipeline time leaves.
@@ -282,5 +288,16 @@ def summarise(rows: list[OptimumRow]) -> OptimumSummary:
 @lru_cache(maxsize=1)
 def run_optimum() -> OptimumReport:
     """Every tuned run, pinned and free (computed once per process: the validate table and its cases share it)."""
-    rows = [evaluate_run(r) for r in load_runs()]
+    rows = []
+    for record in load_records_tuned():
+        run = parse_run(record)
+        if isinstance(run, OptimumRun):
+            rows.append(evaluate_run(run))
+        else:
+            rows.append(OptimumRow(id=record["id"], model=record["model"]["name"], gpus=record["hardware"]["num_gpus"],
+                                   hardware=record["hardware"]["gpu"].split(" ")[0], dtype=record["precision"],
+                                   measured=float(record["metrics"].get("tokens_per_s_per_gpu") or 0.0),
+                                   derived_from_tflops=False, pinned=None, pinned_error_pct=None, pinned_layout="",
+                                   pinned_fits=None, free=None, free_error_pct=None, free_layout=None,
+                                   failure=f"not evaluated: {run}"))
     return OptimumReport(rows=rows, summary=summarise(rows))
