@@ -63,3 +63,21 @@ def test_framework_memory_counts_context_workspaces_and_one_nccl_communicator_pe
     fixed = estimate_training(MODEL, system, 16, TrainWorkload(seq_len=4096, global_batch=16, framework_bytes=2**31),
                               TrainLayout(dp=16, zero_stage=1))
     assert fixed.memory.framework_bytes == 2**31
+
+
+def test_saturated_reduction_exposes_what_the_last_backward_cannot_cover() -> None:
+    """Short sequences (256 tokens): the last microbatch's backward is far shorter than the gradient
+    reduce-scatter. The network starts when the first 40M-parameter bucket is filled and runs to the end:
+    exposed = RS − bwd·(1 − 40M/P), and the same for the parameter gather behind the first forward."""
+    system = get_system("dgx-h100")
+    rep = estimate_training(MODEL, system, 16, TrainWorkload(seq_len=256, global_batch=64),
+                            TrainLayout(dp=16, zero_stage=1))
+    params = rep.memory.weights_bytes / 2
+    share = 1 - 40e6 / params
+    st = rep.stages[0]
+    rs = float(comm.reduce_scatter_time(system, params * 4, 16, 1))
+    ag = float(comm.all_gather_time(system, params * 2, 16, 1))
+    assert rs > st.bwd_time_s  # saturated
+    expected = (rs - st.bwd_time_s * share) + max(ag - st.fwd_time_s * share, float(
+        comm.all_gather_time(system, 40e6 * 2, 16, 1)))
+    assert rep.metrics.dp_exposed_s == pytest.approx(expected, rel=1e-6)

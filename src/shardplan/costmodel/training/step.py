@@ -203,9 +203,10 @@ def _data_parallel(ctx: Ctx, st: StageCost, m: np.ndarray) -> tuple[np.ndarray, 
 
     Megatron enables gradient sync only for the last microbatch (``schedules.py``: ``no_sync`` for the others),
     so the bucketed reduce-scatter/all-reduce overlaps that microbatch's backward only: exposed
-    ``max(0, comm − last backward) + last bucket``. The distributed optimizer's parameter all-gather overlaps
-    the next step's first forward the same way. ZeRO-2 keeps no full gradient buffer, so every microbatch
-    reduce-scatters its gradients (DeepSpeed ZeRO-2, FSDP SHARD_GRAD_OP), each behind its own backward.
+    ``max(comm − last backward·(1 − bucket share), last bucket)`` (the network idles until the first bucket
+    fills, and the last bucket starts only when the backward ends). The distributed optimizer's parameter
+    all-gather overlaps the next step's first forward the same way. ZeRO-2 keeps no full gradient buffer, so
+    every microbatch reduce-scatters its gradients (DeepSpeed ZeRO-2, FSDP SHARD_GRAD_OP), each behind its own backward.
     Without overlap the whole collective is exposed.
     """
     r, w, s = ctx.rows, ctx.work, ctx.system
@@ -228,7 +229,9 @@ def _data_parallel(ctx: Ctx, st: StageCost, m: np.ndarray) -> tuple[np.ndarray, 
     first_fwd = st.fwd_s if gather_overlap else 0.0
 
     def exposed(t: np.ndarray, window: np.ndarray | float, edge: np.ndarray, on: bool) -> np.ndarray:
-        return np.maximum(t - window, 0.0) + edge if on else t
+        # Buckets stream out while the window's compute produces (or consumes) them; the first bucket takes
+        # its share of the window to fill, and the edge bucket waits for the window's end.
+        return np.maximum(t - window * (1 - bucket / np.maximum(st.params, 1.0)), edge) if on else t
 
     rs_exposed = exposed(rs, last_bwd, rs_last, overlap)
     reduce = np.where(r.zero == 0, exposed(ar, last_bwd, ar_last, overlap), np.where(r.zero == 2, m, 1) * rs_exposed)
