@@ -14,7 +14,7 @@ from typing import Any
 __version__ = "0.1.0"
 
 _API = ("plan_training", "estimate_training", "export_training", "plan_inference", "estimate_inference",
-        "plan_offload", "estimate_offload")
+        "plan_offload", "estimate_offload", "calibrate")
 
 __all__ = ["__version__", *_API]
 

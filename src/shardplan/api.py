@@ -22,7 +22,8 @@ if TYPE_CHECKING:
     from shardplan.models.spec import ModelSpec
     from shardplan.planner.training.schema import TrainPlan
 
-__all__ = ["estimate_inference", "estimate_offload", "estimate_training", "export_training", "plan_inference",
+__all__ = ["calibrate", "estimate_inference", "estimate_offload", "estimate_training", "export_training",
+           "plan_inference",
            "plan_offload", "plan_training"]
 
 
@@ -267,3 +268,17 @@ def estimate_offload(model: str | ModelSpec, hardware: str | SystemSpec, *, prom
     policy = _build(OffloadPolicy, gpu_batch_size=gpu_batch_size, num_gpu_batches=num_gpu_batches, **place,
                     **policy_opts)
     return _estimate(spec, system, work, policy, _capacities(system, gpu_mem, cpu_mem, disk))
+
+
+def calibrate(hardware: str | SystemSpec, runs: str | list[dict[str, Any]], *, output: str | None = None) -> Any:
+    """Fit a system's calibration block to measured runs, as ``shardplan calibrate --json`` prints it.
+
+    ``runs`` is a YAML/JSON runs file or the list under its ``runs:`` key; with ``output`` the calibrated
+    system file is written there (then usable as ``hardware`` everywhere).
+
+    >>> fit = calibrate("dgx-h100", "examples/calibration/runs.yaml")
+    >>> fit.fitted, fit.calibration.gemm_scale  # doctest: +SKIP
+    """
+    from shardplan.calibration import calibrate as _calibrate
+
+    return _calibrate(hardware, runs, output=output)

@@ -13,6 +13,7 @@ import typer
 
 from shardplan import __version__
 from shardplan.cli import (  # noqa: F401  (importing registers the commands)
+    calibrate_cmd,
     catalog_cmds,
     infer_cmds,
     offload_cmds,

@@ -43,7 +43,8 @@ def render_metrics(con: Console, report: Any) -> None:
     t = Table(title="Throughput and time", title_justify="left", show_header=False)
     t.add_column("metric")
     t.add_column("value", justify="right")
-    rows = [("generation throughput", f"{m.tokens_per_s:,.3g} tokens/s"),
+    band = f" ±{m.band_pct:.0f}%" if getattr(m, "band_pct", None) else ""
+    rows = [("generation throughput", f"{m.tokens_per_s:,.3g} tokens/s{band}"),
             ("prefill (whole block)",
              f"{format_seconds(m.prefill_s)}  ({m.prefill_tokens_per_s:,.4g} prompt tokens/s)"),
             ("decode (whole block)", f"{format_seconds(m.decode_s)}  ({m.decode_tokens_per_s:,.4g} tokens/s)"),

@@ -79,13 +79,18 @@ def render_stages(con: Console, report: Any) -> None:
     con.print(t)
 
 
+def _band(m: Any) -> str:
+    band = getattr(m, "band_pct", None)
+    return f" ±{band:.0f}%" if band else ""
+
+
 def render_summary(con: Console, report: Any) -> None:
     m = report.metrics
     t = Table(title="Step", title_justify="left", show_header=False)
     t.add_column("metric")
     t.add_column("value", justify="right")
     rows = [
-        ("step time", format_seconds(m.step_time_s)), ("tokens/s", f"{m.tokens_per_s:,.0f}"),
+        ("step time", format_seconds(m.step_time_s) + _band(m)), ("tokens/s", f"{m.tokens_per_s:,.0f}" + _band(m)),
         ("MFU", f"{m.mfu:.1%}"), ("HFU", f"{m.hfu:.1%}"), ("TFLOP/s per GPU", f"{m.tflops_per_gpu:.1f}"),
         ("pipeline bubble", f"{m.bubble_fraction:.1%} ({format_seconds(m.bubble_s)})"),
     ]

@@ -58,12 +58,15 @@ def validate(
     """Run the published cases (Megatron-LM, NeMo, torchtitan, vLLM, FlexGen) and print each prediction's error;
     the `optimum` group runs the planner free on expert-tuned runs and shows it beside the published layout."""
     from shardplan.errors import ShardplanError
-    from shardplan.validation.runs import GROUPS, run_validation
+    from shardplan.validation.groups import GROUPS, run_validation
 
     unknown = sorted(set(group or []) - set(GROUPS))
     if unknown:
         raise ShardplanError(f"unknown group {', '.join(unknown)}; groups: {', '.join(GROUPS)}", field="group")
     report = run_validation(group)
+    from shardplan.validation.bands import band_coverage
+
+    bands = band_coverage(report)
     optimum = None
     if not group or "optimum" in group:
         from shardplan.validation.optimum import run_optimum
@@ -91,8 +94,11 @@ def validate(
             s.add_row(g, str(v.cases), str(v.ran), _pct(v.mape_pct), _pct(v.median_abs_pct), _pct(v.max_abs_pct),
                       _signed(v.mean_signed_pct))
         con.print(s)
+        for kind, c in bands.items():
+            con.print(f"Error bands ({kind}): {c['inside_pct']:.0f}% of {c['cases']} measured values inside the "
+                      f"band of their prediction; median band ±{c['median_width_pct'] / 2:.0f}%")
 
-    data = report.model_dump(mode="json")
+    data = {**report.model_dump(mode="json"), "band_coverage": bands}
     if optimum is not None:
         data["optimum"] = optimum.model_dump(mode="json")
     emit(data, render, as_json=as_json)

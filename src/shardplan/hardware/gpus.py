@@ -9,6 +9,7 @@ memory.total), not the marketing figure, because that is what a framework can al
 
 from __future__ import annotations
 
+from shardplan.hardware.attention_data import H100_ATTENTION
 from shardplan.hardware.spec import GpuSpec
 from shardplan.units import GB, TB, GiB, MiB
 
@@ -119,6 +120,7 @@ H100_SXM = GpuSpec(
     memory_efficiency=HBM_MEMORY,
     elementwise_efficiency=EAGER_ELEMENTWISE,
     attention_efficiency=0.6,
+    attention_curves=H100_ATTENTION,  # FlashAttention-3 paper Figs. 5-6 (attention_data.py)
     kernel_launch_s=4e-6,
     tdp_w=700,
     source="NVIDIA H100 datasheet (published_calibration.json: hw-h100-sxm)",
@@ -167,6 +169,7 @@ H20 = H100_SXM.model_copy(
         "memory_bandwidth_bytes_per_s": 4.0 * TB,
         "peak_flops": {"fp32": 44e12, "tf32": 74e12, "bf16": 148e12, "fp16": 148e12, "fp8": 296e12, "int8": 296e12},
         "tdp_w": 400,
+        "attention_curves": [],  # the H100 curves are absolute TFLOP/s of 132 SMs at 1830 MHz, not this part's
         "source": "NVIDIA H20 product brief (FP8 296 TFLOPS, BF16 148 TFLOPS, 96 GB HBM3, 4.0 TB/s, NVLink 900 GB/s)",
     }
 )

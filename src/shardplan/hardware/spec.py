@@ -7,7 +7,7 @@ efficiencies are data here (overridable by the user in a YAML/JSON file), never 
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Self
+from typing import Annotated, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -23,7 +23,14 @@ class AttentionKernel(StrEnum):
     """How core attention runs on a system's software stack."""
 
     FLASH = "flash"
-    """Fused IO-aware kernel (FlashAttention-2/3, cuDNN): no s² tensor in memory, causal blocks skipped."""
+    """Fused IO-aware kernel (FlashAttention-2/3, cuDNN): no s² tensor in memory, causal blocks skipped; timed at
+    the GPU's ``attention_efficiency``."""
+    FLASH2 = "flash2"
+    """FlashAttention-2 (PyTorch SDPA's flash backend: torchtitan, llm-foundry): the GPU's measured curves."""
+    CUDNN = "cudnn"
+    """cuDNN fused attention (Transformer Engine's FusedAttention, preferred on Hopper+: Megatron-LM, NeMo)."""
+    FLASH3 = "flash3"
+    """FlashAttention-3 (Hopper)."""
     UNFUSED = "unfused"
     """Batched GEMMs plus a fused softmax kernel (Megatron-LM 2021–22): the s² scores pass through HBM."""
 
@@ -43,6 +50,88 @@ class LinkSpec(BaseModel):
     @property
     def effective_bytes_per_s(self) -> float:
         return self.bandwidth_bytes_per_s * self.efficiency
+
+
+class AttentionCurve(BaseModel):
+    """Measured throughput of one attention kernel vs sequence length (one direction, mask and head dim)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    kernel: Literal["flash2", "cudnn", "flash3"]
+    direction: Literal["fwd", "bwd"]
+    causal: bool
+    head_dim: Annotated[int, Field(gt=0)]
+    seq: list[Annotated[int, Field(gt=0)]] = Field(description="Sequence lengths, increasing.")
+    tflops: list[Positive] = Field(description="TFLOP/s at each length (causal: executed FLOPs).")
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        if len(self.seq) != len(self.tflops) or not self.seq or list(self.seq) != sorted(set(self.seq)):
+            raise ValueError("seq must be increasing, one tflops value per length")
+        return self
+
+
+GiB = 2**30
+
+
+class KernelScales(BaseModel):
+    """Multipliers on a GPU's achievable fractions of peak, copied from ``SystemSpec.calibration``."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    gemm: Positive = 1.0
+    attention: Positive = 1.0
+    elementwise: Positive = 1.0
+
+
+class Calibration(BaseModel):
+    """A system file's fit to measured runs (``shardplan calibrate``); every default means "no change".
+
+    Each field acts in exactly one place of the cost model: ``gemm_scale``/``attention_scale``/
+    ``elementwise_scale`` in the kernel roofline (``costmodel.roofline``; a fraction never exceeds 1),
+    the comm scales in the collective bandwidths (``costmodel.comm``; efficiency never above 1), the two
+    overheads in the training step composition (``costmodel.train``), ``memory_overhead_bytes`` in the
+    per-GPU memory total (framework share). The bounds are physical ranges, not fit conveniences.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    gemm_scale: Annotated[float, Field(ge=0.5, le=1.3)] = Field(
+        1.0, description="Multiplies the achievable GEMM fraction of peak (capped at peak).")
+    attention_scale: Annotated[float, Field(ge=0.5, le=1.5)] = Field(
+        1.0, description="Multiplies the fused-attention fraction of peak (capped at peak).")
+    elementwise_scale: Annotated[float, Field(ge=0.5, le=1.3)] = Field(
+        1.0, description="Multiplies the achieved fraction of memory bandwidth of every memory-bound kernel.")
+    intra_node_comm_scale: Annotated[float, Field(ge=0.3, le=1.3)] = Field(
+        1.0, description="Multiplies the intra-node link efficiency of collectives (capped at 1).")
+    inter_node_comm_scale: Annotated[float, Field(ge=0.3, le=1.3)] = Field(
+        1.0, description="Multiplies the inter-node link efficiency of collectives (capped at 1).")
+    step_overhead_s: Annotated[float, Field(ge=0.0, le=10.0)] = Field(
+        0.0, description="Fixed time added to every training step (data loading, logging, host sync).")
+    microbatch_overhead_s: Annotated[float, Field(ge=0.0, le=0.1)] = Field(
+        0.0, description="Fixed time per microbatch per pipeline stage slot (launch gaps, Python overhead).")
+    memory_overhead_bytes: Annotated[float, Field(ge=0.0, le=16 * GiB)] = Field(
+        0.0, description="Extra GPU memory per GPU (allocator fragmentation, NCCL and library buffers).")
+    loo_error_pct: NonNeg | None = Field(
+        None, description="Leave-one-out |error| of step time over the calibration runs (≥ 3 runs), in %.")
+    band_pct: NonNeg | None = Field(
+        None, description="Error band half-width (%) for predictions on this system: the 85th percentile of the "
+        "leave-one-out |errors| (≥ 3 runs); None: the shipped table's band for calibrated systems.")
+    runs: list[str] = Field(default_factory=list, description="sha256 fingerprints of the runs fitted.")
+    date: str | None = Field(None, description="ISO date of the fit.")
+
+    @property
+    def kernel_scales(self) -> KernelScales:
+        return KernelScales(gemm=self.gemm_scale, attention=self.attention_scale, elementwise=self.elementwise_scale)
+
+    @property
+    def is_identity(self) -> bool:
+        return self.model_dump(include=set(PARAMETERS)) == Calibration().model_dump(include=set(PARAMETERS))
+
+
+# The fitted parameters, in the order the calibrator considers them.
+PARAMETERS = ("gemm_scale", "attention_scale", "elementwise_scale", "intra_node_comm_scale",
+              "inter_node_comm_scale", "step_overhead_s", "microbatch_overhead_s", "memory_overhead_bytes")
 
 
 class GpuSpec(BaseModel):
@@ -71,9 +160,16 @@ class GpuSpec(BaseModel):
     attention_efficiency: Fraction = Field(
         0.55, description="Fused (flash) attention forward: fraction of the matmul peak it reaches."
     )
+    attention_curves: list[AttentionCurve] = Field(
+        default_factory=list, description="Measured attention-kernel throughput (flash2/cudnn/flash3); a kernel "
+        "without curves falls back to attention_efficiency.")
     kernel_launch_s: NonNeg = Field(4e-6, description="Floor on any one kernel's time (launch + tail).")
     tdp_w: NonNeg = Field(0.0, description="Board power, for reference.")
     source: str = Field("", description="Datasheet or measurement the numbers come from.")
+    scales: KernelScales = Field(
+        default_factory=lambda: KernelScales(), exclude=True,
+        description="Derived from the system's calibration block (never set by hand, never dumped).",
+    )
 
     @field_validator("peak_flops")
     @classmethod
@@ -173,7 +269,18 @@ class SystemSpec(BaseModel):
         "None: a quarter of DRAM bandwidth (read + write at half of peak)."
     )
     software: SoftwareSpec = Field(default_factory=SoftwareSpec, description="Software stack defaults.")
+    calibration: Calibration = Field(default_factory=Calibration,
+                                     description="Fit to measured runs (`shardplan calibrate`); default: none.")
     source: str = Field("", description="Where the numbers come from.")
+
+    @model_validator(mode="after")
+    def _calibrate_gpu(self) -> Self:
+        # The GPU carries the calibration's kernel scales so that the roofline applies them in one place;
+        # they are derived here on every validation, so a dumped and reloaded system never applies them twice.
+        scales = self.calibration.kernel_scales
+        if self.gpu.scales != scales:
+            object.__setattr__(self, "gpu", self.gpu.model_copy(update={"scales": scales}))
+        return self
 
 
 class Cluster(BaseModel):
@@ -206,3 +313,8 @@ class Cluster(BaseModel):
     @property
     def num_nodes(self) -> int:
         return max(1, -(-self.num_gpus // self.system.gpus_per_node))
+
+
+def with_calibration(system: SystemSpec, calibration: Calibration) -> SystemSpec:
+    """``system`` with another calibration block (re-validated, so the GPU's kernel scales follow it)."""
+    return SystemSpec.model_validate({**dict(system), "calibration": calibration})

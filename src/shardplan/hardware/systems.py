@@ -70,6 +70,10 @@ NVLINK_C2C_PER_GPU = LinkSpec(bandwidth_bytes_per_s=225 * GB, latency_s=5e-6, ef
 # 1536 GPUs: each GPU's NIC carried the whole of every parameter gather (one flat ring, no rail parallelism).
 MEGATRON_2021 = SoftwareSpec(attention="unfused", overlap_grad_reduce=False, zero3_rail_parallel=False,
                              tp_comm_overlap=0.0)
+# Megatron-LM / NeMo on Hopper: Transformer Engine picks cuDNN fused attention over FlashAttention on sm90+
+# ("Disabling FlashAttention to give FusedAttention preference on Hopper+ for performance reasons",
+# transformer_engine/pytorch/attention/dot_product_attention/utils.py at 002a3e57).
+TE_HOPPER = SoftwareSpec(attention="cudnn")
 
 # --- NVIDIA DGX / HGX -------------------------------------------------------------------------
 DGX_A100_80GB = SystemSpec(
@@ -111,6 +115,7 @@ DGX_H100 = SystemSpec(
     disk_bytes=30 * TB,
     disk_read_bytes_per_s=25 * GB,
     disk_write_bytes_per_s=10 * GB,
+    software=TE_HOPPER,
     source="NVIDIA DGX H100 datasheet",
 )
 # DGX H800: the DGX H100 chassis and host with H800s (NVLink 400 GB/s bidir); 8×400 Gb/s IB.

@@ -153,6 +153,8 @@ def _system(gpu_name: str) -> SystemSpec | None:
 
 def parse_run(record: dict[str, Any]) -> OptimumRun | str:
     """A record as a run the cost model can evaluate, or why it cannot be (model or machine not in the catalogs)."""
+    from shardplan.validation.runs import stack_attention
+
     model, system = _model(record), _system(record["hardware"]["gpu"])
     if model is None:
         return f"model {record['model']['name']} is not in the catalog"
@@ -179,7 +181,7 @@ def parse_run(record: dict[str, Any]) -> OptimumRun | str:
                          recompute=recompute, recompute_layers=int(layers.group(1)) if layers else None,
                          sequence_parallel=bool(sp) if sp is not None else tp > 1, zero_stage=int(zero))
     work = TrainWorkload(seq_len=seq, global_batch=batch, dtype="fp8" if record["precision"] == "fp8" else "bf16",
-                         attention="flash")
+                         attention=stack_attention(record))
     if met.get("tokens_per_s_per_gpu"):
         measured, derived = float(met["tokens_per_s_per_gpu"]), False
     elif met.get("model_tflops_per_gpu"):

@@ -5,15 +5,14 @@ into cases run through the same library calls as the CLI, and reports the error 
 Groups: ``korthikanti-t5`` (iteration times, Korthikanti et al. 2022 Table 5), ``korthikanti-t4``
 (22B layer forward/backward times, Table 4), ``narayanan`` (Narayanan et al. 2021 Tables 1–2, microbatch
 and interleave chosen by the planner), ``modern`` (H100-era Megatron/NeMo/torchtitan/Llama 3 runs,
-throughput per GPU), ``optimum`` (the planner run free on expert-tuned runs, ``validation.optimum``);
-inference and offload groups register themselves below.
+throughput per GPU); inference and offload groups register themselves below; ``validation.optimum`` runs
+the planner free on expert-tuned runs.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
@@ -24,6 +23,7 @@ from pydantic import BaseModel, ConfigDict
 from shardplan.costmodel.training.evaluate import estimate_training
 from shardplan.costmodel.training.layout import Recompute, TrainLayout, TrainWorkload
 from shardplan.hardware import get_system
+from shardplan.hardware.spec import AttentionKernel
 from shardplan.models.catalog import megatron_gpt
 from shardplan.models.spec import ModelSpec
 
@@ -196,44 +196,66 @@ def _modern_model(record: dict[str, Any]) -> ModelSpec | None:
         return None  # a model the catalog does not have (Kimi K2, GPT-OSS, Nemotron-H): not a case
 
 
+def stack_attention(r: dict[str, Any]) -> AttentionKernel:
+    """The fused attention kernel of a record's software stack. torchtitan and llm-foundry call PyTorch SDPA or
+    flash-attn, whose flash kernel is FlashAttention-2; Megatron-LM, NeMo, Megatron-Bridge and MaxText run
+    Transformer Engine / cuDNN attention (TE prefers cuDNN FusedAttention on Hopper+). GPUs without measured
+    curves for the kernel fall back to their scalar attention efficiency."""
+    text = " ".join(str(r["source"].get(k, "")) for k in ("title", "url", "container_or_version")).lower()
+    if any(s in text for s in ("torchtitan", "llm-foundry", "llmfoundry", "mosaicml")):
+        return AttentionKernel.FLASH2
+    return AttentionKernel.CUDNN
+
+
+def modern_setup(r: dict[str, Any]) -> tuple[ModelSpec, Any, int, TrainWorkload, TrainLayout, str, float] | None:
+    """A modern record as (model, system with today's software, gpus, workload, layout as published, measured
+    quantity, value); None for a model or GPU the catalog lacks. FSDP is ZeRO-3."""
+    model, system_name = _modern_model(r), _MODERN_SYSTEMS.get(r["hardware"]["gpu"])
+    if model is None or system_name is None:
+        return None
+    p, w, met = r["parallel"], r["workload"], r["metrics"]
+    tp, pp, cp, ep = p["tp"] or 1, p["pp"] or 1, p["cp"] or 1, p.get("ep") or 1
+    n = r["hardware"]["num_gpus"]
+    rc_text = str(p.get("recompute") or "").lower()
+    recompute = (Recompute.FULL if "full" in rc_text or "activation_checkpointing: true" in rc_text
+                 else Recompute.SELECTIVE if "selective" in rc_text else Recompute.NONE)
+    # Llama 3 keeps parameters unsharded after the forward pass: ZeRO-1/2, not ZeRO-3 (paper §3.3.1).
+    zero = 3 if p.get("fsdp") and not r["id"].startswith("llama3-paper") and pp == 1 else 1
+    batch = w["global_batch_sequences"]
+    mb = p.get("microbatch") or 1
+    dp = n // (tp * pp * cp)
+    mb = mb if batch % (dp * mb) == 0 else 1
+    layers = re.search(r"recompute_num_layers=(\d+)", rc_text)
+    layout = TrainLayout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, microbatch=mb, interleave=p.get("vp") or 1,
+                         recompute=recompute, recompute_layers=int(layers.group(1)) if layers else None,
+                         sequence_parallel=tp > 1, zero_stage=zero)
+    base = get_system(system_name)
+    # software of today regardless of the preset's default (the A100 preset describes Selene 2021)
+    sw = base.software.model_copy(update={"overlap_grad_reduce": True, "tp_comm_overlap": 0.5,
+                                          "zero3_rail_parallel": True})
+    system = base.model_copy(update={"software": sw})
+    work = TrainWorkload(seq_len=w["seq_len"], global_batch=batch,
+                         dtype="fp8" if r["precision"] == "fp8" else "bf16", attention=stack_attention(r))
+    if met.get("tokens_per_s_per_gpu"):
+        quantity, measured = "tokens_per_s_per_gpu", float(met["tokens_per_s_per_gpu"])
+    else:
+        quantity, measured = "model_tflops_per_gpu", float(met["model_tflops_per_gpu"])
+    return model, system, n, work, layout, quantity, measured
+
+
 def modern() -> list[Case]:
     """Megatron-LM/NeMo/torchtitan/Llama 3 runs on H100 (and a few B200/H200/A100) with today's software
     (flash attention, overlapped communication); layout as published, FSDP as ZeRO-3."""
     out = []
     for r in load_records("modern_training_runs"):
-        model, system_name = _modern_model(r), _MODERN_SYSTEMS.get(r["hardware"]["gpu"])
-        if model is None or system_name is None:
+        setup = modern_setup(r)
+        if setup is None:
             continue
-        p, w, met = r["parallel"], r["workload"], r["metrics"]
-        tp, pp, cp, ep = p["tp"] or 1, p["pp"] or 1, p["cp"] or 1, p.get("ep") or 1
-        n = r["hardware"]["num_gpus"]
-        rc_text = str(p.get("recompute") or "").lower()
-        recompute = (Recompute.FULL if "full" in rc_text or "activation_checkpointing: true" in rc_text
-                     else Recompute.SELECTIVE if "selective" in rc_text else Recompute.NONE)
-        # Llama 3 keeps parameters unsharded after the forward pass: ZeRO-1/2, not ZeRO-3 (paper §3.3.1).
-        zero = 3 if p.get("fsdp") and not r["id"].startswith("llama3-paper") and pp == 1 else 1
-        batch = w["global_batch_sequences"]
-        mb = p.get("microbatch") or 1
-        dp = n // (tp * pp * cp)
-        mb = mb if batch % (dp * mb) == 0 else 1
-        layers = re.search(r"recompute_num_layers=(\d+)", rc_text)
-        layout = TrainLayout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, microbatch=mb, interleave=p.get("vp") or 1,
-                             recompute=recompute, recompute_layers=int(layers.group(1)) if layers else None,
-                             sequence_parallel=tp > 1, zero_stage=zero)
-        system = get_system(system_name)
-        work = TrainWorkload(seq_len=w["seq_len"], global_batch=batch,
-                             dtype="fp8" if r["precision"] == "fp8" else "bf16", attention="flash")
-        if met.get("tokens_per_s_per_gpu"):
-            quantity, measured = "tokens_per_s_per_gpu", float(met["tokens_per_s_per_gpu"])
-        else:
-            quantity, measured = "model_tflops_per_gpu", float(met["model_tflops_per_gpu"])
+        model, system, n, work, layout, quantity, measured = setup
 
         def predict(model: ModelSpec = model, system: Any = system, n: int = n, work: TrainWorkload = work,
                     layout: TrainLayout = layout, quantity: str = quantity) -> float:
-            # software of today regardless of the preset's default (the A100 preset describes Selene 2021)
-            sw = system.software.model_copy(update={"overlap_grad_reduce": True, "tp_comm_overlap": 0.5,
-                                                    "zero3_rail_parallel": True})
-            rep = estimate_training(model, system.model_copy(update={"software": sw}), n, work, layout)
+            rep = estimate_training(model, system, n, work, layout)
             if quantity == "tokens_per_s_per_gpu":
                 return rep.metrics.tokens_per_s / n
             return rep.metrics.mfu * system.gpu.peak(work.dtype) / 1e12
@@ -301,55 +323,3 @@ def flexgen() -> list[Case]:
         tag = r["id"].removeprefix("flexgen-")
         out.append(Case("flexgen", tag, "tokens_per_s", float(r["metrics"]["generation_throughput_tok_s"]), predict))
     return out
-
-
-def optimum() -> list[Case]:
-    """The free planner's tokens/s per GPU on expert-tuned published runs (``validation.optimum``)."""
-    from shardplan.validation.optimum import run_optimum
-
-    out = []
-    for row in run_optimum().rows:
-        def predict(row: Any = row) -> float:
-            if row.free is None:
-                raise ValueError(row.failure or "no prediction")
-            return float(row.free)
-
-        out.append(Case("optimum", row.id, "tokens_per_s_per_gpu", row.measured, predict))
-    return out
-
-
-GROUPS: dict[str, Callable[[], list[Case]]] = {
-    "korthikanti-t5": korthikanti_t5,
-    "korthikanti-t4": korthikanti_t4,
-    "narayanan": narayanan,
-    "modern": modern,
-    "optimum": optimum,
-    "vllm-kv": vllm_kv,
-    "flexgen": flexgen,
-}
-
-
-def run_validation(groups: list[str] | None = None) -> ValidationReport:
-    """Run every case of the selected groups (all by default) and summarise the errors per group."""
-    rows: list[CaseResult] = []
-    for name, make in GROUPS.items():
-        if groups and name not in groups:
-            continue
-        for case in make():
-            try:
-                pred = float(case.predict())
-                rows.append(CaseResult(group=case.group, id=case.id, quantity=case.quantity, measured=case.measured,
-                                       predicted=pred, error_pct=100 * (pred - case.measured) / case.measured))
-            except ValueError as e:  # an infeasible or invalid case is reported, not fatal
-                rows.append(CaseResult(group=case.group, id=case.id, quantity=case.quantity, measured=case.measured,
-                                       predicted=None, error_pct=None, failure=str(e)))
-    summary = {}
-    for g in dict.fromkeys(r.group for r in rows):
-        signed = [r.error_pct for r in rows if r.group == g and r.error_pct is not None]
-        errs = [abs(e) for e in signed]
-        n = sum(1 for r in rows if r.group == g)
-        summary[g] = GroupSummary(cases=n, ran=len(errs), mape_pct=sum(errs) / len(errs) if errs else None,
-                                  median_abs_pct=statistics.median(errs) if errs else None,
-                                  max_abs_pct=max(errs) if errs else None,
-                                  mean_signed_pct=sum(signed) / len(signed) if signed else None)
-    return ValidationReport(rows=rows, summary=summary)

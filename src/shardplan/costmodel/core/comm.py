@@ -44,8 +44,15 @@ def members_per_node(system: SystemSpec, n: np.ndarray, stride: np.ndarray) -> n
     return np.minimum(n, per)
 
 
-def _bw(link: LinkSpec | None) -> float:
-    return link.effective_bytes_per_s if link is not None else np.inf
+def _bw(system: SystemSpec, level: str) -> float:
+    """Achieved bandwidth of the ``intra``/``inter``-node link, with the calibration's collective-efficiency
+    scale (hardware.spec.Calibration); the efficiency never exceeds 1."""
+    link: LinkSpec | None = system.intra_node if level == "intra" else system.inter_node
+    if link is None:
+        return np.inf
+    cal = system.calibration
+    scale = cal.intra_node_comm_scale if level == "intra" else cal.inter_node_comm_scale
+    return link.bandwidth_bytes_per_s * min(link.efficiency * scale, 1.0)
 
 
 def _lat(link: LinkSpec | None) -> float:
@@ -71,13 +78,14 @@ def all_reduce_time(system: SystemSpec, nbytes: np.ndarray, n: np.ndarray, strid
     n, k, nodes = _split(system, n, stride)
     s = np.asarray(nbytes, dtype=float)
     intra_bytes = 2 * (k - 1) / k * s
-    ring = intra_bytes / _bw(system.intra_node)
-    inter = np.where(nodes > 1, 2 * (nodes - 1) / nodes * s / k / _bw(system.inter_node), 0.0)
+    ring = intra_bytes / _bw(system, "intra")
+    inter = np.where(nodes > 1, 2 * (nodes - 1) / nodes * s / k / _bw(system, "inter"), 0.0)
     hops = 2 * ((k - 1) * _lat(system.intra_node)
                 + np.ceil(np.log2(np.maximum(nodes, 1))) * _lat(system.inter_node))
     t = _nccl(np.maximum(ring, inter), hops)
     nvls_bw = system.intra_node.nvls_bus_bytes_per_s
     if nvls_bw:
+        nvls_bw = nvls_bw * system.calibration.intra_node_comm_scale
         nvls_hops = NVLS_LATENCY_S + 2 * np.ceil(np.log2(np.maximum(nodes, 1))) * _lat(system.inter_node)
         nvls = SIMPLE_BASE_S + nvls_hops + np.maximum(intra_bytes / nvls_bw, inter)
         t = np.where(k >= NVLS_MIN_GPUS, np.minimum(t, nvls), t)
@@ -88,8 +96,8 @@ def reduce_scatter_time(system: SystemSpec, nbytes: np.ndarray, n: np.ndarray, s
     """Reduce-scatter (or all-gather: same cost) of a ``nbytes`` buffer across ``n`` ranks (ring)."""
     n, k, nodes = _split(system, n, stride)
     s = np.asarray(nbytes, dtype=float)
-    intra = (k - 1) / k * s / _bw(system.intra_node)
-    inter = np.where(nodes > 1, (nodes - 1) / nodes * s / k / _bw(system.inter_node), 0.0)
+    intra = (k - 1) / k * s / _bw(system, "intra")
+    inter = np.where(nodes > 1, (nodes - 1) / nodes * s / k / _bw(system, "inter"), 0.0)
     hops = (k - 1) * _lat(system.intra_node) + (nodes - 1) * _lat(system.inter_node)
     return np.where(n > 1, _nccl(np.maximum(intra, inter), hops), 0.0)
 
@@ -101,8 +109,8 @@ def all_to_all_time(system: SystemSpec, nbytes: np.ndarray, n: np.ndarray, strid
     """All-to-all where each GPU holds ``nbytes`` and keeps 1/n: intra share on the fabric, rest on the NIC."""
     n, k, _ = _split(system, n, stride)
     s = np.asarray(nbytes, dtype=float)
-    intra = (k - 1) / n * s / _bw(system.intra_node)
-    inter = (n - k) / n * s / _bw(system.inter_node)
+    intra = (k - 1) / n * s / _bw(system, "intra")
+    inter = (n - k) / n * s / _bw(system, "inter")
     hops = (k - 1) * _lat(system.intra_node) + np.where(n > k, _lat(system.inter_node), 0.0)
     return np.where(n > 1, _nccl(np.maximum(intra, inter), hops), 0.0)
 
@@ -110,6 +118,6 @@ def all_to_all_time(system: SystemSpec, nbytes: np.ndarray, n: np.ndarray, strid
 def p2p_time(system: SystemSpec, nbytes: np.ndarray, crosses_node: np.ndarray) -> np.ndarray:
     """Point-to-point send of ``nbytes`` to a neighbour, inside the node or across it (one hop)."""
     s = np.asarray(nbytes, dtype=float)
-    inter = _nccl(s / _bw(system.inter_node), np.asarray(_lat(system.inter_node)))
-    intra = _nccl(s / _bw(system.intra_node), np.asarray(_lat(system.intra_node)))
+    inter = _nccl(s / _bw(system, "inter"), np.asarray(_lat(system.inter_node)))
+    intra = _nccl(s / _bw(system, "intra"), np.asarray(_lat(system.intra_node)))
     return np.where(np.asarray(crosses_node, dtype=bool), inter, intra)

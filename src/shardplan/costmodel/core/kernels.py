@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from shardplan.hardware.spec import GpuSpec
+from shardplan.hardware.spec import AttentionCurve, GpuSpec
 
 # FlashAttention-2 reaches ~73% of A100 peak forward and ~63% backward (Dao 2023, arXiv 2307.08691 §4.1):
 # backward runs at 0.86 of the forward efficiency.
@@ -26,14 +26,23 @@ def compute_time(gpu: GpuSpec, flops: np.ndarray, dtype: str, *, efficiency: np.
                  ) -> np.ndarray:
     """Seconds to execute ``flops`` of matrix work: FLOPs / (peak · achievable fraction)."""
     flops = np.asarray(flops, dtype=float)
-    eff = interp_efficiency(gpu.matmul_efficiency, flops) if efficiency is None else efficiency
-    return flops / (gpu.peak(dtype) * eff)
+    if efficiency is None:
+        eff = interp_efficiency(gpu.matmul_efficiency, flops) * gpu.scales.gemm
+    else:  # attention kernels pass their own fraction
+        eff = np.asarray(efficiency, dtype=float) * gpu.scales.attention
+    # A calibration scale (hardware.spec.Calibration) never lifts a kernel above peak.
+    return flops / (gpu.peak(dtype) * np.minimum(eff, 1.0))
 
 
 def memory_time(gpu: GpuSpec, nbytes: np.ndarray) -> np.ndarray:
     """Seconds to stream ``nbytes`` through device memory: bytes / (bandwidth · achievable fraction)."""
     nbytes = np.asarray(nbytes, dtype=float)
-    return nbytes / (gpu.memory_bandwidth_bytes_per_s * interp_efficiency(gpu.memory_efficiency, nbytes))
+    return nbytes / (gpu.memory_bandwidth_bytes_per_s * _bandwidth_fraction(gpu, gpu.memory_efficiency, nbytes))
+
+
+def _bandwidth_fraction(gpu: GpuSpec, curve: list[tuple[float, float]], nbytes: np.ndarray) -> np.ndarray:
+    """Achieved fraction of memory bandwidth, times the calibration's elementwise scale, never above 1."""
+    return np.minimum(interp_efficiency(curve, nbytes) * gpu.scales.elementwise, 1.0)
 
 
 def elementwise_time(gpu: GpuSpec, nbytes: np.ndarray) -> np.ndarray:
@@ -41,7 +50,7 @@ def elementwise_time(gpu: GpuSpec, nbytes: np.ndarray) -> np.ndarray:
     with the launch floor."""
     nbytes = np.asarray(nbytes, dtype=float)
     curve = gpu.elementwise_efficiency or gpu.memory_efficiency
-    t = nbytes / (gpu.memory_bandwidth_bytes_per_s * interp_efficiency(curve, nbytes))
+    t = nbytes / (gpu.memory_bandwidth_bytes_per_s * _bandwidth_fraction(gpu, curve, nbytes))
     return np.maximum(t, gpu.kernel_launch_s)
 
 
@@ -66,10 +75,52 @@ def gemm_time(gpu: GpuSpec, flops: np.ndarray, nbytes: np.ndarray, dtype: str, *
     return t
 
 
-def attention_time(gpu: GpuSpec, flops: np.ndarray, nbytes: np.ndarray, dtype: str, *,
-                   backward: bool = False) -> np.ndarray:
-    """A fused attention kernel (flash): roofline at the GPU's attention efficiency; the backward kernel runs
-    at ``FLASH_BWD_EFFICIENCY_RATIO`` of it. fp8 GEMM recipes keep attention in 16-bit."""
+def _curve(gpu: GpuSpec, kernel: str, direction: str, causal: bool, head_dim: float) -> AttentionCurve | None:
+    """The measured curve of this kernel, direction and mask at the head dim nearest ``head_dim`` (log scale)."""
+    cands = [c for c in gpu.attention_curves if (c.kernel, c.direction, c.causal) == (kernel, direction, causal)]
+    if not cands:
+        return None
+    return min(cands, key=lambda c: (abs(np.log(c.head_dim / head_dim)), c.head_dim))
+
+
+def _tflops(c: AttentionCurve, seq: np.ndarray) -> np.ndarray:
+    """TFLOP/s at ``seq``: piecewise-linear in log(length), clamped at the measured ends."""
+    return np.interp(np.log(np.maximum(seq, 1.0)), np.log(np.asarray(c.seq, dtype=float)), np.asarray(c.tflops))
+
+
+def attention_efficiency(gpu: GpuSpec, kernel: str, *, backward: bool, causal: bool, head_dim: float,
+                         seq: np.ndarray | float) -> np.ndarray | None:
+    """Fraction of the BF16 peak one attention kernel reaches, from the GPU's measured curves; None when the GPU
+    has none for ``kernel``. A backward curve missing for a mask or head dim is the forward curve scaled by the
+    measured backward/forward ratio of the nearest head dim with both (non-causal)."""
+    seq = np.asarray(seq, dtype=float)
+    fwd = _curve(gpu, kernel, "fwd", causal, head_dim)
+    if fwd is None:
+        return None
+    t = _tflops(fwd, seq)
+    if backward:
+        bwd = _curve(gpu, kernel, "bwd", causal, head_dim)
+        if bwd is not None and bwd.head_dim == fwd.head_dim:
+            t = _tflops(bwd, seq)
+        else:
+            ref = _curve(gpu, kernel, "bwd", False, head_dim)
+            if ref is None:
+                return None
+            base = _curve(gpu, kernel, "fwd", False, ref.head_dim)
+            assert base is not None
+            t = t * _tflops(ref, seq) / _tflops(base, seq)
+    return t * 1e12 / gpu.peak("bf16")
+
+
+def attention_time(gpu: GpuSpec, flops: np.ndarray, nbytes: np.ndarray, dtype: str, *, backward: bool = False,
+                   kernel: str = "flash", causal: bool = True, head_dim: float = 128.0,
+                   seq: np.ndarray | float = 4096.0) -> np.ndarray:
+    """A fused attention kernel: roofline at the efficiency measured for ``kernel`` at this head dim, mask and
+    sequence length (``attention_efficiency``); a kernel the GPU has no curves for runs at the GPU's scalar
+    ``attention_efficiency`` (backward at ``FLASH_BWD_EFFICIENCY_RATIO`` of it). fp8 GEMM recipes keep attention
+    in 16-bit."""
     dtype = "bf16" if dtype == "fp8" else dtype
-    eff = gpu.attention_efficiency * (FLASH_BWD_EFFICIENCY_RATIO if backward else 1.0)
+    eff = attention_efficiency(gpu, kernel, backward=backward, causal=causal, head_dim=head_dim, seq=seq)
+    if eff is None:
+        eff = gpu.attention_efficiency * (FLASH_BWD_EFFICIENCY_RATIO if backward else 1.0)
     return kernel_time(gpu, flops, nbytes, dtype, efficiency=eff)

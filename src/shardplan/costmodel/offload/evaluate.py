@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from shardplan.costmodel.core import bands
 from shardplan.costmodel.offload.policy import (
     CLASSES,
     TIERS,
@@ -150,10 +151,12 @@ def report_for(model: ModelSpec, system: SystemSpec, work: OffloadWorkload, poli
     prefill, decode = float(cost.phase_s[0, 0]), float(cost.phase_s[0, 1:].sum())
     total = prefill + decode
     L = table.geometry.layers
+    half = bands.band(system, "offload")
     metrics = OffloadMetrics(
         tokens_per_s=N * G / total, prefill_s=prefill, decode_s=decode, total_s=total,
         prefill_tokens_per_s=N * P / prefill, decode_tokens_per_s=N * (G - 1) / decode if decode else 0.0,
-        layer_prefill_s=prefill / L, layer_decode_s=decode / (L * (G - 1)) if G > 1 else 0.0)
+        layer_prefill_s=prefill / L, layer_decode_s=decode / (L * (G - 1)) if G > 1 else 0.0,
+        band_pct=None if half is None else 100 * half, tokens_per_s_range=bands.around(N * G / total, half))
     rows, bottleneck = _resources(table, cost)
     return OffloadReport(
         status="feasible" if bool(cost.fits[0]) else "infeasible", model=model.name, hardware=system.name,

@@ -42,6 +42,9 @@ class OffloadMetrics(Out):
     decode_tokens_per_s: float = Field(description="Tokens generated per second in the decode steps.")
     layer_prefill_s: float = Field(description="One layer's prefill for the block.")
     layer_decode_s: float = Field(description="One layer's decode step for the block (mean over steps).")
+    band_pct: float | None = Field(None, description="Error band half-width (±%) from the validation residuals "
+                                   "of offloaded generation on this GPU generation (costmodel.core.bands).")
+    tokens_per_s_range: list[float] | None = Field(None, description="[low, high] tokens/s within the band.")
 
 
 class ResourceRow(Out):

@@ -15,8 +15,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from shardplan.costmodel.core import comm
-from shardplan.costmodel.core.kernels import attention_time, elementwise_time, gemm_time, kernel_time
-from shardplan.costmodel.core.operators import Attention, Elementwise, Gemm, unfused_attention
+from shardplan.costmodel.core.kernels import (
+    attention_efficiency,
+    attention_time,
+    elementwise_time,
+    gemm_time,
+    kernel_time,
+)
+from shardplan.costmodel.core.operators import Attention, Elementwise, Gemm, attention_dims, unfused_attention
 from shardplan.costmodel.core.ops import ATTN, COMM, GEMM, MEM, Op
 from shardplan.costmodel.training.layout import LayoutArrays, TrainWorkload
 from shardplan.hardware.spec import AttentionKernel, GpuSpec, SystemSpec
@@ -39,6 +45,7 @@ class Ctx:
     act_bytes: float = field(init=False)
     mm_dtype: str = field(init=False)
     flash: np.ndarray = field(init=False)  # flash attention per row (context parallel requires it)
+    flash_kernel: AttentionKernel = field(init=False)  # which fused kernel times it
     dropout: bool = field(init=False)
 
     def __post_init__(self) -> None:
@@ -48,7 +55,9 @@ class Ctx:
         self.act_bytes = DTYPE_BYTES["bf16"] if w.dtype == "fp8" else DTYPE_BYTES[w.dtype]
         self.mm_dtype = w.dtype
         kernel = w.attention or self.system.software.attention
-        self.flash = (r.cp > 1) | (kernel == AttentionKernel.FLASH)
+        self.flash = (r.cp > 1) | (kernel != AttentionKernel.UNFUSED)
+        # context parallelism needs a fused kernel: the stack's generic one when it runs unfused otherwise
+        self.flash_kernel = AttentionKernel.FLASH if kernel == AttentionKernel.UNFUSED else kernel
         self.dropout = w.dropout if w.dropout is not None else self.model.family in DROPOUT_FAMILIES
 
     @property
@@ -96,7 +105,7 @@ class Ctx:
         """Flash or unfused attention per row; under context parallelism the K/V ring, overlapped with the
         attention kernels (exposed only where the ring takes longer)."""
         nbytes = a.nbytes(self.act_bytes)
-        flash = Op(f"{a.name}.flash", ATTN, a.flops, nbytes, attention_time(self.gpu, a.flops, nbytes, self.mm_dtype))
+        flash = Op(f"{a.name}.flash", ATTN, a.flops, nbytes, self.flash_time(a.flops, nbytes, backward=False))
         unfused = unfused_attention(self, a, mask_passes=0, selective=True)
         ops = [masked(op, ~self.flash) for op in unfused] + [masked(flash, self.flash)]
         r = self.rows
@@ -104,6 +113,21 @@ class Ctx:
         exposed = np.maximum(ring.time - flash.time * (r.cp - 1) / r.cp, 0.0)
         ops.append(Op(ring.name, ring.kind, ring.flops, ring.nbytes, np.where(r.cp > 1, exposed, 0.0), dim="cp"))
         return ops
+
+    def flash_time(self, flops: np.ndarray, nbytes: np.ndarray, *, backward: bool) -> np.ndarray:
+        """The fused attention kernel(s) of a microbatch. Without context parallelism one causal kernel over the
+        sequence; with it (ring attention) each rank runs kernels on chunks of s/cp keys: the diagonal chunk
+        causal, 1/cp of the pairs, the others full (Transformer Engine's load-balanced ring)."""
+        cp = self.rows.cp.astype(float)
+        kernel, seq = str(self.flash_kernel), self.work.seq_len / cp
+        head_dim = max(attention_dims(self.model))
+        eff_c, eff_f = (attention_efficiency(self.gpu, kernel, backward=backward, causal=causal, head_dim=head_dim,
+                                             seq=seq) for causal in (True, False))
+        if eff_c is None or eff_f is None:
+            return attention_time(self.gpu, flops, nbytes, self.mm_dtype, backward=backward, kernel=kernel)
+        eff = 1.0 / (1.0 / (cp * eff_c) + (cp - 1.0) / (cp * eff_f))  # FLOP-weighted harmonic mean
+        return kernel_time(self.gpu, flops, nbytes, "bf16" if self.mm_dtype == "fp8" else self.mm_dtype,
+                           efficiency=eff)
 
     def tp_entry(self, prefix: str, elements: np.ndarray | float) -> list[Op]:
         """Sequence parallelism all-gathers the sharded input before a TP region (identity without SP)."""
@@ -197,7 +221,7 @@ def backward(ctx: Ctx, fwd: list[Op]) -> list[Op]:
             out.append(Op(f"{op.name}.bwd", MEM, op.flops, nbytes, ctx.mem_time(nbytes)))
         elif op.kind == ATTN:
             flops = 2.5 * op.flops
-            t = attention_time(ctx.gpu, flops, 2.0 * op.nbytes, ctx.mm_dtype, backward=True)
+            t = ctx.flash_time(flops, 2.0 * op.nbytes, backward=True)
             out.append(Op(f"{op.name}.bwd", ATTN, flops, 2.0 * op.nbytes, t))
         else:
             out.append(Op(f"{op.name}.bwd", COMM, op.flops, op.nbytes, op.time, dim=op.dim))

@@ -11,6 +11,7 @@ import dataclasses
 
 import numpy as np
 
+from shardplan.costmodel.core import bands
 from shardplan.costmodel.core.layouts import check_gpus
 from shardplan.costmodel.training.layout import LayoutArrays, Recompute, TrainLayout, TrainWorkload
 from shardplan.costmodel.training.report import (
@@ -77,6 +78,10 @@ def report_row(cost: TrainCost, i: int, *, model: ModelSpec, system: SystemSpec,
         ep_exposed_s=_f(cost.ep_exposed_s, i), cp_exposed_s=_f(cost.cp_exposed_s, i),
         optimizer_s=_f(cost.optimizer_s, i),
     )
+    half = bands.band(system, "train")
+    metrics = metrics.model_copy(update={
+        "band_pct": None if half is None else 100 * half, "step_time_s_range": bands.around(step, half),
+        "tokens_per_s_range": bands.around(metrics.tokens_per_s, half)})
     stages = [
         StageRow(
             stage=st.shape.name, index=int(_f(st.shape.index, i)), layers=int(_f(st.shape.layers, i)),

@@ -138,8 +138,9 @@ def framework_memory(ctx: Ctx) -> np.ndarray:
     the userbuffers of TP communication overlap; ``TrainWorkload.framework_bytes`` overrides it. Allocator
     fragmentation is not here: it is the plan's memory headroom."""
     r, w = ctx.rows, ctx.work
+    calibrated = ctx.system.calibration.memory_overhead_bytes  # a calibration's fitted extra (hardware.spec)
     if w.framework_bytes is not None:
-        return np.full(len(r), float(w.framework_bytes))
+        return np.full(len(r), float(w.framework_bytes) + calibrated)
     groups = [r.tp, r.cp, r.dp * r.cp, r.pp, r.ep, np.maximum(r.dp * r.cp // np.maximum(r.ep, 1), 1)]
     communicators = sum((np.asarray(g) > 1).astype(float) for g in groups[:5])
     if ctx.model.moe is not None:
@@ -150,4 +151,4 @@ def framework_memory(ctx: Ctx) -> np.ndarray:
                                                                   + UB_RS_BUFFERS * ctx.act_bytes), 0.0)
     workspaces = GEMM_WORKSPACE_BYTES * (1 + np.where(ub, UB_STREAMS, 1))
     nccl = communicators * NCCL_CHANNELS * NCCL_CHANNEL_BYTES
-    return CUDA_CONTEXT_BYTES + workspaces + nccl + ub_bytes
+    return CUDA_CONTEXT_BYTES + workspaces + nccl + ub_bytes + calibrated

@@ -50,6 +50,10 @@ class TrainMetrics(Out):
     ep_exposed_s: float
     cp_exposed_s: float
     optimizer_s: float
+    band_pct: float | None = Field(None, description="Error band half-width (±%) from the validation residuals "
+                                   "of this GPU generation, or of the system's calibration (costmodel.bands).")
+    step_time_s_range: list[float] | None = Field(None, description="[low, high] step time within the band.")
+    tokens_per_s_range: list[float] | None = Field(None, description="[low, high] tokens/s within the band.")
 
 
 class MemoryOut(Out):

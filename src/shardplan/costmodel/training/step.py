@@ -316,6 +316,8 @@ def train_cost(model: ModelSpec, system: SystemSpec, work: TrainWorkload, rows: 
     m = (rows.gb / (rows.dp * rows.mb)).astype(float)
     stages = [_stage(ctx, k, shape, m) for shape in stage_shapes(ctx)]
     per_mb = np.max(np.stack([np.where(s.shape.exists, s.per_microbatch_s, 0.0) for s in stages]), axis=0)
+    cal = system.calibration
+    per_mb = per_mb + cal.microbatch_overhead_s  # calibrated: per microbatch per stage slot
     p, v = rows.pp.astype(float), rows.v.astype(float)
     bubble = (p - 1) / v * per_mb
     pipeline = m * per_mb + bubble
@@ -323,7 +325,7 @@ def train_cost(model: ModelSpec, system: SystemSpec, work: TrainWorkload, rows: 
     dp_exposed, z3 = _data_parallel(ctx, first, m)
     opt = _optimizer_time(ctx, first)
     base = pipeline + dp_exposed + z3 + opt
-    step = base * (1 + system.software.step_overhead_fraction)
+    step = base * (1 + system.software.step_overhead_fraction) + cal.step_overhead_s
     model_flops, hw_flops = _flops(ctx, k, m)
     peak = np.max(np.stack([np.where(s.shape.exists, s.total, 0.0) for s in stages]), axis=0)
     host_gpu = np.max(np.stack([np.where(s.shape.exists, s.cpu_bytes, 0.0) for s in stages]), axis=0)

@@ -1,0 +1,105 @@
+"""Error bands on predictions, from the residuals of the shipped validation (``shardplan validate``).
+
+A band of half-width ``w`` around a predicted step time ``t`` is ``[t/(1+w), t·(1+w)]`` (and the same for
+tokens/s): symmetric on a log axis, printed as "±w". ``w`` for a job and GPU generation is
+``exp(q) − 1`` where ``q`` is the 85th percentile of ``|ln(measured/predicted)|`` over the validation cases of
+that job on that generation (``BAND_QUANTILE``; fewer than ``MIN_CASES`` cases: all generations pooled). A
+calibrated system uses the band measured on calibrated predictions instead: its own leave-one-out band
+(``Calibration.band_pct``, ≥ 3 runs), or else the band of the ``projection`` validation group (predictions
+after calibrating on a series' one or two smallest runs). Calibration narrows the band only as far as those
+measurements show it does.
+
+Jobs with validation cases: ``train`` (step time, throughput) and ``offload`` (FlexGen generation
+throughput); serving (``infer``) has no throughput cases yet, so its predictions carry no band.
+
+The table lives in ``shardplan/data/error_bands.json``; ``compute_band_table`` recomputes it from validation
+rows (``benchmarks/error_bands.py`` writes it; a test checks the shipped file against a fresh run).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Sequence
+from functools import lru_cache
+from importlib import resources
+from typing import Any
+
+import numpy as np
+
+from shardplan.hardware.spec import PARAMETERS, Calibration, SystemSpec
+
+BAND_QUANTILE = 0.85  # aims at ≥ 80% coverage of the validation cases with some margin
+MIN_CASES = 8  # a generation with fewer validation cases uses the pooled band
+_TIME_DEFAULTS = {p: getattr(Calibration(), p) for p in PARAMETERS if p != "memory_overhead_bytes"}
+GENERATIONS = ("a100", "h100", "h200", "b200", "mi300", "v100", "t4")
+
+
+def generation(gpu_name: str) -> str:
+    """The GPU generation a band is keyed by: a100, h100, h200, b200, … or ``other``."""
+    name = gpu_name.lower()
+    return next((g for g in GENERATIONS if g in name), "other")
+
+
+def half_width(log_ratios: Sequence[float], quantile: float = BAND_QUANTILE) -> float:
+    """``exp(q) − 1`` for ``q`` the ``quantile`` of ``|ln(measured/predicted)|``."""
+    return float(math.exp(np.quantile(np.abs(np.asarray(log_ratios, dtype=float)), quantile)) - 1)
+
+
+def compute_band_table(rows: Iterable[tuple[str, str, float, float]], *, projection: Sequence[float] = (),
+                       quantile: float = BAND_QUANTILE, min_cases: int = MIN_CASES) -> dict[str, Any]:
+    """Band half-widths (fractions) per job and generation from ``(job, generation, measured, predicted)``
+    rows of time-like quantities (step time, or throughput: the log ratio only changes sign);
+    ``projection`` holds the projection group's ``ln(measured/predicted)``."""
+    by: dict[str, dict[str, list[float]]] = {}
+    for job, gen, measured, predicted in rows:
+        by.setdefault(job, {}).setdefault(gen, []).append(math.log(measured / predicted))
+    table: dict[str, Any] = {}
+    for job, gens in by.items():
+        pooled = [x for xs in gens.values() for x in xs]
+        entry = {"all": half_width(pooled, quantile)}
+        entry.update({g: half_width(xs, quantile) for g, xs in sorted(gens.items()) if len(xs) >= min_cases})
+        if projection and job == "train":
+            entry["calibrated"] = half_width(projection, quantile)
+        table[job] = {k: round(v, 4) for k, v in entry.items()}
+        table[job]["cases"] = {g: len(xs) for g, xs in sorted(gens.items())}
+    return table
+
+
+@lru_cache(maxsize=1)
+def shipped_table() -> dict[str, Any]:
+    return json.loads(resources.files("shardplan.data").joinpath("error_bands.json").read_text())
+
+
+def band(system: SystemSpec, job: str = "train") -> float | None:
+    """Half-width (fraction) of the band for predictions of ``job`` on ``system``; None if the table has no job."""
+    entry = shipped_table()["bands"].get(job)
+    if entry is None:
+        return None
+    w = float(entry.get(generation(system.gpu.name), entry["all"]))
+    cal = system.calibration
+    # a calibration is fitted to training runs: it speaks for training predictions only
+    if job == "train" and any(getattr(cal, name) != default for name, default in _TIME_DEFAULTS.items()):
+        calibrated = cal.band_pct / 100 if cal.band_pct is not None else entry.get("calibrated")
+        if calibrated is not None:
+            w = float(calibrated)  # measured on calibrated predictions: it replaces the generation's band
+    return w
+
+
+def around(value: float, w: float | None) -> list[float] | None:
+    """``[value/(1+w), value·(1+w)]``, or None without a band."""
+    return None if w is None else [value / (1 + w), value * (1 + w)]
+
+
+def covered(measured: float, predicted: float, w: float) -> bool:
+    """Whether ``measured`` lies in the band of half-width ``w`` around ``predicted``."""
+    return abs(math.log(measured / predicted)) <= math.log1p(w) + 1e-12
+
+
+def coverage(cases: Iterable[tuple[float, float, float]]) -> tuple[float, float]:
+    """(share of ``(measured, predicted, w)`` cases inside their band, median band width 2w)."""
+    rows = list(cases)
+    if not rows:
+        return float("nan"), float("nan")
+    inside = sum(covered(m, p, w) for m, p, w in rows)
+    return inside / len(rows), float(np.median([2 * w for _, _, w in rows]))

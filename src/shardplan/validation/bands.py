@@ -1,0 +1,76 @@
+"""Error-band table and coverage from the validation groups (see ``costmodel.bands`` for the definition).
+
+``band_table()`` runs the training groups and the projection group and returns what
+``shardplan/data/error_bands.json`` ships (``benchmarks/error_bands.py`` writes it). ``band_coverage()`` says
+what share of the measured values falls inside the band their prediction carries, and the median width.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from shardplan.costmodel.core.bands import (
+    BAND_QUANTILE,
+    MIN_CASES,
+    compute_band_table,
+    coverage,
+    generation,
+    shipped_table,
+)
+from shardplan.hardware import get_system
+from shardplan.validation.groups import run_validation
+from shardplan.validation.runs import _MODERN_SYSTEMS, ValidationReport, load_records
+
+TRAIN_GROUPS = ("korthikanti-t5", "korthikanti-t4", "narayanan", "modern")
+OFFLOAD_GROUPS = ("flexgen",)
+NOTE = (f"Half-widths w (fractions) of the error band: exp(q)-1, q = the {BAND_QUANTILE:.0%} quantile of "
+        "|ln(measured/predicted)| over the `shardplan validate` cases of the job (train: korthikanti-t5, "
+        f"korthikanti-t4, narayanan, modern) per GPU generation (own entry from {MIN_CASES} cases, else 'all'); "
+        "'calibrated': the same over the projection group (prediction after calibrating on a series' smallest "
+        "runs); offload: the flexgen group. Recompute: .venv/bin/python benchmarks/error_bands.py")
+
+
+def case_generation(group: str, case_id: str) -> str:
+    """The GPU generation a validation case ran on (the records' hardware, as the groups map it)."""
+    if group in OFFLOAD_GROUPS:
+        return generation(get_system("gcp-t4").gpu.name)  # FlexGen's machine (Sheng et al. 2023 §6)
+    if group != "modern":
+        return generation("a100")  # Korthikanti 2022 and Narayanan 2021 ran on Selene (A100 80GB)
+    gpu = {r["id"]: r["hardware"]["gpu"] for r in load_records("modern_training_runs")}[case_id]
+    return generation(get_system(_MODERN_SYSTEMS[gpu]).gpu.name)
+
+
+def _report() -> ValidationReport:
+    return run_validation([*TRAIN_GROUPS, *OFFLOAD_GROUPS, "projection"])
+
+
+def band_table(report: ValidationReport | None = None) -> dict[str, Any]:
+    report = report or _report()
+    ok = [r for r in report.rows if r.predicted is not None and r.predicted > 0]
+    jobs = {**dict.fromkeys(TRAIN_GROUPS, "train"), **dict.fromkeys(OFFLOAD_GROUPS, "offload")}
+    rows = [(jobs[r.group], case_generation(r.group, r.id), r.measured, r.predicted) for r in ok if r.group in jobs]
+    proj = [math.log(r.measured / r.predicted) for r in ok if r.group == "projection"]
+    return {"note": NOTE, "quantile": BAND_QUANTILE, "bands": compute_band_table(rows, projection=proj)}
+
+
+def band_coverage(report: ValidationReport, table: dict[str, Any] | None = None) -> dict[str, dict[str, float]]:
+    """Per kind of case (``train``: the training groups with their generation's band; ``projection``: the
+    calibrated band; ``offload``: the flexgen group): share of measured values inside the band of their
+    prediction, median width, cases. ``table``: the shipped one by default."""
+    table = (table or shipped_table())["bands"]
+    bands, off = table["train"], table["offload"]
+    ok = [r for r in report.rows if r.predicted is not None and r.predicted > 0]
+    kinds = {
+        "train": [(r.measured, r.predicted, bands.get(case_generation(r.group, r.id), bands["all"]))
+                  for r in ok if r.group in TRAIN_GROUPS],
+        "projection": [(r.measured, r.predicted, bands["calibrated"]) for r in ok if r.group == "projection"],
+        "offload": [(r.measured, r.predicted, off.get(case_generation(r.group, r.id), off["all"]))
+                    for r in ok if r.group in OFFLOAD_GROUPS],
+    }
+    out = {}
+    for kind, cases in kinds.items():
+        if cases:
+            share, width = coverage(cases)
+            out[kind] = {"inside_pct": 100 * share, "median_width_pct": 100 * width, "cases": len(cases)}
+    return out

@@ -1,0 +1,91 @@
+"""The fit: known parameters recovered from synthetic runs, bounds held, leave-one-out on a hand case."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from shardplan.calibration import calibrate
+from shardplan.calibration.fit import bounds, fit_params, from_unit, leave_one_out, to_unit
+from shardplan.calibration.runs import load_runs
+from shardplan.costmodel.training.evaluate import estimate_training
+from shardplan.hardware import get_system
+from shardplan.hardware.spec import Calibration, with_calibration
+
+from .conftest import synthetic_runs
+
+
+def test_recovers_gemm_scale_and_step_overhead() -> None:
+    runs = synthetic_runs(Calibration(gemm_scale=0.85, step_overhead_s=0.2))
+    res = calibrate("dgx-h100", runs)
+    assert res.fitted[:2] == ["gemm_scale", "step_overhead_s"]
+    assert res.calibration.gemm_scale == pytest.approx(0.85, rel=0.02)
+    assert res.calibration.step_overhead_s == pytest.approx(0.2, rel=0.02)
+    # before: the base system is 14–44% fast on these runs; after: exact, and so is leave-one-out
+    assert all(r.error_before_pct < -10 for r in res.runs)
+    assert all(abs(r.error_after_pct) < 0.1 for r in res.runs)
+    assert res.loo_mean_abs_error_pct is not None and res.loo_mean_abs_error_pct < 0.1
+    assert len(res.calibration.runs) == 4 and res.calibration.date
+
+
+def test_one_run_fits_gemm_scale_only() -> None:
+    runs = synthetic_runs(Calibration(gemm_scale=0.9))[:1]
+    res = calibrate("dgx-h100", runs)
+    assert res.fitted == ["gemm_scale"]
+    assert res.calibration.gemm_scale == pytest.approx(0.9, rel=0.01)
+    assert res.loo_mean_abs_error_pct is None and res.calibration.band_pct is None
+
+
+def test_bounds_hold_when_the_data_asks_for_more() -> None:
+    # a run 3x slower than the base model predicts would need gemm_scale ≈ 0.33 < 0.5, the physical lower bound
+    run = synthetic_runs(Calibration())[0]
+    run["measured"]["step_time_s"] *= 3.0
+    res = calibrate("dgx-h100", [run])
+    assert res.calibration.gemm_scale == pytest.approx(bounds("gemm_scale")[0])
+    assert res.runs[0].error_after_pct < -30  # what the bound leaves unexplained is reported, not hidden
+
+
+def test_unit_mapping_spans_the_schema_bounds() -> None:
+    for name in ("gemm_scale", "inter_node_comm_scale", "step_overhead_s", "microbatch_overhead_s"):
+        lo, hi = bounds(name)
+        assert from_unit(name, 0.0) == pytest.approx(lo) and from_unit(name, 1.0) == pytest.approx(hi)
+        assert from_unit(name, 7.0) == pytest.approx(hi)  # clipped into the box
+        assert to_unit(name, from_unit(name, 0.3)) == pytest.approx(0.3)
+    assert bounds("gemm_scale") == (0.5, 1.3) and bounds("step_overhead_s") == (0.0, 10.0)
+
+
+def test_leave_one_out_hand_case() -> None:
+    # Three runs of one layout: with step_overhead_s alone, the fit to two runs puts the prediction at the
+    # geometric mean of their measured times (least squares on log residuals), so each leave-one-out
+    # prediction is sqrt(m_j · m_k) of the other two.
+    system = get_system("dgx-h100")
+    base_step = synthetic_runs(Calibration())[0]["measured"]["step_time_s"]
+    measured = [base_step + 0.1, base_step + 0.3, base_step + 0.2]
+    raws = []
+    for i, m in enumerate(measured):
+        raw = synthetic_runs(Calibration())[0]
+        raw["id"], raw["measured"]["step_time_s"] = f"r{i}", m
+        raws.append(raw)
+    runs = [r for r, _ in load_runs(raws, system)]
+    full = fit_params(system, runs, ["step_overhead_s"])
+    assert full.values["step_overhead_s"] == pytest.approx(math.prod(measured) ** (1 / 3) - base_step, rel=1e-4)
+    loo = leave_one_out(system, runs, full)
+    expected = [math.sqrt(measured[(i + 1) % 3] * measured[(i + 2) % 3]) / measured[i] - 1 for i in range(3)]
+    np.testing.assert_allclose(loo, expected, rtol=1e-4, atol=1e-7)
+
+
+def test_memory_overhead_recovered_from_peak_memory() -> None:
+    runs = synthetic_runs(Calibration(gemm_scale=0.9))[1:3]  # the two that fit in 80 GB with 3 GiB more
+    truth = Calibration(memory_overhead_bytes=3 * 2**30)
+    true_sys = with_calibration(get_system("dgx-h100"), truth)
+    for raw, (run, _) in zip(runs, load_runs(runs, true_sys), strict=True):
+        mem = estimate_training(run.model, true_sys, run.gpus, run.workload, run.layout).memory.total_bytes
+        raw["measured"]["peak_memory_gib"] = mem / 2**30
+    res = calibrate("dgx-h100", runs)
+    assert res.fitted == ["gemm_scale", "memory_overhead_bytes"]
+    assert res.calibration.memory_overhead_bytes == pytest.approx(3 * 2**30, rel=1e-9)
+    for r in res.runs:
+        assert r.predicted_memory_after_gib == pytest.approx(r.measured_peak_memory_gib, rel=1e-9)
+        assert r.predicted_memory_before_gib == pytest.approx(r.measured_peak_memory_gib - 3, rel=1e-9)
