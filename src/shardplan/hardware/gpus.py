@@ -121,6 +121,9 @@ H100_SXM = GpuSpec(
     elementwise_efficiency=EAGER_ELEMENTWISE,
     attention_efficiency=0.6,
     attention_curves=H100_ATTENTION,  # FlashAttention-3 paper Figs. 5-6 (attention_data.py)
+    # Maximum achievable matmul (best shape; stas00/ml-engineering compute/accelerator README at 744d01e):
+    # bf16 794.5 TFLOP/s = 0.803 of 989.4, fp8 1402.6 = 0.709 of 1978.9 (torch 2.7.0+cu126).
+    matmul_peak_fraction={"bf16": 0.803, "fp8": 0.709},
     kernel_launch_s=4e-6,
     tdp_w=700,
     source="NVIDIA H100 datasheet (published_calibration.json: hw-h100-sxm)",
@@ -152,6 +155,8 @@ H800_SXM = H100_SXM.model_copy(
 H200_SXM = H100_SXM.model_copy(
     update={
         "name": "h200-sxm",
+        # best-shape matmul on H200 (same source): bf16 as H100, fp8 1453.4 TFLOP/s = 0.734 of 1979
+        "matmul_peak_fraction": {"bf16": 0.803, "fp8": 0.734},
         "memory_bytes": 143771 * MiB,  # nvidia-smi "NVIDIA H200": 143771 MiB (141 GB HBM3e)
         "memory_bandwidth_bytes_per_s": 4.8 * TB,
         "peak_flops": {"fp32": 67e12, "tf32": 494.5e12, "bf16": 989.5e12, "fp16": 989.5e12, "fp8": 1979e12,
@@ -169,6 +174,7 @@ H20 = H100_SXM.model_copy(
         "memory_bandwidth_bytes_per_s": 4.0 * TB,
         "peak_flops": {"fp32": 44e12, "tf32": 74e12, "bf16": 148e12, "fp16": 148e12, "fp8": 296e12, "int8": 296e12},
         "tdp_w": 400,
+        "matmul_peak_fraction": {},  # unmeasured
         "attention_curves": [],  # the H100 curves are absolute TFLOP/s of 132 SMs at 1830 MHz, not this part's
         "source": "NVIDIA H20 product brief (FP8 296 TFLOPS, BF16 148 TFLOPS, 96 GB HBM3, 4.0 TB/s, NVLink 900 GB/s)",
     }
@@ -187,6 +193,8 @@ B200 = GpuSpec(
     memory_efficiency=HBM_MEMORY,
     elementwise_efficiency=EAGER_ELEMENTWISE,
     attention_efficiency=0.6,
+    # best-shape matmul (ml-engineering at 744d01e): bf16 1745.0 = 0.776, fp8 3432.5 = 0.763 (torch 2.7.1+cu128)
+    matmul_peak_fraction={"bf16": 0.776, "fp8": 0.763},
     tdp_w=1000,
     source="NVIDIA DGX/HGX B200 datasheet, Blackwell technical brief (published_calibration.json: hw-b200-hgx)",
 )
@@ -199,6 +207,8 @@ GB200 = B200.model_copy(
         "peak_flops": {"fp32": 80e12, "tf32": 1250e12, "bf16": 2500e12, "fp16": 2500e12, "fp8": 5000e12,
                        "int8": 5000e12, "fp4": 10000e12},
         "tdp_w": 1200,
+        # best-shape matmul (same source): bf16 1822.0 = 0.729 of 2500, fp8 3615.6 = 0.723 of 5000
+        "matmul_peak_fraction": {"bf16": 0.729, "fp8": 0.723},
         "source": "NVIDIA GB200 NVL72 datasheet (published_calibration.json: hw-gb200)",
     }
 )

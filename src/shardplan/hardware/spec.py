@@ -160,6 +160,10 @@ class GpuSpec(BaseModel):
     attention_efficiency: Fraction = Field(
         0.55, description="Fused (flash) attention forward: fraction of the matmul peak it reaches."
     )
+    matmul_peak_fraction: dict[str, Fraction] = Field(
+        default_factory=dict, description="Maximum achievable matmul FLOP/s (best shape, measured) as a fraction "
+        "of each datatype's peak. GEMMs in another datatype than bf16 run at the efficiency curve × "
+        "fraction[dtype] / fraction[bf16]; a datatype absent here runs at the curve.")
     attention_curves: list[AttentionCurve] = Field(
         default_factory=list, description="Measured attention-kernel throughput (flash2/cudnn/flash3); a kernel "
         "without curves falls back to attention_efficiency.")

@@ -174,16 +174,24 @@ def projections(model: ModelSpec, p: Pricer, T: Array) -> tuple[list[Op], float,
         # are read and the same FLOPs per token are spent either way (DeepSeek-V2 App. C).
         ops += p.gemm(Gemm("attn.kv_up", T, mla.kv_lora_rank, m.num_heads * (mla.qk_nope_head_dim + mla.v_head_dim)
                            / t))
-        if p.kv_cache:
-            ops.append(p.elementwise(Elementwise("attn.rope_cache_write", T * (m.num_heads / t + 1)
-                                                 * mla.qk_rope_head_dim, 2, fixed=p.kv_cache_write(T))))
+        ops += rotary(m, p, T, m.num_heads / t + 1, mla.qk_rope_head_dim)
         return ops, mla.qk_head_dim, mla.v_head_dim
     d, kvr = m.head_size, kv_heads_per_rank(m, t)
     ops += p.gemm(Gemm("attn.qkv", T, h, (m.num_heads / t + 2 * kvr) * d))
-    if p.kv_cache:
-        ops.append(p.elementwise(Elementwise("attn.rope_cache_write", T * (m.num_heads / t + kvr) * d, 2,
-                                             fixed=p.kv_cache_write(T))))
+    ops += rotary(m, p, T, m.num_heads / t + kvr, d)
     return ops, d, d
+
+
+def rotary(model: ModelSpec, p: Pricer, T: Array, heads: Array, rot_dim: float) -> list[Op]:
+    """Rotary embedding of the query and key heads (one fused kernel reading and writing them: Megatron's
+    ``apply_rope_fusion``, vLLM's ``rotary_embedding``); a serving engine writes the new keys and values into its
+    paged cache in the same pass (``reshape_and_cache``). Nothing for learned or ALiBi positions without a cache."""
+    rope = model.position == "rope"
+    if not rope and not p.kv_cache:
+        return []
+    name = "attn.rope_cache_write" if p.kv_cache else "attn.rope"
+    elements = T * heads * rot_dim if rope else 0.0 * T
+    return [p.elementwise(Elementwise(name, elements, 2, fixed=p.kv_cache_write(T) if p.kv_cache else 0.0))]
 
 
 def attention_block(model: ModelSpec, p: Pricer, T: Array, T_elem: Array, core: Attention) -> list[Op]:
