@@ -14,7 +14,7 @@ from typing import Any
 __version__ = "0.1.0"
 
 _API = ("plan_training", "estimate_training", "export_training", "plan_inference", "estimate_inference",
-        "plan_offload", "estimate_offload", "calibrate")
+        "plan_offload", "estimate_offload", "calibrate", "sweep_training", "sweep_inference")
 
 __all__ = ["__version__", *_API]
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from shardplan.errors import ShardplanError
+from shardplan.sweep.notebook import sweep_inference, sweep_training
 
 if TYPE_CHECKING:
     from shardplan.costmodel.training.report import TrainReport
@@ -24,7 +25,7 @@ if TYPE_CHECKING:
 
 __all__ = ["calibrate", "estimate_inference", "estimate_offload", "estimate_training", "export_training",
            "plan_inference",
-           "plan_offload", "plan_training"]
+           "plan_offload", "plan_training", "sweep_inference", "sweep_training"]
 
 
 def _inputs(model: str | ModelSpec, hardware: str | SystemSpec, gpus: int | None) -> tuple[Any, Any, int]:

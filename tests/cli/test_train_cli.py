@@ -93,3 +93,30 @@ def test_optimizer_choice_sets_the_state_bytes(run_cli) -> None:
     assert got["sgd"] == pytest.approx(got["adam"] * 8 / 12)
     r = run_cli(*base, "--optimizer", "lion")
     assert r.code == 2 and "optimizer" in r.err
+
+
+
+def test_global_batch_with_max_global_batch_is_bad_input(run_cli) -> None:
+    r = run_cli("train", "--model", "llama-3.1-8b", "--hardware", "dgx-h100", "-s", "4096", "-b", "1024",
+                "--max-global-batch", "2520")
+    assert r.code == 2
+    assert "max-global-batch" in r.err and "Traceback" not in r.err
+    assert len(r.err.strip().splitlines()) == 1
+
+
+def test_memory_headroom_option_sets_the_json_field(run_cli) -> None:
+    args = ["estimate", "train", "--model", "llama-3.1-8b", "--hardware", "dgx-h100", "-s", "4096", "-b", "8",
+            "--tp", "8", "--json"]
+    r = run_cli(*args, "--memory-headroom", "8GiB")
+    assert r.code == 0, r.err
+    assert r.json()["memory"]["headroom_bytes"] == 8 * 1024**3
+    assert r.json()["stages"][0]["headroom_bytes"] == 8 * 1024**3
+    r = run_cli(*args, "--memory-headroom", "150%")
+    assert r.code == 2 and "memory-headroom" in r.err
+
+
+def test_recompute_layers_without_full_recompute_is_bad_input(run_cli) -> None:
+    r = run_cli("train", "--model", "llama-3.1-8b", "--hardware", "dgx-h100", "-s", "4096", "-b", "8",
+                "--recompute", "selective", "--recompute-layers", "4")
+    assert r.code == 2 and "recompute-layers" in r.err
+    assert len(r.err.strip().splitlines()) == 1

@@ -62,3 +62,56 @@ def test_flash_attention_stores_no_scores() -> None:
     # input split over TP = 2·4·h/8 = h; log-sum-exp fp32 per local head = 4·a/8.
     assert float(acts.none[0]) == pytest.approx(S * (6 * h + 4 * a / 8), rel=1e-12)
     assert float(acts.none[0] - acts.selective[0]) == 0.0
+
+
+# Korthikanti et al. 2022 Fig. 7: activation memory of each technique as a percentage of the tensor-parallel
+# baseline (TP=8, PP of Table 3), bar heights as read by calculon (calculon-ai/calculon calculon/llm/validation.py,
+# seqsel_fig7): sequence parallel, selective recompute, both, full recompute.
+FIG7 = {"22B": (66.84, 49.42, 16.18, 7.64), "175B": (62.04, 56.53, 18.49, 8.71),
+        "530B": (58.31, 62.04, 20.27, 9.42), "1T": (58.31, 62.04, 20.27, 9.42)}
+TABLE3 = {"22B": (1, 4), "175B": (8, 64), "530B": (35, 280), "1T": (64, 512)}  # (pipeline stages, global batch)
+
+
+def _first_stage(name: str) -> tuple[list[float], list[float]]:
+    """First-stage activations of the baseline and the four techniques: (stored by the transformer layers over the
+    microbatches in flight — what Fig. 7 plots —, the stage's whole activation memory)."""
+    from shardplan.costmodel.training.memory import embedding_activations
+    from shardplan.costmodel.training.step import train_cost
+
+    h, a, layers = MODELS[name]
+    p, gb = TABLE3[name]
+    model = megatron_gpt(name, layers=layers, hidden=h, heads=a, source="")
+    work = TrainWorkload(seq_len=S, global_batch=gb, dtype="fp16", attention="unfused")
+    base = dict(tp=T, pp=p, dp=1, microbatch=1)
+    lays = [TrainLayout(**base), TrainLayout(**base, sequence_parallel=True),
+            TrainLayout(**base, recompute=Recompute.SELECTIVE),
+            TrainLayout(**base, recompute=Recompute.SELECTIVE, sequence_parallel=True),
+            TrainLayout(**base, recompute=Recompute.FULL)]
+    cost = train_cost(model, get_system("dgx-a100-80gb"), work, LayoutArrays.from_layouts(lays, gb))
+    st = cost.stages[0]
+    emb = embedding_activations(cost.ctx)
+    stored = (st.stored_mb - emb) * st.inflight
+    return [float(x) for x in stored], [float(x) for x in st.activations]
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_figure7_every_technique_within_10_percent(name: str) -> None:
+    """Each technique's stored activation memory relative to the TP baseline is within 10% of Fig. 7 (selective,
+    SP and both within 3%); full recompute keeps 2·s·b·h per layer and microbatch in flight."""
+    stored, _ = _first_stage(name)
+    for got, fig, tol in zip(stored[1:], FIG7[name], (0.03, 0.03, 0.03, 0.03), strict=True):
+        assert 100 * got / stored[0] == pytest.approx(fig, rel=tol)
+
+
+def test_full_recompute_peak_adds_one_recomputed_layer_or_the_head() -> None:
+    """22B (TP=8, PP=1, 48 layers): the stage's peak under full recompute = 48 stored inputs (2·s·b·h each), the
+    embedding's dropout mask (s·b·h), and the larger of two transients that never coexist: the recomputed layer
+    less its stored input (Table 2's TP baseline s·b·h·(10 + 24/t + 5·a·s/(h·t)) less 2·s·b·h) or the LM head
+    (norm and head inputs 2+2 B, fp32 logits 4·V/t B per token)."""
+    h, a, layers = MODELS["22B"]
+    sbh = S * 1 * h
+    _, total = _first_stage("22B")
+    layer = sbh * (10 + 24 / T + 5 * a * S / (h * T))
+    head = S * (4 * h + 4 * 51200 / T)
+    expected = layers * 2 * sbh + sbh + max(layer - 2 * sbh, head)
+    assert total[4] == pytest.approx(expected, rel=1e-12)

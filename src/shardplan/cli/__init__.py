@@ -17,6 +17,7 @@ from shardplan.cli import (  # noqa: F401  (importing registers the commands)
     catalog_cmds,
     infer_cmds,
     offload_cmds,
+    sweep_cmds,
     train_cmds,
     validate_cmd,
 )

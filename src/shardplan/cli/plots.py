@@ -91,7 +91,11 @@ def memory_plot(stages: list[StageRow], path: Path, *, pp: int, title: str) -> N
         ax.bar(x, vals, bottom=bottom, width=0.55, color=color, label=label, edgecolor="white", linewidth=0.5)
         bottom = [b + v for b, v in zip(bottom, vals, strict=True)]
     cap = stages[0].capacity_bytes / GIB
-    ax.axhline(cap, color="#CC0000", linestyle="--", linewidth=1.5, label=f"GPU memory ({cap:.0f} GiB)")
+    usable = cap - stages[0].headroom_bytes / GIB
+    ax.axhline(cap, color="#CC0000", linestyle="--", linewidth=1.5, label=f"GPU memory ({cap:.1f} GiB)")
+    if usable < cap:
+        ax.axhline(usable, color="#CC0000", linestyle=":", linewidth=1.2,
+                   label=f"usable: less {cap - usable:.1f} GiB headroom ({usable:.1f} GiB)")
     for xi, s, top in zip(x, stages, bottom, strict=True):
         mark = "" if s.fits else "  does not fit"
         ax.annotate(f"{top:.1f} GiB{mark}", (xi, top), xytext=(0, 4), textcoords="offset points", ha="center",
@@ -171,21 +175,28 @@ def pipeline_schedule(pp: int, m: int, v: int, fwd_s: list[float], bwd_s: list[f
     return boxes
 
 
-def _stage_times(stages: list[StageRow], pp: int) -> tuple[list[float], list[float]]:
-    by_name = {r.stage: r for r in stages}
-    first = by_name.get("first", stages[0])
-    rows = [by_name.get("last", first) if s == pp - 1 and s else
-            (first if s == 0 else by_name.get("middle", first)) for s in range(pp)]
-    return [r.fwd_time_s for r in rows], [r.bwd_time_s for r in rows]
+def paced_times(plan: TrainPlanOut, stages: list[StageRow], pipeline_s: float) -> tuple[list[float], list[float]]:
+    """Per-stage forward and backward time per microbatch as the cost model charges them: every stage runs at the
+    pace of the slowest (its forward, and the rest of the per-microbatch time ``pipeline_s / (m + (p−1)/v)``,
+    which includes recompute, sends and exposed offload, as backward)."""
+    pp, m, v = plan.pp, plan.num_microbatches, plan.interleave
+    per_mb = pipeline_s / (m + (pp - 1) / v)
+    slowest = max(stages, key=lambda r: r.fwd_time_s + r.bwd_time_s)
+    fwd = min(slowest.fwd_time_s, per_mb)
+    return [fwd] * pp, [per_mb - fwd] * pp
 
 
-def pipeline_plot(plan: TrainPlanOut, stages: list[StageRow], path: Path, *, title: str) -> float:
-    """Timeline of one step's forward and backward passes per stage and microbatch; returns the bubble (s):
-    the schedule's length minus the busiest stage's work."""
+def pipeline_plot(plan: TrainPlanOut, stages: list[StageRow], path: Path, *, title: str,
+                  pipeline_s: float | None = None, bubble_s: float | None = None, step_s: float | None = None) -> float:
+    """Timeline of one step's forward and backward passes per stage and microbatch, every stage paced by the
+    slowest as the cost model charges it; returns the drawn bubble (s): the schedule's length minus one stage's
+    work. The title prints ``bubble_s`` (the report's) when given."""
     from matplotlib.patches import Patch
 
     pp, m, v = plan.pp, plan.num_microbatches, plan.interleave
-    fwd, bwd = _stage_times(stages, pp)
+    if pipeline_s is None:
+        pipeline_s = m * max(r.fwd_time_s + r.bwd_time_s for r in stages) * (1 + (pp - 1) / (v * m))
+    fwd, bwd = paced_times(plan, stages, pipeline_s)
     boxes = pipeline_schedule(pp, m, v, fwd, bwd)
     span = max(b.end_s for b in boxes)
     bubble = span - max(m * (f + b) for f, b in zip(fwd, bwd, strict=True))
@@ -212,14 +223,18 @@ def pipeline_plot(plan: TrainPlanOut, stages: list[StageRow], path: Path, *, tit
     ax.invert_yaxis()
     ax.set_xlim(0, span * scale)
     ax.set_xlabel(f"time within one step ({unit})" + ("; numbers are microbatches" if numbered else ""))
-    shown = f"{bubble * 1e3:.0f} ms" if bubble < 10 else f"{bubble:.1f} s"
+    told = bubble if bubble_s is None else bubble_s
+    shown = f"{told * 1e3:.0f} ms" if told < 10 else f"{told:.1f} s"
     if pp == 1:
         sched = f"no pipeline: {m} microbatches back to back (gradient accumulation)"
     else:
         sched = (f"interleaved 1F1B with {v} model chunks per stage" if v > 1 else "1F1B") + (
-            f", PP={pp}, {m} microbatches: bubble {shown} ({bubble / span:.1%})")
-    ax.set_title(f"{title}\n{sched}; data-parallel sync and optimizer step not shown", fontsize=10)
-    handles = [Patch(color=_FORWARD, label="forward"), Patch(color=_BACKWARD, label="backward\n(with recompute)"),
+            f", PP={pp}, {m} microbatches: bubble {shown} "
+            f"({told / (step_s or span):.1%} of the {'step' if step_s else 'pipeline'})")
+    ax.set_title(f"{title}\n{sched}; every stage paced by the slowest; data-parallel sync and optimizer step not "
+                 "shown", fontsize=10)
+    back = "backward\n(with recompute)" if plan.recompute != "none" else "backward"
+    handles = [Patch(color=_FORWARD, label="forward"), Patch(color=_BACKWARD, label=back),
                Patch(color=_IDLE, label="idle (bubble)")]
     if v > 1:
         handles.append(Patch(color=_FORWARD, alpha=0.5, label="lighter: later\nmodel chunk"))
@@ -270,5 +285,7 @@ def train_plots(specs: list[tuple[str, Path]], result: Any) -> list[Path]:
         if kind == "memory":
             memory_plot(result.stages, path, pp=result.plan.pp, title=f"{title}\nmemory per GPU by pipeline stage")
         else:
-            pipeline_plot(result.plan, result.stages, path, title=f"{title}: one training step")
+            pipeline_plot(result.plan, result.stages, path, title=f"{title}: one training step",
+                          pipeline_s=result.metrics.pipeline_s, bubble_s=result.metrics.bubble_s,
+                          step_s=result.metrics.step_time_s)
     return [p for _, p in specs]

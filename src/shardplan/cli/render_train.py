@@ -23,17 +23,19 @@ def _gib(b: float) -> str:
     return f"{b / 2**30:.2f}" if b else "-"
 
 
+def memory_line(mem: Any) -> str:
+    """'71.2 GiB of 71.6 GiB usable per GPU on the first stage (79.6 GiB less 7.96 GiB headroom)'."""
+    usable = mem.capacity_bytes - mem.headroom_bytes
+    return (f"{format_bytes(mem.total_bytes)} of {format_bytes(usable)} usable per GPU on the {mem.stage} stage "
+            f"({format_bytes(mem.capacity_bytes)} less {format_bytes(mem.headroom_bytes)} headroom)")
+
+
 def layout_line(plan: Any) -> str:
     p = plan
     off = p.offload
-    parts = [f"TP={p.tp}", f"PP={p.pp}", f"DP={p.dp}"]
-    if p.ep > 1:
-        parts.append(f"EP={p.ep}")
-    if p.cp > 1:
-        parts.append(f"CP={p.cp}")
-    parts += [f"microbatch={p.microbatch_size}×{p.num_microbatches}", f"batch={p.global_batch}"]
-    if p.interleave > 1:
-        parts.append(f"interleave={p.interleave}")
+    parts = [f"TP={p.tp}", f"PP={p.pp}", f"DP={p.dp}", f"CP={p.cp}", f"EP={p.ep}",
+             f"microbatch={p.microbatch_size}×{p.num_microbatches}", f"batch={p.global_batch}",
+             f"interleave={p.interleave}"]
     rc = p.recompute + (f"({p.recompute_layers} layers/stage)" if p.recompute_layers else "")
     parts += [f"recompute={rc}", f"SP={'on' if p.sequence_parallel else 'off'}", f"ZeRO={p.zero_stage}"]
     for name, v in (("optimizer", off.optimizer), ("weights", off.weights), ("activations", off.activations)):
@@ -62,20 +64,22 @@ def render_layers(con: Console, report: Any) -> None:
     for name, _ in cols:
         t.add_column(name, justify="right")
     for r in rows:
-        t.add_row(r.stage, r.kind, str(r.count), *(fmt(r) for _, fmt in cols))
+        kind = r.kind + (f" ({r.recompute} recompute)" if r.recompute != "none" else "")
+        t.add_row(r.stage, kind, str(r.count), *(fmt(r) for _, fmt in cols))
     con.print(t)
 
 
 def render_stages(con: Console, report: Any) -> None:
     t = Table(title="Per stage (one GPU)", title_justify="left")
     for col in ("stage", "index", "layers", "fwd ms/mb", "bwd ms/mb", "weights", "grads", "optimizer",
-                "activations", "framework", "total", "capacity", "fits"):
+                "activations", "framework", "total", "headroom", "capacity", "fits"):
         t.add_column(col, justify="left" if col in ("stage", "fits") else "right", no_wrap=col == "stage")
     for s in report.stages:
         t.add_row(s.stage, str(s.index), str(s.layers), _ms(s.fwd_time_s), _ms(s.bwd_time_s),
                   format_bytes(s.weights_bytes), format_bytes(s.gradients_bytes), format_bytes(s.optimizer_bytes),
                   format_bytes(s.activations_bytes), format_bytes(s.framework_bytes), format_bytes(s.total_bytes),
-                  format_bytes(s.capacity_bytes), "[green]yes[/]" if s.fits else "[red]NO[/]")
+                  format_bytes(s.headroom_bytes), format_bytes(s.capacity_bytes),
+                  "[green]yes[/]" if s.fits else "[red]NO[/]")
     con.print(t)
 
 
@@ -91,7 +95,8 @@ def render_summary(con: Console, report: Any) -> None:
     t.add_column("value", justify="right")
     rows = [
         ("step time", format_seconds(m.step_time_s) + _band(m)), ("tokens/s", f"{m.tokens_per_s:,.0f}" + _band(m)),
-        ("MFU", f"{m.mfu:.1%}"), ("HFU", f"{m.hfu:.1%}"), ("TFLOP/s per GPU", f"{m.tflops_per_gpu:.1f}"),
+        ("MFU", f"{m.mfu:.1%}"), ("HFU", f"{m.hfu:.1%}"), ("TFLOP/s per GPU (HFU)", f"{m.tflops_per_gpu:.1f}"),
+        ("TFLOP/s per GPU (kernels run)", f"{m.executed_tflops_per_gpu:.1f}"),
         ("pipeline bubble", f"{m.bubble_fraction:.1%} ({format_seconds(m.bubble_s)})"),
     ]
     for name, v in (("TP exposed", m.tp_exposed_s), ("PP sends", m.pp_exposed_s), ("DP sync exposed", m.dp_exposed_s),
@@ -107,9 +112,7 @@ def render_summary(con: Console, report: Any) -> None:
 def render_status(con: Console, report: Any) -> None:
     if not render_infeasible(con, report):
         mem = report.memory
-        con.print(f"[bold green]{report.status.upper()}[/]: fits, {format_bytes(mem.total_bytes)} of "
-                  f"{format_bytes(mem.capacity_bytes)} per GPU on the {mem.stage} stage "
-                  f"({1 - mem.total_bytes / mem.capacity_bytes:.0%} headroom)")
+        con.print(f"[bold green]{report.status.upper()}[/]: fits, {memory_line(mem)}")
 
 
 def render_estimate(con: Console, report: Any) -> None:
@@ -143,7 +146,7 @@ def render_plan(con: Console, plan: Any) -> None:
                       f"{a.delta_pct:+.1f}%", format_bytes(a.memory_bytes))
         con.print(t)
     if plan.comparisons:
-        t = Table(title="Obvious alternatives (best of each TP×PP)", title_justify="left")
+        t = Table(title="Obvious alternatives (best of each TP×PP, each re-estimated alone)", title_justify="left")
         for col in ("layout", "step", "vs plan", "note"):
             t.add_column(col, justify="right" if col in ("step", "vs plan") else "left")
         for c in plan.comparisons:
@@ -154,5 +157,4 @@ def render_plan(con: Console, plan: Any) -> None:
     for line in plan.explanation:
         con.print(f"• {line}")
     mem = plan.memory
-    con.print(f"[bold green]{plan.status.upper()}[/]: {format_bytes(mem.total_bytes)} of "
-              f"{format_bytes(mem.capacity_bytes)} per GPU")
+    con.print(f"[bold green]{plan.status.upper()}[/]: {memory_line(mem)}")

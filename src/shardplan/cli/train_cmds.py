@@ -43,13 +43,46 @@ ExportOpt = Annotated[TrainFormat | None, typer.Option(
     "arguments), deepspeed (config JSON) or torchtitan (TOML); with --output, write them to a file.")]
 OutputOpt = Annotated[Path | None, typer.Option("--output", "-o", help="File for --export (default: stdout).",
                                                 dir_okay=False)]
+HeadroomOpt = Annotated[str | None, typer.Option(
+    "--memory-headroom", metavar="SIZE|PCT",
+    help="GPU memory a plan leaves free for allocator fragmentation and memory spikes, as a size (8GiB) or a share "
+    "of GPU memory (10%); default 10%. It comes on top of the framework memory (CUDA context, NCCL buffers, "
+    "workspaces: 2 GiB) shown in the stage table.")]
 PlotOpt = Annotated[list[str] | None, typer.Option(
     "--plot", metavar="FILE", help="Write a plot (.png, .svg or .pdf; repeatable): memory*.png = memory per "
     "stage against capacity, pipeline*.svg = one step's schedule; or KIND:FILE. Needs the plot extra (matplotlib).")]
 
 
+def parse_headroom(text: str | None, gpu_memory_bytes: float) -> dict[str, Any]:
+    """``--memory-headroom``: ``10%`` (a share of GPU memory) or ``8GiB`` → TrainWorkload fields (none: default)."""
+    from shardplan.errors import ShardplanError
+    from shardplan.units import format_bytes, parse_size
+
+    if text is None:
+        return {}
+    t = text.strip()
+    if t.endswith("%"):
+        try:
+            pct = float(t[:-1])
+        except ValueError:
+            raise ShardplanError(f"'{text}' is not a size or a percentage (use e.g. 8GiB or 10%)",
+                                 field="memory-headroom") from None
+        if not 0 <= pct < 100:
+            raise ShardplanError(f"must be between 0% and 100% (got {text})", field="memory-headroom")
+        return {"memory_headroom_fraction": pct / 100}
+    try:
+        size = parse_size(t, field="memory-headroom")
+    except ShardplanError:
+        raise ShardplanError(f"'{text}' is not a size or a percentage (use e.g. 8GiB or 10%)",
+                             field="memory-headroom") from None
+    if size >= gpu_memory_bytes:
+        raise ShardplanError(f"must be smaller than the GPU's memory ({format_bytes(gpu_memory_bytes)}; got {text})",
+                             field="memory-headroom")
+    return {"memory_headroom_bytes": size}
+
+
 def _workload(seq_len: int, global_batch: int, dtype: str, grad_dtype: str, attention: str | None,
-              optimizer: str = "adam") -> Any:
+              optimizer: str = "adam", headroom: dict[str, Any] | None = None) -> Any:
     from pydantic import ValidationError
 
     from shardplan.costmodel.training.layout import TrainWorkload
@@ -57,7 +90,7 @@ def _workload(seq_len: int, global_batch: int, dtype: str, grad_dtype: str, atte
 
     try:
         return TrainWorkload(seq_len=seq_len, global_batch=global_batch, dtype=dtype, grad_dtype=grad_dtype,
-                             attention=attention, optimizer=optimizer)
+                             attention=attention, optimizer=optimizer, **(headroom or {}))
     except ValidationError as e:
         err = e.errors()[0]
         raise ShardplanError(err["msg"].removeprefix("Value error, "), field=str(err["loc"][0]) if err["loc"]
@@ -127,11 +160,18 @@ def estimate_train(
     interleave: Inter = 1, recompute: Rc = Recompute.NONE, recompute_layers: RcLayers = None,
     sequence_parallel: Sp = False, zero: Zero = 0, offload_optimizer: OffOpt = None, offload_weights: OffW = None,
     offload_activations: OffA = None, dtype: Dtype = "bf16", grad_dtype: GradDtype = "fp32",
-    optimizer: Optimizer = "adam",
+    optimizer: Optimizer = "adam", memory_headroom: HeadroomOpt = None,
     attention: Attention = None, as_json: JsonOpt = False, export: ExportOpt = None, output: OutputOpt = None,
     plot: PlotOpt = None,
 ) -> None:
-    """Per-layer and per-stage time and memory of one pinned training layout."""
+    """Per-layer and per-stage time and memory of one pinned training layout.
+
+    MFU = model FLOPs / (step time · GPUs · the dtype's dense peak), model FLOPs = 6 per active weight per token +
+    12·L·s·a·d per token for attention over the full s×s matrix (causal masking not discounted, as Megatron,
+    PaLM and torchtitan count) + 6·V·h for the LM head, no recompute. HFU adds the forward work that recompute
+    reruns, counted the same way, so HFU ≥ MFU. A plan fits when its peak memory per GPU ≤ GPU memory less
+    --memory-headroom.
+    """
     from shardplan.cli.render_train import render_estimate
     from shardplan.costmodel.training.evaluate import estimate_training
     from shardplan.costmodel.training.layout import TrainLayout
@@ -152,7 +192,8 @@ def estimate_train(
         offload_weights=parse_fraction(offload_weights, field="offload-weights"),
         offload_activations=parse_fraction(offload_activations, field="offload-activations"),
     )
-    work = _workload(seq_len, global_batch, dtype, grad_dtype, attention, optimizer)
+    work = _workload(seq_len, global_batch, dtype, grad_dtype, attention, optimizer,
+                     parse_headroom(memory_headroom, system.gpu.memory_bytes))
     report = estimate_training(spec, system, n, work, layout)
     _deliver(report, spec=spec, system=system, n=n, work=work, as_json=as_json,
              render=lambda con: render_estimate(con, report), export=export, output=output, plots=plots)
@@ -175,11 +216,18 @@ def train(
     cross_node_tp: Annotated[bool, typer.Option("--allow-cross-node-tp", help="Let TP·CP span nodes.")] = False,
     top_k: Annotated[int, typer.Option("--top-k", min=1, max=50, help="Best K distinct layouts.")] = 1,
     time_limit: TimeLimitOpt = 30.0, dtype: Dtype = "bf16", grad_dtype: GradDtype = "fp32",
-    optimizer: Optimizer = "adam",
+    optimizer: Optimizer = "adam", memory_headroom: HeadroomOpt = None,
     attention: Attention = None, as_json: JsonOpt = False, export: ExportOpt = None, output: OutputOpt = None,
     plot: PlotOpt = None,
 ) -> None:
-    """Choose the fastest training layout (CP-SAT over the cost model), with the reasons."""
+    """Choose the fastest training layout (CP-SAT over the cost model), with the reasons.
+
+    MFU = model FLOPs / (step time · GPUs · the dtype's dense peak), model FLOPs = 6 per active weight per token +
+    12·L·s·a·d per token for attention over the full s×s matrix (causal masking not discounted, as Megatron,
+    PaLM and torchtitan count) + 6·V·h for the LM head, no recompute. HFU adds the forward work that recompute
+    reruns, counted the same way, so HFU ≥ MFU. A plan fits when its peak memory per GPU ≤ GPU memory less
+    --memory-headroom.
+    """
     from shardplan.cli.progress import solving
     from shardplan.cli.render_train import render_plan
     from shardplan.errors import ShardplanError
@@ -187,10 +235,14 @@ def train(
 
     plots = _check_outputs(export, output, plot, as_json)
     spec, system, n = resolve_inputs(model, hardware, gpus)
+    if global_batch is not None and max_global_batch is not None:
+        raise ShardplanError("give either --global-batch B (fixed) or --max-global-batch B (the planner chooses the "
+                             "batch), not both", field="max-global-batch")
     if global_batch is None and max_global_batch is None:
         raise ShardplanError("give --global-batch B, or --max-global-batch B to let the planner choose",
                              field="global-batch")
-    work = _workload(seq_len, global_batch or max_global_batch or 1, dtype, grad_dtype, attention, optimizer)
+    work = _workload(seq_len, global_batch or max_global_batch or 1, dtype, grad_dtype, attention, optimizer,
+                     parse_headroom(memory_headroom, system.gpu.memory_bytes))
     req = TrainRequest(
         model=spec, system=system, num_gpus=n, workload=work, max_global_batch=max_global_batch,
         fixed_global_batch=global_batch is not None, tp=tp, pp=pp, dp=dp, ep=ep, cp=cp, microbatch=microbatch,

@@ -8,6 +8,7 @@ category and the cheapest single changes that fit — when it does not fit in me
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 
@@ -42,13 +43,25 @@ def host_capacity(system: SystemSpec, work: TrainWorkload) -> float:
     return system.host_memory_bytes * (1 - work.host_reserve_fraction)
 
 
+def gpu_capacity(system: SystemSpec, work: TrainWorkload) -> float:
+    """GPU memory a plan may fill: the GPU's memory less the headroom. The one capacity every fit test uses."""
+    return float(system.gpu.memory_bytes) - work.headroom_bytes(system.gpu.memory_bytes)
+
+
 def fits(cost: TrainCost, system: SystemSpec, work: TrainWorkload) -> np.ndarray:
-    """Rows whose every stage fits in GPU memory and whose offloads fit in host memory."""
-    return (cost.peak_memory <= system.gpu.memory_bytes) & (cost.host_bytes_per_node <= host_capacity(system, work))
+    """Rows whose every stage fits in GPU memory less the headroom and whose offloads fit in host memory."""
+    return (cost.peak_memory <= gpu_capacity(system, work)) & (cost.host_bytes_per_node <= host_capacity(system, work))
 
 
 def _f(x: np.ndarray, i: int) -> float:
     return float(np.asarray(x)[i])
+
+
+def _recompute_layers(cost: TrainCost, lay: TrainLayout, i: int) -> int | None:
+    """Fully recomputed layers per stage as reported: None (all) when it covers every layer of every stage."""
+    k = lay.recompute_layers
+    most = max(int(_f(st.shape.layers, i)) for st in cost.stages if bool(st.shape.exists[i]))
+    return None if k is None or lay.recompute != Recompute.FULL or k >= most else k
 
 
 def report_row(cost: TrainCost, i: int, *, model: ModelSpec, system: SystemSpec, num_gpus: int) -> TrainReport:
@@ -56,13 +69,15 @@ def report_row(cost: TrainCost, i: int, *, model: ModelSpec, system: SystemSpec,
     r, w = cost.ctx.rows, cost.ctx.work
     lay = r.row(i)
     cap = float(system.gpu.memory_bytes)
+    headroom = w.headroom_bytes(cap)
+    usable = gpu_capacity(system, w)
     peak = system.gpu.peak(w.dtype)
     step = _f(cost.step_time_s, i)
     gb = int(r.gb[i])
     plan = TrainPlanOut(
         tp=lay.tp, pp=lay.pp, dp=lay.dp, ep=lay.ep, cp=lay.cp, microbatch_size=lay.microbatch,
         num_microbatches=int(round(_f(cost.num_microbatches, i))), global_batch=gb, interleave=lay.interleave,
-        recompute=str(lay.recompute), recompute_layers=lay.recompute_layers, zero_stage=lay.zero_stage,
+        recompute=str(lay.recompute), recompute_layers=_recompute_layers(cost, lay, i), zero_stage=lay.zero_stage,
         sequence_parallel=lay.sequence_parallel,
         offload=OffloadOut(weights=lay.offload_weights, optimizer=lay.offload_optimizer,
                            activations=lay.offload_activations),
@@ -72,6 +87,7 @@ def report_row(cost: TrainCost, i: int, *, model: ModelSpec, system: SystemSpec,
         mfu=_f(cost.model_flops, i) / (step * num_gpus * peak),
         hfu=_f(cost.hardware_flops, i) / (step * num_gpus * peak),
         tflops_per_gpu=_f(cost.hardware_flops, i) / (step * num_gpus) / 1e12,
+        executed_tflops_per_gpu=_f(cost.executed_flops, i) / (step * num_gpus) / 1e12,
         bubble_fraction=_f(cost.bubble_s, i) / step, pipeline_s=_f(cost.pipeline_s, i), bubble_s=_f(cost.bubble_s, i),
         tp_exposed_s=_f(cost.tp_exposed_s, i), pp_exposed_s=_f(cost.pp_exposed_s, i),
         dp_exposed_s=_f(cost.dp_exposed_s, i), zero3_exposed_s=_f(cost.zero3_exposed_s, i),
@@ -89,7 +105,7 @@ def report_row(cost: TrainCost, i: int, *, model: ModelSpec, system: SystemSpec,
             recompute_time_s=_f(st.recompute_s, i), weights_bytes=_f(st.weights, i), gradients_bytes=_f(st.grads, i),
             optimizer_bytes=_f(st.optimizer, i), activations_bytes=_f(st.activations, i),
             framework_bytes=_f(st.framework, i), total_bytes=_f(st.total, i), capacity_bytes=cap,
-            fits=_f(st.total, i) <= cap,
+            headroom_bytes=headroom, fits=_f(st.total, i) <= usable,
         )
         for st in cost.stages if bool(st.shape.exists[i])
     ]
@@ -99,7 +115,7 @@ def report_row(cost: TrainCost, i: int, *, model: ModelSpec, system: SystemSpec,
         stage=STAGES[b], weights_bytes=_f(bind.weights, i), gradients_bytes=_f(bind.grads, i),
         optimizer_bytes=_f(bind.optimizer, i), activations_bytes=_f(bind.activations, i),
         framework_bytes=_f(bind.framework, i), total_bytes=_f(bind.total, i), capacity_bytes=cap,
-        cpu_bytes=_f(bind.cpu_bytes, i), host_bytes_per_node=_f(cost.host_bytes_per_node, i),
+        headroom_bytes=headroom, cpu_bytes=_f(bind.cpu_bytes, i), host_bytes_per_node=_f(cost.host_bytes_per_node, i),
         host_capacity_bytes=host_capacity(system, w),
     )
     return TrainReport(
@@ -110,7 +126,7 @@ def report_row(cost: TrainCost, i: int, *, model: ModelSpec, system: SystemSpec,
 
 def _layer_rows(cost: TrainCost, i: int) -> list[LayerRow]:
     """One row per layer kind per stage: per-layer costs and memory (multiply by ``count`` for the stage)."""
-    ctx, r = cost.ctx, cost.ctx.rows
+    r = cost.ctx.rows
     rows: list[LayerRow] = []
     for st in cost.stages:
         if not bool(st.shape.exists[i]):
@@ -118,41 +134,58 @@ def _layer_rows(cost: TrainCost, i: int) -> list[LayerRow]:
         counts = {"embedding": int(st.shape.has_embedding[i]), "attention": int(_f(st.shape.layers, i)),
                   "mlp": int(_f(st.shape.dense_layers, i)), "moe": int(_f(st.shape.moe_layers, i)),
                   "head": int(st.shape.has_head[i])}
+        n = int(_f(st.shape.layers, i))
+        mode = int(r.rc[i])
+        k_full = min(int(r.rk[i]), n) if mode == 2 else 0
         for kind, kc in cost.kinds.items():
             count = counts[kind]
             if count == 0:
                 continue
-            mode = int(r.rc[i])
-            rc_time = _f(kc.selective.time, i) if mode == 1 else (_f(kc.fwd.time, i) if mode == 2 else 0.0)
-            rc_flops = _f(kc.selective.flops, i) if mode == 1 else (_f(kc.fwd.flops, i) if mode == 2 else 0.0)
-            if mode == 2 and kind in ("embedding", "head"):
-                rc_time = rc_flops = 0.0
-            weights, grads, opt = (float(np.asarray(x)[i])
-                                   for x in param_memory(ctx, kc.params.dense, kc.params.expert))
-            acts = 0.0
-            if kc.acts is not None:
-                acts = _f((kc.acts.none, kc.acts.selective, kc.acts.full)[mode], i)
-            rows.append(LayerRow(
-                stage=st.shape.name, kind=kind, count=count, fwd_flops=_f(kc.fwd.flops, i),
-                bwd_flops=_f(kc.bwd.flops, i), recompute_flops=rc_flops, fwd_time_s=_f(kc.fwd.time, i),
-                bwd_time_s=_f(kc.bwd.time, i), recompute_time_s=rc_time,
-                hbm_bytes=_f(kc.fwd.nbytes, i) + _f(kc.bwd.nbytes, i),
-                comm_tp_s=_f(kc.fwd.comm_tp + kc.bwd.comm_tp, i), comm_cp_s=_f(kc.fwd.comm_cp + kc.bwd.comm_cp, i),
-                comm_ep_s=_f(kc.fwd.comm_ep + kc.bwd.comm_ep, i), params=_f(kc.params.total, i),
-                weights_bytes=weights, gradients_bytes=grads, optimizer_bytes=opt, activations_bytes=acts,
-            ))
+            if kind in ("embedding", "head"):
+                splits = [(count, 0 if mode == 2 else mode)]
+            elif mode == 2:
+                # the first k layers of the stage are fully recomputed (dense layers precede MoE layers)
+                before = 0 if kind != "moe" else counts["mlp"]
+                rec = min(max(k_full - before, 0), count)
+                splits = [(rec, 2), (count - rec, 0)]
+            else:
+                splits = [(count, mode)]
+            for c, md in splits:
+                if c > 0:
+                    rows.append(_layer_row(cost, st.shape.name, kind, kc, c, md, i))
     return rows
+
+
+def _layer_row(cost: TrainCost, stage: str, kind: str, kc: Any, count: int, mode: int, i: int) -> LayerRow:
+    """One per-layer row: ``count`` layers of ``kind`` under recompute ``mode`` (0 none, 1 selective, 2 full)."""
+    rc_time = _f(kc.selective.time, i) if mode == 1 else (_f(kc.fwd.time, i) if mode == 2 else 0.0)
+    rc_flops = _f(kc.selective.flops, i) if mode == 1 else (_f(kc.fwd.flops, i) if mode == 2 else 0.0)
+    weights, grads, opt = (float(np.asarray(x)[i]) for x in param_memory(cost.ctx, kc.params.dense, kc.params.expert))
+    acts = 0.0
+    if kc.acts is not None:
+        acts = _f((kc.acts.none, kc.acts.selective, kc.acts.full)[mode], i)
+    return LayerRow(
+        stage=stage, kind=kind, count=count, recompute=("none", "selective", "full")[mode] if kc.acts is not None
+        else "none", fwd_flops=_f(kc.fwd.flops, i), bwd_flops=_f(kc.bwd.flops, i), recompute_flops=rc_flops,
+        fwd_time_s=_f(kc.fwd.time, i), bwd_time_s=_f(kc.bwd.time, i), recompute_time_s=rc_time,
+        hbm_bytes=_f(kc.fwd.nbytes, i) + _f(kc.bwd.nbytes, i),
+        comm_tp_s=_f(kc.fwd.comm_tp + kc.bwd.comm_tp, i), comm_cp_s=_f(kc.fwd.comm_cp + kc.bwd.comm_cp, i),
+        comm_ep_s=_f(kc.fwd.comm_ep + kc.bwd.comm_ep, i), params=_f(kc.params.total, i),
+        weights_bytes=weights, gradients_bytes=grads, optimizer_bytes=opt, activations_bytes=acts,
+    )
 
 
 def infeasibility(report: TrainReport) -> str:
     """One sentence naming the binding resource."""
     mem = report.memory
-    if mem.total_bytes > mem.capacity_bytes:
+    usable = mem.capacity_bytes - mem.headroom_bytes
+    if mem.total_bytes > usable:
         cats = {"activations": mem.activations_bytes, "weights": mem.weights_bytes, "gradients": mem.gradients_bytes,
                 "optimizer state": mem.optimizer_bytes}
         big = max(cats, key=cats.__getitem__)
         return (f"GPU memory: the {mem.stage} stage needs {format_bytes(mem.total_bytes)} per GPU > "
-                f"{format_bytes(mem.capacity_bytes)} ({big} {format_bytes(cats[big])})")
+                f"{format_bytes(usable)} ({format_bytes(mem.capacity_bytes)} less {format_bytes(mem.headroom_bytes)}"
+                f" headroom; {big} {format_bytes(cats[big])})")
     return (f"host memory: offloaded tensors need {format_bytes(mem.host_bytes_per_node)} per node > "
             f"{format_bytes(mem.host_capacity_bytes)} usable")
 

@@ -21,6 +21,15 @@ from shardplan.hardware.spec import AttentionKernel
 OPTIMIZER_STATE_BYTES = {"adam": 12.0, "adam-8bit": 6.0, "sgd": 8.0, "adafactor": 4.0}
 
 
+# Default headroom: 10% of GPU memory left free beyond framework_bytes. Evidence: the PyTorch caching allocator
+# held 1.83 GiB reserved-but-unallocated at 75.3 GiB allocated on an H100 (2.4%; vllm-project/compressed-tensors
+# PR #587, which then reserves 5%); without expandable segments reserved reached 2.1x allocated in an RL trainer
+# (nvidia-cosmos/cosmos-rl PR #388); ZeRO (Rajbhandari et al. 2020, §3.2 "memory fragmentation") reports OOM
+# with over 30% of memory free; torchtitan's published Llama 3.1 8B runs peak at 76.8-83.9 GiB on H100s with
+# 96 GB HBM (pytorch/torchtitan docs/performance.md, Tables 1-2); vLLM leaves 10% (gpu_memory_utilization=0.9).
+DEFAULT_HEADROOM_FRACTION = 0.10
+
+
 class TrainWorkload(BaseModel):
     """What is being trained and how: fixed by the user, not chosen by the planner."""
 
@@ -45,8 +54,16 @@ class TrainWorkload(BaseModel):
         None, description="Dropout masks stored (default: on for gpt/opt/bloom families, off otherwise)."
     )
     framework_bytes: Annotated[int, Field(ge=0)] | None = Field(
-        None, description="Override: CUDA context, GEMM workspaces and NCCL buffers per GPU (default: computed "
-        "from the layout's communicators, costmodel.training.memory.framework_memory)."
+        None, description="Override: memory the process holds besides tensors, per GPU (CUDA context, NCCL "
+        "communicator buffers, cuBLAS/Transformer Engine workspaces); default: computed from the layout's "
+        "communicators (costmodel.training.memory.framework_memory)."
+    )
+    memory_headroom_fraction: Annotated[float, Field(ge=0, lt=1)] = Field(
+        DEFAULT_HEADROOM_FRACTION, description="Share of GPU memory a plan leaves free for what the model does "
+        "not see: allocator fragmentation and transient spikes (see DEFAULT_HEADROOM_FRACTION)."
+    )
+    memory_headroom_bytes: Annotated[int, Field(ge=0)] | None = Field(
+        None, description="Headroom as a size per GPU; overrides memory_headroom_fraction."
     )
     host_reserve_fraction: Annotated[float, Field(ge=0, lt=1)] = Field(
         0.2, description="Share of host DRAM kept free of offloaded tensors (OS, pinned buffers)."
@@ -58,6 +75,12 @@ class TrainWorkload(BaseModel):
         if self.optimizer_bytes_per_param is not None:
             return self.optimizer_bytes_per_param
         return OPTIMIZER_STATE_BYTES[self.optimizer]
+
+    def headroom_bytes(self, gpu_memory_bytes: float) -> float:
+        """Bytes per GPU a plan must leave free (fragmentation, spikes), on top of ``framework_bytes``."""
+        if self.memory_headroom_bytes is not None:
+            return float(self.memory_headroom_bytes)
+        return self.memory_headroom_fraction * float(gpu_memory_bytes)
 
     @model_validator(mode="after")
     def _check(self) -> Self:

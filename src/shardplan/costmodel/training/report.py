@@ -37,9 +37,15 @@ class TrainPlanOut(Out):
 class TrainMetrics(Out):
     step_time_s: float
     tokens_per_s: float
-    mfu: float = Field(description="Model FLOPs (no recompute, full attention) / (time · GPUs · peak).")
-    hfu: float = Field(description="Executed FLOPs (with recompute) / (time · GPUs · peak).")
-    tflops_per_gpu: float = Field(description="Executed TFLOP/s per GPU (Narayanan et al. 2021 convention).")
+    mfu: float = Field(description="Model FLOPs utilisation: model FLOPs per step (6 per active weight per token, "
+                       "12·L·s·a·d per token for attention over the full s×s matrix, causal masking not "
+                       "discounted, 6·V·h for the LM head; no recompute) / (step time · GPUs · dense peak).")
+    hfu: float = Field(description="Hardware FLOPs utilisation: the model FLOPs plus the forward work recompute "
+                       "reruns, counted the same way, / (step time · GPUs · dense peak); HFU ≥ MFU.")
+    tflops_per_gpu: float = Field(description="Hardware TFLOP/s per GPU, the HFU numerator (Narayanan et al. 2021 "
+                                  "Eq. 3 convention, recompute included).")
+    executed_tflops_per_gpu: float = Field(0.0, description="TFLOP/s per GPU the kernels execute (flash attention "
+                                           "skips the masked half of causal attention).")
     bubble_fraction: float
     pipeline_s: float
     bubble_s: float
@@ -65,7 +71,9 @@ class MemoryOut(Out):
     kv_cache_bytes: float = 0.0
     framework_bytes: float
     total_bytes: float
-    capacity_bytes: float
+    capacity_bytes: float = Field(description="The GPU's memory.")
+    headroom_bytes: float = Field(0.0, description="Left free for allocator fragmentation and spikes: a plan fits "
+                                  "when total_bytes ≤ capacity_bytes − headroom_bytes.")
     cpu_bytes: float = Field(description="Offloaded bytes per GPU in host memory.")
     host_bytes_per_node: float
     host_capacity_bytes: float
@@ -75,6 +83,8 @@ class LayerRow(Out):
     stage: str
     kind: str
     count: int
+    recompute: str = Field("none", description="Recompute of these layers: none, selective or full (with "
+                           "--recompute full on k layers per stage, the stage's layers split into two rows).")
     fwd_flops: float
     bwd_flops: float
     recompute_flops: float
@@ -107,7 +117,8 @@ class StageRow(Out):
     framework_bytes: float
     total_bytes: float
     capacity_bytes: float
-    fits: bool
+    headroom_bytes: float = 0.0
+    fits: bool = Field(description="total_bytes ≤ capacity_bytes − headroom_bytes.")
 
 
 class TrainReport(ResultHead):

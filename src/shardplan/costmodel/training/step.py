@@ -51,8 +51,8 @@ class StageCost:
     # What the planner's closed-form memory fixes need (bytes per GPU):
     inflight: np.ndarray  # microbatches whose activations are stored at once
     stored_mb: np.ndarray  # stored activations of one microbatch (all layers of the stage)
-    layer_none: np.ndarray  # one layer storing everything
-    layer_full: np.ndarray  # one fully recomputed layer
+    save_dense: np.ndarray  # bytes a dense layer stores beyond its input (saved by recomputing it)
+    save_moe: np.ndarray  # the same for an MoE layer (0 without MoE)
     weights_on_gpu_if_kept: np.ndarray  # weights bytes without weight offload
     optimizer_if_kept: np.ndarray  # optimizer bytes without optimizer offload
 
@@ -79,8 +79,9 @@ class TrainCost:
     zero3_exposed_s: np.ndarray
     optimizer_s: np.ndarray
     step_time_s: np.ndarray
-    model_flops: np.ndarray  # per step, whole cluster (no recompute, full attention)
-    hardware_flops: np.ndarray  # per step, whole cluster, as executed
+    model_flops: np.ndarray  # per step, whole cluster (no recompute, full s×s attention)
+    hardware_flops: np.ndarray  # model FLOPs plus recompute, same convention (HFU)
+    executed_flops: np.ndarray  # per step, whole cluster, as the kernels run them (causal skipping, recompute)
     peak_memory: np.ndarray  # max over stages, bytes per GPU
     host_bytes_per_node: np.ndarray
     tp_exposed_s: np.ndarray
@@ -138,10 +139,13 @@ def _stage(ctx: Ctx, k: dict[str, KindCost], shape: StageShape, m: np.ndarray) -
 
     fwd = per_layer("fwd") + emb * k["embedding"].fwd.time + head * k["head"].fwd.time
     bwd = per_layer("bwd") + emb * k["embedding"].bwd.time + head * k["head"].bwd.time
-    # Recompute: selective reruns core attention in every layer; full reruns the first rk layers' forward.
+    # Recompute: selective reruns core attention in every layer; full reruns the forward of the stage's first rk
+    # layers (Megatron's uniform/block method), dense layers first as they precede MoE layers.
     full_layers = np.minimum(r.rk, n)
-    layer_fwd = per_layer("fwd") / np.maximum(n, 1)
-    rc = np.where(r.rc == 1, n * att.selective.time, np.where(r.rc == 2, full_layers * layer_fwd, 0.0))
+    rc_dense = np.minimum(full_layers, dense)
+    rc_moe = full_layers - rc_dense
+    full_fwd = full_layers * att.fwd.time + rc_dense * mlp.fwd.time + (rc_moe * moe.fwd.time if moe else 0.0)
+    rc = np.where(r.rc == 1, n * att.selective.time, np.where(r.rc == 2, full_fwd, 0.0))
     # Pipeline sends: one activation (scatter/gather over TP, Narayanan et al. 2021 §4.1) per chunk each way.
     stride = r.tp * r.cp * r.dp
     crosses = (stride >= sysm.gpus_per_node) | (stride * r.pp > sysm.gpus_per_node)
@@ -165,15 +169,25 @@ def _stage(ctx: Ctx, k: dict[str, KindCost], shape: StageShape, m: np.ndarray) -
         total = n * getattr(att.acts, mode) + dense * getattr(mlp.acts, mode)
         return total + (nmoe * getattr(moe.acts, mode) if moe is not None else 0.0)
 
-    per_layer_none = acts("none") / np.maximum(n, 1)
-    per_layer_full = acts("full") / np.maximum(n, 1)
-    stored = np.where(r.rc == 0, acts("none"), np.where(r.rc == 1, acts("selective"),
-                      full_layers * per_layer_full + (n - full_layers) * per_layer_none))
+    def saving(kind: KindCost | None) -> np.ndarray | float:
+        """Bytes one layer (attention + this MLP kind) stores beyond its checkpointed input."""
+        if kind is None:
+            return 0.0
+        return att.acts.none - att.acts.full + kind.acts.none - kind.acts.full
+
+    save_dense, save_moe = saving(mlp), saving(moe)
+    kept = acts("none") - rc_dense * save_dense - rc_moe * save_moe  # the first rk layers keep only their input
+    stored = np.where(r.rc == 0, acts("none"), np.where(r.rc == 1, acts("selective"), kept))
     stored = stored + emb * embedding_activations(ctx)
     p = r.pp.astype(float)
     interleave = np.where(r.v > 1, 1 + (p - 1) / (p * r.v), 1.0)  # Korthikanti et al. 2022 §4.2.3
     inflight = np.minimum(m, p - shape.index) * interleave
-    working = np.where(r.rc == 2, per_layer_none, 0.0) + head * head_activations(ctx)
+    # Transients at the peak, one at a time: the layer being recomputed holds its full activations, less its
+    # input (already stored as its checkpoint); the LM head's logits are freed by the loss backward before the
+    # last layer is recomputed, so the two never coexist (Megatron's backward order).
+    recomputed = np.where(r.rc == 2, np.maximum(np.where(rc_dense > 0, save_dense, 0.0),
+                                                 np.where(rc_moe > 0, save_moe, 0.0)), 0.0)
+    working = np.maximum(recomputed, head * head_activations(ctx))
     # ZeRO-3 holds the gathered weights of the module in use plus the prefetched next: about one layer.
     gathered = np.where(r.zero >= 3, (dense_p + expert_p) / np.maximum(n, 1) * w_bytes, 0.0)
     activations = stored * inflight * (1 - r.f_act) + working + gathered
@@ -187,8 +201,8 @@ def _stage(ctx: Ctx, k: dict[str, KindCost], shape: StageShape, m: np.ndarray) -
     cpu = (opt_full * r.f_opt + weights_full * r.f_w
            + stored * inflight * r.f_act)
     return StageCost(shape, fwd + p2p, bwd + rc + p2p, rc, 2 * p2p, off_exposed, weights, grads, optimizer,
-                     activations, framework, dense_p + expert_p, cpu, inflight, stored, per_layer_none,
-                     per_layer_full, w_kept, opt_full)
+                     activations, framework, dense_p + expert_p, cpu, inflight, stored,
+                     np.broadcast_to(save_dense, n.shape), np.broadcast_to(save_moe, n.shape), w_kept, opt_full)
 
 
 # Megatron-Core DDP bucket: max(40M, 1M·dp) parameters (megatron/core/distributed/
@@ -281,21 +295,40 @@ def _optimizer_time(ctx: Ctx, st: StageCost) -> np.ndarray:
     return gpu + np.maximum(cpu, pcie)
 
 
-def _flops(ctx: Ctx, k: dict[str, KindCost], m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Model FLOPs (Megatron/PaLM convention) and executed FLOPs per step, whole cluster."""
+def _flops(ctx: Ctx, k: dict[str, KindCost], m: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """FLOPs per step, whole cluster: model, hardware, and as executed by the kernels.
+
+    Model FLOPs (MFU; Megatron/PaLM convention, Narayanan et al. 2021 Eq. 3 without recompute): 6 per active
+    weight per token, 12·L·s·a·d per token for attention scores and context over the whole s×s matrix (causal
+    masking is not discounted, as Megatron, PaLM and torchtitan count), 6·V·h for the LM head. Hardware FLOPs
+    (HFU; Korthikanti et al. 2022 §6.3): the same count plus the forward work recompute reruns, in the same
+    convention, so HFU ≥ MFU. Executed FLOPs: what the kernels run (flash skips the masked half), for the
+    per-layer table.
+    """
     mdl, r, w = ctx.model, ctx.rows, ctx.work
     layer_params = P.attention_qkv_params(mdl) + P.attention_out_params(mdl)
+    dense_layer = layer_params + P.mlp_params(mdl, mdl.ffn_hidden_size)
     active = mdl.num_layers * layer_params + mdl.num_dense_layers * P.mlp_params(mdl, mdl.ffn_hidden_size)
+    moe_layer = 0.0
     if mdl.moe is not None:
         moe = mdl.moe
         per = moe.experts_per_token * P.mlp_params(mdl, moe.expert_ffn_hidden_size)
         per += moe.num_shared_experts * P.mlp_params(mdl, moe.shared_ffn) + P.router_params(mdl)
         active += mdl.num_moe_layers * per
+        moe_layer = layer_params + per
     d_att = (mdl.mla.qk_head_dim + mdl.mla.v_head_dim) / 2 if mdl.mla else mdl.head_size
     tokens = r.gb * w.seq_len
+    attn_fwd = 4.0 * w.seq_len * mdl.num_heads * d_att  # per token per layer: QKᵀ and ·V forward
     # 6 FLOPs per weight per token, 12·L·s·a·d for attention scores and context, 6·V·h for the LM head.
-    model = tokens * (6.0 * active + 12.0 * mdl.num_layers * w.seq_len * mdl.num_heads * d_att
-                      + 6.0 * mdl.vocab_size * mdl.hidden_size)
+    model = tokens * (6.0 * active + 3 * mdl.num_layers * attn_fwd + 6.0 * mdl.vocab_size * mdl.hidden_size)
+    # Recompute in the same convention: full reruns the forward of the recomputed layers (2 per weight per
+    # token plus the attention forward); selective reruns core attention (unfused only: flash keeps no scores
+    # to drop, its backward recomputes them inside the kernel, counted as executed work, not as recompute).
+    layers_fwd = 2.0 * (mdl.num_dense_layers * dense_layer + mdl.num_moe_layers * moe_layer) \
+        + mdl.num_layers * attn_fwd
+    full_frac = np.minimum(r.rk * r.pp, mdl.num_layers) / mdl.num_layers
+    selective = np.where(ctx.flash, 0.0, mdl.num_layers * attn_fwd)
+    rc = tokens * np.where(r.rc == 1, selective, np.where(r.rc == 2, full_frac * layers_fwd, 0.0))
     att, mlp, moek = k["attention"], k["mlp"], k.get("moe")
     per_mb = mdl.num_layers * (att.fwd.flops + att.bwd.flops) + mdl.num_dense_layers * (mlp.fwd.flops + mlp.bwd.flops)
     fwd_all = mdl.num_layers * att.fwd.flops + mdl.num_dense_layers * mlp.fwd.flops
@@ -303,10 +336,9 @@ def _flops(ctx: Ctx, k: dict[str, KindCost], m: np.ndarray) -> tuple[np.ndarray,
         per_mb = per_mb + mdl.num_moe_layers * (moek.fwd.flops + moek.bwd.flops)
         fwd_all = fwd_all + mdl.num_moe_layers * moek.fwd.flops
     per_mb = per_mb + sum(k[x].fwd.flops + k[x].bwd.flops for x in ("embedding", "head"))
-    full_frac = np.minimum(r.rk * r.pp, mdl.num_layers) / mdl.num_layers
-    rc = np.where(r.rc == 1, mdl.num_layers * att.selective.flops, np.where(r.rc == 2, full_frac * fwd_all, 0.0))
-    hardware = m * r.dp * r.cp * r.tp * (per_mb + rc)
-    return model + 0.0 * hardware, hardware
+    rc_exec = np.where(r.rc == 1, mdl.num_layers * att.selective.flops, np.where(r.rc == 2, full_frac * fwd_all, 0.0))
+    executed = m * r.dp * r.cp * r.tp * (per_mb + rc_exec)
+    return model, model + rc, executed
 
 
 def train_cost(model: ModelSpec, system: SystemSpec, work: TrainWorkload, rows: LayoutArrays) -> TrainCost:
@@ -326,7 +358,7 @@ def train_cost(model: ModelSpec, system: SystemSpec, work: TrainWorkload, rows: 
     opt = _optimizer_time(ctx, first)
     base = pipeline + dp_exposed + z3 + opt
     step = base * (1 + system.software.step_overhead_fraction) + cal.step_overhead_s
-    model_flops, hw_flops = _flops(ctx, k, m)
+    model_flops, hw_flops, exec_flops = _flops(ctx, k, m)
     peak = np.max(np.stack([np.where(s.shape.exists, s.total, 0.0) for s in stages]), axis=0)
     host_gpu = np.max(np.stack([np.where(s.shape.exists, s.cpu_bytes, 0.0) for s in stages]), axis=0)
     layers_per_stage = first.shape.layers
@@ -343,7 +375,7 @@ def train_cost(model: ModelSpec, system: SystemSpec, work: TrainWorkload, rows: 
     return TrainCost(
         ctx=ctx, kinds=k, stages=stages, num_microbatches=m, pipeline_s=pipeline, bubble_s=bubble,
         dp_exposed_s=dp_exposed, zero3_exposed_s=z3, optimizer_s=opt, step_time_s=step,
-        model_flops=model_flops, hardware_flops=hw_flops, peak_memory=peak,
+        model_flops=model_flops, hardware_flops=hw_flops, executed_flops=exec_flops, peak_memory=peak,
         host_bytes_per_node=host_gpu * system.gpus_per_node,
         tp_exposed_s=comm_exposed("comm_tp"), cp_exposed_s=comm_exposed("comm_cp"),
         ep_exposed_s=comm_exposed("comm_ep"), pp_exposed_s=(m + (p - 1) / v) * first.p2p_s,

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shardplan.costmodel.training.evaluate import fits, host_capacity
+from shardplan.costmodel.training.evaluate import fits, gpu_capacity, host_capacity
 from shardplan.costmodel.training.layout import LayoutArrays, TrainWorkload
 from shardplan.costmodel.training.space import row_keys
 from shardplan.costmodel.training.step import TrainCost, train_cost
@@ -37,6 +37,7 @@ class TrainTable:
     fits: np.ndarray
     gpu_over: np.ndarray  # bytes over GPU capacity on the binding stage (≤ 0 when it fits)
     host_over: np.ndarray  # bytes over usable host memory per node
+    capacity: float  # GPU memory a row may fill (the GPU's memory less the headroom)
 
     @property
     def rows(self) -> LayoutArrays:
@@ -56,15 +57,27 @@ def _concat(parts: list[LayoutArrays]) -> LayoutArrays:
 
 
 def _recompute_layers(cost: TrainCost, cap: float) -> np.ndarray:
-    """Smallest number of fully recomputed layers per stage that fits every stage (≥ 1)."""
+    """Smallest number of fully recomputed layers per stage that fits every stage (≥ 1).
+
+    Recompute covers a stage's first k layers (dense before MoE), so the last n − k store everything: j = n − k
+    spare layers cost ``min(j, moe)·s_moe + max(j − moe, 0)·s_dense`` bytes over the all-recomputed total.
+    That total holds the largest recomputed-layer transient, so the k found always fits (``fits`` rechecks).
+    """
     r = cost.ctx.rows
     need = np.ones(len(r))
     for st in cost.stages:
-        n = st.shape.layers
-        saving = (st.layer_none - st.layer_full) * st.inflight * (1 - r.f_act)  # per layer not recomputed
-        headroom = cap - st.total  # st.total assumes every layer is recomputed
-        spare = np.floor(np.divide(headroom, saving, out=np.full_like(headroom, np.inf), where=saving > 0))
-        k = np.where(headroom < 0, n, n - np.clip(spare, 0, n))
+        n, nmoe = st.shape.layers, st.shape.moe_layers
+        scale = st.inflight * (1 - r.f_act)
+        s_moe, s_dense = st.save_moe * scale, st.save_dense * scale
+        spare_bytes = cap - st.total  # st.total assumes every layer is recomputed
+
+        def layers_within(budget: np.ndarray, per: np.ndarray) -> np.ndarray:
+            return np.floor(np.divide(budget, per, out=np.full_like(budget, np.inf), where=per > 0))
+
+        j = np.minimum(layers_within(spare_bytes, s_moe), nmoe)  # MoE layers at the stage's end first
+        dense_spare = np.clip(layers_within(spare_bytes - j * s_moe, s_dense), 0, n - nmoe)
+        j = j + np.where(j >= nmoe, dense_spare, 0.0)  # dense layers precede MoE: spared only after all MoE
+        k = np.where(spare_bytes < 0, n, n - np.clip(j, 0, n))
         need = np.maximum(need, np.where(st.shape.exists, k, 1))
     return np.where(r.rc == 2, need, ALL_LAYERS).astype(np.int64)
 
@@ -99,7 +112,7 @@ def build_train_table(model: ModelSpec, system: SystemSpec, work: TrainWorkload,
 
     ``partial_recompute=False`` keeps full recompute on every layer (the user pinned ``--recompute full``).
     """
-    cap = float(system.gpu.memory_bytes)
+    cap = gpu_capacity(system, work)
     if partial_recompute:
         first = train_cost(model, system, work, rows)
         rows = rows.replace(rk=_recompute_layers(first, cap))
@@ -121,5 +134,5 @@ def build_train_table(model: ModelSpec, system: SystemSpec, work: TrainWorkload,
         rows = _concat([rows, extra.take(np.flatnonzero(changed))])
         cost = train_cost(model, system, work, rows)
         ok = fits(cost, system, work)
-    return TrainTable(cost=cost, fits=ok, gpu_over=cost.peak_memory - cap,
+    return TrainTable(cost=cost, fits=ok, gpu_over=cost.peak_memory - cap, capacity=cap,
                       host_over=cost.host_bytes_per_node - host_capacity(system, work))

@@ -7,18 +7,50 @@ from typing import Any
 
 import numpy as np
 
-from shardplan.costmodel.training.report import TrainReport
+from shardplan.costmodel.training.layout import Recompute, TrainLayout
+from shardplan.costmodel.training.report import TrainPlanOut, TrainReport
 from shardplan.costmodel.training.stages import STAGES
 from shardplan.costmodel.training.table import TrainTable
-from shardplan.hardware.spec import SystemSpec
 from shardplan.planner.core.select import explain_infeasible
+from shardplan.planner.training.rank import tie_rank
 from shardplan.planner.training.request import TrainRequest, space_request
 from shardplan.planner.training.schema import Comparison, SolverOut, TrainPlan
 from shardplan.units import format_bytes
 
+PIN_FLAGS = {"tp": "--tp", "pp": "--pp", "dp": "--dp", "ep": "--ep", "cp": "--cp", "microbatch": "--microbatch",
+             "interleave": "--interleave", "recompute": "--recompute", "recompute_layers": "--recompute-layers",
+             "sequence_parallel": "--sequence-parallel", "zero_stage": "--zero"}
+HAND_RULE = "smallest TP within a node that fits, then the shallowest PP; microbatch 1, least recompute that fits"
 
-def _name(tp: int, pp: int) -> str:
-    return f"TP={tp} PP={pp}"
+
+def describe(lay: TrainLayout, layers_per_stage: int | None = None) -> str:
+    """A layout named in full: 'TP=2 PP=1 DP=64 CP=2 EP=1, microbatch 1, interleave 1, recompute full on 6
+    layers/stage, SP on, ZeRO-1, no offload' — every knob the cost model evaluates."""
+    rc = str(lay.recompute)
+    if lay.recompute == Recompute.FULL and lay.recompute_layers is not None and (
+            layers_per_stage is None or lay.recompute_layers < layers_per_stage):
+        rc += f" on {lay.recompute_layers} layer{'s' if lay.recompute_layers > 1 else ''}/stage"
+    offload = [f"{name} {v:.0%}" for name, v in (("optimizer", lay.offload_optimizer), ("weights",
+               lay.offload_weights), ("activations", lay.offload_activations)) if v > 0]
+    return (f"TP={lay.tp} PP={lay.pp} DP={lay.dp} CP={lay.cp} EP={lay.ep}, microbatch {lay.microbatch}, "
+            f"interleave {lay.interleave}, recompute {rc}, SP {'on' if lay.sequence_parallel else 'off'}, "
+            f"ZeRO-{lay.zero_stage}, " + (f"offload {', '.join(offload)}" if offload else "no offload"))
+
+
+def describe_row(table: TrainTable, i: int) -> str:
+    """Row ``i`` of the table named in full."""
+    stage_layers = max(int(st.shape.layers[i]) for st in table.cost.stages if bool(st.shape.exists[i]))
+    return describe(table.rows.row(i), stage_layers)
+
+
+def describe_plan(plan: TrainPlanOut) -> str:
+    """A reported plan named in full (the same words as ``describe``)."""
+    lay = TrainLayout(tp=plan.tp, pp=plan.pp, dp=plan.dp, ep=plan.ep, cp=plan.cp, microbatch=plan.microbatch_size,
+                      interleave=plan.interleave, recompute=Recompute(plan.recompute),
+                      recompute_layers=plan.recompute_layers, sequence_parallel=plan.sequence_parallel,
+                      zero_stage=plan.zero_stage, offload_optimizer=plan.offload.optimizer,
+                      offload_weights=plan.offload.weights, offload_activations=plan.offload.activations)
+    return describe(lay)
 
 
 def _binding(table: TrainTable, i: int) -> str:
@@ -30,39 +62,78 @@ def _binding(table: TrainTable, i: int) -> str:
     return f"{st.shape.name} stage ({big} {format_bytes(float(cats[big]))})"
 
 
-def comparisons(table: TrainTable, chosen: int, system: SystemSpec, limit: int = 8) -> list[Comparison]:
-    """The best layout of each other (TP, PP) pair: its step time, or why it does not fit."""
-    r, t = table.rows, table.step_time_s
-    cap = float(system.gpu.memory_bytes)
+def _best(table: TrainTable, mask: np.ndarray, per_sequence: bool = False) -> int:
+    """The fastest row of ``mask`` by the solver's objective (step time, or time per sequence when the planner
+    chooses the batch); ties: the solver's preference order."""
+    idx = np.flatnonzero(mask)
+    t = _objective(table, idx, per_sequence)
+    order = np.lexsort((tie_rank(table.rows.take(idx)), t))
+    return int(idx[order[0]])
+
+
+def _objective(table: TrainTable, idx: np.ndarray | int, per_sequence: bool) -> np.ndarray:
+    t = table.step_time_s[idx]
+    return t / table.rows.gb[idx] if per_sequence else t
+
+
+def comparisons(table: TrainTable, chosen: int, eligible: np.ndarray, report: Callable[[int], TrainReport],
+                limit: int = 8, per_sequence: bool = False) -> list[Comparison]:
+    """The best layout of each other (TP, PP) pair among the rows the solver chose from (``eligible``), named in
+    full and re-evaluated by ``report`` (``estimate_training`` of that layout): its step time, or why it does not
+    fit. A pair that fits only with CPU offload (which the solver sets aside by default) says so. ``delta_pct``
+    compares time per sequence (step time when the batch is fixed)."""
+    r = table.rows
     pairs = sorted({(int(a), int(b)) for a, b in zip(r.tp, r.pp, strict=True)})
-    base = float(t[chosen])
-    out: list[Comparison] = []
+    best = report(chosen)
+
+    def delta(rep: TrainReport) -> float:
+        return 100 * ((rep.metrics.step_time_s / rep.plan.global_batch)
+                      / (best.metrics.step_time_s / best.plan.global_batch) - 1)
+
+    fitting: list[tuple[float, int]] = []
+    other: list[Comparison] = []
     for tp, pp in pairs:
         if (tp, pp) == (int(r.tp[chosen]), int(r.pp[chosen])):
             continue
         mask = (r.tp == tp) & (r.pp == pp)
-        ok = mask & table.fits
-        if ok.any():
-            i = int(np.flatnonzero(ok)[np.argmin(t[ok])])
-            out.append(Comparison(layout=_name(tp, pp), fits=True, step_time_s=float(t[i]),
-                                  delta_pct=100 * (float(t[i]) / base - 1),
-                                  note=f"best with DP={int(r.dp[i])}, microbatch {int(r.mb[i])}"))
+        if (mask & eligible).any():
+            i = _best(table, mask & eligible, per_sequence)
+            fitting.append((float(_objective(table, i, per_sequence)), i))
+        elif (mask & table.fits).any():
+            i = _best(table, mask & table.fits, per_sequence)
+            rep = report(i)
+            other.append(Comparison(layout=describe_plan(rep.plan), plan=rep.plan, fits=False,
+                                    step_time_s=rep.metrics.step_time_s, delta_pct=delta(rep),
+                                    note="fits only with CPU offload, which is used only when nothing fits without "
+                                         "it (--offload on to let it compete)"))
         else:
             i = int(np.flatnonzero(mask)[np.argmin(table.cost.peak_memory[mask])])
             need = float(table.cost.peak_memory[i])
-            note = (f"does not fit: {format_bytes(need)} > {format_bytes(cap)} on the {_binding(table, i)}"
-                    if need > cap else "does not fit: offloaded tensors exceed host memory")
-            out.append(Comparison(layout=_name(tp, pp), fits=False, note=note))
-    out.sort(key=lambda c: (not c.fits, c.step_time_s or 0.0))
-    return out[:limit]
+            note = (f"does not fit: {format_bytes(need)} > {format_bytes(table.capacity)} usable on the "
+                    f"{_binding(table, i)}" if need > table.capacity
+                    else "does not fit: offloaded tensors exceed host memory")
+            other.append(Comparison(layout=describe_row(table, i), fits=False, note=note))
+    out: list[Comparison] = []
+    for _, i in sorted(fitting)[:limit]:
+        rep = report(i)
+        note = f"best of TP={rep.plan.tp} PP={rep.plan.pp}"
+        if rep.plan.global_batch != best.plan.global_batch:
+            note += f", batch {rep.plan.global_batch} (vs plan: time per sequence)"
+        out.append(Comparison(layout=describe_plan(rep.plan), plan=rep.plan, fits=True,
+                              step_time_s=rep.metrics.step_time_s, delta_pct=delta(rep), note=note))
+    return (out + other)[:limit]
 
 
-def explanation(best: TrainReport, table: TrainTable, base: int | None, system: SystemSpec) -> list[str]:
-    """Sentences: memory headroom, where time goes, and the gain over the hand-written baseline."""
+def explanation(best: TrainReport, base: TrainReport | None, bare: TrainReport | None = None) -> list[str]:
+    """Sentences: memory and headroom, where time goes, why recompute (``bare``: the plan without it), and the
+    gain over the hand layout (``base``)."""
     m, mem = best.metrics, best.memory
+    usable = mem.capacity_bytes - mem.headroom_bytes
     lines = [
-        f"Memory binds on the {mem.stage} stage: {format_bytes(mem.total_bytes)} of "
-        f"{format_bytes(mem.capacity_bytes)} ({1 - mem.total_bytes / mem.capacity_bytes:.0%} headroom).",
+        f"Memory binds on the {mem.stage} stage: {format_bytes(mem.total_bytes)} of {format_bytes(usable)} usable "
+        f"({format_bytes(mem.capacity_bytes)} less {format_bytes(mem.headroom_bytes)} kept free for fragmentation "
+        f"and spikes; --memory-headroom).",
+        f"MFU {m.mfu:.1%}, HFU {m.hfu:.1%} (model FLOPs, causal attention counted in full; HFU adds recompute).",
     ]
     parts = [("pipeline bubble", m.bubble_s), ("TP communication", m.tp_exposed_s), ("pipeline sends", m.pp_exposed_s),
              ("DP gradient sync", m.dp_exposed_s), ("ZeRO-3 gathers", m.zero3_exposed_s),
@@ -73,32 +144,27 @@ def explanation(best: TrainReport, table: TrainTable, base: int | None, system: 
         lines.append("Exposed overheads per step: " + ", ".join(shown) + ".")
     p = best.plan
     if p.recompute != "none":
-        lines.append(f"Recompute {p.recompute}" + (f" on {p.recompute_layers} layers per stage" if p.recompute_layers
-                                                    else "") + ": storing every activation does not fit or is slower.")
+        what = f"Recompute {p.recompute}" + (f" on {p.recompute_layers} layers per stage" if p.recompute_layers else "")
+        if bare is not None and bare.status == "infeasible":
+            lines.append(f"{what}: without it this layout needs {format_bytes(bare.memory.total_bytes)} per GPU > "
+                         f"{format_bytes(usable)} usable.")
+        elif bare is not None:
+            lines.append(f"{what}: without it this layout takes {bare.metrics.step_time_s:.4g} s per step.")
     if p.offload.optimizer or p.offload.weights or p.offload.activations:
         lines.append("CPU offload is the cheapest way found to fit this layout in GPU memory.")
     if base is not None:
-        t_base = float(table.step_time_s[base])
-        r = table.rows
-        if abs(t_base - m.step_time_s) > 1e-9:
-            lines.append(
-                f"vs. the usual hand layout ({_name(int(r.tp[base]), int(r.pp[base]))}, microbatch {int(r.mb[base])}, "
-                f"recompute {['none', 'selective', 'full'][int(r.rc[base])]}): {t_base / m.step_time_s:.2f}× faster "
-                f"({t_base:.3g} s → {m.step_time_s:.3g} s per step).")
+        t_base = base.metrics.step_time_s
+        name = f"hand layout ({HAND_RULE}: {describe_plan(base.plan)})"
+        if base.plan.global_batch != p.global_batch:
+            tok = base.metrics.tokens_per_s
+            lines.append(f"vs. the {name}, batch {base.plan.global_batch}: {m.tokens_per_s / tok:.2f}× the throughput "
+                         f"({tok:,.0f} → {m.tokens_per_s:,.0f} tokens/s).")
+        elif abs(t_base - m.step_time_s) > 1e-9 * m.step_time_s:
+            lines.append(f"vs. the {name}: {t_base / m.step_time_s:.2f}× faster ({t_base:.4g} s → "
+                         f"{m.step_time_s:.4g} s per step).")
         else:
-            lines.append("The usual hand layout (TP = a node, shallowest pipeline that fits) is already optimal.")
+            lines.append(f"The {name} is already optimal.")
     return lines
-
-
-def _describe(table: TrainTable, i: int) -> str:
-    """'TP=4 PP=8 DP=1, recompute full, offload optimizer 60%' for row i."""
-    r = table.rows
-    text = f"{_name(int(r.tp[i]), int(r.pp[i]))} DP={int(r.dp[i])}"
-    if r.rc[i]:
-        text += f", recompute {['none', 'selective', 'full'][int(r.rc[i])]}"
-    offload = [f"{name} {v:.0%}" for name, v in (("optimizer", r.f_opt[i]), ("weights", r.f_w[i]),
-                                                  ("activations", r.f_act[i])) if v > 0]
-    return text + (f", offload {', '.join(offload)}" if offload else "")
 
 
 def _fits_on(req: TrainRequest, n: int) -> str | None:
@@ -110,12 +176,16 @@ def _fits_on(req: TrainRequest, n: int) -> str | None:
     space = enumerate_layouts(req.model, req.workload, space_request(sub))
     if len(space.rows) == 0:
         return None
-    table = build_train_table(req.model, req.system, req.workload, space.rows, allow_offload=req.offload != "off",
+    rows = space.rows
+    if req.recompute_layers is not None:
+        rows = rows.replace(rk=np.where(rows.rc == 2, req.recompute_layers, rows.rk))
+    table = build_train_table(req.model, req.system, req.workload, rows, allow_offload=req.offload != "off",
                               partial_recompute=req.recompute is None)
     if not table.fits.any():
         return None
-    ok = np.flatnonzero(table.fits)
-    return _describe(table, int(ok[np.argmin(table.step_time_s[ok])]))
+    r = table.rows
+    kept = table.fits & ((r.f_opt + r.f_w + r.f_act) == 0)
+    return describe_row(table, _best(table, kept if (req.offload == "auto" and kept.any()) else table.fits))
 
 
 def _min_gpus(req: TrainRequest) -> tuple[int, str] | None:
@@ -136,44 +206,70 @@ def _min_gpus(req: TrainRequest) -> tuple[int, str] | None:
     return None
 
 
+def _pin_text(name: str, value: Any) -> str:
+    flag = PIN_FLAGS[name]
+    if isinstance(value, bool):
+        return flag if value else "--no-" + flag.removeprefix("--")
+    return f"{flag} {value}"
+
+
+def _fix_line(free: TrainPlan) -> str:
+    assert free.plan is not None and free.metrics is not None
+    return f"{describe_plan(free.plan)} fits (step {free.metrics.step_time_s:.4g} s)"
+
+
+def _pin_fixes(req: TrainRequest, replan: Callable[[TrainRequest], TrainPlan]) -> tuple[list[str], list[str]]:
+    """The user's pins, and the fixes that drop one of them (or, failing that, all): each names the pin dropped
+    and the layout that then fits, with its step time (the planner's evaluation of exactly that layout)."""
+    names = ("tp", "pp", "dp", "ep", "cp", "microbatch", "interleave", "recompute", "recompute_layers",
+             "sequence_parallel", "zero_stage")
+    pins = {k: getattr(req, k) for k in names if getattr(req, k) is not None}
+    out: list[str] = []
+    for name, value in pins.items():
+        drop = {name: None} | ({"recompute_layers": None} if name == "recompute" else {})
+        free = replan(req.model_copy(update={**drop, "top_k": 1}))
+        if free.status != "infeasible" and free.plan is not None:
+            out.append(f"drop {_pin_text(name, value)}: {_fix_line(free)}")
+    if not out and len(pins) > 1:
+        free = replan(req.model_copy(update={**dict.fromkeys(pins), "top_k": 1}))
+        if free.status != "infeasible" and free.plan is not None:
+            out.append(f"drop the pins ({' '.join(_pin_text(k, v) for k, v in pins.items())}): {_fix_line(free)}")
+    return [_pin_text(k, v) for k, v in pins.items()], out
+
+
 def infeasible_plan(req: TrainRequest, table: TrainTable, wall: float, common: dict[str, Any], *,
                     replan: Callable[[TrainRequest], TrainPlan] | None = None) -> TrainPlan:
     """No candidate fits: name the binding requirement and (given ``replan``, the planner without
-    explanations) the cheapest fixes."""
-    explain = replan is not None
+    explanations) the cheapest fixes, which honour the user's pins or name the pin to drop."""
     core = explain_infeasible({"gpu_memory": table.gpu_over > 0, "host_memory": table.host_over > 0})
     i = int(np.argmin(table.gpu_over))
-    r = table.rows
     if "gpu_memory" in core or not core:
-        reason = (f"GPU memory: even the leanest layout ({_describe(table, i)}, microbatch {int(r.mb[i])}) needs "
-                  f"{format_bytes(float(table.cost.peak_memory[i]))} per GPU > "
-                  f"{format_bytes(float(req.system.gpu.memory_bytes))} on the {_binding(table, i)}")
+        reason = (f"GPU memory: even the leanest layout ({describe_row(table, i)}) needs "
+                  f"{format_bytes(float(table.cost.peak_memory[i]))} per GPU > {format_bytes(table.capacity)} "
+                  f"usable on the {_binding(table, i)}")
     else:
         reason = "host memory: the offload that would fit GPU memory exceeds the CPU memory of the nodes"
     suggestions: list[str] = []
-    knobs = ("tp", "pp", "dp", "ep", "cp", "microbatch", "interleave", "recompute", "sequence_parallel", "zero_stage")
-    pins = {k: getattr(req, k) for k in knobs if explain and getattr(req, k) is not None}
-    if pins:
-        assert replan is not None
-        free = replan(req.model_copy(update={**dict.fromkeys(pins), "top_k": 1}))
-        if free.status != "infeasible" and free.plan is not None:
-            p = free.plan
-            suggestions.append(f"drop the pins ({', '.join(pins)}): TP={p.tp} PP={p.pp} DP={p.dp} fits "
-                               f"(step {free.metrics.step_time_s:.3g} s)")
-    if explain and req.offload == "off":
-        assert replan is not None
-        off = replan(req.model_copy(update={"offload": "auto", "top_k": 1}))
-        if off.status != "infeasible":
-            suggestions.append("allow CPU offload (--offload auto)")
-    found = _min_gpus(req) if explain else None
-    if not explain:
-        pass
-    elif found is not None:
-        n, layout = found
-        nodes = max(1, n // req.system.gpus_per_node)
-        suggestions.append(f"use at least {n} GPUs ({nodes} node{'s' if nodes > 1 else ''}): {layout} fits")
-    else:
-        suggestions.append(f"no layout fits even on {64 * req.num_gpus} GPUs: shorten --seq-len or use larger GPUs")
+    if replan is not None:
+        pins, fixes = _pin_fixes(req, replan)
+        suggestions += fixes
+        if req.offload == "off":
+            off = replan(req.model_copy(update={"offload": "auto", "top_k": 1}))
+            if off.status != "infeasible" and off.plan is not None:
+                suggestions.append(f"allow CPU offload (--offload auto): {_fix_line(off)}")
+        found = _min_gpus(req)
+        if found is not None:
+            n, layout = found
+            nodes = max(1, n // req.system.gpus_per_node)
+            kept = f" keeping {' '.join(pins)}" if pins else ""
+            suggestions.append(f"use at least {n} GPUs ({nodes} node{'s' if nodes > 1 else ''}){kept}: {layout} fits")
+        elif pins:
+            suggestions.append(f"with {' '.join(pins)} no layout fits even on {64 * req.num_gpus} GPUs: "
+                               "drop a pin (above)" if fixes else
+                               f"with {' '.join(pins)} no layout fits even on {64 * req.num_gpus} GPUs")
+        else:
+            suggestions.append(f"no layout fits even on {64 * req.num_gpus} GPUs: shorten --seq-len or use "
+                               "larger GPUs")
     solver = SolverOut(status="infeasible", wall_time_s=wall, solve_s=0.0, selector_rows=0, objective=0.0,
                        best_bound=0.0, gap=0.0, **common)
     return TrainPlan(status="infeasible", reason=reason, suggestions=suggestions, model=req.model.name,

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from shardplan.costmodel.core.layouts import divisors
 from shardplan.costmodel.training.layout import Recompute, TrainWorkload
 from shardplan.costmodel.training.space import SpaceRequest, valid_tp
+from shardplan.errors import ShardplanError
 from shardplan.hardware.spec import SystemSpec
 from shardplan.models.spec import ModelSpec
 from shardplan.planner.core.pins import require_allowed
@@ -56,6 +57,9 @@ def check_pins(req: TrainRequest) -> None:
     require_allowed("cp", req.cp, [c for c in divisors(n) if req.workload.seq_len % c == 0])
     require_allowed("ep", req.ep, divisors(m.moe.num_experts) if m.moe else [1])
     require_allowed("zero", req.zero_stage, [0, 1, 2, 3])
+    if req.recompute_layers is not None and req.recompute not in (None, Recompute.FULL):
+        raise ShardplanError(f"--recompute-layers needs --recompute full (got --recompute {req.recompute})",
+                             field="recompute-layers")
 
 
 def space_request(req: TrainRequest) -> SpaceRequest:

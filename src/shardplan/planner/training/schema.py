@@ -34,7 +34,8 @@ class Alternative(Out):
 
 
 class Comparison(Out):
-    layout: str = Field(description="The obvious alternative, e.g. 'TP=8 PP=1'.")
+    layout: str = Field(description="The obvious alternative named in full (every knob the cost model evaluates).")
+    plan: TrainPlanOut | None = Field(None, description="That layout, when it fits (its numbers are its estimate).")
     fits: bool
     step_time_s: float | None = None
     delta_pct: float | None = None

@@ -13,7 +13,8 @@ import numpy as np
 
 from shardplan.costmodel.core.layouts import check_gpus
 from shardplan.costmodel.training.evaluate import estimate_training
-from shardplan.costmodel.training.layout import LayoutArrays
+from shardplan.costmodel.training.layout import TrainLayout
+from shardplan.costmodel.training.report import TrainReport
 from shardplan.costmodel.training.space import enumerate_layouts, row_keys
 from shardplan.costmodel.training.table import TrainTable, build_train_table
 from shardplan.errors import ShardplanError
@@ -21,22 +22,11 @@ from shardplan.hardware.spec import SystemSpec
 from shardplan.planner.core.scaling import RATE_UNIT_S, TIME_UNIT_S, from_int_time, to_int_time
 from shardplan.planner.core.select import select
 from shardplan.planner.training.explain import comparisons, explanation, infeasible_plan
+from shardplan.planner.training.rank import tie_rank
 from shardplan.planner.training.request import TrainRequest, check_pins, space_request
 from shardplan.planner.training.schema import Alternative, SolverOut, TrainPlan
 
 LAYOUT_KEY = ("tp", "pp", "dp", "ep", "cp", "mb", "v", "rc", "sp", "zero", "gb")
-
-
-def tie_rank(rows: LayoutArrays) -> np.ndarray:
-    """Deterministic preference among equal step times: less recompute, less offload, lower ZeRO, smaller
-    TP, shallower pipeline, less CP/EP, fewer chunks, no SP, larger microbatch, larger batch."""
-    offload = rows.f_opt + rows.f_w + rows.f_act
-    rk = np.where(rows.rc == 2, rows.rk, 0)
-    order = np.lexsort((-rows.gb, -rows.mb, rows.sp, rows.v, rows.ep, rows.cp, rows.pp, rows.tp, rows.zero,
-                        offload, rk, rows.rc))
-    rank = np.empty(len(rows), dtype=np.int64)
-    rank[order] = np.arange(len(rows))
-    return rank
 
 
 def primary_objective(table: TrainTable, idx: np.ndarray, per_sequence: bool) -> np.ndarray:
@@ -56,21 +46,41 @@ def distinct_best(table: TrainTable, idx: np.ndarray, primary: np.ndarray, rank:
     return np.sort(order[first])
 
 
-def baseline_row(table: TrainTable, feasible: np.ndarray, system: SystemSpec) -> int | None:
-    """The hand-written heuristic: TP = a full node, the shallowest pipeline that fits, microbatch 1,
-    no interleaving, the least recompute that fits, ZeRO-1 when there is data parallelism."""
+def baseline_row(table: TrainTable, eligible: np.ndarray, system: SystemSpec) -> int | None:
+    """The hand layout a practitioner starts from (``explain.HAND_RULE``): the smallest TP within a node that
+    fits with no pipeline; if none does, TP = the largest in a node and the shallowest pipeline that fits. Then
+    microbatch 1, no interleaving, no CP, no offload, SP with TP, ZeRO-1 with data parallelism, and the least
+    recompute that fits (fewest fully recomputed layers)."""
     r = table.rows
-    tp0 = r.tp[feasible].max(initial=0)
-    tp0 = min(tp0, system.gpus_per_node) if tp0 else 0
-    mask = feasible & (r.tp == tp0) & (r.cp == 1) & (r.v == 1) & (r.f_opt + r.f_w + r.f_act == 0)
-    mask &= (r.sp == (tp0 > 1)) & (r.zero == np.minimum(1, r.dp - 1))
+    mask = eligible & (r.tp <= system.gpus_per_node) & (r.cp == 1) & (r.v == 1) & (r.f_opt + r.f_w + r.f_act == 0)
+    mask &= (r.sp == (r.tp > 1)) & (r.zero == np.minimum(1, r.dp - 1))
     mb1 = mask & (r.mb == 1)
     mask = mb1 if mb1.any() else mask
     if not mask.any():
         return None
+    flat = mask & (r.pp == 1)
+    if flat.any():
+        mask = flat & (r.tp == r.tp[flat].min())
+    else:
+        mask = mask & (r.tp == r.tp[mask].max())
+        mask &= r.pp == r.pp[mask].min()
     cand = np.flatnonzero(mask)
-    order = np.lexsort((r.gb[cand] * -1, r.rc[cand], r.pp[cand]))
+    rk = np.where(r.rc[cand] == 2, r.rk[cand], 0)
+    order = np.lexsort((-r.gb[cand], rk, r.rc[cand]))
     return int(cand[order[0]])
+
+
+def _without_recompute(req: TrainRequest, best: TrainReport) -> TrainReport | None:
+    """The chosen layout with no recompute (what the explanation weighs recompute against)."""
+    if best.plan is None or best.plan.recompute == "none":
+        return None
+    p = best.plan
+    lay = TrainLayout(tp=p.tp, pp=p.pp, dp=p.dp, ep=p.ep, cp=p.cp, microbatch=p.microbatch_size,
+                      interleave=p.interleave, sequence_parallel=p.sequence_parallel, zero_stage=p.zero_stage,
+                      offload_optimizer=p.offload.optimizer, offload_weights=p.offload.weights,
+                      offload_activations=p.offload.activations)
+    w = req.workload.model_copy(update={"global_batch": p.global_batch})
+    return estimate_training(req.model, req.system, req.num_gpus, w, lay)
 
 
 def plan_training(req: TrainRequest, *, explain: bool = True) -> TrainPlan:
@@ -110,7 +120,7 @@ def plan_training(req: TrainRequest, *, explain: bool = True) -> TrainPlan:
     rank_all = tie_rank(table.rows)
     primary_all = primary_objective(table, np.arange(len(table)), per_seq)
     cand = feasible[distinct_best(table, feasible, primary_all[feasible], rank_all[feasible])]
-    base = baseline_row(table, table.fits, req.system)
+    base = baseline_row(table, fits, req.system)
     hint = int(np.flatnonzero(cand == base)[0]) if base is not None and (cand == base).any() else None
     sel = select(primary_all[cand], tie_rank(table.rows.take(cand)), k=req.top_k, time_limit_s=req.time_limit_s,
                  seed=req.seed, hint=hint)
@@ -123,10 +133,14 @@ def plan_training(req: TrainRequest, *, explain: bool = True) -> TrainPlan:
                        selector_rows=n_rows, objective=obj, best_bound=bound,
                        gap=max(0.0, (obj - bound) / obj) if obj else 0.0, **common)
 
-    def report(i: int):
-        row = table.rows.row(i)
-        w = work.model_copy(update={"global_batch": int(table.rows.gb[i])})
-        return estimate_training(req.model, req.system, req.num_gpus, w, row)
+    reports: dict[int, TrainReport] = {}
+
+    def report(i: int) -> TrainReport:
+        """Row ``i`` re-evaluated alone: every number the plan prints comes from here."""
+        if i not in reports:
+            w = work.model_copy(update={"global_batch": int(table.rows.gb[i])})
+            reports[i] = estimate_training(req.model, req.system, req.num_gpus, w, table.rows.row(i))
+        return reports[i]
 
     best = report(chosen[0])
     alts = []
@@ -140,8 +154,8 @@ def plan_training(req: TrainRequest, *, explain: bool = True) -> TrainPlan:
         status=sel.statuses[0], model=req.model.name, hardware=req.system.name, num_gpus=req.num_gpus,
         seq_len=work.seq_len, plan=best.plan, metrics=best.metrics, memory=best.memory, stages=best.stages,
         layers=best.layers, solver=solver, alternatives=alts,
-        comparisons=comparisons(table, chosen[0], req.system),
-        explanation=explanation(best, table, base, req.system),
+        comparisons=comparisons(table, chosen[0], fits, report, per_sequence=per_seq),
+        explanation=explanation(best, report(base) if base is not None else None, _without_recompute(req, best)),
     )
     wall = time.perf_counter() - t0
     return plan.model_copy(update={"solver": solver.model_copy(update={"wall_time_s": wall})})
