@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from shardplan.errors import ShardplanError
+from shardplan.errors import ShardplanError, build
 from shardplan.sweep.notebook import sweep_inference, sweep_training
 
 if TYPE_CHECKING:
@@ -40,20 +40,6 @@ def _inputs(model: str | ModelSpec, hardware: str | SystemSpec, gpus: int | None
     return spec, system, n
 
 
-def _build(cls: type, **values: Any) -> Any:
-    """``cls(**values)`` with pydantic's errors turned into one ``ShardplanError`` naming the field."""
-    from pydantic import ValidationError
-
-    try:
-        return cls(**values)
-    except ValidationError as e:
-        err = e.errors()[0]
-        msg = err["msg"].removeprefix("Value error, ")
-        first = msg.split(" ", 1)[0]  # cross-field validators name the field first ("dtype must be …")
-        field = ".".join(str(x) for x in err["loc"]) or (first if first in cls.model_fields else cls.__name__)
-        raise ShardplanError(msg, field=field) from None
-
-
 _RESERVED = {"model", "system", "num_gpus", "workload", "capacities", "fixed_global_batch", "max_global_batch",
              "prompt_len", "gen_len", "seq_len", "global_batch"}
 
@@ -75,7 +61,7 @@ def _split(options: dict[str, Any], *models: type) -> list[dict[str, Any]]:
 def _workload(seq_len: int, global_batch: int, extra: dict[str, Any]) -> Any:
     from shardplan.costmodel.training.layout import TrainWorkload
 
-    return _build(TrainWorkload, seq_len=seq_len, global_batch=global_batch, **extra)
+    return build(TrainWorkload, seq_len=seq_len, global_batch=global_batch, **extra)
 
 
 _TRAIN_PIN_ALIASES = {"zero": "zero_stage", "microbatch_size": "microbatch"}
@@ -105,7 +91,7 @@ def plan_training(model: str | ModelSpec, hardware: str | SystemSpec, *, seq_len
     req_opts, = _split(pins, TrainRequest)
     work = _workload(seq_len, global_batch or max_global_batch or 1,
                      {"dtype": dtype, "grad_dtype": grad_dtype, "attention": attention})
-    req = _build(TrainRequest, model=spec, system=system, num_gpus=n, workload=work,
+    req = build(TrainRequest, model=spec, system=system, num_gpus=n, workload=work,
                  max_global_batch=max_global_batch, fixed_global_batch=global_batch is not None, **req_opts)
     return _plan(req)
 
@@ -115,10 +101,14 @@ def estimate_training(model: str | ModelSpec, hardware: str | SystemSpec, *, glo
                       cp: int = 1, microbatch: int = 1, interleave: int = 1, recompute: str = "none",
                       recompute_layers: int | None = None, sequence_parallel: bool = False, zero_stage: int = 0,
                       offload_optimizer: float = 0.0, offload_weights: float = 0.0, offload_activations: float = 0.0,
-                      dtype: str = "bf16", grad_dtype: str = "fp32", attention: str | None = None) -> TrainReport:
+                      dtype: str = "bf16", grad_dtype: str = "fp32", attention: str | None = None,
+                      stage_layers: list[int] | None = None,
+                      stage_recompute_layers: list[int] | None = None) -> TrainReport:
     """Time and memory of one pinned training layout, as ``shardplan estimate train`` prints it.
 
-    ``dp`` defaults to gpus / (tp·pp·cp); offload fractions are 0–1 of each class kept on the CPU. A layout
+    ``dp`` defaults to gpus / (tp·pp·cp); offload fractions are 0–1 of each class kept on the CPU;
+    ``stage_layers`` pins the layers per pipeline rank (``--stage-layers``), ``stage_recompute_layers`` the
+    fully recomputed layers per rank under ``recompute="full"``. A layout
     that does not fit is a result with ``status == "infeasible"``, a ``reason`` and ``suggestions``.
 
     >>> r = estimate_training("gpt3-175b", "dgx-a100-80gb", gpus=64, global_batch=64, seq_len=2048, tp=8, pp=8,
@@ -144,6 +134,13 @@ def estimate_training(model: str | ModelSpec, hardware: str | SystemSpec, *, glo
                          zero_stage=zero_stage, offload_optimizer=offload_optimizer,
                          offload_weights=offload_weights, offload_activations=offload_activations)
     work = _workload(seq_len, global_batch, {"dtype": dtype, "grad_dtype": grad_dtype, "attention": attention})
+    if stage_layers is not None:
+        from shardplan.costmodel.training.stage_report import estimate_split
+
+        return estimate_split(spec, system, n, work, layout, list(stage_layers),
+                              None if stage_recompute_layers is None else list(stage_recompute_layers))
+    if stage_recompute_layers is not None:
+        raise ShardplanError("needs stage_layers", field="stage_recompute_layers")
     return _estimate(spec, system, n, work, layout)
 
 
@@ -186,8 +183,8 @@ def plan_inference(model: str | ModelSpec, hardware: str | SystemSpec, *, prompt
 
     spec, system, n = _inputs(model, hardware, gpus)
     req_opts, work_opts = _split(options, InferRequest, InferWorkload)
-    work = _build(InferWorkload, prompt_len=prompt_len, gen_len=gen_len, **work_opts)
-    return _plan(_build(InferRequest, model=spec, system=system, num_gpus=n, workload=work, **req_opts))
+    work = build(InferWorkload, prompt_len=prompt_len, gen_len=gen_len, **work_opts)
+    return _plan(build(InferRequest, model=spec, system=system, num_gpus=n, workload=work, **req_opts))
 
 
 def estimate_inference(model: str | ModelSpec, hardware: str | SystemSpec, *, prompt_len: int, gen_len: int,
@@ -205,7 +202,7 @@ def estimate_inference(model: str | ModelSpec, hardware: str | SystemSpec, *, pr
     spec, system, n = _inputs(model, hardware, gpus)
     if n % (tp * pp):
         raise ShardplanError(f"gpus ({n}) must be divisible by tp·pp ({tp * pp})", field="gpus")
-    work = _build(InferWorkload, prompt_len=prompt_len, gen_len=gen_len, **workload)
+    work = build(InferWorkload, prompt_len=prompt_len, gen_len=gen_len, **workload)
     layout = InferLayout(tp=tp, pp=pp, ep=ep, replicas=n // (tp * pp), batch=batch)
     return _estimate(spec, system, n, work, layout, max_batch=max_batch, max_ttft_s=max_ttft_s,
                      max_tpot_s=max_tpot_s)
@@ -239,9 +236,9 @@ def plan_offload(model: str | ModelSpec, hardware: str | SystemSpec, *, prompt_l
 
     spec, system, _ = _inputs(model, hardware, 1)
     req_opts, work_opts = _split(options, OffloadRequest, OffloadWorkload)
-    work = _build(OffloadWorkload, prompt_len=prompt_len, gen_len=gen_len, **work_opts)
+    work = build(OffloadWorkload, prompt_len=prompt_len, gen_len=gen_len, **work_opts)
     caps = _capacities(system, gpu_mem, cpu_mem, disk)
-    return _plan(_build(OffloadRequest, model=spec, system=system, workload=work, capacities=caps, **req_opts))
+    return _plan(build(OffloadRequest, model=spec, system=system, workload=work, capacities=caps, **req_opts))
 
 
 def estimate_offload(model: str | ModelSpec, hardware: str | SystemSpec, *, prompt_len: int, gen_len: int,
@@ -263,10 +260,10 @@ def estimate_offload(model: str | ModelSpec, hardware: str | SystemSpec, *, prom
 
     spec, system, _ = _inputs(model, hardware, 1)
     policy_opts, work_opts = _split(options, OffloadPolicy, OffloadWorkload)
-    work = _build(OffloadWorkload, prompt_len=prompt_len, gen_len=gen_len, **work_opts)
-    place = {name: _build(Placement, gpu=v[0], cpu=v[1], disk=v[2]) for name, v in
+    work = build(OffloadWorkload, prompt_len=prompt_len, gen_len=gen_len, **work_opts)
+    place = {name: build(Placement, gpu=v[0], cpu=v[1], disk=v[2]) for name, v in
              (("weights", weights), ("kv_cache", kv_cache), ("activations", activations))}
-    policy = _build(OffloadPolicy, gpu_batch_size=gpu_batch_size, num_gpu_batches=num_gpu_batches, **place,
+    policy = build(OffloadPolicy, gpu_batch_size=gpu_batch_size, num_gpu_batches=num_gpu_batches, **place,
                     **policy_opts)
     return _estimate(spec, system, work, policy, _capacities(system, gpu_mem, cpu_mem, disk))
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable
+from typing import Any
 
 
 class ShardplanError(ValueError):
@@ -37,3 +38,18 @@ class UnknownNameError(ShardplanError):
 
 class ConfigFileError(ShardplanError):
     """A file given by the user could not be read or does not hold a valid description."""
+
+
+def build(cls: Any, *, dashed: bool = False, **values: Any) -> Any:
+    """``cls(**values)`` for a pydantic model, its first validation error turned into one ``ShardplanError``
+    naming the field (``dashed``: as a command-line option spells it, ``seq-len``)."""
+    from pydantic import ValidationError
+
+    try:
+        return cls(**values)
+    except ValidationError as err:
+        first_err = err.errors()[0]
+        msg = first_err["msg"].removeprefix("Value error, ")
+        first = msg.split(" ", 1)[0]  # cross-field validators name the field first ("dtype must be …")
+        field = ".".join(str(x) for x in first_err["loc"]) or (first if first in cls.model_fields else cls.__name__)
+        raise ShardplanError(msg, field=field.replace("_", "-") if dashed else field) from None

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 EST = ("estimate", "infer", "--model", "llama-3.1-70b", "--hardware", "dgx-h100", "--gpus", "4", "--tp", "4",
        "--batch", "32", "--prompt-len", "2048", "--gen-len", "256")
 PLAN = ("infer", "--model", "llama-3.1-70b", "--hardware", "dgx-h100", "--gpus", "8", "--prompt-len", "2048",
@@ -28,7 +30,7 @@ def test_estimate_json_contract(run_cli) -> None:
 def test_estimate_renders_tables(run_cli) -> None:
     r = run_cli(*EST)
     assert r.code == 0
-    assert "Prefill" in r.out and "Decode" in r.out and "TTFT" in r.out and "token slots" in r.out
+    assert "Prefill" in r.out and "engine step" in r.out and "TTFT" in r.out and "token slots" in r.out
 
 
 def test_plan_json_contract_and_determinism(run_cli) -> None:
@@ -73,3 +75,28 @@ def test_bad_input_exits_two_with_one_line(run_cli) -> None:
 
 def test_estimate_json_is_byte_identical(run_cli) -> None:
     assert run_cli(*EST, "--json").out == run_cli(*EST, "--json").out
+
+
+def test_request_rate_beyond_capacity_is_infeasible_naming_the_rate(run_cli) -> None:
+    r = run_cli("infer", "-m", "llama-3.1-8b", "-H", "dgx-h100", "--gpus", "8", "-p", "1024", "-n", "256",
+                "--request-rate", "1000", "--json")
+    assert r.code == 0, r.err
+    d = r.json()
+    assert d["status"] == "infeasible" and d["reason"].startswith("request rate")
+    cap = float(d["suggestions"][0].split()[-1])
+    ok = run_cli("infer", "-m", "llama-3.1-8b", "-H", "dgx-h100", "--gpus", "8", "-p", "1024", "-n", "256",
+                 "--request-rate", str(cap), "--json").json()
+    assert ok["status"] == "optimal" and ok["metrics"]["utilisation"] < 1
+    assert ok["metrics"]["tokens_per_s"] == pytest.approx(cap * 256)
+
+
+def test_bad_engine_and_mode_are_bad_input(run_cli) -> None:
+    for flag, value in (("--engine", "tgi"), ("--mode", "offline"), ("--slo-statistic", "p99")):
+        r = run_cli("infer", "-m", "llama-3.1-8b", "-H", "dgx-h100", "-p", "128", "-n", "16", flag, value)
+        assert r.code == 2 and r.err.count("\n") == 1 and flag.strip("-") in r.err
+
+
+def test_request_rate_with_a_static_batch_is_bad_input(run_cli) -> None:
+    r = run_cli("infer", "-m", "llama-3.1-8b", "-H", "dgx-h100", "-p", "128", "-n", "16", "--mode", "static",
+                "--request-rate", "5")
+    assert r.code == 2 and r.err.count("\n") == 1 and "request-rate" in r.err

@@ -48,3 +48,40 @@ def test_pareto_plot_is_written(run_cli, tmp_path) -> None:
                 "--gen-len", "64", "--pareto", "--plot", str(path))
     assert r.code == 0, r.err
     assert path.stat().st_size > 10_000 and path.read_bytes()[:4] == b"\x89PNG"
+
+
+def _flags(text: str) -> dict[str, str]:
+    words = text.replace("\\\n", " ").split()
+    return {w: (words[i + 1] if i + 1 < len(words) and not words[i + 1].startswith("--") else "")
+            for i, w in enumerate(words) if w.startswith("--")}
+
+
+def test_vllm_export_writes_the_budget_and_the_plan_batch(run_cli, tmp_path) -> None:
+    out = tmp_path / "serve.sh"
+    r = run_cli("infer", "--model", "llama-3.1-8b", "--hardware", "dgx-h100", "--gpus", "1", "--prompt-len", "1024",
+                "--gen-len", "256", "--max-num-batched-tokens", "4096", "--kv-dtype", "fp8",
+                "--gpu-memory-utilization", "0.85", "--export", "vllm", "--output", str(out), "--json")
+    assert r.code == 0, r.err
+    v = _flags(out.read_text())
+    assert v["--max-num-batched-tokens"] == "4096" and v["--max-num-seqs"] == str(r.json()["plan"]["batch_size"])
+    assert v["--gpu-memory-utilization"] == "0.85" and v["--kv-cache-dtype"] == "fp8"
+
+
+def test_vllm_export_keeps_the_plans_expert_parallel_degree(run_cli) -> None:
+    # EP=4 over 8 replicas of TP=2: vLLM's EP spans TP×DP of one deployment, so DP=4 and two deployments
+    r = run_cli("infer", "--model", "deepseek-v3", "--hardware", "hgx-h200", "--gpus", "16", "--prompt-len", "1024",
+                "--gen-len", "256", "--tp", "2", "--ep", "4", "--export", "vllm")
+    assert r.code == 0, r.err
+    v = _flags(r.out)
+    assert v["--data-parallel-size"] == "4" and "--enable-expert-parallel" in v
+    assert "run 2 such deployments" in r.err and "EP=4" in r.err
+
+
+def test_vllm_export_notes_a_multi_node_launch(run_cli) -> None:
+    r = run_cli("infer", "--model", "llama-3.1-70b", "--hardware", "dgx-h100", "--gpus", "16", "--prompt-len", "1024",
+                "--gen-len", "256", "--tp", "16", "--allow-cross-node-tp", "--export", "vllm")
+    assert r.code == 0, r.err
+    assert _flags(r.out)["--distributed-executor-backend"] == "ray" and "ray start" in r.err
+    r = run_cli("infer", "--model", "llama-3.1-8b", "--hardware", "dgx-h100", "--gpus", "16", "--prompt-len", "1024",
+                "--gen-len", "256", "--tp", "1", "--export", "vllm")
+    assert r.code == 0 and "--data-parallel-size-local 8" in r.err and "--headless" in r.err

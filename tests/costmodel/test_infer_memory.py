@@ -74,7 +74,7 @@ def test_kv_slots_are_whole_blocks_of_the_pool() -> None:
 
 
 def test_max_batch_counts_blocks_per_sequence() -> None:
-    c = _cost("llama-3.1-8b", InferLayout(tp=1))
+    c = _cost("llama-3.1-8b", InferLayout(tp=1), work=W.model_copy(update={"mode": "static"}))
     assert c.blocks_per_seq == 40  # 640 tokens / 16
     assert float(c.max_batch[0]) == float(c.kv_blocks[0]) // 40
 

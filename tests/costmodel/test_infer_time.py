@@ -27,7 +27,7 @@ def test_memory_bound_decode_step_reads_the_weights_at_achieved_bandwidth() -> N
     # Infinite compute, no launch floor, one GPU: a decode step is HBM bytes / (bandwidth · 0.8), and at
     # batch 1 with a short context those bytes are the weights (plus the KV cache and a few activations).
     m = get_model("llama-3.1-8b")
-    w = InferWorkload(prompt_len=16, gen_len=2)
+    w = InferWorkload(prompt_len=16, gen_len=2, mode="static")
     c = _cost("llama-3.1-8b", FLAT_SYS, w, InferLayout(tp=1, batch=1))
     weights = 2 * m.total_params - 2 * m.vocab_size * m.hidden_size  # the embedding table is gathered, not streamed
     kv = 17 * 32 * 8 * 128 * 2 * 2  # context 17 positions × 32 layers × 8 KV heads × 128 × (K, V) × 2 bytes
@@ -41,13 +41,16 @@ def test_tp_all_reduce_is_latency_bound_when_small() -> None:
     link = sysm.intra_node
     small = O.tp_all_reduce_time(sysm, np.array([16384.0]), np.array([8]))[0]
     assert small == pytest.approx(link.latency_s + 7 * 16384 / link.effective_bytes_per_s)  # one-shot
+    mid = O.tp_all_reduce_time(sysm, np.array([4e6]), np.array([8]))[0]
+    assert mid == pytest.approx(2 * link.latency_s + 2 * 7 / 8 * 4e6 / link.effective_bytes_per_s)  # two-shot
+    # above vLLM's 8 MiB custom all-reduce buffer: NCCL's ring, Simple protocol over NVLink (tuning.cc latencies)
     big = O.tp_all_reduce_time(sysm, np.array([64e6]), np.array([8]))[0]
-    assert big == pytest.approx(2 * link.latency_s + 2 * 7 / 8 * 64e6 / link.effective_bytes_per_s)  # two-shot
+    assert big == pytest.approx(8.4e-6 + 14 * 3.4e-6 + 14 / 8 * 64e6 / link.effective_bytes_per_s)
     assert O.tp_all_reduce_time(sysm, np.array([1e6]), np.array([1]))[0] == 0.0
 
 
 def test_throughput_is_output_tokens_over_end_to_end_time() -> None:
-    w = InferWorkload(prompt_len=1000, gen_len=200)
+    w = InferWorkload(prompt_len=1000, gen_len=200, mode="static")
     c = _cost("llama-3.1-8b", get_system("dgx-h100"), w, InferLayout(tp=2, replicas=4, batch=24))
     e2e = float(c.ttft_s[0] + 199 * c.tpot_s[0])
     assert float(c.e2e_s[0]) == pytest.approx(e2e)
@@ -55,7 +58,7 @@ def test_throughput_is_output_tokens_over_end_to_end_time() -> None:
 
 
 def test_prefill_runs_in_chunks_of_the_token_budget() -> None:
-    w = InferWorkload(prompt_len=1000, gen_len=10, max_num_batched_tokens=2048)
+    w = InferWorkload(prompt_len=1000, gen_len=10, max_num_batched_tokens=2048, mode="static")
     c = _cost("llama-3.1-8b", get_system("dgx-h100"), w, InferLayout(batch=2), InferLayout(batch=5))
     assert c.chunks.tolist() == [1.0, 3.0]  # 2000 tokens; 5000 tokens in 3 chunks of 1667
     assert float(c.prefill.step.tokens[1]) == pytest.approx(5000 / 3)
@@ -64,7 +67,7 @@ def test_prefill_runs_in_chunks_of_the_token_budget() -> None:
 
 
 def test_pipeline_decode_keeps_micro_batches_in_flight() -> None:
-    w = InferWorkload(prompt_len=512, gen_len=64)
+    w = InferWorkload(prompt_len=512, gen_len=64, mode="static")
     c = _cost("llama-3.1-70b", get_system("dgx-h100"), w, InferLayout(tp=2, pp=4, batch=1),
               InferLayout(tp=2, pp=4, batch=64))
     assert c.micro_batches.tolist() == [1.0, 4.0]
@@ -78,7 +81,7 @@ def test_pipeline_decode_keeps_micro_batches_in_flight() -> None:
 
 
 def test_moe_decode_reads_only_the_experts_a_small_batch_touches() -> None:
-    w = InferWorkload(prompt_len=256, gen_len=32)
+    w = InferWorkload(prompt_len=256, gen_len=32, mode="static")
     c = _cost("qwen3-30b-a3b", get_system("dgx-h100"), w, InferLayout(batch=1), InferLayout(batch=256))
     fc1 = next(op for op in c.decode.ops["moe"] if op.name == "moe.experts.fc1")
     m = get_model("qwen3-30b-a3b")
@@ -87,3 +90,29 @@ def test_moe_decode_reads_only_the_experts_a_small_batch_touches() -> None:
     # batch 1: exactly k = 8 experts of 128; batch 256: 128·(1 − (1 − 8/128)^256) ≈ 128
     assert float(fc1.nbytes[0]) == pytest.approx(8 * per_expert + 2 * 8 * (m.hidden_size + 2 * 768), rel=1e-9)
     assert float(fc1.nbytes[1]) > 15 * float(fc1.nbytes[0])
+
+
+def test_pcie_boxes_all_reduce_with_nccl_ll_when_small() -> None:
+    # 4 PCIe GPUs: no custom all-reduce (vLLM: not on more than two PCIe-only GPUs); NCCL ring, LL protocol:
+    # 6.6 µs + 2·3 steps · 1.0 µs, plus 2·3/4·S at half the link (LL lines carry 4 of 8 bytes)
+    sysm = get_system("l40s-8")
+    bw = sysm.intra_node.effective_bytes_per_s
+    t = O.tp_all_reduce_time(sysm, np.array([16384.0]), np.array([4]))[0]
+    assert t == pytest.approx(6.6e-6 + 6 * 1.0e-6 + 6 / 4 * 16384 / (bw * 0.5))
+    two = O.tp_all_reduce_time(sysm, np.array([16384.0]), np.array([2]))[0]  # two PCIe GPUs: custom one-shot
+    assert two == pytest.approx(sysm.intra_node.latency_s + 16384 / bw)
+
+
+def test_expert_dispatch_pays_one_latency_for_all_peers() -> None:
+    from shardplan.costmodel.serving.collectives import ep_all_to_all_time
+
+    sysm = get_system("dgx-h100")
+    intra, net = sysm.intra_node, sysm.inter_node
+    s = 1e6
+    # EP 8 inside a node (replicas outermost, stride tp·pp = 1): 7/8 of the bytes on NVLink after one latency
+    t8 = ep_all_to_all_time(sysm, np.array([s]), np.array([8.0]), np.array([1.0]))[0]
+    assert t8 == pytest.approx(intra.latency_s + 7 / 8 * s / intra.effective_bytes_per_s)
+    # EP 16 over two nodes: 8/16 leave on each GPU's NIC, 7/16 on NVLink, concurrently; the network's latency
+    t16 = ep_all_to_all_time(sysm, np.array([s]), np.array([16.0]), np.array([1.0]))[0]
+    assert t16 == pytest.approx(net.latency_s + max(7 / 16 * s / intra.effective_bytes_per_s,
+                                                    8 / 16 * s / net.effective_bytes_per_s))

@@ -39,7 +39,7 @@ def test_cpsat_equals_brute_force(model: str, gpus: int, prompt: int, gen: int, 
     if len(feasible) == 0:
         assert plan_inference(req).status == "infeasible"
         return
-    primary = primary_objective(req, cost, feasible)
+    primary, _unit = primary_objective(req, cost, feasible)
     rank = tie_rank(table.take(feasible))
     sel = select(primary, rank, k=1)
     assert sel.statuses == ["optimal"]
@@ -53,3 +53,21 @@ def test_cpsat_equals_brute_force(model: str, gpus: int, prompt: int, gen: int, 
     col = cost.e2e_s if objective == "latency" else -cost.tokens_per_s
     best = float(col[feasible].min())
     assert abs(float(col[i]) - best) <= 1e-6 * max(1.0, abs(best)) + 1e-3
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(1, 300), k=st.integers(1, 5), seed=st.integers(0, 10_000))
+def test_per_layout_pruning_keeps_the_k_best_rows(n: int, k: int, seed: int) -> None:
+    from shardplan.costmodel.serving.cost import InferRows
+    from shardplan.planner.serving.solve import best_per_layout
+
+    rng = np.random.default_rng(seed)
+    cols = [rng.integers(1, 3, n) for _ in range(4)]
+    rows = InferRows(*cols, batch=rng.integers(1, 50, n))
+    primary = rng.integers(0, 20, n)
+    rank = rng.permutation(n)
+    keep = best_per_layout(rows, primary, rank, k)
+    kept = set(keep.tolist())
+    assert set(brute_force(primary, rank, k)) <= kept  # the k best of the table survive
+    layouts = {tuple(int(c[i]) for c in cols) for i in range(n)}
+    assert len(kept) <= k * len(layouts)

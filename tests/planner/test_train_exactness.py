@@ -47,7 +47,8 @@ def instances(draw: st.DrawFn) -> TrainRequest:
     if draw(st.booleans()):
         pins["recompute"] = draw(st.sampled_from(list(Recompute)))
     return TrainRequest(model=model, system=system, num_gpus=gpus,
-                        workload=TrainWorkload(seq_len=seq, global_batch=batch), top_k=2, **pins)
+                        workload=TrainWorkload(seq_len=seq, global_batch=batch), top_k=2, uniform_stages=True,
+                        **pins)  # the global selector; per-stage plans: test_stages_exactness.py
 
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])

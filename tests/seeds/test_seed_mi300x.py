@@ -29,7 +29,7 @@ MODEL = ModelSpec(name="llama-65b-seed", family="llama", num_layers=L, hidden_si
                   mlp=MlpKind.SWIGLU, vocab_size=V, dtype="fp16")
 # The seed counts weights + KV only: no engine reserve, no non-torch memory, one sampled sequence.
 WORK = InferWorkload(prompt_len=2048, gen_len=32, dtype="fp16", gpu_memory_utilization=1.0, max_num_seqs=1,
-                     non_torch_bytes=0)
+                     non_torch_bytes=0, mode="static")
 PARAMS = L * (4 * H * H + 3 * H * F + 2 * H) + 2 * V * H + H  # attention, SwiGLU MLP, 2 RMSNorms; embedding + head
 
 
@@ -38,9 +38,15 @@ def _cost(work: InferWorkload, *layouts: InferLayout):
 
 
 def _all_reduce(nbytes: float, n: int = 8) -> float:
-    """In-node all-reduce: one-shot (1 latency, (n−1)·S) or two-shot (2 latencies, 2(n−1)/n·S), the faster."""
+    """In-node all-reduce: one-shot (1 latency, (n−1)·S) or two-shot (2 latencies, 2(n−1)/n·S), the faster, up to
+    vLLM's 8 MiB custom all-reduce buffer; above it NCCL's ring, the best of its protocols (NCCL tuning.cc:
+    base latency + 2(n−1) NVLink steps, LL carrying half the bytes, LL128 120/128, Simple all)."""
     bw = LINK_BW * LINK_EFF
-    return min(LINK_LAT + (n - 1) * nbytes / bw, 2 * LINK_LAT + 2 * (n - 1) / n * nbytes / bw)
+    if nbytes <= 8192 * 1024:
+        return min(LINK_LAT + (n - 1) * nbytes / bw, 2 * LINK_LAT + 2 * (n - 1) / n * nbytes / bw)
+    steps = 2 * (n - 1)
+    return min(base + steps * hw + steps / n * nbytes / (bw * share)
+               for base, hw, share in ((6.6e-6, 0.6e-6, 0.5), (14e-6, 1.9e-6, 120 / 128), (8.4e-6, 3.4e-6, 1.0)))
 
 
 def test_kv_cache_per_sequence_matches_the_seed() -> None:

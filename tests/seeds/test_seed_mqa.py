@@ -61,7 +61,7 @@ def _hand_layer(kv_heads: int, n: float) -> float:
 
 def test_kv_cache_sizes_are_the_seeds() -> None:
     # The seed: 2·bs·l·(d/h)·h·2·n bytes = 0.75 GB for MHA, 1/h of it (0.05 GB) for MQA.
-    w = InferWorkload(prompt_len=N - 1, gen_len=2, dtype="fp16")
+    w = InferWorkload(prompt_len=N - 1, gen_len=2, dtype="fp16", mode="static")
     for model, kv in ((MHA, HEADS), (MQA, 1)):
         c = infer_cost(model, SYSTEM, w, InferRows.from_layouts([InferLayout(batch=BS)]))
         assert float(c.kv_layer_bytes[0]) * LAYERS * BS * N == 2 * BS * LAYERS * (D // HEADS) * kv * 2 * N
@@ -78,7 +78,7 @@ def test_parameters_are_the_seeds() -> None:
 
 @pytest.mark.parametrize(("model", "kv"), [(MHA, HEADS), (MQA, 1)])
 def test_decode_layer_time_is_the_hand_roofline(model: ModelSpec, kv: int) -> None:
-    w = InferWorkload(prompt_len=N - 1, gen_len=2, dtype="fp16")  # mean context 1024
+    w = InferWorkload(prompt_len=N - 1, gen_len=2, dtype="fp16", mode="static")  # mean context 1024
     c = infer_cost(model, SYSTEM, w, InferRows.from_layouts([InferLayout(batch=BS)]))
     layer = float(c.decode.sums["attention"].time[0] + c.decode.sums["mlp"].time[0])
     assert layer == pytest.approx(_hand_layer(kv, N), rel=1e-9)

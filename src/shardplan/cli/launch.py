@@ -85,8 +85,13 @@ def deliver(result: Any, render: Callable[[Any], None], *, as_json: bool, argv: 
         print(f"shardplan: {line}", file=sys.stderr)
 
 
-def vllm_argv(plan: Any, *, spec: Any, work: Any) -> tuple[list[str], list[str]]:
-    """``vllm serve`` argv of a serving plan, and notes on what vLLM needs beyond flags."""
+def vllm_argv(plan: Any, *, spec: Any, work: Any, system: Any) -> tuple[list[str], list[str]]:
+    """``vllm serve`` argv of a serving plan, and notes on what vLLM needs beyond flags.
+
+    Expert parallelism: vLLM's ``--enable-expert-parallel`` spreads whole experts over every TP×DP rank of one
+    deployment (vllm/config/parallel.py at the flags' commit). The plan's EP group is ``ep`` replicas, so one
+    deployment is ``--data-parallel-size ep`` and ``replicas/ep`` deployments serve side by side.
+    """
     from shardplan.cli.export import vllm_args
 
     p = plan.plan
@@ -95,12 +100,40 @@ def vllm_argv(plan: Any, *, spec: Any, work: Any) -> tuple[list[str], list[str]]
     quant = "fp8" if weight == "fp8" else None
     if weight in ("int8", "int4"):
         notes.append(f"{weight} weights need a pre-quantized checkpoint (AWQ/GPTQ); vLLM reads the method from it")
+    if getattr(work, "engine", "vllm") != "vllm":
+        notes.append(f"the plan was priced with {work.engine}'s memory rules; vLLM budgets its KV cache differently "
+                     "(re-plan with --engine vllm before launching vLLM)")
+    dp = p.ep if p.ep > 1 else p.replicas
+    deployments = p.replicas // dp
+    if p.ep > 1:
+        notes.append(f"expert parallelism: vLLM spreads whole experts over TP×DP = {p.tp * p.ep} GPUs "
+                     f"({spec.moe.num_experts / (p.tp * p.ep):g} experts each); the plan's EP={p.ep} splits "
+                     f"{spec.moe.num_experts // p.ep} experts per EP rank over TP={p.tp}: the same expert bytes "
+                     "per GPU")
+    if deployments > 1:
+        notes.append(f"run {deployments} such deployments (each {p.tp * p.pp * dp} GPUs) behind a load balancer: "
+                     f"the plan's {p.replicas} replicas in EP groups of {p.ep}" if p.ep > 1 else "")
+    per_deploy = p.tp * p.pp * dp
+    node = system.gpus_per_node
+    backend = None
+    if p.tp * p.pp > node:
+        backend = "ray"
+        notes.append(f"TP·PP = {p.tp * p.pp} GPUs span {-(-p.tp * p.pp // node)} nodes: start a Ray cluster first "
+                     "(`ray start --head` on one node, `ray start --address=HEAD:6379` on the others) and run this "
+                     "command on the head node")
+    elif per_deploy > node:
+        local = node // (p.tp * p.pp)
+        notes.append(f"one deployment spans {-(-per_deploy // node)} nodes: on the head node add "
+                     f"--data-parallel-size-local {local} --data-parallel-address HEAD_IP --data-parallel-rpc-port "
+                     f"13345; on node i add --headless --data-parallel-size-local {local} --data-parallel-start-rank "
+                     f"{local}·i and the same address and port")
     argv = vllm_args(model=hf_repo(spec), tp=p.tp, pp=p.pp, max_num_seqs=p.batch_size,
                      max_model_len=work.prompt_len + work.gen_len,
                      gpu_memory_utilization=work.gpu_memory_utilization,
                      kv_cache_dtype=getattr(work, "kv_dtype", None) or "auto", dtype=work.dtype, quantization=quant,
-                     enable_expert_parallel=p.ep > 1, block_size=work.block_size, data_parallel_size=p.replicas)
-    return argv, notes
+                     enable_expert_parallel=p.ep > 1, block_size=work.block_size, data_parallel_size=dp,
+                     max_num_batched_tokens=work.max_num_batched_tokens, distributed_executor_backend=backend)
+    return argv, [n for n in notes if n]
 
 
 def flexgen_argv(plan: Any, *, spec: Any, prompt_len: int, gen_len: int) -> list[str]:

@@ -37,6 +37,10 @@ def layout_line(plan: Any) -> str:
              f"microbatch={p.microbatch_size}×{p.num_microbatches}", f"batch={p.global_batch}",
              f"interleave={p.interleave}"]
     rc = p.recompute + (f"({p.recompute_layers} layers/stage)" if p.recompute_layers else "")
+    if getattr(p, "stage_layers", None) and len(p.stage_layers) > 1:
+        parts.append("layers/stage=" + ",".join(map(str, p.stage_layers)))
+        if p.stage_recompute_layers is not None:
+            rc = f"{p.recompute}({','.join(map(str, p.stage_recompute_layers))} layers/stage)"
     parts += [f"recompute={rc}", f"SP={'on' if p.sequence_parallel else 'off'}", f"ZeRO={p.zero_stage}"]
     for name, v in (("optimizer", off.optimizer), ("weights", off.weights), ("activations", off.activations)):
         if v:

@@ -48,6 +48,13 @@ HeadroomOpt = Annotated[str | None, typer.Option(
     help="GPU memory a plan leaves free for allocator fragmentation and memory spikes, as a size (8GiB) or a share "
     "of GPU memory (10%); default 10%. It comes on top of the framework memory (CUDA context, NCCL buffers, "
     "workspaces: 2 GiB) shown in the stage table.")]
+StageLayersOpt = Annotated[str | None, typer.Option(
+    "--stage-layers", help="Layers per pipeline rank, e.g. 7,8,8,7 (must sum to the model's layers).")]
+StageRcOpt = Annotated[str | None, typer.Option(
+    "--stage-recompute-layers", help="With --recompute full and --stage-layers: fully recomputed layers per rank.")]
+UniformOpt = Annotated[bool, typer.Option(
+    "--uniform-stages", help="Split layers evenly over pipeline stages with one recompute count (no per-stage "
+    "optimisation; for comparison).")]
 PlotOpt = Annotated[list[str] | None, typer.Option(
     "--plot", metavar="FILE", help="Write a plot (.png, .svg or .pdf; repeatable): memory*.png = memory per "
     "stage against capacity, pipeline*.svg = one step's schedule; or KIND:FILE. Needs the plot extra (matplotlib).")]
@@ -153,6 +160,18 @@ def _deliver(result: Any, *, spec: Any, system: Any, n: int, work: Any, as_json:
         print(f"shardplan: {line}", file=sys.stderr)
 
 
+def _int_list(text: str, field: str) -> list[int]:
+    from shardplan.errors import ShardplanError
+
+    try:
+        values = [int(x) for x in text.replace(" ", "").split(",") if x != ""]
+    except ValueError:
+        raise ShardplanError(f"expects comma-separated integers, e.g. 7,8,8,7 (got {text!r})", field=field) from None
+    if not values or min(values) < 0:
+        raise ShardplanError(f"expects comma-separated integers ≥ 0, e.g. 7,8,8,7 (got {text!r})", field=field)
+    return values
+
+
 @estimate_app.command("train")
 def estimate_train(
     model: ModelOpt, hardware: HardwareOpt, global_batch: GlobalBatch, seq_len: SeqLen, tp: Tp = 1,
@@ -162,7 +181,7 @@ def estimate_train(
     offload_activations: OffA = None, dtype: Dtype = "bf16", grad_dtype: GradDtype = "fp32",
     optimizer: Optimizer = "adam", memory_headroom: HeadroomOpt = None,
     attention: Attention = None, as_json: JsonOpt = False, export: ExportOpt = None, output: OutputOpt = None,
-    plot: PlotOpt = None,
+    plot: PlotOpt = None, stage_layers: StageLayersOpt = None, stage_recompute_layers: StageRcOpt = None,
 ) -> None:
     """Per-layer and per-stage time and memory of one pinned training layout.
 
@@ -194,7 +213,16 @@ def estimate_train(
     )
     work = _workload(seq_len, global_batch, dtype, grad_dtype, attention, optimizer,
                      parse_headroom(memory_headroom, system.gpu.memory_bytes))
-    report = estimate_training(spec, system, n, work, layout)
+    if stage_layers is None:
+        if stage_recompute_layers is not None:
+            raise ShardplanError("needs --stage-layers", field="stage-recompute-layers")
+        report = estimate_training(spec, system, n, work, layout)
+    else:
+        from shardplan.costmodel.training.stage_report import estimate_split
+
+        report = estimate_split(spec, system, n, work, layout, _int_list(stage_layers, "stage-layers"),
+                                None if stage_recompute_layers is None
+                                else _int_list(stage_recompute_layers, "stage-recompute-layers"))
     _deliver(report, spec=spec, system=system, n=n, work=work, as_json=as_json,
              render=lambda con: render_estimate(con, report), export=export, output=output, plots=plots)
 
@@ -218,7 +246,7 @@ def train(
     time_limit: TimeLimitOpt = 30.0, dtype: Dtype = "bf16", grad_dtype: GradDtype = "fp32",
     optimizer: Optimizer = "adam", memory_headroom: HeadroomOpt = None,
     attention: Attention = None, as_json: JsonOpt = False, export: ExportOpt = None, output: OutputOpt = None,
-    plot: PlotOpt = None,
+    plot: PlotOpt = None, uniform_stages: UniformOpt = False,
 ) -> None:
     """Choose the fastest training layout (CP-SAT over the cost model), with the reasons.
 
@@ -249,7 +277,8 @@ def train(
         interleave=interleave, recompute=recompute, recompute_layers=recompute_layers,
         sequence_parallel=sequence_parallel, zero_stage=zero,
         offload=offload, max_cp=max_cp, cross_node_tp=cross_node_tp, top_k=top_k,
-        time_limit_s=time_limit,
+        time_limit_s=time_limit, uniform_stages=uniform_stages,
+        single_recompute_count=export is not None,  # Megatron and torchtitan take one recompute count
     )
     with solving(f"planning {spec.name} on {n} GPUs…", enabled=not as_json):
         plan = plan_training(req)

@@ -16,8 +16,9 @@ import itertools
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
+from shardplan import errors
 from shardplan.errors import ShardplanError
 
 Kind = Literal["train", "infer"]
@@ -50,15 +51,8 @@ class Expansion:
 
 
 def build(cls: type[BaseModel], **values: Any) -> Any:
-    """``cls(**values)``; pydantic's first error becomes one ``ShardplanError`` naming the field."""
-    try:
-        return cls(**values)
-    except ValidationError as e:
-        err = e.errors()[0]
-        msg = err["msg"].removeprefix("Value error, ")
-        first = msg.split(" ", 1)[0]  # cross-field validators name the field first ("dtype must be …")
-        loc = ".".join(str(x) for x in err["loc"]) or (first if first in cls.model_fields else cls.__name__)
-        raise ShardplanError(msg, field=loc.replace("_", "-")) from None
+    """``cls(**values)``; pydantic's first error becomes one ``ShardplanError`` naming the option."""
+    return errors.build(cls, dashed=True, **values)
 
 
 def request_key(req: BaseModel) -> str:

@@ -19,6 +19,7 @@ from shardplan.validation.runs import (
     narayanan,
     vllm_kv,
 )
+from shardplan.validation.serving import serving_cases
 
 
 def optimum() -> list[Case]:
@@ -45,6 +46,7 @@ GROUPS: dict[str, Callable[[], list[Case]]] = {
     "vllm-kv": vllm_kv,
     "flexgen": flexgen,
     "projection": projection,
+    "serving": serving_cases,
 }
 
 

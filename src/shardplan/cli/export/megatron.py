@@ -34,10 +34,11 @@ def _chunks(n: int, v: int) -> list[int]:
     return [n // v + (1 if c < n % v else 0) for c in range(v)]
 
 
-def pipeline_layout(num_layers: int, pp: int, v: int) -> str:
+def pipeline_layout(num_layers: int, pp: int, v: int, counts: list[int] | None = None) -> str:
     """A ``--pipeline-model-parallel-layout`` string: virtual stage k = chunk·pp + rank, E = embedding,
-    t = transformer layer, L = loss (pipeline_parallel_layer_layout.py)."""
-    per_rank = [_chunks(n, v) for n in stage_layers(num_layers, pp)]
+    t = transformer layer, L = loss (pipeline_parallel_layer_layout.py); ``counts``: layers per rank (a
+    per-stage plan), else the cost model's even split."""
+    per_rank = [_chunks(n, v) for n in (counts or stage_layers(num_layers, pp))]
     entries = []
     for c in range(v):
         for r in range(pp):
@@ -76,8 +77,10 @@ def _parallel(t: TrainTarget, args: Args, notes: list[str]) -> None:
     if p.sequence_parallel and p.tp > 1:
         args.append(("--sequence-parallel", None))
     even = m.num_layers % (p.pp * p.interleave) == 0
-    if p.pp > 1 and not even:
-        args.append(("--pipeline-model-parallel-layout", pipeline_layout(m.num_layers, p.pp, p.interleave)))
+    per_stage = p.stage_layers is not None and p.stage_layers != stage_layers(m.num_layers, p.pp)
+    if p.pp > 1 and (not even or per_stage):
+        args.append(("--pipeline-model-parallel-layout",
+                     pipeline_layout(m.num_layers, p.pp, p.interleave, p.stage_layers if per_stage else None)))
     elif p.interleave > 1:
         args.append(("--num-layers-per-virtual-pipeline-stage", str(m.num_layers // (p.pp * p.interleave))))
     if p.interleave > 1 and p.num_microbatches % p.pp:
@@ -101,6 +104,11 @@ def _recompute(t: TrainTarget, args: Args, notes: list[str]) -> None:
     if p.recompute == "selective":
         args.append(("--recompute-granularity", "selective"))  # default --recompute-modules core_attn
     elif p.recompute == "full":
+        counts = p.stage_recompute_layers or []
+        partial = {k for k, n in zip(counts, p.stage_layers or [], strict=False) if k < n}
+        if len(partial) > 1:
+            notes.append(f"Megatron takes one --recompute-num-layers for every stage; the plan recomputes "
+                         f"{counts} layers per stage (plan with --export megatron to get one count)")
         args.append(("--recompute-granularity", "full"))
         if p.recompute_layers is None:
             args += [("--recompute-method", "uniform"), ("--recompute-num-layers", "1")]

@@ -15,7 +15,7 @@ from __future__ import annotations
 from shardplan.cli.export.base import Export, TrainTarget, layout_summary, torchrun_line
 from shardplan.errors import ShardplanError
 
-Value = str | int | float | bool | list[str]
+Value = str | int | float | bool | list[str] | list[list[str]]
 
 
 def toml_value(v: Value) -> str:
@@ -46,6 +46,32 @@ def _layers_per_stage(t: TrainTarget) -> dict[str, Value]:
                          f"(PP={p.pp} × {p.interleave} chunks): pin another --interleave", field="export")
 
 
+def _module_fqns(t: TrainTarget) -> list[list[str]] | None:
+    """A per-stage split as ``module_fqns_per_model_part``: model part k = chunk·pp + rank (looped schedules
+    place stage k on rank k mod pp), each rank's layers in ``v`` chunks with the remainder first; the
+    embedding opens part 0, the final norm and output close the last part (torchtitan's llama3/deepseek_v3
+    module names). None: the plan uses the even split (torchtitan's own knobs express it)."""
+    from shardplan.cli.export.megatron import stage_layers
+
+    p, n_layers = t.plan, t.model.num_layers
+    if p.pp < 2 or p.stage_layers is None or p.stage_layers == stage_layers(n_layers, p.pp):
+        return None
+    v = p.interleave
+    chunks = [[n // v + (1 if c < n % v else 0) for c in range(v)] for n in p.stage_layers]
+    sizes = [chunks[r][c] for c in range(v) for r in range(p.pp)]
+    # layer order follows the virtual stages: chunk 0 of every rank, then chunk 1, …
+    parts, start = [], 0
+    for k, size in enumerate(sizes):
+        part = [f"layers.{i}" for i in range(start, start + size)]
+        start += size
+        if k == 0:
+            part.insert(0, "tok_embeddings")
+        if k == len(sizes) - 1:
+            part += ["norm", "output"]
+        parts.append(part)
+    return parts
+
+
 def _parallelism(t: TrainTarget, notes: list[str]) -> dict[str, Value]:
     p = t.plan
     sec: dict[str, Value] = {}
@@ -68,7 +94,10 @@ def _parallelism(t: TrainTarget, notes: list[str]) -> dict[str, Value]:
     if p.pp > 1:
         sec["pipeline_parallel_schedule"] = "Interleaved1F1B" if p.interleave > 1 else "1F1B"
         sec["pipeline_parallel_microbatch_size"] = p.microbatch_size
-        if p.interleave > 1:
+        per_stage = _module_fqns(t)
+        if per_stage is not None:
+            sec["module_fqns_per_model_part"] = per_stage  # type: ignore[assignment]
+        elif p.interleave > 1:
             sec |= _layers_per_stage(t)
     if p.ep > 1:
         sec["expert_parallel_degree"] = p.ep
@@ -130,10 +159,13 @@ def sections(t: TrainTarget) -> tuple[dict[str, dict[str, Value]], list[str]]:
 
 
 def overrides(tables: dict[str, dict[str, Value]]) -> list[str]:
-    """The same settings as torchtitan command-line overrides (``--section.option value``)."""
+    """The same settings as torchtitan command-line overrides (``--section.option value``); nested lists
+    (``module_fqns_per_model_part``) have no flat override form and stay in the TOML only."""
     args = []
     for sec, kv in tables.items():
         for k, v in kv.items():
+            if isinstance(v, list) and any(isinstance(x, list) for x in v):
+                continue
             if v is True:
                 args.append(f"--{sec}.{k}")
             else:

@@ -27,11 +27,13 @@ BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
 def vllm_args(*, model: str, tp: int, pp: int, max_num_seqs: int, max_model_len: int,
               gpu_memory_utilization: float, kv_cache_dtype: str = "auto", dtype: str = "auto",
               quantization: str | None = None, enable_expert_parallel: bool = False, block_size: int = 16,
-              data_parallel_size: int = 1) -> list[str]:
+              data_parallel_size: int = 1, max_num_batched_tokens: int | None = None,
+              distributed_executor_backend: str | None = None) -> list[str]:
     """``vllm serve`` argv for one serving layout (``replicas`` > 1: pass ``data_parallel_size``).
 
     ``model`` is a Hugging Face id or a local path; ``max_model_len`` is prompt + generated tokens;
-    ``max_num_seqs`` is the planned batch (concurrent sequences per replica).
+    ``max_num_seqs`` is the planned batch (concurrent sequences per replica); ``max_num_batched_tokens`` the
+    step's token budget the plan was priced with; ``distributed_executor_backend="ray"`` for TP·PP over nodes.
 
     >>> vllm_args(model="meta-llama/Llama-3.1-70B-Instruct", tp=4, pp=1, max_num_seqs=128, max_model_len=4096,
     ...           gpu_memory_utilization=0.9)[:5]
@@ -53,12 +55,21 @@ def vllm_args(*, model: str, tp: int, pp: int, max_num_seqs: int, max_model_len:
                     ("data_parallel_size", data_parallel_size)):
         if v < 1:
             raise ShardplanError(f"must be ≥ 1 (got {v})", field=name)
+    if max_num_batched_tokens is not None and max_num_batched_tokens < 1:
+        raise ShardplanError(f"must be ≥ 1 (got {max_num_batched_tokens})", field="max_num_batched_tokens")
+    if distributed_executor_backend not in (None, "ray", "mp"):
+        raise ShardplanError("must be ray or mp", field="distributed_executor_backend")
     argv = ["vllm", "serve", model, "--tensor-parallel-size", str(tp), "--pipeline-parallel-size", str(pp)]
     if data_parallel_size > 1:
         argv += ["--data-parallel-size", str(data_parallel_size)]
     if enable_expert_parallel:
         argv.append("--enable-expert-parallel")
-    argv += ["--max-num-seqs", str(max_num_seqs), "--max-model-len", str(max_model_len),
+    if distributed_executor_backend is not None:
+        argv += ["--distributed-executor-backend", distributed_executor_backend]
+    argv += ["--max-num-seqs", str(max_num_seqs)]
+    if max_num_batched_tokens is not None:
+        argv += ["--max-num-batched-tokens", str(max_num_batched_tokens)]
+    argv += ["--max-model-len", str(max_model_len),
              "--gpu-memory-utilization", f"{gpu_memory_utilization:.4g}",
              "--kv-cache-dtype", KV_CACHE_DTYPES[kv_cache_dtype], "--block-size", str(block_size),
              "--dtype", DTYPES[dtype]]

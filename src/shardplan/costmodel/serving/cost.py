@@ -3,24 +3,27 @@
 ``infer_cost`` is the single implementation: ``infer_report.estimate_inference`` calls it with one row
 and the planner's table with thousands, so a table row equals the evaluation of that layout.
 
-Serving model (static batching, documented assumptions):
-- A replica (``tp·pp`` GPUs) serves ``batch`` sequences that arrive together. GPUs = replicas·tp·pp.
-- Prefill: the ``batch·prompt`` prompt tokens run in chunks of at most ``max_num_batched_tokens``
-  (vLLM chunked prefill); TTFT is the time to prefill the whole batch, chunks flowing through the
-  pipeline one after another: ``Σ_stages t(chunk) + (chunks−1)·max_stage t(chunk)``.
-- Decode: one token per sequence per step; TPOT is the step time at the mean context
-  ``prompt + gen/2``. With pipeline parallelism the batch is split into ``m = min(batch, pp)``
-  micro-batches kept in flight (vLLM runs pp virtual engines), so one round costs
-  ``max(Σ_stages t(b) + pp·p2p, m·max_stage (t(b) + p2p))`` with ``b = ⌈batch/m⌉``; batch 1 is one pass.
-- The first output token comes from the prefill: end-to-end latency ``TTFT + (gen−1)·TPOT`` and
-  throughput ``replicas·batch·gen / latency`` output tokens per second over all GPUs.
+Two serving views (``InferWorkload.mode``):
+- ``continuous`` (default): the steady state of a continuous-batching engine with chunked prefill — a token
+  budget per step shared by decodes and prefill chunks, ``batch`` = sequences in flight per replica
+  (``max_num_seqs``), per-request TTFT/TPOT and throughput at saturation or at an offered Poisson load
+  (``request_rate``); see ``continuous``.
+- ``static``: a replica (``tp·pp`` GPUs) serves ``batch`` sequences that arrive together. Prefill: the
+  ``batch·prompt`` prompt tokens run in chunks of at most ``max_num_batched_tokens``; TTFT is the time to
+  prefill the whole batch, chunks flowing through the pipeline one after another:
+  ``Σ_stages t(chunk) + (chunks−1)·max_stage t(chunk)``. Decode: one token per sequence per step; TPOT is the
+  step time at the mean context ``prompt + gen/2``. With pipeline parallelism the batch is split into
+  ``m = min(batch, pp)`` micro-batches kept in flight (vLLM runs pp virtual engines), so one round costs
+  ``max(Σ_stages t(b) + pp·p2p, m·max_stage (t(b) + p2p))`` with ``b = ⌈batch/m⌉``. End-to-end latency
+  ``TTFT + (gen−1)·TPOT`` and throughput ``replicas·batch·gen / latency``.
+GPUs = replicas·tp·pp in both.
 
 Memory per GPU (vLLM's accounting, ``worker.determine_available_memory``): a share
 ``gpu_memory_utilization`` of the device is budgeted; weights, the peak activation workspace of a
 profile forward pass of ``max_num_batched_tokens`` tokens (plus the sampler's fp32 logits for
 ``max_num_seqs`` sequences) and non-PyTorch allocations are taken out, and the rest becomes the paged KV
 cache in blocks of ``block_size`` tokens. The CUDA context, NCCL buffers and CUDA graphs live in the
-remaining ``1 − utilisation`` reserve.
+remaining ``1 − utilisation`` reserve. SGLang and TensorRT-LLM budget differently (``engines``).
 """
 
 from __future__ import annotations
@@ -31,18 +34,25 @@ from typing import Annotated, Literal, Self
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from shardplan.costmodel.core import comm
-from shardplan.costmodel.core.layouts import StageShape, representative_stages
-from shardplan.costmodel.core.ops import PhaseCost
 from shardplan.costmodel.core.shards import layer_shard
 from shardplan.costmodel.serving import layers as O
+from shardplan.costmodel.serving.continuous import SteadyState, steady_state
+from shardplan.costmodel.serving.engines import ENGINES, Engine, kv_pool_bytes
+from shardplan.costmodel.serving.steps import (
+    KINDS,
+    PhaseTimes,
+    StageShape,
+    beat,
+    phase_times,
+    pipelined,
+    stage_shapes,
+)
 from shardplan.hardware.spec import SystemSpec
 from shardplan.models.spec import ModelSpec
 from shardplan.units import GiB
 
 WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "int8", "int4")
 KV_DTYPES = ("bf16", "fp16", "fp8")
-KINDS = ("embedding", "attention", "mlp", "moe", "head")
 # Sampler workspace in vLLM's profile run: fp32 logits, softmax, log-softmax and the top-p/top-k sort of
 # every sampled row (4 vocab-wide fp32 buffers). Calibrated on vLLM PR #10511's log (Llama-3-8B, 8192
 # tokens, 256 sequences: 1.26 GiB activation peak = 0.78 GiB of layer workspace + 4·256·V·4 bytes).
@@ -69,16 +79,27 @@ class InferWorkload(BaseModel):
         2048, description="Token budget of one step: prefill chunk size and the profile run's size (vLLM V1 "
         "server default with chunked prefill: 2048).")
     max_num_seqs: Annotated[int, Field(ge=1)] = Field(
-        256, description="Sequences sampled in the profile run (vLLM default 256); sizes the sampler workspace.")
+        256, description="The engine's cap on sequences in flight (the planner's largest continuous batch) and the "
+        "rows of its profile run's sampler (vLLM: 256, 1024 on ≥ 70 GiB non-A100 GPUs).")
     non_torch_bytes: Annotated[int, Field(ge=0)] = Field(
         int(0.15 * GiB), description="Non-PyTorch allocations vLLM measures during its profile run (cuBLAS and "
         "attention workspaces): 0.07–0.19 GiB in vLLM's logs (PRs #10511, #12126, #21489).")
     quant_group_size: Annotated[int, Field(ge=1)] = Field(128, description="Weights per int8/int4 scale group.")
+    engine: Engine = Field("vllm", description=f"Serving engine whose memory rules apply: {', '.join(ENGINES)}.")
+    mem_fraction_static: Annotated[float, Field(gt=0, le=1)] | None = Field(
+        None, description="SGLang --mem-fraction-static (default: SGLang's rule from GPU memory and tp·pp).")
+    mode: Literal["continuous", "static"] = Field(
+        "continuous", description="continuous: engine steady state (chunked prefill mixed with decodes); static: "
+        "one batch arriving together.")
+    request_rate: Annotated[float, Field(gt=0)] | None = Field(
+        None, description="Offered load, requests/s over the whole deployment (Poisson); None: saturation.")
 
     @model_validator(mode="after")
     def _check(self) -> Self:
         if self.dtype == "fp8" and self.weight_dtype not in (None, "fp8"):
             raise ValueError(f"--dtype fp8 runs fp8 GEMMs on fp8 weights; weight_dtype {self.weight_dtype} conflicts")
+        if self.request_rate is not None and self.mode != "continuous":
+            raise ValueError("an offered load needs --mode continuous (a static batch arrives all at once)")
         return self
 
     def weights(self, model: ModelSpec) -> str:
@@ -140,17 +161,6 @@ class InferRows:
         return InferRows(*(getattr(self, f.name)[idx] for f in fields(self)))
 
 
-# --- pipeline stages -----------------------------------------------------------------------------------
-def stage_shapes(model: ModelSpec, pp: np.ndarray) -> list[StageShape]:
-    """vLLM's split (``get_pp_indices``): ⌊L/pp⌋ layers each, the remainder added to stages pp−2, pp−3, …"""
-    L, p = model.num_layers, pp.astype(float)
-    base, extra = np.floor(L / p), np.mod(L, p)
-    n_first = np.where(p == 1, L, base + (extra >= p - 1))
-    n_mid = base + (extra >= 1)
-    n_last = base
-    return representative_stages(model, p, n_first, n_mid, n_last)
-
-
 # --- memory --------------------------------------------------------------------------------------------
 def kind_weight_bytes(model: ModelSpec, work: InferWorkload, rows: InferRows, kind: str) -> np.ndarray:
     """Weight bytes one GPU holds for one layer of ``kind`` (or the embedding / the LM head): linear layers and
@@ -193,6 +203,7 @@ class StageMemory:
     kv_pool: np.ndarray  # budget left for the KV cache (may be negative)
     kv_token: np.ndarray  # KV bytes per token position on this GPU (all its layers)
     blocks: np.ndarray  # whole KV blocks that fit (≥ 0)
+    reserve: np.ndarray  # what the engine holds back beyond these (vLLM: (1 − utilisation)·memory)
 
 
 def stage_memory(model: ModelSpec, system: SystemSpec, work: InferWorkload, rows: InferRows, shape: StageShape,
@@ -203,49 +214,12 @@ def stage_memory(model: ModelSpec, system: SystemSpec, work: InferWorkload, rows
     sampler = work.max_num_seqs * model.vocab_size * (SAMPLER_BUFFERS * O.LOGIT_BYTES + O.ACT_BYTES / rows.tp)
     acts = work.max_num_batched_tokens * workspace_per_token(model, rows.tp) + np.where(shape.has_head, sampler, 0.0)
     non_torch = np.full(len(rows), float(work.non_torch_bytes))
-    pool = work.gpu_memory_utilization * system.gpu.memory_bytes - weights - acts - non_torch
+    fraction = work.mem_fraction_static if work.engine == "sglang" else work.gpu_memory_utilization
+    pool, reserve = kv_pool_bytes(work.engine, system.gpu, fraction=fraction, weights=weights, activations=acts,
+                                  non_torch=non_torch, parallel=rows.tp * rows.pp)
     kv_token = shape.layers * kv_layer
     blocks = np.floor(np.maximum(pool, 0.0) / (work.block_size * kv_token))
-    return StageMemory(shape, weights, acts, non_torch, pool, kv_token, blocks)
-
-
-# --- time ----------------------------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class PhaseTimes:
-    """Per-kind ops and sums of one step, plus stage and whole-pass times."""
-
-    step: O.Step
-    ops: dict[str, list]
-    sums: dict[str, PhaseCost]
-    stage_s: list[np.ndarray]  # per representative stage, compute + collectives of one step
-    total_s: np.ndarray  # Σ over all stages
-    p2p_s: np.ndarray  # one stage-to-stage send of the step's activations
-
-
-def _phase(ctx: O.InferCtx, step: O.Step, shapes: list[StageShape], rows: InferRows) -> PhaseTimes:
-    m = ctx.model
-    kinds = [k for k in KINDS if k != "moe" or m.moe is not None]
-    ops = {k: O.BUILDERS[k](ctx, step) for k in kinds}
-    sums = {k: PhaseCost.of(ops[k], step.tokens) for k in kinds}
-    stage_s = [sum(sh.count(k) * sums[k].time for k in kinds) for sh in shapes]
-    moe_total = float(m.num_moe_layers)
-    counts = {"embedding": 1.0, "attention": float(m.num_layers), "mlp": float(m.num_layers) - moe_total,
-              "moe": moe_total, "head": 1.0}
-    total = sum(counts[k] * sums[k].time for k in kinds)
-    crosses = rows.tp * rows.pp > ctx.system.gpus_per_node
-    p2p = np.where(rows.pp > 1, comm.p2p_time(ctx.system, O.ACT_BYTES * step.tokens * m.hidden_size, crosses), 0.0)
-    return PhaseTimes(step, ops, sums, stage_s, total, p2p)
-
-
-def _beat(ph: PhaseTimes, shapes: list[StageShape]) -> np.ndarray:
-    """The slowest stage's time for one step."""
-    return np.max(np.stack([np.where(s.exists, t, 0.0) for s, t in zip(shapes, ph.stage_s, strict=True)]), axis=0)
-
-
-def _pipelined(ph: PhaseTimes, shapes: list[StageShape], pp: np.ndarray, passes: np.ndarray) -> np.ndarray:
-    """Time for ``passes`` steps to flow through the stages (first one end to end, the rest one per beat)."""
-    hop = np.where(pp > 1, ph.p2p_s, 0.0)
-    return ph.total_s + (pp - 1) * hop + (passes - 1) * (_beat(ph, shapes) + hop)
+    return StageMemory(shape, weights, acts, non_torch, pool, kv_token, blocks, reserve)
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,11 +240,13 @@ class InferCost:
     tokens_per_s: np.ndarray
     kv_layer_bytes: np.ndarray  # per token, per layer, per GPU
     kv_blocks: np.ndarray  # blocks per GPU = per replica (the binding stage)
-    blocks_per_seq: int
+    blocks_per_seq: int  # a whole sequence (prompt + output)
+    blocks_held: int  # a sequence on average while it runs (continuous: prompt + half the output)
     max_batch: np.ndarray  # sequences per replica that fit
     binding_stage: np.ndarray
-
     block_size: int
+    mode: str = "static"
+    steady: SteadyState | None = None  # continuous mode: the engine's average step
 
     @property
     def kv_tokens(self) -> np.ndarray:
@@ -294,27 +270,45 @@ def infer_cost(model: ModelSpec, system: SystemSpec, work: InferWorkload, rows: 
     kv_blocks = np.min(blocks, axis=0)
     P_, G = work.prompt_len, work.gen_len
     blocks_per_seq = -(-(P_ + G) // work.block_size)
-    max_batch = np.floor(kv_blocks / blocks_per_seq)
+    # Engines allocate KV blocks as tokens arrive (vLLM and SGLang preempt or retract when the pool runs out),
+    # so in the continuous steady state a sequence holds its prompt and, on average, half its output: the pool
+    # carries B·(P + G/2) tokens (Little's law over staggered requests). Static batches hold all P + G. One whole
+    # sequence must fit either way.
+    held = -(-(P_ + -(-G // 2)) // work.block_size) if work.mode == "continuous" else blocks_per_seq
+    max_batch = np.where(kv_blocks >= blocks_per_seq, np.floor(kv_blocks / held), 0.0)
 
     B = rows.batch.astype(float)
     pp = rows.pp.astype(float)
-    # Prefill: batch·prompt tokens in equal chunks of at most max_num_batched_tokens.
+    common = dict(rows=rows, ctx=ctx, shapes=shapes, memory=memory, kv_layer_bytes=kv_layer, kv_blocks=kv_blocks,
+                  blocks_per_seq=blocks_per_seq, blocks_held=held, max_batch=max_batch, binding_stage=binding,
+                  block_size=work.block_size, mode=work.mode)
+    if work.mode == "continuous":
+        # one prompt's own chunk, for the per-layer prefill table (the steady state mixes it with decodes)
+        c = float(min(work.max_num_batched_tokens, P_))
+        one = np.ones_like(B)
+        prefill = phase_times(ctx, O.Step("prefill", c * one, c * (c + 1) / 2 * one, c * one, one), shapes,
+                              rows.tp, pp)
+        st = steady_state(ctx, shapes, tp=rows.tp, pp=pp, replicas=rows.dp, batch=rows.batch,
+                          budget=work.max_num_batched_tokens, prompt=P_, gen=G, request_rate=work.request_rate)
+        e2e = st.ttft_s + (G - 1) * st.round_s
+        return InferCost(prefill=prefill, decode=st.step, chunks=st.chunks, micro_batches=np.minimum(B, pp),
+                         ttft_s=st.ttft_s, tpot_s=st.round_s, e2e_s=e2e, tokens_per_s=st.tokens_per_s, steady=st,
+                         **common)
+    # Static: batch·prompt tokens in equal chunks of at most max_num_batched_tokens.
     chunks = np.ceil(B * P_ / work.max_num_batched_tokens)
     pairs = B * P_ * (P_ + 1) / 2 / chunks  # causal (query, key) pairs per head, spread over the chunks
     pre_step = O.Step("prefill", B * P_ / chunks, pairs, B * P_ / chunks, B / chunks)
-    prefill = _phase(ctx, pre_step, shapes, rows)
-    ttft = _pipelined(prefill, shapes, pp, chunks)
+    prefill = phase_times(ctx, pre_step, shapes, rows.tp, pp)
+    ttft = pipelined(prefill, shapes, pp, chunks)
     # Decode: micro-batches in flight over the pipeline, at the mean context.
     micro = np.minimum(B, pp)
     b = np.ceil(B / micro)
     context = P_ + G / 2
     dec_step = O.Step("decode", b, b * context, b * context, b)
-    decode = _phase(ctx, dec_step, shapes, rows)
+    decode = phase_times(ctx, dec_step, shapes, rows.tp, pp)
     hop = np.where(pp > 1, decode.p2p_s, 0.0)
-    tpot = np.maximum(decode.total_s + pp * hop, micro * (_beat(decode, shapes) + hop))
+    tpot = np.maximum(decode.total_s + pp * hop, micro * (beat(decode, shapes) + hop))
     e2e = ttft + (G - 1) * tpot
     tps = rows.dp * B * G / e2e
-    return InferCost(rows=rows, ctx=ctx, shapes=shapes, memory=memory, prefill=prefill, decode=decode, chunks=chunks,
-                     micro_batches=micro, ttft_s=ttft, tpot_s=tpot, e2e_s=e2e, tokens_per_s=tps,
-                     kv_layer_bytes=kv_layer, kv_blocks=kv_blocks, blocks_per_seq=blocks_per_seq, max_batch=max_batch,
-                     binding_stage=binding, block_size=work.block_size)
+    return InferCost(prefill=prefill, decode=decode, chunks=chunks, micro_batches=micro, ttft_s=ttft, tpot_s=tpot,
+                     e2e_s=e2e, tokens_per_s=tps, **common)

@@ -22,10 +22,18 @@ import numpy as np
 
 from shardplan.costmodel.core import comm
 from shardplan.costmodel.core import operators as inv
-from shardplan.costmodel.core.kernels import attention_time, gemm_time, kernel_time
+from shardplan.costmodel.core.kernels import (
+    attention_time,
+    compute_time,
+    gemm_time,
+    interp_efficiency,
+    kernel_time,
+    memory_time,
+)
 from shardplan.costmodel.core.operators import Attention, Elementwise, Gemm, distinct_experts, kv_heads_per_rank
 from shardplan.costmodel.core.ops import ATTN, COMM, GEMM, MEM, Op
-from shardplan.hardware.spec import SystemSpec
+from shardplan.costmodel.serving.collectives import ep_all_to_all_time, tp_all_reduce_time
+from shardplan.hardware.spec import GpuSpec, SystemSpec
 from shardplan.models.spec import ModelSpec
 from shardplan.units import DTYPE_BYTES
 
@@ -84,10 +92,15 @@ class InferCtx:
 
     # --- pricing the operator inventory -------------------------------------------------------------------------
     def gemm(self, g: Gemm) -> list[Op]:
-        """Each weight matrix streamed once per step; router and LM head stay 16-bit (vLLM keeps them unquantised)."""
+        """Each weight matrix streamed once per step; router and LM head stay 16-bit (vLLM keeps them unquantised).
+        Routed experts run as one fused grouped GEMM (``fused_moe_time``)."""
         wb, dtype = (ACT_BYTES, "bf16") if g.high_precision else (self.wbytes, self.gemm_dtype)
         nbytes = self._col(g.nbytes(ACT_BYTES, wb, ACT_BYTES))
         flops = self._col(g.flops)
+        if g.name.startswith("moe.experts"):
+            t = fused_moe_time(self.system.gpu, flops, nbytes, dtype, experts=self._col(g.experts),
+                               imbalance=ep_imbalance(self.ep, self._col(g.m)))
+            return [Op(g.name, GEMM, flops, nbytes, t)]
         return [Op(g.name, GEMM, flops, nbytes, gemm_time(self.system.gpu, flops, nbytes, dtype, experts=g.experts))]
 
     def elementwise(self, x: Elementwise, *, selective: bool = False) -> Op:
@@ -126,7 +139,7 @@ class InferCtx:
     def ep_all_to_all(self, name: str, elements: np.ndarray | float) -> Op:
         """All-to-all over the EP group; replicas are outermost in rank order (TP, PP, replicas)."""
         nbytes = self._col(ACT_BYTES * elements)
-        t = comm.all_to_all_time(self.system, nbytes, self.ep, self.tp * self.pp)
+        t = ep_all_to_all_time(self.system, nbytes, self.ep, self.tp * self.pp)
         return Op(name, COMM, np.zeros_like(nbytes), nbytes, np.where(self.ep > 1, t, 0.0), dim="ep")
 
     def kv_cache_write(self, tokens: np.ndarray | float) -> np.ndarray:
@@ -141,24 +154,25 @@ class InferCtx:
         return np.maximum(distinct_experts(moe.num_experts, moe.experts_per_token, tokens) / ep, 1e-9)
 
 
-def tp_all_reduce_time(system: SystemSpec, nbytes: np.ndarray, tp: np.ndarray) -> np.ndarray:
-    """TP all-reduce as serving engines run it.
+def ep_imbalance(ep: np.ndarray, routed_tokens: np.ndarray) -> np.ndarray:
+    """Busiest EP rank's token copies over the mean: with ``μ`` copies per rank routed uniformly at random over
+    ``ep`` ranks, the maximum load is ``μ + √(2 μ ln ep)`` (balls into bins, Raab & Steger 1998, for μ ≫ ln ep);
+    the step waits for the busiest rank. 1 without EP."""
+    ep = np.asarray(ep, dtype=float)
+    mu = np.maximum(np.asarray(routed_tokens, dtype=float), 1.0)
+    return np.where(ep > 1, 1.0 + np.sqrt(2.0 * np.log(np.maximum(ep, 1.0)) / mu), 1.0)
 
-    Inside a node, vLLM's custom all-reduce (csrc/custom_all_reduce.cuh) reads peers' buffers directly
-    over NVLink/xGMI: one-shot (one latency, each GPU pulls (n−1)·S) for small messages, two-shot
-    (reduce-scatter + all-gather: two latencies, 2(n−1)/n·S) for larger ones; the faster applies. Across
-    nodes NCCL's hierarchical ring (``comm.all_reduce_time``).
-    """
-    n = np.asarray(tp, dtype=float)
-    s = np.asarray(nbytes, dtype=float)
-    link = system.intra_node
-    bw, lat = link.effective_bytes_per_s, link.latency_s
-    one_shot = lat + (n - 1) * s / bw
-    two_shot = 2 * lat + 2 * (n - 1) / n * s / bw
-    ring = comm.all_reduce_time(system, s, tp, np.ones_like(tp))
-    in_node = n <= system.gpus_per_node
-    t = np.where(in_node, np.minimum(one_shot, two_shot), ring)
-    return np.where(n > 1, t, 0.0)
+
+def fused_moe_time(gpu: GpuSpec, flops: np.ndarray, nbytes: np.ndarray, dtype: str, *, experts: np.ndarray,
+                   imbalance: np.ndarray) -> np.ndarray:
+    """A fused grouped expert GEMM (vLLM ``fused_moe`` Triton kernel, SGLang/TRT-LLM grouped GEMMs): one launch
+    streams every touched expert's weights once, so the bytes move at the efficiency of the whole transfer, while
+    the math runs at the efficiency of one expert's share (its M is the tokens routed to that expert); the
+    busiest EP rank's extra tokens (``imbalance``) scale the math."""
+    experts = np.maximum(experts, 1e-9)
+    t_c = compute_time(gpu, flops * imbalance, dtype, efficiency=interp_efficiency(gpu.matmul_efficiency,
+                                                                                  flops / experts))
+    return np.maximum(np.maximum(t_c, memory_time(gpu, nbytes)), gpu.kernel_launch_s)
 
 
 def kv_layer_bytes_per_token(model: ModelSpec, kv_dtype: str, tp: np.ndarray) -> np.ndarray:

@@ -31,8 +31,10 @@ class InferPlanOut(Out):
 
 
 class InferMetrics(Out):
-    ttft_s: float = Field(description="Time to first token: prefill of the whole batch (chunked).")
-    tpot_s: float = Field(description="Time per output token: one decode step at the mean context.")
+    ttft_s: float = Field(description="Time to first token. continuous: one request's mean (queueing under "
+                          "--request-rate, half a step, its prefill chunks); static: prefill of the whole batch.")
+    tpot_s: float = Field(description="Time per output token: one decode step (continuous: the average mixed "
+                          "step, decodes sharing it with prefill chunks) at the mean context.")
     tokens_per_s: float = Field(description="Output tokens per second over all GPUs (all replicas).")
     max_batch_size: int = Field(description="Largest batch per replica whose KV cache fits.")
     e2e_latency_s: float = Field(description="One request: TTFT + (gen − 1)·TPOT.")
@@ -40,6 +42,17 @@ class InferMetrics(Out):
     prefill_chunks: int = Field(description="Prefill steps of at most max_num_batched_tokens tokens.")
     decode_micro_batches: int = Field(description="Micro-batches in flight over the pipeline during decode.")
     mean_context: float = Field(description="Context length at which TPOT is evaluated: prompt + gen/2.")
+    mode: str = Field("static", description="continuous (engine steady state) or static (one batch).")
+    request_rate: float | None = Field(None, description="Offered load, requests/s (None: saturation).")
+    capacity_requests_per_s: float | None = Field(None, description="Saturation capacity of all replicas.")
+    utilisation: float | None = Field(None, description="Offered load / capacity (1 at saturation).")
+    queue_s: float | None = Field(None, description="Mean wait for admission (M/D/1), inside ttft_s.")
+    ttft_p90_s: float | None = Field(None, description="90th-percentile TTFT (M/D/1 wait, Kingman's exponential tail).")
+    decodes_per_step: float | None = Field(None, description="Average decode tokens per step (one micro-batch).")
+    prefill_tokens_per_step: float | None = Field(None, description="Average prefill tokens per step.")
+    goodput_tokens_per_s: float | None = Field(
+        None, description="Output tokens/s of requests meeting the TTFT/TPOT limits (mean latencies under Poisson "
+        "arrivals): tokens_per_s when the limits hold, else 0.")
 
 
 class InferMemory(Out):
@@ -48,9 +61,12 @@ class InferMemory(Out):
     gradients_bytes: float = 0.0
     optimizer_bytes: float = 0.0
     activations_bytes: float = Field(description="Peak workspace of the profile forward pass and sampler.")
-    kv_cache_bytes: float = Field(description="KV-cache blocks the batch occupies (prompt + generated tokens).")
+    kv_cache_bytes: float = Field(description="KV-cache blocks the batch occupies (static: prompt + generated tokens; "
+                                  "continuous: prompt + half the output on average).")
     non_torch_bytes: float
-    reserve_bytes: float = Field(description="(1 − gpu_memory_utilization) of the GPU, kept free.")
+    reserve_bytes: float = Field(description="What the engine keeps outside its budget (vLLM: (1 − "
+                                 "gpu_memory_utilization) of the GPU; SGLang: 1 − mem_fraction_static, less "
+                                 "activations; TRT-LLM: 10% of the free memory).")
     kv_pool_bytes: float = Field(description="Budget left for the paged KV cache (what vLLM allocates).")
     total_bytes: float = Field(description="weights + activations + batch KV cache + non-torch + reserve.")
     capacity_bytes: float
@@ -160,6 +176,17 @@ def _layer_rows(cost: InferCost, i: int) -> tuple[list[PhaseLayerRow], list[Phas
     return out
 
 
+def _steady_metrics(cost: InferCost, i: int, work: InferWorkload) -> dict:
+    st = cost.steady
+    if st is None:
+        return {}
+    return dict(mode="continuous", request_rate=work.request_rate,
+                capacity_requests_per_s=_f(st.capacity_rps, i) * int(cost.rows.dp[i]),
+                utilisation=min(_f(st.utilisation, i), 1e9), queue_s=_f(st.queue_s, i), ttft_p90_s=_f(st.ttft_p90_s, i),
+                decodes_per_step=_f(st.decodes, i), prefill_tokens_per_step=_f(st.prefill_tokens, i),
+                goodput_tokens_per_s=_f(cost.tokens_per_s, i))
+
+
 def report_row(cost: InferCost, i: int, *, model: ModelSpec, system: SystemSpec, work: InferWorkload,
                num_gpus: int) -> InferReport:
     """The report of row ``i`` of an evaluated batch of layouts (status ``feasible``)."""
@@ -168,8 +195,8 @@ def report_row(cost: InferCost, i: int, *, model: ModelSpec, system: SystemSpec,
     cap = float(system.gpu.memory_bytes)
     b = int(cost.binding_stage[i])
     st = cost.memory[b]
-    kv_need = lay.batch * cost.blocks_per_seq * work.block_size * _f(st.kv_token, i)
-    reserve = (1 - work.gpu_memory_utilization) * cap
+    kv_need = lay.batch * cost.blocks_held * work.block_size * _f(st.kv_token, i)
+    reserve = _f(st.reserve, i)
     total = _f(st.weights, i) + _f(st.activations, i) + kv_need + _f(st.non_torch, i) + reserve
     memory = InferMemory(
         stage=st.shape.name, weights_bytes=_f(st.weights, i), activations_bytes=_f(st.activations, i),
@@ -182,7 +209,8 @@ def report_row(cost: InferCost, i: int, *, model: ModelSpec, system: SystemSpec,
         ttft_s=_f(cost.ttft_s, i), tpot_s=_f(cost.tpot_s, i), tokens_per_s=tps,
         max_batch_size=int(_f(cost.max_batch, i)), e2e_latency_s=_f(cost.e2e_s, i),
         tokens_per_s_per_gpu=tps / num_gpus, prefill_chunks=int(_f(cost.chunks, i)),
-        decode_micro_batches=int(_f(cost.micro_batches, i)), mean_context=work.prompt_len + work.gen_len / 2)
+        decode_micro_batches=int(_f(cost.micro_batches, i)), mean_context=work.prompt_len + work.gen_len / 2,
+        **_steady_metrics(cost, i, work))
     prefill, decode = _layer_rows(cost, i)
     return InferReport(
         status="feasible", model=model.name, hardware=system.name, num_gpus=num_gpus, prompt_len=work.prompt_len,
@@ -252,6 +280,9 @@ def estimate_inference(model: ModelSpec, system: SystemSpec, num_gpus: int, work
         met = (max_ttft_s is None or report.metrics.ttft_s <= max_ttft_s) and (
             max_tpot_s is None or report.metrics.tpot_s <= max_tpot_s)
         report = report.model_copy(update={"slo": SloOut(max_ttft_s=max_ttft_s, max_tpot_s=max_tpot_s, met=met)})
+        if not met and report.metrics.goodput_tokens_per_s is not None:
+            report = report.model_copy(update={"metrics": report.metrics.model_copy(
+                update={"goodput_tokens_per_s": 0.0})})
     if bool(cost.fits[0]):
         return report
     fixes: list[tuple[float, str]] = []

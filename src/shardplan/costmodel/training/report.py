@@ -32,6 +32,13 @@ class TrainPlanOut(Out):
     zero_stage: int
     sequence_parallel: bool
     offload: OffloadOut
+    stage_layers: list[int] | None = Field(None, description="Transformer layers per pipeline rank (rank 0 first); "
+                                           "with interleave v, each rank's layers form v chunks, the first chunks "
+                                           "taking the remainder. None: the uniform split.")
+    stage_recompute_layers: list[int] | None = Field(None, description="Fully recomputed layers per pipeline rank "
+                                                     "(--recompute full with a per-stage plan).")
+    stage_offload_activations: list[float] | None = Field(None, description="Share of stored activations on the "
+                                                          "CPU per pipeline rank (a per-stage plan).")
 
 
 class TrainMetrics(Out):

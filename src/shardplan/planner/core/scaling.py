@@ -15,6 +15,9 @@ TIME_UNIT_S = 1e-6  # objective resolution for step times: 1 µs
 RATE_UNIT_S = 1e-9  # objective resolution for seconds per sequence or per token: 1 ns
 MEM_UNIT_BYTES = 2**20  # memory resolution: 1 MiB
 MAX_EXACT = 2**53  # CP-SAT reports objectives as doubles: stay below the exactly representable integers
+# CP-SAT's model validation rejects (MODEL_INVALID) a linear objective whose Σ|coefficient|·|domain| may
+# overflow int64 (ortools/sat/cp_model_checker.cc, "Possible integer overflow in objective"); keep a 2x margin.
+MAX_OBJECTIVE_SUM = 2**62
 
 
 def _ceil(x: np.ndarray | float) -> np.ndarray:
@@ -40,30 +43,53 @@ def from_int_time(units: int | float, unit: float = TIME_UNIT_S) -> float:
     return float(units) * unit
 
 
+def max_primary(n_rows: int) -> int:
+    """Largest primary objective value ``lexicographic`` accepts for ``n_rows`` rows: every coefficient
+    ``primary·R + rank`` below 2^53 and their sum below ``MAX_OBJECTIVE_SUM``."""
+    n = max(int(n_rows), 1)
+    return max(min(MAX_EXACT - 1, MAX_OBJECTIVE_SUM // n) // n - 1, 1)
+
+
+def objective_unit(upper: float, n_rows: int, finest: float) -> float:
+    """The finest power-of-ten unit (≥ ``finest``) at which values up to ``upper`` stay within ``max_primary``.
+
+    Throughputs of 100k GPUs at 0.001 tokens/s, or hour-long latencies at 1 µs, over 50k rows would overflow;
+    the unit coarsens by powers of ten instead (the resolution stays ~1e-9 of the largest value or finer).
+    """
+    limit = max_primary(n_rows)
+    unit = finest
+    while upper / unit >= limit:
+        unit *= 10
+    return unit
+
+
 def lexicographic(primary: np.ndarray, rank: np.ndarray) -> list[int]:
     """Coefficients ``primary·R + rank`` (R = number of rows): the primary objective first, then ties by rank.
 
-    Raises if the largest coefficient would not be exact in a double.
+    Raises if a coefficient would not be exact in a double, or their sum could overflow CP-SAT's int64
+    objective (callers pick their unit with ``objective_unit`` so neither happens).
     """
     n = len(rank)
     coeffs = primary.astype(object) * n + rank.astype(object)
     top = max(coeffs, default=0)
     if top >= MAX_EXACT:
-        raise OverflowError(f"objective coefficient {top} exceeds 2^53; coarsen the time unit")
+        raise OverflowError(f"objective coefficient {top} exceeds 2^53; coarsen the unit (scaling.objective_unit)")
+    if top * n >= MAX_OBJECTIVE_SUM:
+        raise OverflowError(f"objective coefficients sum to up to {top * n} ≥ 2^62; coarsen the unit")
     return [int(c) for c in coeffs]
 
 
 THROUGHPUT_UNIT = 1e-3  # objective resolution for throughputs: 0.001 tokens/s
 
 
-def to_int_throughput(tokens_per_s: np.ndarray | float) -> np.ndarray:
+def to_int_throughput(tokens_per_s: np.ndarray | float, unit: float = THROUGHPUT_UNIT) -> np.ndarray:
     """A throughput (a capability) as integer units, rounded down."""
-    x = np.round(np.asarray(tokens_per_s, dtype=float) / THROUGHPUT_UNIT, 6)
+    x = np.round(np.asarray(tokens_per_s, dtype=float) / unit, 6)
     return np.floor(x).astype(np.int64)
 
 
-def from_int_throughput(units: int | float) -> float:
-    return float(units) * THROUGHPUT_UNIT
+def from_int_throughput(units: int | float, unit: float = THROUGHPUT_UNIT) -> float:
+    return float(units) * unit
 
 
 # --- offload placements (factored CP-SAT form: integer percents, times and memory per percent) -------------

@@ -11,15 +11,13 @@ if TYPE_CHECKING:
     from shardplan.costmodel.serving.cost import InferCost
     from shardplan.planner.serving.request import InferRequest
 
-# Frontier points closer than this ratio in TPOT share one level (one point per level).
-PARETO_LEVEL_RATIO = 1.05
-
 
 def pareto_front(tpot: np.ndarray, tput: np.ndarray, rank: np.ndarray) -> list[int]:
-    """Rows on the (lower TPOT, higher throughput) frontier, one per TPOT level of ratio ``PARETO_LEVEL_RATIO``.
+    """Every row on the (lower TPOT, higher throughput) frontier, lowest TPOT first.
 
-    Sweep rows by increasing TPOT (ties: higher throughput, then rank); a row joins when it beats every
-    earlier row's throughput. Within a level the last joiner (the highest throughput) stands for it.
+    Sweep rows by increasing TPOT (ties: higher throughput, then rank); a row joins when its throughput
+    beats every earlier row's, so no point is dominated and no non-dominated TPOT level is left out
+    (batch 1, the fastest decode, always starts it).
     """
     order = np.lexsort((rank, -tput, tpot))
     front: list[int] = []
@@ -28,15 +26,7 @@ def pareto_front(tpot: np.ndarray, tput: np.ndarray, rank: np.ndarray) -> list[i
         if tput[i] > best:
             best = float(tput[i])
             front.append(int(i))
-    out: list[int] = []
-    anchor = np.inf
-    for i in front:
-        if out and tpot[i] <= anchor * PARETO_LEVEL_RATIO:
-            out[-1] = i  # same level: keep its highest-throughput point
-        else:
-            out.append(i)
-            anchor = float(tpot[i])
-    return out
+    return front
 
 
 def _layout(cost: InferCost, i: int) -> str:
@@ -69,6 +59,17 @@ def slo_reason(req: InferRequest, cost: InferCost, fits: np.ndarray) -> tuple[st
         fixes.append("relax --max-ttft-ms or --max-tpot-ms")
     fixes.append("use more GPUs, or shorter prompts (--prompt-len)")
     return "; ".join(lines), fixes
+
+
+def rate_reason(req: InferRequest, cost: InferCost, fits: np.ndarray) -> tuple[str, list[str]]:
+    """Layouts fit in memory but none keeps up with the offered load: the largest capacity of any."""
+    assert cost.steady is not None and req.workload.request_rate is not None
+    cap = cost.steady.capacity_rps * cost.rows.dp
+    i = int(np.flatnonzero(fits)[np.argmax(cap[fits])])
+    best = float(cap[i])
+    reason = (f"request rate: the most any layout that fits serves is {best:.4g} requests/s ({_layout(cost, i)}) "
+              f"< --request-rate {req.workload.request_rate:g}")
+    return reason, [f"--request-rate {np.floor(best * 100) / 100:g}", "use more GPUs, or shorter prompts/outputs"]
 
 
 def memory_reason(req: InferRequest, cost: InferCost) -> str:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -25,6 +25,8 @@ class InferRequest(BaseModel):
     max_batch: bool = Field(False, description="Every layout runs its largest batch that fits.")
     max_ttft_s: Annotated[float, Field(gt=0)] | None = None
     max_tpot_s: Annotated[float, Field(gt=0)] | None = None
+    slo_statistic: Literal["mean", "p90"] = Field(
+        "mean", description="What --max-ttft-ms bounds: the mean TTFT, or its 90th percentile (continuous mode).")
     objective: InferObjective = InferObjective.THROUGHPUT
     tp: Annotated[int, Field(ge=1)] | None = None
     pp: Annotated[int, Field(ge=1)] | None = None

@@ -31,20 +31,23 @@ from shardplan.costmodel.serving.report import (
     InferReport,
     PhaseLayerRow,
     estimate_inference,
+    report_row,
     valid_ep,
     valid_tp,
 )
 from shardplan.errors import ShardplanError
 from shardplan.planner.core.pins import require_allowed
 from shardplan.planner.core.scaling import (
+    THROUGHPUT_UNIT,
     TIME_UNIT_S,
     from_int_throughput,
     from_int_time,
+    objective_unit,
     to_int_throughput,
     to_int_time,
 )
 from shardplan.planner.core.select import brute_force, explain_infeasible, select
-from shardplan.planner.serving.explain import memory_reason, pareto_front, slo_reason
+from shardplan.planner.serving.explain import memory_reason, pareto_front, rate_reason, slo_reason
 from shardplan.planner.serving.knobs import InferObjective
 from shardplan.planner.serving.request import InferRequest
 from shardplan.units import format_seconds
@@ -139,6 +142,8 @@ def build_rows(req: InferRequest) -> tuple[InferRows, np.ndarray]:
     base = InferRows(*(np.array(c, dtype=np.int64) for c in zip(*lays, strict=True)),
                      batch=np.ones(len(lays), dtype=np.int64))
     max_b = infer_cost(req.model, req.system, req.workload, base).max_batch.astype(np.int64)
+    if req.workload.mode == "continuous":  # the engine runs at most max_num_seqs sequences at once
+        max_b = np.minimum(max_b, req.workload.max_num_seqs)
     budget = max(1, req.max_rows // len(lays))
     cols: list[list[np.ndarray]] = [[], [], [], [], []]
     for i, (tp, pp, ep, dp) in enumerate(lays):
@@ -162,22 +167,58 @@ def tie_rank(rows: InferRows) -> np.ndarray:
     return rank
 
 
+def bounded_ttft(req: InferRequest, cost: InferCost) -> np.ndarray:
+    """The TTFT statistic the limit bounds: the mean, or the 90th percentile under the offered load."""
+    if req.slo_statistic == "p90" and cost.steady is not None:
+        return cost.steady.ttft_p90_s
+    return cost.ttft_s
+
+
+def best_per_layout(rows: InferRows, primary: np.ndarray, rank: np.ndarray, k: int) -> np.ndarray:
+    """Indices of each layout's ``k`` best rows by (objective, tie rank): the table's ``k`` best plans are among
+    them, so the other rows are dominated and never reach CP-SAT."""
+    _, layout = np.unique(np.stack([rows.tp, rows.pp, rows.ep, rows.dp]), axis=1, return_inverse=True)
+    order = np.lexsort((rank, primary, layout))
+    first = np.r_[0, np.flatnonzero(np.diff(layout[order])) + 1]
+    pos = np.arange(len(order)) - np.repeat(first, np.diff(np.r_[first, len(order)]))
+    return np.sort(order[pos < k])
+
+
 def admissible(req: InferRequest, cost: InferCost) -> dict[str, np.ndarray]:
     """Violations per requirement: ``out[name][r]`` is True when row r breaks it."""
     out = {"gpu_memory": ~cost.fits}
+    if cost.steady is not None and req.workload.request_rate is not None:
+        out["request_rate"] = cost.steady.utilisation >= 1.0
     if req.max_ttft_s is not None:
-        out["ttft_limit"] = cost.ttft_s > req.max_ttft_s
+        out["ttft_limit"] = bounded_ttft(req, cost) > req.max_ttft_s
     if req.max_tpot_s is not None:
         out["tpot_limit"] = cost.tpot_s > req.max_tpot_s
     return out
 
 
-def primary_objective(req: InferRequest, cost: InferCost, idx: np.ndarray) -> np.ndarray:
-    """Integer objective to minimise over rows ``idx``: throughput shortfall, or latency in µs."""
-    if req.objective == InferObjective.LATENCY:
-        return to_int_time(cost.e2e_s[idx], TIME_UNIT_S)
-    u = to_int_throughput(cost.tokens_per_s[idx])
-    return u.max(initial=0) - u
+def by_latency(req: InferRequest) -> bool:
+    """Latency decides: asked for, or an offered load fixes every admissible row's throughput at rate·gen."""
+    return req.objective == InferObjective.LATENCY or req.workload.request_rate is not None
+
+
+def objective_values(req: InferRequest, cost: InferCost) -> np.ndarray:
+    """The float objective of every row: end-to-end latency (s) or throughput (tokens/s)."""
+    return cost.e2e_s if by_latency(req) else cost.tokens_per_s
+
+
+def primary_objective(req: InferRequest, cost: InferCost, idx: np.ndarray) -> tuple[np.ndarray, float]:
+    """Integer objective to minimise over rows ``idx`` and its unit: throughput shortfall, or latency.
+
+    The unit is 1 µs / 0.001 tokens/s, coarsened by powers of ten where the table's largest value would
+    overflow CP-SAT's exact range (``scaling.objective_unit``)."""
+    vals = objective_values(req, cost)[idx]
+    top = float(vals.max(initial=0.0))
+    if by_latency(req):
+        unit = objective_unit(top, len(idx), TIME_UNIT_S)
+        return to_int_time(vals, unit), unit
+    unit = objective_unit(top, len(idx), THROUGHPUT_UNIT)
+    u = to_int_throughput(vals, unit)
+    return u.max(initial=0) - u, unit
 
 
 def _alt(rank: int, rep: InferReport) -> InferAlternative:
@@ -197,22 +238,26 @@ def plan_inference(req: InferRequest) -> InferPlan:
     build_s = time.perf_counter() - t0
     common = dict(model=req.model.name, hardware=req.system.name, num_gpus=req.num_gpus,
                   prompt_len=req.workload.prompt_len, gen_len=req.workload.gen_len, objective=str(req.objective))
-    unit: Literal["tokens/s", "s"] = "s" if req.objective == InferObjective.LATENCY else "tokens/s"
+    unit: Literal["tokens/s", "s"] = "s" if by_latency(req) else "tokens/s"
     if len(feasible) == 0:
         return _infeasible(req, cost, violations, common, build_s, t0, unit)
 
-    primary = primary_objective(req, cost, feasible)
-    rank = tie_rank(rows.take(feasible))
+    primary_all, unit_value = primary_objective(req, cost, feasible)
+    rank_all = tie_rank(rows.take(feasible))
+    keep = best_per_layout(rows.take(feasible), primary_all, rank_all, req.top_k)
+    sub = feasible[keep]
+    primary, rank = primary_all[keep], np.argsort(np.argsort(rank_all[keep])).astype(np.int64)
     hint = brute_force(primary, rank)[0]
     sel = select(primary, rank, k=req.top_k, time_limit_s=req.time_limit_s, seed=req.seed, hint=hint,
-                 label=lambda i: _label(rows, int(feasible[i])))
-    chosen = [int(feasible[i]) for i in sel.indices]
-    n = len(feasible)
-    if req.objective == InferObjective.LATENCY:
-        obj, bound = from_int_time(sel.objective[0] // n), from_int_time(sel.bound[0] / n)
+                 label=lambda i: _label(rows, int(sub[i])))
+    chosen = [int(sub[i]) for i in sel.indices]
+    n = len(sub)
+    if by_latency(req):
+        obj, bound = from_int_time(sel.objective[0] // n, unit_value), from_int_time(sel.bound[0] / n, unit_value)
     else:
-        top = int(to_int_throughput(cost.tokens_per_s[feasible]).max())
-        obj, bound = from_int_throughput(top - sel.objective[0] // n), from_int_throughput(top - sel.bound[0] / n)
+        top = int(to_int_throughput(cost.tokens_per_s[feasible], unit_value).max())
+        obj = from_int_throughput(top - sel.objective[0] // n, unit_value)
+        bound = from_int_throughput(top - sel.bound[0] / n, unit_value)
     gap = abs(obj - bound) / obj if obj else 0.0
 
     def report(i: int) -> InferReport:
@@ -222,10 +267,13 @@ def plan_inference(req: InferRequest) -> InferPlan:
     alts = [_alt(k, report(i)) for k, i in enumerate(chosen[1:], start=2)]
     front = []
     if req.pareto:
-        sub = pareto_front(cost.tpot_s[feasible], cost.tokens_per_s[feasible], rank)
-        front = [_alt(k, report(int(feasible[i]))) for k, i in enumerate(sub, start=1)]
+        front_idx = pareto_front(cost.tpot_s[feasible], cost.tokens_per_s[feasible], rank_all)
+        # table rows are evaluate() of their layouts (same infer_cost): report them without re-costing
+        front = [_alt(k, report_row(cost, int(feasible[i]), model=req.model, system=req.system, work=req.workload,
+                                    num_gpus=req.num_gpus)) for k, i in enumerate(front_idx, start=1)]
     solver = InferSolverOut(status=sel.statuses[0], wall_time_s=0.0, build_s=build_s, solve_s=sel.build_s + sel.solve_s,
-                            candidates=len(rows), feasible=n, objective=obj, objective_unit=unit, best_bound=bound,
+                            candidates=len(rows), feasible=len(feasible), objective=obj, objective_unit=unit,
+                            best_bound=bound,
                             gap=gap)
     plan = InferPlan(status=sel.statuses[0], plan=best.plan, metrics=best.metrics, memory=best.memory,
                      prefill_layers=best.prefill_layers, decode_layers=best.decode_layers, solver=solver,
@@ -253,13 +301,15 @@ def _explain(req: InferRequest, best: InferReport, cost: InferCost, feasible: np
 def _infeasible(req: InferRequest, cost: InferCost, violations: dict[str, np.ndarray], common: dict,
                 build_s: float, t0: float, unit: Literal["tokens/s", "s"]) -> InferPlan:
     """No row meets every requirement: name the binding ones (CP-SAT assumptions) and the cheapest fixes."""
-    core = explain_infeasible(violations)
+    # a requirement no row meets is a core by itself (no CP-SAT needed); otherwise ask CP-SAT's assumptions
+    alone = [name for name, broken in violations.items() if bool(broken.all())]
+    core = alone[:1] or explain_infeasible(violations)
     fits = cost.fits
     if "gpu_memory" in core or not fits.any():
         reason = memory_reason(req, cost)
         fixes = _memory_fixes(req)
     else:
-        reason, fixes = slo_reason(req, cost, fits)
+        reason, fixes = rate_reason(req, cost, fits) if "request_rate" in core else slo_reason(req, cost, fits)
     solver = InferSolverOut(status="infeasible", wall_time_s=time.perf_counter() - t0, build_s=build_s, solve_s=0.0,
                             candidates=len(cost.rows), feasible=0, objective=0.0, objective_unit=unit,
                             best_bound=0.0, gap=0.0)

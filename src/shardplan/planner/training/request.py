@@ -42,6 +42,8 @@ class TrainRequest(BaseModel):
     max_cp: Annotated[int, Field(ge=1)] = 8
     max_interleave: Annotated[int, Field(ge=1)] = 8
     cross_node_tp: bool = False
+    uniform_stages: bool = False  # True: today's even split; False: per-stage layers/recompute/offload (CP-SAT)
+    single_recompute_count: bool = False  # one full-recompute count on every rank (what an export can express)
     top_k: Annotated[int, Field(ge=1, le=50)] = 1
     time_limit_s: Annotated[float, Field(gt=0)] = 30.0
     seed: int = 0

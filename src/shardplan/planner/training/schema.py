@@ -8,6 +8,17 @@ from shardplan.costmodel.core.result import Out, ResultHead, Status
 from shardplan.costmodel.training.report import LayerRow, MemoryOut, StageRow, TrainMetrics, TrainPlanOut
 
 
+class StageSearchOut(Out):
+    status: Status = Field(description="optimal when every global layout was solved optimally or bounded out.")
+    solved: int = Field(description="Global layouts whose per-stage CP-SAT model was solved.")
+    bounded: int = Field(description="Global layouts whose lower bound could not beat the plan.")
+    single_stage: int = Field(description="Global layouts without a pipeline (nothing to split).")
+    skipped: int = Field(description="Global layouts left unexamined at the time limit.")
+    solve_s: float = Field(description="Per-stage search time (bounds, CP-SAT, evaluation).")
+    uniform_step_time_s: float = Field(description="Step time of the best layout with the uniform split "
+                                       "(what --uniform-stages returns).")
+
+
 class SolverOut(Out):
     status: Status = Field(description="CP-SAT status of the first solve: optimal, feasible (time limit), "
                            "or infeasible (no layout fits).")
@@ -22,6 +33,8 @@ class SolverOut(Out):
     best_bound: float = Field(description="CP-SAT's proven lower bound on it.")
     gap: float = Field(description="Relative gap between objective and bound (0 when optimal).")
     pruned: dict[str, int] = Field(default_factory=dict, description="Layouts removed by each rule.")
+    stage_search: StageSearchOut | None = Field(None, description="The per-stage search over global layouts "
+                                                "(None: --uniform-stages).")
 
 
 class Alternative(Out):

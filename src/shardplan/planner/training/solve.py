@@ -16,6 +16,7 @@ from shardplan.costmodel.training.evaluate import estimate_training
 from shardplan.costmodel.training.layout import TrainLayout
 from shardplan.costmodel.training.report import TrainReport
 from shardplan.costmodel.training.space import enumerate_layouts, row_keys
+from shardplan.costmodel.training.stage_split import supports_stage_split
 from shardplan.costmodel.training.table import TrainTable, build_train_table
 from shardplan.errors import ShardplanError
 from shardplan.hardware.spec import SystemSpec
@@ -25,6 +26,7 @@ from shardplan.planner.training.explain import comparisons, explanation, infeasi
 from shardplan.planner.training.rank import tie_rank
 from shardplan.planner.training.request import TrainRequest, check_pins, space_request
 from shardplan.planner.training.schema import Alternative, SolverOut, TrainPlan
+from shardplan.planner.training.stage_search import search_stages, stage_plan_report, stage_sentence, with_stage_search
 
 LAYOUT_KEY = ("tp", "pp", "dp", "ep", "cp", "mb", "v", "rc", "sp", "zero", "gb")
 
@@ -143,6 +145,14 @@ def plan_training(req: TrainRequest, *, explain: bool = True) -> TrainPlan:
         return reports[i]
 
     best = report(chosen[0])
+    stages = None
+    if not req.uniform_stages and supports_stage_split(req.model):  # else: the uniform split, as requested
+        every = np.arange(len(table))
+        rows_all = distinct_best(table, every, primary_all, rank_all)
+        if req.offload == "auto" and (table.fits & ~offloaded).any():
+            rows_all = rows_all[~offloaded[rows_all]]  # offload stays a last resort
+        stages = search_stages(req, table, rows_all, chosen[0], per_seq, time_limit_s=req.time_limit_s)
+        best = stage_plan_report(req, table, stages, best, report)
     alts = []
     for k, i in enumerate(chosen[1:], start=2):
         rep = report(i)
@@ -150,12 +160,19 @@ def plan_training(req: TrainRequest, *, explain: bool = True) -> TrainPlan:
                                 tokens_per_s=rep.metrics.tokens_per_s,
                                 delta_pct=100 * (best.metrics.tokens_per_s / rep.metrics.tokens_per_s - 1),
                                 memory_bytes=rep.memory.total_bytes))
+    status = sel.statuses[0]
+    explained = explanation(best, report(base) if base is not None else None, _without_recompute(req, best))
+    if stages is not None:
+        solver = with_stage_search(solver, stages)
+        status = "optimal" if status == "optimal" and stages.status == "optimal" else "feasible"
+        if stages.split is not None or (best.plan is not None and best.plan.pp > 1):  # nothing to say without PP
+            explained = [*explained, stage_sentence(stages, best)]
     plan = TrainPlan(
-        status=sel.statuses[0], model=req.model.name, hardware=req.system.name, num_gpus=req.num_gpus,
+        status=status, model=req.model.name, hardware=req.system.name, num_gpus=req.num_gpus,
         seq_len=work.seq_len, plan=best.plan, metrics=best.metrics, memory=best.memory, stages=best.stages,
         layers=best.layers, solver=solver, alternatives=alts,
         comparisons=comparisons(table, chosen[0], fits, report, per_sequence=per_seq),
-        explanation=explanation(best, report(base) if base is not None else None, _without_recompute(req, best)),
+        explanation=explained,
     )
     wall = time.perf_counter() - t0
     return plan.model_copy(update={"solver": solver.model_copy(update={"wall_time_s": wall})})

@@ -1,0 +1,93 @@
+"""Serving engines' defaults and KV-cache memory rules, each from the engine's source at a named version.
+
+- **vLLM** (V1 engine; ``vllm/engine/arg_utils.py`` ``EngineArgs.get_batch_defaults`` at commit 99d7eb5d,
+  the commit of ``tests/data/export/vllm_flags.json``; ``vllm/v1/worker/gpu_worker.py``
+  ``determine_available_memory``): the
+  OpenAI server's token budget per step (``max_num_batched_tokens``) is 8192 and ``max_num_seqs`` 1024 on GPUs
+  with ≥ 70 GiB that are not A100, else 2048 and 256. KV pool = ``gpu_memory_utilization`` (0.9) · memory −
+  weights − the peak activations of a profile forward pass of ``max_num_batched_tokens`` tokens (plus the
+  sampler of ``max_num_seqs`` rows) − non-torch allocations; CUDA graphs live in the ``1 − utilisation``
+  reserve. Blocks of 16 tokens.
+- **SGLang** (v0.4.x releases of mid-2025, ``python/sglang/srt/server_args.py`` ``ServerArgs.__post_init__``):
+  ``chunked_prefill_size`` 2048 below 35 GiB, 8192 below 160 GiB, else 16384;
+  ``mem_fraction_static = (mem − reserved)/mem`` with ``reserved = 9.5 + tp·pp/2`` GiB below 90 GiB,
+  ``12 + tp·pp/2`` GiB below 160 GiB, 32 GiB above (activations and CUDA graphs live in the reserve); the KV
+  pool is ``mem_fraction_static · mem − weights`` (``model_runner.profile_max_num_token``); pages of 1 token;
+  ``max_running_requests`` from the pool.
+- **TensorRT-LLM** (0.x releases of 2025, ``tensorrt_llm/builder.py`` ``BuildConfig``: ``max_batch_size`` 2048,
+  ``max_num_tokens`` 8192; ``llmapi`` ``KvCacheConfig.free_gpu_memory_fraction`` 0.9, ``tokens_per_block``
+  32): the KV pool is 0.9 of the memory *free* after the weights and the runtime's activation buffers for
+  ``max_num_tokens`` tokens are allocated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from shardplan.hardware.spec import GpuSpec
+from shardplan.units import GiB
+
+Engine = Literal["vllm", "sglang", "trtllm"]
+ENGINES: tuple[Engine, ...] = ("vllm", "sglang", "trtllm")
+
+
+@dataclass(frozen=True, slots=True)
+class EngineDefaults:
+    """What an engine picks when the user does not say."""
+
+    max_num_batched_tokens: int
+    max_num_seqs: int
+    memory_fraction: float | None  # vLLM gpu_memory_utilization / TRT-LLM free fraction; None: per layout (SGLang)
+    block_size: int
+
+
+def engine_defaults(engine: Engine, gpu: GpuSpec) -> EngineDefaults:
+    """The engine's defaults on this GPU (server entry points: ``vllm serve``, ``sglang.launch_server``,
+    ``trtllm-serve``)."""
+    mem = gpu.memory_bytes
+    if engine == "vllm":
+        large = mem >= 70 * GiB and "a100" not in gpu.name.lower()
+        return EngineDefaults(8192 if large else 2048, 1024 if large else 256, 0.9, 16)
+    if engine == "sglang":
+        tokens = 2048 if mem < 35 * GiB else 8192 if mem < 160 * GiB else 16384
+        return EngineDefaults(tokens, 1024, None, 1)  # max_running_requests follows the pool; 1024 caps the table
+    return EngineDefaults(8192, 2048, 0.9, 32)
+
+
+def sglang_mem_fraction_static(gpu: GpuSpec, parallel: np.ndarray) -> np.ndarray:
+    """SGLang's default ``mem_fraction_static`` for ``parallel = tp·pp`` GPUs per engine (see module doc)."""
+    mem_gib = gpu.memory_bytes / GiB
+    n = np.asarray(parallel, dtype=float)
+    if mem_gib < 35:
+        reserved = 2.8 + n / 10
+    elif mem_gib < 90:
+        reserved = 9.5 + n / 2
+    elif mem_gib < 160:
+        reserved = 12 + n / 2
+    else:
+        reserved = np.full_like(n, 32.0)
+    return np.round((mem_gib - reserved) / mem_gib, 3)
+
+
+def kv_pool_bytes(engine: Engine, gpu: GpuSpec, *, fraction: float | None, weights: np.ndarray,
+                  activations: np.ndarray, non_torch: np.ndarray, parallel: np.ndarray
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Bytes each engine hands to the KV cache on one GPU, and what it holds back (the reserve).
+
+    ``fraction`` overrides the engine's default share (vLLM ``--gpu-memory-utilization``, SGLang
+    ``--mem-fraction-static``, TRT-LLM ``free_gpu_memory_fraction``)."""
+    cap = float(gpu.memory_bytes)
+    if engine == "vllm":
+        f = 0.9 if fraction is None else fraction
+        pool = f * cap - weights - activations - non_torch
+        return pool, np.full_like(pool, (1 - f) * cap)
+    if engine == "sglang":
+        f = sglang_mem_fraction_static(gpu, parallel) if fraction is None else np.full(np.shape(parallel), fraction)
+        pool = f * cap - weights
+        return pool, (1 - f) * cap - activations - non_torch
+    f = 0.9 if fraction is None else fraction
+    free = cap - weights - activations - non_torch
+    return f * free, (1 - f) * np.maximum(free, 0.0)

@@ -1,0 +1,67 @@
+"""Pipeline stages of a serving replica and the time of one step through them (many layouts at once)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from shardplan.costmodel.core import comm
+from shardplan.costmodel.core.layouts import StageShape, representative_stages
+from shardplan.costmodel.core.ops import PhaseCost
+from shardplan.costmodel.serving import layers as O
+from shardplan.models.spec import ModelSpec
+
+KINDS = ("embedding", "attention", "mlp", "moe", "head")
+
+
+# --- pipeline stages -----------------------------------------------------------------------------------
+def stage_shapes(model: ModelSpec, pp: np.ndarray) -> list[StageShape]:
+    """vLLM's split (``get_pp_indices``): ⌊L/pp⌋ layers each, the remainder added to stages pp−2, pp−3, …"""
+    L, p = model.num_layers, pp.astype(float)
+    base, extra = np.floor(L / p), np.mod(L, p)
+    n_first = np.where(p == 1, L, base + (extra >= p - 1))
+    n_mid = base + (extra >= 1)
+    n_last = base
+    return representative_stages(model, p, n_first, n_mid, n_last)
+
+
+# --- time ----------------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class PhaseTimes:
+    """Per-kind ops and sums of one step, plus stage and whole-pass times."""
+
+    step: O.Step
+    ops: dict[str, list]
+    sums: dict[str, PhaseCost]
+    stage_s: list[np.ndarray]  # per representative stage, compute + collectives of one step
+    total_s: np.ndarray  # Σ over all stages
+    p2p_s: np.ndarray  # one stage-to-stage send of the step's activations
+
+
+def phase_times(ctx: O.InferCtx, step: O.Step, shapes: list[StageShape], tp: np.ndarray, pp: np.ndarray
+                ) -> PhaseTimes:
+    """Ops of one step per layer kind, each representative stage's time, the whole pass and one p2p hop."""
+    m = ctx.model
+    kinds = [k for k in KINDS if k != "moe" or m.moe is not None]
+    ops = {k: O.BUILDERS[k](ctx, step) for k in kinds}
+    sums = {k: PhaseCost.of(ops[k], step.tokens) for k in kinds}
+    stage_s = [sum(sh.count(k) * sums[k].time for k in kinds) for sh in shapes]
+    moe_total = float(m.num_moe_layers)
+    counts = {"embedding": 1.0, "attention": float(m.num_layers), "mlp": float(m.num_layers) - moe_total,
+              "moe": moe_total, "head": 1.0}
+    total = sum(counts[k] * sums[k].time for k in kinds)
+    crosses = tp * pp > ctx.system.gpus_per_node
+    p2p = np.where(pp > 1, comm.p2p_time(ctx.system, O.ACT_BYTES * step.tokens * m.hidden_size, crosses), 0.0)
+    return PhaseTimes(step, ops, sums, stage_s, total, p2p)
+
+
+def beat(ph: PhaseTimes, shapes: list[StageShape]) -> np.ndarray:
+    """The slowest stage's time for one step."""
+    return np.max(np.stack([np.where(s.exists, t, 0.0) for s, t in zip(shapes, ph.stage_s, strict=True)]), axis=0)
+
+
+def pipelined(ph: PhaseTimes, shapes: list[StageShape], pp: np.ndarray, passes: np.ndarray) -> np.ndarray:
+    """Time for ``passes`` steps to flow through the stages (first one end to end, the rest one per beat)."""
+    hop = np.where(pp > 1, ph.p2p_s, 0.0)
+    return ph.total_s + (pp - 1) * hop + (passes - 1) * (beat(ph, shapes) + hop)

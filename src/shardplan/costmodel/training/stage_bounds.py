@@ -1,0 +1,145 @@
+"""Lower bounds on a global layout's best per-stage step time, for many layouts at once (numpy).
+
+Per rank ``i`` the work per microbatch is, for ``n ≥ lo_i`` layers, ``g_i(n) = t_i + a_i·(n − lo_i) + r_i·k_i(n)``
+where ``k_i(n) = max(0, (M_i + B_i·(n − lo_i) − C)/s_i)`` is the fewest fully recomputed layers that fit
+memory ``C`` (stored bytes fall by ``s_i`` per recomputed layer, each costs ``r_i`` more time). Sends are
+included, exposed offload traffic is not (it is never negative). Time and memory are affine in a rank's layers
+and recomputed layers (``stage_split``'s per-rank costs), so ``g_i`` is convex piecewise linear and the best
+split's slowest rank is at least the smallest ``T`` with ``Σ_i max{n integer : g_i(n) ≤ T} ≥ L`` (``k``
+continuous: a relaxation), found by bisection. Where the recompute term is not exact it is left out (a weaker bound):
+activation offload can replace recompute, the ZeRO-3 gathered buffer is not affine in layers, and rank 0's
+dense-first layers make its per-layer averages vary.
+
+Each rank also holds at most the layers that fit its memory with the fewest-memory choices.
+``pipeline ≥ (m + (p−1)/v)·T`` and rank 0's tail ≥ the optimizer step of its fewest layers.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from shardplan.costmodel.training.ctx import Ctx
+from shardplan.costmodel.training.evaluate import gpu_capacity
+from shardplan.costmodel.training.layout import LayoutArrays, TrainWorkload
+from shardplan.costmodel.training.stage_split import min_first_layers, moe_layers_of
+from shardplan.costmodel.training.stages import StageShape, kind_costs
+from shardplan.costmodel.training.step import _optimizer_time, _stage
+from shardplan.hardware.spec import SystemSpec
+from shardplan.models.spec import ModelSpec
+
+ALL = 10**9
+
+
+def stage_lower_bounds(model: ModelSpec, system: SystemSpec, work: TrainWorkload, rows: LayoutArrays, *,
+                       free_recompute: bool, allow_offload: bool) -> np.ndarray:
+    """Per row: a lower bound on the step time (without the overhead factor) over every per-rank split,
+    recompute count and activation offload; ``inf`` where no split can fit GPU memory."""
+    n_rows = len(rows)
+    if n_rows == 0:
+        return np.zeros(0)
+    L = model.num_layers
+    p_row = rows.pp.astype(np.int64)
+    row = np.repeat(np.arange(n_rows), p_row)
+    rank = np.concatenate([np.arange(k) for k in p_row])
+    sub = rows.take(row)
+    recompute = (sub.rc == 2) & free_recompute
+    ctx_all = Ctx(model, system, work, sub.replace(rk=np.where(recompute, ALL, sub.rk),
+                                                  f_act=np.ones(len(row)) if allow_offload else sub.f_act))
+    m = (sub.gb / (sub.dp * sub.mb)).astype(float)
+    p = sub.pp.astype(float)
+    lo = np.where(rank == 0, np.maximum(sub.v, min_first_layers(model)), sub.v).astype(float)
+    hi = L - (np.bincount(row, weights=lo, minlength=n_rows)[row] - lo)
+    one = np.ones(len(row), dtype=bool)
+
+    def stage(ctx: Ctx, layers: np.ndarray):
+        shape = StageShape("bound", rank.astype(float), layers, moe_layers_of(model, rank, layers), rank == 0,
+                           rank == p - 1, one)
+        return _stage(ctx, kinds, shape, m)
+
+    # nothing recomputed where recompute is free; the row's own count where it is pinned
+    ctx_fix = Ctx(model, system, work, sub.replace(rk=np.where(recompute, 0, sub.rk),
+                                                  f_act=np.ones(len(row)) if allow_offload else sub.f_act))
+    kinds = kind_costs(ctx_fix)
+    a0, a1 = stage(ctx_fix, lo), stage(ctx_fix, lo + 1)
+    r1 = stage(ctx_all, lo + 1)  # every layer recomputed (where free)
+    t0 = a0.fwd_s + a0.bwd_s
+    slope = (a1.fwd_s + a1.bwd_s) - t0
+    cap = gpu_capacity(system, work)
+    # Memory with the fewest-memory choices, for the fit test: everything recomputed (where free).
+    m_lo, m_lo1 = stage(ctx_all, lo).total, r1.total
+    grow = m_lo1 - m_lo
+    spare = np.divide(cap - m_lo, grow, out=np.full(len(row), np.inf), where=grow > 0)
+    most = np.where(sub.zero >= 3, hi, np.minimum(hi, lo + np.floor(spare * (1 + 1e-9) + 1e-9)))
+    rank_ok = m_lo <= cap * (1 + 1e-12)
+    fit = np.bincount(row, weights=~rank_ok, minlength=n_rows) == 0
+    fit &= np.bincount(row, weights=np.where(rank_ok, most, 0), minlength=n_rows) >= L
+    # Recompute term: exact only without offload, without ZeRO-3's gathered buffer, off rank 0 of dense-first.
+    exact = recompute & (not allow_offload) & (sub.zero < 3) & ~((rank == 0) & (min_first_layers(model) > 0))
+    r = np.where(exact, ((r1.fwd_s + r1.bwd_s) - (a1.fwd_s + a1.bwd_s)) / (lo + 1), 0.0)
+    s = np.where(exact, (a1.total - r1.total) / (lo + 1), 0.0)
+    mem0, b = a0.total, a1.total - a0.total
+    use = exact & (r > 0) & (s > 0)
+    steep = slope + np.divide(r * b, s, out=np.zeros(len(row)), where=use)
+    knee = np.where(use & (b > 0), lo + np.divide(cap - mem0, b, out=np.zeros(len(row)), where=b > 0),
+                    np.where(use & (mem0 > cap), lo, np.inf))
+    knee = np.maximum(knee, lo)
+    g_knee = t0 + slope * (knee - lo) + np.divide(r * np.maximum(mem0 - cap, 0), s, out=np.zeros(len(row)),
+                                                  where=use & (knee == lo))
+
+    def g(x: np.ndarray) -> np.ndarray:
+        return np.where(x <= knee, t0 + slope * (x - lo), g_knee + steep * (x - knee))
+
+    def layers_within(T: np.ndarray) -> np.ndarray:
+        Tr = T[row]
+        lin = lo + np.divide(Tr - t0, slope, out=np.full(len(row), np.inf), where=slope > 0)
+        bent = knee + np.divide(Tr - g_knee, steep, out=np.full(len(row), np.inf), where=steep > 0)
+        x = np.where(lin <= knee, lin, np.maximum(bent, np.minimum(lin, knee)))
+        # whole layers, at most what fits the rank's memory
+        x = np.where(g(lo) > Tr * (1 + 1e-12), -np.inf, np.minimum(np.floor(x + 1e-9), most))
+        return np.bincount(row, weights=np.where(np.isfinite(x) | (x > 0), x, -1e18), minlength=n_rows)
+
+    low = np.zeros(n_rows)
+    high = np.zeros(n_rows)
+    with np.errstate(invalid="ignore"):  # inf − inf where a rank never recomputes: the branch is not taken
+        np.maximum.at(high, row, g(hi))
+        for _ in range(60):
+            mid = (low + high) / 2
+            ok = layers_within(mid) >= L * (1 - 1e-12)
+            high = np.where(ok, mid, high)
+            low = np.where(ok, low, mid)
+    factor = (rows.gb / (rows.dp * rows.mb)) + (rows.pp - 1) / rows.v
+    first = rank == 0
+    tail = np.zeros(n_rows)
+    tail[row[first]] = _optimizer_time(ctx_fix, a0)[first]
+    return np.where(fit, factor * low + tail, np.inf)
+
+
+
+def average_lower_bounds(model: ModelSpec, system: SystemSpec, work: TrainWorkload, rows: LayoutArrays, *,
+                         free_recompute: bool) -> np.ndarray:
+    """A cheaper, weaker bound (no memory): the slowest rank is at least the average of the ranks' fastest
+    work (layer work adds up over ranks), plus rank 0's smallest optimizer step."""
+    n = len(rows)
+    recompute = (rows.rc == 2) & free_recompute
+    fast = rows.replace(rk=np.where(recompute, 0, rows.rk), f_act=np.zeros(n))
+    ctx = Ctx(model, system, work, fast)
+    kinds = kind_costs(ctx)
+    p, v = rows.pp.astype(float), rows.v.astype(float)
+    m = (rows.gb / (rows.dp * rows.mb)).astype(float)
+    one = np.ones(n, dtype=bool)
+
+    def work_of(rank: np.ndarray, layers: np.ndarray):
+        layers = np.asarray(layers, dtype=float)
+        shape = StageShape("bound", rank, layers, moe_layers_of(model, rank.astype(np.int64), layers), rank == 0,
+                           rank == p - 1, one)
+        st = _stage(ctx, kinds, shape, m)
+        return st.fwd_s + st.bwd_s, st
+
+    zero = np.zeros(n)
+    c_first, _ = work_of(zero, zero)
+    c_mid, _ = work_of(np.ones(n), zero)
+    c_last, _ = work_of(p - 1, zero)
+    everything, _ = work_of(zero, np.full(n, float(model.num_layers)))
+    total = c_first + c_last + np.maximum(p - 2, 0) * c_mid + (everything - c_first)
+    _, st0 = work_of(zero, np.maximum(v, min_first_layers(model)))
+    return (m + (p - 1) / v) * total / p + _optimizer_time(ctx, st0)

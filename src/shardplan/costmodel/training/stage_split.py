@@ -1,0 +1,199 @@
+"""Per-pipeline-rank costs of one global layout, as functions of the rank's layers, recompute and offload.
+
+The uniform rule of ``stages.py`` costs three representative stages; here every pipeline rank ``i`` of one
+global layout (TP, PP, DP, CP, EP, microbatch, interleave ``v``, SP, ZeRO) gets its own layer count ``n_i``,
+fully recomputed layers ``k_i`` (under ``--recompute full``) and share of stored activations on the CPU
+(integer percent ``f_i``). A rank's time per microbatch and its memory come from the same ``_stage`` formula
+``train_cost`` uses, on a synthetic stage shape: rank 0 holds the embedding, rank ``p−1`` the LM head;
+with ``v > 1`` a rank's ``n_i`` layers form ``v`` chunks (the first chunks take the remainder).
+
+Step composition is ``train_cost``'s: ``(m + (p−1)/v)·max_i t_i`` for the pipeline, plus rank 0's
+data-parallel sync, ZeRO-3 gathers and optimizer step (rank 0 finishes its last backward last in 1F1B and
+interleaved schedules), times ``1 + step_overhead``. With the uniform split it equals ``train_cost``.
+
+MoE placement: every layer after ``first_dense_layers`` is MoE (``layer_freq == 1``), and rank 0 holds all
+dense-first layers (``n_0 ≥ first_dense_layers``), so a rank's MoE count depends on its own ``n_i`` only.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import numpy as np
+
+from shardplan.costmodel.training.ctx import Ctx
+from shardplan.costmodel.training.evaluate import gpu_capacity, host_capacity
+from shardplan.costmodel.training.layout import LayoutArrays, TrainLayout, TrainWorkload
+from shardplan.costmodel.training.stages import KindCost, StageShape, kind_costs
+from shardplan.costmodel.training.step import StageCost, _data_parallel, _optimizer_time, _stage
+from shardplan.errors import ShardplanError
+from shardplan.hardware.spec import SystemSpec
+from shardplan.models.spec import ModelSpec
+
+
+def supports_stage_split(model: ModelSpec) -> bool:
+    """Per-rank MoE counts are a function of the rank's own layers only when MoE layers are contiguous."""
+    return model.moe is None or model.moe.layer_freq == 1
+
+
+def min_first_layers(model: ModelSpec) -> int:
+    """Rank 0 holds every dense-first layer of an MoE model (so later ranks are all MoE)."""
+    return model.moe.first_dense_layers if model.moe is not None else 0
+
+
+def uniform_split(num_layers: int, pp: int) -> list[int]:
+    """``stages.stage_shapes``'s rule made explicit: even, remainder on middle ranks first, then first, last."""
+    base, extra = divmod(num_layers, pp)
+    counts = [base] * pp
+    middles = list(range(1, pp - 1))
+    for i in range(extra):
+        counts[middles[i] if i < len(middles) else (0 if i == len(middles) else pp - 1)] += 1
+    return counts
+
+
+@dataclass(frozen=True, slots=True)
+class RankCosts:
+    """Options of pipeline ranks (one entry per option): time per microbatch, rank-0 tail, memory."""
+
+    rank: np.ndarray
+    layers: np.ndarray
+    recompute_layers: np.ndarray  # fully recomputed layers (meaningful under --recompute full)
+    offload_pct: np.ndarray  # integer percent of stored activations on the CPU
+    per_mb_s: np.ndarray  # forward + backward (+ recompute, sends, exposed offload) per microbatch
+    tail_s: np.ndarray  # DP sync + ZeRO-3 gathers + optimizer step if this rank were rank 0 of the step
+    dp_s: np.ndarray  # the three parts of tail_s
+    zero3_s: np.ndarray
+    optimizer_s: np.ndarray
+    memory_bytes: np.ndarray  # GPU bytes
+    host_bytes: np.ndarray  # offloaded bytes per GPU in host memory
+    stored_inflight_bytes: np.ndarray  # activation bytes an offload percent point moves (×100)
+    stage: StageCost
+
+    def __len__(self) -> int:
+        return len(self.rank)
+
+
+def moe_layers_of(model: ModelSpec, rank: np.ndarray, layers: np.ndarray) -> np.ndarray:
+    if model.moe is None:
+        return np.zeros_like(layers, dtype=float)
+    dense_first = np.where(rank == 0, np.minimum(layers, model.moe.first_dense_layers), 0)
+    return (layers - dense_first).astype(float)
+
+
+def layout_kinds(model: ModelSpec, system: SystemSpec, work: TrainWorkload, layout: TrainLayout
+                 ) -> dict[str, KindCost]:
+    """Per-layer-kind costs of one layout (one row; they broadcast over a rank's options)."""
+    return kind_costs(Ctx(model, system, work, LayoutArrays.from_layouts([layout], work.global_batch)))
+
+
+def kinds_of_row(kinds: dict[str, KindCost], j: int, n: int) -> dict[str, KindCost]:
+    """Row ``j`` of per-kind costs computed for ``n`` rows at once (operator lists dropped: not needed here)."""
+
+    def pick(x):
+        if isinstance(x, np.ndarray):
+            return x[j:j + 1] if x.ndim == 1 and len(x) == n else x
+        if isinstance(x, list):
+            return []
+        if dataclasses.is_dataclass(x) and not isinstance(x, type):
+            return dataclasses.replace(x, **{f.name: pick(getattr(x, f.name)) for f in dataclasses.fields(x)})
+        return x
+
+    return {k: pick(v) for k, v in kinds.items()}
+
+
+def rank_costs(model: ModelSpec, system: SystemSpec, work: TrainWorkload, layout: TrainLayout,
+               rank: np.ndarray, layers: np.ndarray, recompute_layers: np.ndarray,
+               offload_pct: np.ndarray, kinds: dict[str, KindCost] | None = None) -> RankCosts:
+    """Cost every option (rank, layers, full-recompute layers, activation offload %) of one global layout
+    (``kinds``: ``layout_kinds`` of it, when the caller has them)."""
+    rank, layers = np.asarray(rank, dtype=np.int64), np.asarray(layers, dtype=np.int64)
+    rk, pct = np.asarray(recompute_layers, dtype=np.int64), np.asarray(offload_pct, dtype=np.int64)
+    n = len(rank)
+    base = LayoutArrays.from_layouts([layout], work.global_batch)
+    rows = base.take(np.zeros(n, dtype=np.int64)).replace(rk=rk, f_act=pct / 100.0)
+    ctx = Ctx(model, system, work, rows)
+    kinds = kinds if kinds is not None else layout_kinds(model, system, work, layout)
+    p = layout.pp
+    fl = layers.astype(float)
+    shape = StageShape("rank", rank.astype(float), fl, moe_layers_of(model, rank, layers),
+                       rank == 0, rank == p - 1, np.ones(n, dtype=bool))
+    m = (rows.gb / (rows.dp * rows.mb)).astype(float)
+    st = _stage(ctx, kinds, shape, m)
+    dp_exposed, z3 = _data_parallel(ctx, st, m)
+    opt = _optimizer_time(ctx, st)
+    return RankCosts(rank, layers, rk, pct, st.per_microbatch_s, dp_exposed + z3 + opt, dp_exposed, z3, opt,
+                     st.total, st.cpu_bytes, st.stored_mb * st.inflight, st)
+
+
+def pipeline_factor(layout: TrainLayout, work: TrainWorkload) -> float:
+    """``m + (p−1)/v``: how many per-microbatch times of the slowest rank the pipeline takes."""
+    m = work.global_batch / (layout.dp * layout.microbatch)
+    return m + (layout.pp - 1) / layout.interleave
+
+
+@dataclass(frozen=True, slots=True)
+class StageSplitCost:
+    """One per-stage plan of one global layout, evaluated in floating point."""
+
+    stage_layers: list[int]
+    recompute_layers: list[int]
+    offload_pct: list[int]
+    per_mb_s: list[float]
+    memory_bytes: list[float]
+    host_bytes_per_node: float
+    pipeline_s: float
+    bubble_s: float
+    tail_s: float
+    step_time_s: float
+    fits: bool
+    costs: RankCosts
+
+
+def check_split(model: ModelSpec, layout: TrainLayout, stage_layers: list[int]) -> None:
+    """A pinned split must cover the model, give every model chunk a layer and hold dense-first layers on rank 0."""
+    p, v = layout.pp, layout.interleave
+    if len(stage_layers) != p:
+        raise ShardplanError(f"stage-layers needs {p} counts (one per pipeline rank), got {len(stage_layers)}",
+                             field="stage-layers")
+    if sum(stage_layers) != model.num_layers:
+        raise ShardplanError(f"stage-layers must sum to num_layers ({model.num_layers}), got {sum(stage_layers)}",
+                             field="stage-layers")
+    if min(stage_layers) < v:
+        raise ShardplanError(f"stage-layers: every rank needs ≥ {v} layers (one per model chunk)",
+                             field="stage-layers")
+    if not supports_stage_split(model):
+        raise ShardplanError("stage-layers: uneven splits need contiguous MoE layers (moe layer_freq 1)",
+                             field="stage-layers")
+    if p > 1 and stage_layers[0] < min_first_layers(model):
+        raise ShardplanError(f"stage-layers: rank 0 must hold the {min_first_layers(model)} dense-first layers",
+                             field="stage-layers")
+
+
+def evaluate_split(model: ModelSpec, system: SystemSpec, work: TrainWorkload, layout: TrainLayout,
+                   stage_layers: list[int], recompute_layers: list[int] | None = None,
+                   offload_pct: list[int] | None = None, kinds: dict[str, KindCost] | None = None
+                   ) -> StageSplitCost:
+    """Step time and per-rank memory of ``layout`` with ``stage_layers`` layers on each pipeline rank.
+
+    ``recompute_layers`` (per rank) defaults to the layout's count (all layers when unset); ``offload_pct``
+    (per rank) to the layout's activation offload.
+    """
+    check_split(model, layout, stage_layers)
+    p = layout.pp
+    every = layout.recompute_layers if layout.recompute_layers is not None else 10**9
+    rk = recompute_layers if recompute_layers is not None else [min(every, n) for n in stage_layers]
+    pct = offload_pct if offload_pct is not None else [round(layout.offload_activations * 100)] * p
+    c = rank_costs(model, system, work, layout, np.arange(p), np.array(stage_layers), np.array(rk), np.array(pct),
+                   kinds)
+    worst = float(np.max(c.per_mb_s))
+    pipeline = pipeline_factor(layout, work) * worst
+    bubble = (p - 1) / layout.interleave * worst
+    tail = float(c.tail_s[0])
+    step = (pipeline + tail) * (1 + system.software.step_overhead_fraction)
+    host = float(np.max(c.host_bytes)) * system.gpus_per_node
+    ok = bool(np.all(c.memory_bytes <= gpu_capacity(system, work))) and host <= host_capacity(system, work)
+    return StageSplitCost(list(stage_layers), [int(min(k, n)) for k, n in zip(rk, stage_layers, strict=True)],
+                          [int(x) for x in pct], [float(x) for x in c.per_mb_s],
+                          [float(x) for x in c.memory_bytes], host, pipeline, bubble, tail, step, ok, c)
+

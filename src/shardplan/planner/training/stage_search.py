@@ -1,0 +1,167 @@
+"""Per-stage optimisation over the global layouts, with bounds: which rows need the per-stage model at all.
+
+Every distinct global layout with ``pp > 1`` (fitting with the uniform split or not) gets a lower bound on
+its best per-stage step time (``stage_split.row_lower_bounds``: perfect balance of the fastest per-rank work,
+plus rank 0's smallest optimizer step). Rows are visited by increasing bound; a row is solved with the
+per-stage CP-SAT model (options that cannot beat the incumbent dropped) unless its bound already reaches
+the incumbent, in which case it and every later row are bounded out. The result is OPTIMAL when every row is
+solved optimally or bounded out within the time limit.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from shardplan.costmodel.training.ctx import Ctx
+from shardplan.costmodel.training.report import TrainReport
+from shardplan.costmodel.training.stage_bounds import average_lower_bounds, stage_lower_bounds
+from shardplan.costmodel.training.stage_report import split_report
+from shardplan.costmodel.training.stage_split import (
+    StageSplitCost,
+    evaluate_split,
+    kinds_of_row,
+    uniform_split,
+)
+from shardplan.costmodel.training.stages import kind_costs
+from shardplan.costmodel.training.table import TrainTable
+from shardplan.planner.training.request import TrainRequest
+from shardplan.planner.training.schema import SolverOut, StageSearchOut
+from shardplan.planner.training.stages import StageChoice, StageSpace, solve_stages
+
+
+@dataclass(frozen=True, slots=True)
+class StageSearch:
+    """The best per-stage plan found over the global rows, and how every row was accounted for."""
+
+    row: int  # table row of the winning global layout
+    split: StageSplitCost | None  # None: the uniform split of ``row`` stays best
+    choice: StageChoice | None
+    uniform_step_s: float  # the uniform split's step time of the best uniform row
+    solved: int  # rows whose per-stage model was solved
+    bounded: int  # rows whose lower bound could not beat the incumbent
+    single_stage: int  # rows without a pipeline (nothing to split)
+    skipped: int  # rows left unexamined when the time ran out
+    status: str  # optimal when every row was solved optimally or bounded out
+    solve_s: float
+
+
+def _score(step_s: float, gb: int, per_seq: bool) -> float:
+    return step_s / gb if per_seq else step_s
+
+
+def search_stages(req: TrainRequest, table: TrainTable, rows: np.ndarray, best_row: int, per_seq: bool, *,
+                  time_limit_s: float) -> StageSearch:
+    """Per-stage plans over the distinct global ``rows`` of ``table``; ``best_row`` is the uniform optimum."""
+    t0 = time.perf_counter()
+    model, system, work = req.model, req.system, req.workload
+    r = table.rows
+    overhead = 1 + system.software.step_overhead_fraction
+    uniform_step = float(table.step_time_s[best_row])
+    incumbent = _score(uniform_step, int(r.gb[best_row]), per_seq)
+    best: tuple[int, StageSplitCost | None, StageChoice | None] = (best_row, None, None)
+    deep = rows[r.pp[rows] > 1]
+    free = req.recompute_layers is None and req.recompute is None
+    allow = req.offload == "on" or (req.offload == "auto" and bool((r.f_opt + r.f_w + r.f_act)[
+        rows].max(initial=0) > 0))
+    # Two bounds: a cheap average-work one for every row, the memory-aware one where the cheap one leaves hope.
+    lb = average_lower_bounds(model, system, work, r.take(deep), free_recompute=free) * overhead
+    lb = lb / np.where(per_seq, r.gb[deep], 1)
+    hope = np.flatnonzero(lb < incumbent * (1 - 1e-9))
+    fine = stage_lower_bounds(model, system, work, r.take(deep[hope]), free_recompute=free, allow_offload=allow)
+    lb[hope] = np.maximum(lb[hope], fine * overhead / np.where(per_seq, r.gb[deep[hope]], 1))
+    order = np.argsort(lb, kind="stable")
+    # Per-kind costs of every row that may need solving, in one vectorized pass.
+    maybe = order[lb[order] < incumbent * (1 - 1e-9)]
+    batch = kind_costs(Ctx(model, system, work, r.take(deep[maybe])))
+    slot = {int(j): q for q, j in enumerate(maybe)}
+    solved = bounded = 0
+    status = "optimal"
+    single = req.single_recompute_count
+    for pos, j in enumerate(order):
+        if lb[j] >= incumbent * (1 - 1e-9):
+            bounded = len(order) - pos
+            break
+        left = time_limit_s - (time.perf_counter() - t0)
+        if left <= 0:
+            status = "feasible"
+            break
+        i = int(deep[j])
+        lay = r.row(i)
+        gb = int(r.gb[i])
+        w = work.model_copy(update={"global_batch": gb})
+        offloaded = bool(r.f_opt[i] + r.f_w[i] + r.f_act[i] > 0)
+        kinds = kinds_of_row(batch, slot[int(j)], len(maybe))
+        space = StageSpace(model, system, w, lay, allow_offload=req.offload == "on" or offloaded,
+                           single_recompute=single, free_recompute=free, kinds=kinds)
+        bound_s = incumbent * (gb if per_seq else 1) / overhead
+        choice = solve_stages(space, time_limit_s=left, seed=req.seed, upper_bound_s=bound_s)
+        solved += 1
+        if choice is None:
+            continue
+        if choice.status != "optimal":
+            status = "feasible"
+        split = evaluate_split(model, system, w, lay, choice.layers, choice.recompute_layers, choice.offload_pct,
+                               kinds)
+        score = _score(split.step_time_s, gb, per_seq)
+        if split.fits and score < incumbent:
+            incumbent, best = score, (i, split, choice)
+    skipped = len(order) - solved - bounded
+    if skipped:
+        status = "feasible"
+    return StageSearch(best[0], best[1], best[2], uniform_step, solved, bounded, len(rows) - len(deep), skipped,
+                       status, time.perf_counter() - t0)
+
+
+
+def stage_plan_report(req: TrainRequest, table: TrainTable, search: StageSearch, uniform_best: TrainReport,
+                      report: Callable[[int], TrainReport]) -> TrainReport:
+    """The report of the search's plan: the per-stage evaluation, or the uniform one when it stays best."""
+    if search.split is None:
+        split = uniform_best.plan.model_copy(update={"stage_layers": uniform_split(req.model.num_layers,
+                                                                                  uniform_best.plan.pp)})
+        return uniform_best.model_copy(update={"plan": split})
+    i = search.row
+    base = report(i)
+    lay = table.rows.row(i)
+    w = req.workload.model_copy(update={"global_batch": int(table.rows.gb[i])})
+    return split_report(req.model, req.system, req.num_gpus, w, lay, search.split, base)
+
+
+def with_stage_search(solver: SolverOut, search: StageSearch) -> SolverOut:
+    return solver.model_copy(update={"stage_search": StageSearchOut(
+        status=search.status, solved=search.solved, bounded=search.bounded, single_stage=search.single_stage,
+        skipped=search.skipped, solve_s=search.solve_s, uniform_step_time_s=search.uniform_step_s)})
+
+
+def stage_sentence(search: StageSearch, best: TrainReport) -> str:
+    """What the per-stage choice gained over the uniform split, in one sentence."""
+    rows = (f"{search.solved} global layouts solved per stage, {search.bounded} bounded out"
+            + (f", {search.skipped} left at the time limit" if search.skipped else ""))
+    if search.split is None or best.plan is None or best.metrics is None:
+        return f"The uniform layer split stays best ({rows})."
+    p = best.plan
+    gain = 100 * (search.uniform_step_s / best.metrics.step_time_s - 1)
+    what = f"layers per stage {_runs(p.stage_layers or [])}"
+    if p.stage_recompute_layers is not None:
+        what += f", fully recomputed layers per stage {_runs(p.stage_recompute_layers)}"
+    if any(p.stage_offload_activations or []):
+        pcts = [round(100 * x) for x in p.stage_offload_activations or []]
+        what += f", activations offloaded per stage (%) {_runs(pcts)}"
+    return (f"Per-stage choice ({what}): step {best.metrics.step_time_s:.4g} s vs {search.uniform_step_s:.4g} s with "
+            f"the uniform split, {gain:+.1f}% throughput ({rows}).")
+
+
+def _runs(values: list[int]) -> str:
+    """``[7, 8, 8, 8, 7]`` → ``7, 8×3, 7``."""
+    out: list[str] = []
+    for v in values:
+        if out and out[-1].split("×")[0] == str(v):
+            head, _, count = out[-1].partition("×")
+            out[-1] = f"{head}×{int(count or 1) + 1}"
+        else:
+            out.append(str(v))
+    return "[" + ", ".join(out) + "]"

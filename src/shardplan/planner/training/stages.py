@@ -1,0 +1,283 @@
+"""Per-stage decisions of one global training layout, chosen by a factored CP-SAT model.
+
+Decisions per pipeline rank ``i`` (``costmodel.training.stage_split``): layers ``n_i`` (``≥ v``, one per model
+chunk; rank 0 holds the embedding and any dense-first layers, rank ``p−1`` the LM head), fully recomputed
+layers ``k_i ∈ [0, n_i]`` under ``--recompute full``, and activation offload ``f_i`` in integer percent when
+offload is allowed. Each rank's options are costed in numpy; the rank's HBM and host-memory limits are
+exact float filters on its own options (a rank's memory depends on its own choice and on its in-flight
+microbatches only). Per ``(rank, n, k)`` the smallest offload percent that fits is kept (time is
+non-decreasing and memory decreasing in ``f``); per ``(rank, n)`` only options that are not dominated in
+(time per microbatch, rank-0 tail) survive — unless one recompute count must hold on every rank
+(``single_recompute``: Megatron's ``--recompute-num-layers`` and torchtitan take one), which the model
+enforces as Megatron applies it — the first ``K`` layers of every model chunk — for one integer ``K``.
+
+CP-SAT: one boolean per surviving option, ``exactly_one`` per rank, ``Σ n_i = L``, ``Z ≥ t_i`` per rank,
+objective ``(m·v + p − 1)·Z + v·tail_0`` (``v`` times ``train_cost``'s step composition, times scaled to
+integers by ``planner.core.scaling``, needs rounded up), then fewer recomputed layers and less offload.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+from ortools.sat.python import cp_model
+
+from shardplan.costmodel.training.evaluate import gpu_capacity, host_capacity
+from shardplan.costmodel.training.knobs import RECOMPUTE_CODE, Recompute
+from shardplan.costmodel.training.layout import TrainLayout, TrainWorkload
+from shardplan.costmodel.training.stage_split import (
+    RankCosts,
+    layout_kinds,
+    min_first_layers,
+    rank_costs,
+    uniform_split,
+)
+from shardplan.costmodel.training.stages import KindCost
+from shardplan.hardware.spec import SystemSpec
+from shardplan.models.spec import ModelSpec
+from shardplan.planner.core.scaling import fine_time_unit, to_int_time
+
+
+@dataclass(frozen=True, slots=True)
+class StageSpace:
+    """What one global layout's per-stage model may choose."""
+
+    model: ModelSpec
+    system: SystemSpec
+    work: TrainWorkload
+    layout: TrainLayout
+    allow_offload: bool = False
+    single_recompute: bool = False
+    free_recompute: bool = True  # False: the layout's recompute count holds on every rank (a user's pin)
+    kinds: dict[str, KindCost] = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not self.kinds:
+            self.kinds.update(layout_kinds(self.model, self.system, self.work, self.layout))
+
+    @property
+    def full(self) -> bool:
+        """Per-rank recompute counts are decisions (``--recompute full``, count not pinned)."""
+        return RECOMPUTE_CODE[Recompute(self.layout.recompute)] == 2 and self.free_recompute
+
+    def bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        """Fewest and most layers each rank may hold."""
+        p, v, L = self.layout.pp, self.layout.interleave, self.model.num_layers
+        lo = np.full(p, v, dtype=np.int64)
+        if p > 1:
+            lo[0] = max(v, min_first_layers(self.model))
+        hi = L - (lo.sum() - lo)
+        return lo, hi
+
+    def cost(self, rank: np.ndarray, layers: np.ndarray, k: np.ndarray, pct: np.ndarray) -> RankCosts:
+        return rank_costs(self.model, self.system, self.work, self.layout, rank, layers, k, pct, self.kinds)
+
+    def fits(self, c: RankCosts) -> np.ndarray:
+        host = c.host_bytes * self.system.gpus_per_node
+        cap = gpu_capacity(self.system, self.work)
+        return (c.memory_bytes <= cap) & (host <= host_capacity(self.system, self.work))
+
+    def layout_k(self, layers: np.ndarray) -> np.ndarray:
+        every = self.layout.recompute_layers if self.layout.recompute_layers is not None else 10**9
+        return np.minimum(every, layers)
+
+
+@dataclass(frozen=True, slots=True)
+class Options:
+    """Surviving options, flat: rank, layers, k, pct, float time/tail, and their integer forms."""
+
+    rank: np.ndarray
+    layers: np.ndarray
+    k: np.ndarray
+    pct: np.ndarray
+    per_mb_s: np.ndarray
+    tail_s: np.ndarray
+
+
+def _grid(space: StageSpace, t_cap_s: float | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Every (rank, layers, k), without the (rank, layers) whose fastest option is slower than ``t_cap_s`` or
+    whose smallest memory (everything recomputed, all offloadable activations on the CPU) does not fit."""
+    lo, hi = space.bounds()
+    rk = np.concatenate([np.full(int(hi[i] - lo[i] + 1), i) for i in range(space.layout.pp)])
+    ln = np.concatenate([np.arange(int(lo[i]), int(hi[i]) + 1) for i in range(space.layout.pp)])
+    fast = space.cost(rk, ln, np.zeros_like(ln) if space.full else space.layout_k(ln), np.zeros_like(ln))
+    small = space.cost(rk, ln, ln if space.full else space.layout_k(ln),
+                       np.full_like(ln, 100 if space.allow_offload else 0))
+    ok = space.fits(small)
+    if t_cap_s is not None:
+        ok &= fast.per_mb_s <= t_cap_s
+    ranks, layers, ks = [], [], []
+    for i, n in zip(rk[ok], ln[ok], strict=True):
+        kk = np.arange(n + 1) if space.full else space.layout_k(np.array([n]))
+        ranks.append(np.full(len(kk), i))
+        layers.append(np.full(len(kk), n))
+        ks.append(kk)
+    if not ranks:
+        return (np.zeros(0, dtype=np.int64),) * 3
+    return np.concatenate(ranks), np.concatenate(layers), np.concatenate(ks)
+
+
+def _pareto(t: np.ndarray, tail: np.ndarray, secondary: np.ndarray) -> np.ndarray:
+    """Indices not dominated in (t, tail), smallest ``secondary`` among equals."""
+    order = np.lexsort((secondary, tail, t))
+    keep, best = [], np.inf
+    for j in order:
+        if tail[j] < best:
+            keep.append(j)
+            best = tail[j]
+    return np.array(keep, dtype=np.int64)
+
+
+def rank_options(space: StageSpace, t_cap_s: float | None = None) -> Options:
+    """Every feasible option worth choosing, with the smallest offload percent that fits (options slower
+    than ``t_cap_s`` per microbatch dropped)."""
+    rank, layers, k = _grid(space, t_cap_s)
+    c0 = space.cost(rank, layers, k, np.zeros_like(rank))
+    pct = np.zeros_like(rank)
+    if space.allow_offload:
+        over = c0.memory_bytes - gpu_capacity(space.system, space.work)
+        per_pct = c0.stored_inflight_bytes / 100
+        need = np.divide(over, per_pct, out=np.full_like(over, np.inf), where=per_pct > 0)
+        pct = np.where(over <= 0, 0, np.ceil(np.round(need, 6))).clip(0, 101).astype(np.int64)
+        for _ in range(2):  # float noise at the limit: one more percent
+            c = space.cost(rank, layers, k, np.minimum(pct, 100))
+            pct = np.where(space.fits(c) | (pct > 100), pct, pct + 1)
+    ok = pct <= 100
+    c = space.cost(rank, layers, k, np.minimum(pct, 100))
+    ok &= space.fits(c)
+    idx = np.flatnonzero(ok)
+    keep: list[np.ndarray] = []
+    secondary = k + pct
+    if space.single_recompute or not space.full:
+        keep.append(idx)
+    else:
+        groups = rank[idx] * (space.model.num_layers + 1) + layers[idx]
+        for g in np.unique(groups):
+            sel = idx[groups == g]
+            tail = c.tail_s[sel] if rank[sel[0]] == 0 else np.zeros(len(sel))
+            keep.append(sel[_pareto(c.per_mb_s[sel], tail, secondary[sel])])
+    sel = np.sort(np.concatenate(keep)) if keep else np.zeros(0, dtype=np.int64)
+    return Options(rank[sel], layers[sel], k[sel], pct[sel], c.per_mb_s[sel], c.tail_s[sel])
+
+
+@dataclass(frozen=True, slots=True)
+class StageChoice:
+    """The chosen per-stage plan of one global layout (floats are the cost model's, per rank)."""
+
+    layers: list[int]
+    recompute_layers: list[int]
+    offload_pct: list[int]
+    objective: int  # integer primary objective (units of ``unit`` seconds, times v)
+    unit: float
+    status: str
+    solve_s: float
+    options: int
+
+
+def scale(space: StageSpace, per_mb_s: np.ndarray, tail_s: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
+    """The time unit and integer times (rounded up) of a per-stage model."""
+    lay = space.layout
+    m = space.work.global_batch // (lay.dp * lay.microbatch)
+    upper = (m * lay.interleave + lay.pp) * float(per_mb_s.max(initial=0)) + lay.interleave * float(
+        tail_s.max(initial=0))
+    tie = space.model.num_layers + 100 * lay.pp + 1
+    unit = fine_time_unit(upper * tie * 2)
+    return unit, to_int_time(per_mb_s, unit), to_int_time(tail_s, unit)
+
+
+def coefficients(space: StageSpace) -> tuple[int, int]:
+    """Integer weights of the slowest rank's time and rank 0's tail: ``m·v + p − 1`` and ``v``."""
+    lay = space.layout
+    m = space.work.global_batch // (lay.dp * lay.microbatch)
+    return m * lay.interleave + lay.pp - 1, lay.interleave
+
+
+def solve_stages(space: StageSpace, *, time_limit_s: float = 10.0, seed: int = 0,
+                 upper_bound_s: float | None = None) -> StageChoice | None:
+    """The per-stage optimum of ``space`` (None when no per-stage plan fits).
+
+    ``upper_bound_s`` (a step time without the overhead factor) drops options that cannot beat it.
+    """
+    t0 = time.perf_counter()
+    lay, L = space.layout, space.model.num_layers
+    a, b = coefficients(space)
+    # An option whose pipeline term alone exceeds the bound cannot be in a plan that beats it (margin 1e-6).
+    t_cap = None if upper_bound_s is None else upper_bound_s * lay.interleave / a * (1 + 1e-6)
+    opts = rank_options(space, t_cap)
+    if len(opts.rank) == 0:
+        return None
+    unit, t_int, tail_int = scale(space, opts.per_mb_s, opts.tail_s)
+    if upper_bound_s is not None and len(opts.rank):
+        ub = to_int_time(upper_bound_s * lay.interleave * (1 + 1e-6), unit)
+        tail_min = int(tail_int[opts.rank == 0].min(initial=0))
+        own_tail = np.where(opts.rank == 0, tail_int, tail_min)
+        keep = a * t_int + b * own_tail <= ub
+        opts = Options(*(getattr(opts, f)[keep] for f in Options.__slots__))
+        t_int, tail_int = t_int[keep], tail_int[keep]
+    p = lay.pp
+    if any(not (opts.rank == i).any() for i in range(p)):
+        return None
+    model = cp_model.CpModel()
+    x = [model.NewBoolVar(f"x{j}") for j in range(len(opts.rank))]
+    for i in range(p):
+        model.AddExactlyOne([x[j] for j in np.flatnonzero(opts.rank == i)])
+    model.Add(sum(int(n) * xj for n, xj in zip(opts.layers, x, strict=True)) == L)
+    z = model.NewIntVar(0, int(t_int.max()), "z")
+    for i in range(p):
+        js = np.flatnonzero(opts.rank == i)
+        model.Add(z >= sum(int(t_int[j]) * x[j] for j in js))
+    tail = sum(int(tail_int[j]) * x[j] for j in np.flatnonzero(opts.rank == 0))
+    if space.single_recompute and space.full:
+        # One count K per model chunk (Megatron's --recompute-method block): a rank of n layers in v chunks
+        # recomputes v·K of them, or all n once K reaches its largest chunk (see ``chunk_recompute``).
+        v = lay.interleave
+        kvar = model.NewIntVar(0, L, "k")
+        for j, xj in enumerate(x):
+            n, k = int(opts.layers[j]), int(opts.k[j])
+            if k == n:
+                model.Add(kvar >= -(-n // v)).OnlyEnforceIf(xj)
+            elif k % v == 0:
+                model.Add(kvar == k // v).OnlyEnforceIf(xj)
+            else:
+                model.Add(xj == 0)  # no single per-chunk count recomputes exactly k of this rank's layers
+    tie = L + 100 * p + 1
+    secondary = sum(int(opts.k[j] + opts.pct[j]) * xj for j, xj in enumerate(x) if opts.k[j] + opts.pct[j])
+    model.Minimize((a * z + b * tail) * tie + secondary)
+    _hint(model, x, opts, uniform_split(L, p))
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = time_limit_s
+    solver.parameters.num_workers = 1
+    solver.parameters.random_seed = seed
+    status = solver.Solve(model)
+    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return None
+    chosen = [j for j, xj in enumerate(x) if solver.Value(xj)]
+    chosen.sort(key=lambda j: opts.rank[j])
+    # The objective from the solution's integers (CP-SAT reports it as a double, off by rounding when large).
+    objective = a * max(int(t_int[j]) for j in chosen) + b * int(tail_int[chosen[0]])
+    return StageChoice(
+        layers=[int(opts.layers[j]) for j in chosen], recompute_layers=[int(opts.k[j]) for j in chosen],
+        offload_pct=[int(opts.pct[j]) for j in chosen], objective=objective, unit=unit,
+        status="optimal" if status == cp_model.OPTIMAL else "feasible", solve_s=time.perf_counter() - t0,
+        options=len(x))
+
+
+def chunk_recompute(count: int, layers: int, v: int) -> int:
+    """Layers a rank of ``layers`` layers in ``v`` chunks (the first chunks taking the remainder) recomputes
+    when the first ``count`` layers of every chunk are recomputed (Megatron's block method, transformer_block.py)."""
+    return sum(min(count, layers // v + (1 if c < layers % v else 0)) for c in range(v))
+
+
+def _hint(model: cp_model.CpModel, x: list, opts: Options, split: list[int]) -> None:
+    """Hint the uniform split's fastest options (when they survived)."""
+    for i, n in enumerate(split):
+        js = np.flatnonzero((opts.rank == i) & (opts.layers == n))
+        if len(js) == 0:
+            return
+    for i, n in enumerate(split):
+        js = np.flatnonzero((opts.rank == i) & (opts.layers == n))
+        best = js[np.argmin(opts.per_mb_s[js])]
+        for j in np.flatnonzero(opts.rank == i):
+            model.AddHint(x[j], int(j == best))

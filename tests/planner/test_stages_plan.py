@@ -1,0 +1,99 @@
+"""Per-stage plans end to end: `train` reports the cost model's evaluation of its per-stage plan, never worse than
+the uniform split; `estimate train --stage-layers` pins a split; the exports write it."""
+
+from __future__ import annotations
+
+import json
+import tomllib
+
+from shardplan.cli.export.megatron import pipeline_layout
+from shardplan.costmodel.training.layout import TrainWorkload
+from shardplan.costmodel.training.stage_split import evaluate_split
+from shardplan.hardware import get_system
+from shardplan.models import get_model
+from shardplan.planner.training.solve import TrainRequest, plan_training
+
+EST = ["estimate", "train", "--model", "llama-3.1-70b", "--hardware", "dgx-h100", "--gpus", "64", "--global-batch",
+       "256", "--seq-len", "8192", "--tp", "4", "--pp", "4", "--microbatch", "1", "--recompute", "full",
+       "--sequence-parallel", "--zero", "1"]
+
+
+def _request(**kw) -> TrainRequest:
+    return TrainRequest(model=get_model("llama-3.1-70b"), system=get_system("dgx-h100"), num_gpus=64,
+                        workload=TrainWorkload(seq_len=8192, global_batch=256), pp=4, interleave=1, **kw)
+
+
+def test_train_reports_the_cost_model_of_its_per_stage_plan() -> None:
+    plan = plan_training(_request())
+    uniform = plan_training(_request(uniform_stages=True))
+    p, search = plan.plan, plan.solver.stage_search
+    assert p is not None and search is not None and uniform.metrics is not None and plan.metrics is not None
+    assert uniform.solver.stage_search is None
+    assert search.status == "optimal" and search.skipped == 0 and plan.status == "optimal"
+    assert search.uniform_step_time_s == uniform.metrics.step_time_s
+    assert plan.metrics.step_time_s <= uniform.metrics.step_time_s
+    # the numbers printed are the per-rank evaluation of exactly this plan
+    lay = dict(tp=p.tp, pp=p.pp, dp=p.dp, ep=p.ep, cp=p.cp, microbatch=p.microbatch_size, interleave=p.interleave,
+               recompute=p.recompute, sequence_parallel=p.sequence_parallel, zero_stage=p.zero_stage,
+               offload_optimizer=p.offload.optimizer, offload_weights=p.offload.weights)
+    from shardplan.costmodel.training.layout import TrainLayout
+
+    ev = evaluate_split(get_model("llama-3.1-70b"), get_system("dgx-h100"), TrainWorkload(seq_len=8192,
+                        global_batch=256), TrainLayout(**lay), p.stage_layers, p.stage_recompute_layers,
+                        [round(100 * x) for x in p.stage_offload_activations or [0] * p.pp])
+    assert ev.fits and ev.step_time_s == plan.metrics.step_time_s
+    assert sum(p.stage_layers or []) == 80 and len(plan.stages) == 4
+    assert [s.layers for s in plan.stages] == p.stage_layers
+    assert max(s.total_bytes for s in plan.stages) == plan.memory.total_bytes <= plan.memory.capacity_bytes
+    assert "uniform split" in plan.explanation[-1]
+
+
+def test_megatron_layout_of_a_per_stage_split() -> None:
+    # hand-written: virtual stage k = chunk·pp + rank; rank 0 opens with E, the last chunk of the last rank ends in L
+    assert pipeline_layout(6, 3, 1, [1, 3, 2]) == "Et|t*3|t*2L"
+    # v = 2: rank 0 holds 3 layers as chunks (2, 1), rank 1 holds 4 as (2, 2)
+    assert pipeline_layout(7, 2, 2, [3, 4]) == "Et*2|t*2|t|t*2L"
+
+
+def test_estimate_pins_a_split_and_exports_it(run_cli, tmp_path) -> None:
+    r = run_cli(*EST, "--stage-layers", "19,21,21,19", "--stage-recompute-layers", "4,2,1,0", "--json")
+    assert r.code == 0, r.err
+    d = json.loads(r.out)
+    assert d["plan"]["stage_layers"] == [19, 21, 21, 19]
+    assert d["plan"]["stage_recompute_layers"] == [4, 2, 1, 0]
+    assert [s["layers"] for s in d["stages"]] == [19, 21, 21, 19]
+    from shardplan.api import estimate_training
+
+    api = estimate_training("llama-3.1-70b", "dgx-h100", gpus=64, global_batch=256, seq_len=8192, tp=4, pp=4,
+                            recompute="full", sequence_parallel=True, zero_stage=1, stage_layers=[19, 21, 21, 19],
+                            stage_recompute_layers=[4, 2, 1, 0])
+    assert api.metrics.step_time_s == d["metrics"]["step_time_s"]
+    mega = tmp_path / "m.args"
+    assert run_cli(*EST, "--stage-layers", "19,21,21,19", "--export", "megatron", "-o", str(mega)).code == 0
+    assert "--pipeline-model-parallel-layout Et*19|t*21|t*21|t*19L\n" in mega.read_text()
+    tt = tmp_path / "t.toml"
+    assert run_cli(*EST, "--stage-layers", "19,21,21,19", "--export", "torchtitan", "-o", str(tt)).code == 0
+    parts = tomllib.loads(tt.read_text())["parallelism"]["module_fqns_per_model_part"]
+    assert [len(x) for x in parts] == [1 + 19, 21, 21, 19 + 2]
+    assert parts[0][:2] == ["tok_embeddings", "layers.0"] and parts[3][-3:] == ["layers.79", "norm", "output"]
+
+
+def test_bad_split_is_one_line_and_exit_2(run_cli) -> None:
+    r = run_cli(*EST, "--stage-layers", "20,20,20,19")
+    assert r.code == 2 and "stage-layers" in r.err and "sum to num_layers (80)" in r.err
+    r = run_cli(*EST, "--stage-layers", "20,20,20")
+    assert r.code == 2 and "4 counts" in r.err
+    r = run_cli(*EST, "--stage-layers", "20,20,20,20", "--stage-recompute-layers", "1,2,3,30")
+    assert r.code == 2 and "stage-recompute-layers" in r.err
+
+
+def test_alternating_moe_layers_keep_the_uniform_split() -> None:
+    """A rank's MoE count depends on where its layers start when MoE layers alternate: no per-stage search."""
+    from shardplan.models.spec import ModelSpec, MoESpec
+
+    model = ModelSpec(name="alt", num_layers=8, hidden_size=1024, num_heads=8, ffn_hidden_size=4096,
+                      vocab_size=32000, moe=MoESpec(num_experts=8, experts_per_token=2,
+                                                    expert_ffn_hidden_size=1024, layer_freq=2))
+    plan = plan_training(TrainRequest(model=model, system=get_system("dgx-h100"), num_gpus=8, pp=2,
+                                      workload=TrainWorkload(seq_len=2048, global_batch=16)))
+    assert plan.status == "optimal" and plan.solver.stage_search is None and plan.plan.stage_layers is None
