@@ -104,3 +104,15 @@ def test_plan_and_estimate_offload() -> None:
     assert r.status in ("feasible", "infeasible") and r.model == "opt-30b"
     plan = shardplan.plan_offload("opt-6.7b", "dgx-a100-40gb", prompt_len=256, gen_len=16, time_limit_s=5)
     assert plan.status in ("optimal", "feasible", "infeasible")
+
+
+def test_api_and_cli_serve_with_the_same_engine_defaults(run_cli) -> None:
+    """The notebook API fills the engine's defaults (vLLM on an 80 GB H100: 8192 tokens per step, 1024
+    sequences) exactly as ``shardplan infer`` does, so both answer the same request the same way."""
+    import shardplan
+
+    api = shardplan.plan_inference("llama-3.1-8b", "dgx-h100", gpus=1, prompt_len=1024, gen_len=256)
+    cli = run_cli("infer", "-m", "llama-3.1-8b", "-H", "dgx-h100", "--gpus", "1", "-p", "1024", "-n", "256",
+                  "--json").json()
+    assert api.plan.batch_size == cli["plan"]["batch_size"]
+    assert api.metrics.tokens_per_s == cli["metrics"]["tokens_per_s"]

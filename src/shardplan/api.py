@@ -178,12 +178,14 @@ def plan_inference(model: str | ModelSpec, hardware: str | SystemSpec, *, prompt
     >>> p.plan.tp, p.plan.batch_size, p.metrics.tokens_per_s  # doctest: +SKIP
     """
     from shardplan.costmodel.serving.cost import InferWorkload
+    from shardplan.costmodel.serving.engines import with_engine_defaults
     from shardplan.planner.serving.solve import InferRequest
     from shardplan.planner.serving.solve import plan_inference as _plan
 
     spec, system, n = _inputs(model, hardware, gpus)
     req_opts, work_opts = _split(options, InferRequest, InferWorkload)
-    work = build(InferWorkload, prompt_len=prompt_len, gen_len=gen_len, **work_opts)
+    work = build(InferWorkload, **with_engine_defaults(dict(prompt_len=prompt_len, gen_len=gen_len, **work_opts),
+                                                       system.gpu))
     return _plan(build(InferRequest, model=spec, system=system, num_gpus=n, workload=work, **req_opts))
 
 
@@ -197,12 +199,14 @@ def estimate_inference(model: str | ModelSpec, hardware: str | SystemSpec, *, pr
     >>> r.metrics.tpot_s, r.memory.kv_cache_tokens  # doctest: +SKIP
     """
     from shardplan.costmodel.serving.cost import InferLayout, InferWorkload
+    from shardplan.costmodel.serving.engines import with_engine_defaults
     from shardplan.costmodel.serving.report import estimate_inference as _estimate
 
     spec, system, n = _inputs(model, hardware, gpus)
     if n % (tp * pp):
         raise ShardplanError(f"gpus ({n}) must be divisible by tp·pp ({tp * pp})", field="gpus")
-    work = build(InferWorkload, prompt_len=prompt_len, gen_len=gen_len, **workload)
+    work = build(InferWorkload, **with_engine_defaults(dict(prompt_len=prompt_len, gen_len=gen_len, **workload),
+                                                       system.gpu))
     layout = InferLayout(tp=tp, pp=pp, ep=ep, replicas=n // (tp * pp), batch=batch)
     return _estimate(spec, system, n, work, layout, max_batch=max_batch, max_ttft_s=max_ttft_s,
                      max_tpot_s=max_tpot_s)

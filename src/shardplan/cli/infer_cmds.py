@@ -69,7 +69,7 @@ def _workload(system: Any, prompt_len: int, gen_len: int, dtype: str, weight_dty
     from pydantic import ValidationError
 
     from shardplan.costmodel.serving.cost import InferWorkload
-    from shardplan.costmodel.serving.engines import ENGINES, engine_defaults
+    from shardplan.costmodel.serving.engines import ENGINES, with_engine_defaults
     from shardplan.errors import ShardplanError
     from shardplan.units import parse_size
 
@@ -81,7 +81,6 @@ def _workload(system: Any, prompt_len: int, gen_len: int, dtype: str, weight_dty
     if rate is not None and mode != "continuous":
         raise ShardplanError("an offered load needs --mode continuous (a static batch arrives all at once)",
                              field="request-rate")
-    d = engine_defaults(engine, system.gpu)  # type: ignore[arg-type]
     extra: dict[str, Any] = {"non_torch_bytes": parse_size(non_torch, field="non-torch-memory")} \
         if non_torch is not None else {}
     if engine == "sglang" and util is not None:
@@ -89,10 +88,10 @@ def _workload(system: Any, prompt_len: int, gen_len: int, dtype: str, weight_dty
     elif util is not None:
         extra["gpu_memory_utilization"] = util
     try:
-        return InferWorkload(prompt_len=prompt_len, gen_len=gen_len, dtype=dtype, weight_dtype=weight_dtype,
-                             kv_dtype=kv_dtype, block_size=block_size or d.block_size, engine=engine, mode=mode,
-                             request_rate=rate, max_num_batched_tokens=max_tokens or d.max_num_batched_tokens,
-                             max_num_seqs=max_seqs or d.max_num_seqs, **extra)
+        return InferWorkload(**with_engine_defaults(dict(
+            prompt_len=prompt_len, gen_len=gen_len, dtype=dtype, weight_dtype=weight_dtype, kv_dtype=kv_dtype,
+            block_size=block_size, engine=engine, mode=mode, request_rate=rate, max_num_batched_tokens=max_tokens,
+            max_num_seqs=max_seqs, **extra), system.gpu))
     except ValidationError as e:
         err = e.errors()[0]
         field = str(err["loc"][0]).replace("_", "-") if err["loc"] else "workload"

@@ -98,10 +98,12 @@ def _train_request(model: Any, system: Any, n: int, v: dict[str, Any], options: 
 
 def _infer_request(model: Any, system: Any, n: int, v: dict[str, Any], options: dict[str, Any]) -> BaseModel:
     from shardplan.costmodel.serving.cost import InferWorkload
+    from shardplan.costmodel.serving.engines import with_engine_defaults
     from shardplan.planner.serving.request import InferRequest
 
     work_opts = {k: options[k] for k in ("weight_dtype", "kv_dtype") if options.get(k) is not None}
-    work = build(InferWorkload, prompt_len=v["prompt_len"], gen_len=v["gen_len"], dtype=v["dtype"], **work_opts)
+    work = build(InferWorkload, **with_engine_defaults(dict(prompt_len=v["prompt_len"], gen_len=v["gen_len"],
+                                                            dtype=v["dtype"], **work_opts), system.gpu))
     req_opts = {k: options[k] for k in ("max_ttft_s", "max_tpot_s", "cross_node_tp", "time_limit_s")
                 if options.get(k) is not None}
     return build(InferRequest, model=model, system=system, num_gpus=n, workload=work, **req_opts)

@@ -23,7 +23,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -55,6 +55,21 @@ def engine_defaults(engine: Engine, gpu: GpuSpec) -> EngineDefaults:
         tokens = 2048 if mem < 35 * GiB else 8192 if mem < 160 * GiB else 16384
         return EngineDefaults(tokens, 1024, None, 1)  # max_running_requests follows the pool; 1024 caps the table
     return EngineDefaults(8192, 2048, 0.9, 32)
+
+
+def with_engine_defaults(values: dict[str, Any], gpu: GpuSpec) -> dict[str, Any]:
+    """Workload fields with the engine's defaults filled in where the user left them out (block size, token budget
+    per step, sequences in flight): the one place the CLI, the notebook API and the sweep take them from."""
+    engine = values.get("engine") or "vllm"
+    if engine not in ENGINES:
+        return values  # the workload's own validation names the field
+    d = engine_defaults(engine, gpu)
+    out = dict(values)
+    for key, default in (("block_size", d.block_size), ("max_num_batched_tokens", d.max_num_batched_tokens),
+                         ("max_num_seqs", d.max_num_seqs)):
+        if out.get(key) is None:
+            out[key] = default
+    return out
 
 
 def sglang_mem_fraction_static(gpu: GpuSpec, parallel: np.ndarray) -> np.ndarray:
