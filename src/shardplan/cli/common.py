@@ -8,25 +8,30 @@ from typing import Any
 from shardplan.errors import ShardplanError
 
 
-def model_notes(spec: Any) -> list[str]:
-    """What of this model the cost model does not yet cost exactly: said on stderr, never left silent."""
+def model_notes(spec: Any, job: str = "train") -> list[str]:
+    """What of this model the cost model does not yet cost exactly: said on stderr, never left silent. Training and
+    serving cost every layer kind (sliding, chunked, Gated DeltaNet, Mamba-2, sinks, output gate); the offload job
+    still prices one average attention layer."""
     from shardplan.models import Mixer
 
     counts = spec.mixer_counts()
     notes = []
-    windowed = [f"{counts[k]} {name}" for k, name in ((Mixer.SLIDING, "sliding-window"), (Mixer.CHUNKED, "chunked"))
-                if counts.get(k)]
-    if windowed:
-        notes.append(f"{' and '.join(windowed)} attention layers are costed as full attention (FLOPs and KV cache "
-                     "over the whole context)")
-    other = [f"{counts[k]} {name}" for k, name in ((Mixer.LINEAR, "linear-attention"), (Mixer.MAMBA, "Mamba-2"),
-                                                 (Mixer.NONE, "MLP-only")) if counts.get(k)]
-    if other:
-        notes.append(f"{' and '.join(other)} layers are costed as attention layers of the model's attention shape")
-    extras = [name for flag, name in ((spec.attention_sinks, "attention sinks"),
-                                      (spec.attn_output_gate, "the attention output gate")) if flag]
-    if extras:
-        notes.append(f"{' and '.join(extras)} not costed")
+    if job == "offload":
+        windowed = [f"{counts[k]} {name}" for k, name in ((Mixer.SLIDING, "sliding-window"),
+                                                          (Mixer.CHUNKED, "chunked")) if counts.get(k)]
+        if windowed:
+            notes.append(f"{' and '.join(windowed)} attention layers are costed as full attention by the offload "
+                         "job (FLOPs and KV cache over the whole context: FlexGen's runtime keeps no windowed cache)")
+        other = [f"{counts[k]} {name}" for k, name in ((Mixer.LINEAR, "linear-attention"),
+                                                     (Mixer.MAMBA, "Mamba-2"), (Mixer.NONE, "MLP-only"))
+                 if counts.get(k)]
+        if other:
+            notes.append(f"{' and '.join(other)} layers are costed by the offload job as attention layers of the "
+                         "model's attention shape")
+        extras = [name for flag, name in ((spec.attention_sinks, "attention sinks"),
+                                          (spec.attn_output_gate, "the attention output gate")) if flag]
+        if extras:
+            notes.append(f"{' and '.join(extras)} not costed by the offload job")
     if spec.sparse_attention is not None:
         notes.append("DeepSeek sparse attention: the indexer is not costed and attention is costed dense")
     if spec.mtp_layers:
@@ -34,12 +39,16 @@ def model_notes(spec: Any) -> list[str]:
     if spec.vision_params:
         notes.append(f"vision tower not planned ({spec.vision_params / 1e9:.3g}B params apart); the text model is")
     if spec.dtype not in ("bf16", "fp16", "fp32", "fp8"):
-        notes.append(f"released weights are {spec.dtype}; costed in the datatype the options give")
+        if job == "train" and spec.dtype in ("mxfp4", "nvfp4") and spec.moe is not None:
+            notes.append(f"released experts are {spec.dtype}: serving keeps them so unless --weight-dtype says "
+                         "otherwise; training costs the datatype --dtype gives")
+        else:
+            notes.append(f"released weights are {spec.dtype}; costed in the datatype the options give")
     return notes
 
 
-def warn_model(spec: Any) -> None:
-    for note in model_notes(spec):
+def warn_model(spec: Any, job: str = "train") -> None:
+    for note in model_notes(spec, job):
         print(f"note: {note}", file=sys.stderr)
 
 

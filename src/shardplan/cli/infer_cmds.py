@@ -43,8 +43,9 @@ Pp = Annotated[int | None, typer.Option("--pp", min=1, help="Pipeline-parallel s
 Ep = Annotated[int | None, typer.Option("--ep", min=1, help="Expert-parallel degree (MoE; spans replicas).")]
 Dtype = Annotated[str, typer.Option("--dtype", help="Compute datatype: bf16, fp16, or fp8 (fp8 weights, fp8 GEMMs).")]
 WDtype = Annotated[str | None, typer.Option(
-    "--weight-dtype", help="Stored weights: bf16, fp16, fp8, int8, int4 (int8/int4 weight-only; default: --dtype, "
-    "fp8 for fp8 checkpoints).")]
+    "--weight-dtype", help="Stored weights: bf16, fp16, fp8, int8, int4 (int8/int4 weight-only), mxfp4, nvfp4 "
+    "(block-scaled fp4: fp4 GEMMs where the GPU has an fp4 peak); default: --dtype, fp8 for fp8 checkpoints, "
+    "MXFP4 experts for MXFP4 checkpoints.")]
 KvDtype = Annotated[str | None, typer.Option("--kv-dtype", help="KV-cache datatype: bf16, fp16, fp8.")]
 BlockSize = Annotated[int | None, typer.Option("--block-size", min=1, help="Tokens per paged KV-cache block "
                                                                            "(default: the engine's).")]

@@ -31,7 +31,7 @@ def _inputs(model: str, hardware: str, cpu_mem: str | None, disk: str | None, gp
     from shardplan.units import parse_size
 
     spec = resolve_model(model)
-    warn_model(spec)
+    warn_model(spec, "offload")
     system = resolve_system(hardware)
     caps = default_capacities(
         system, cpu_mem=parse_size(cpu_mem, field="cpu-mem") if cpu_mem is not None else None,

@@ -21,7 +21,10 @@ SeqLen = Annotated[int, typer.Option("--seq-len", "-s", min=1, help="Tokens per 
 Tp = Annotated[int | None, typer.Option("--tp", min=1, help="Tensor-parallel degree.")]
 Pp = Annotated[int | None, typer.Option("--pp", min=1, help="Pipeline-parallel stages.")]
 Dp = Annotated[int | None, typer.Option("--dp", min=1, help="Data-parallel degree (default: GPUs/(tp·pp·cp)).")]
-Ep = Annotated[int | None, typer.Option("--ep", min=1, help="Expert-parallel degree (MoE).")]
+Ep = Annotated[int | None, typer.Option("--ep", min=1, help="Expert-parallel degree (MoE); with --etp it may exceed "
+                                         "dp·cp: etp·ep must divide tp·cp·dp (MoE parallel folding).")]
+Etp = Annotated[int | None, typer.Option("--etp", min=1, help="Expert tensor-parallel degree (MoE; default: tp). "
+                                         "Expert-data-parallel ranks follow: tp·cp·dp / (etp·ep).")]
 Cp = Annotated[int | None, typer.Option("--cp", min=1, help="Context-parallel degree (long sequences).")]
 Micro = Annotated[int | None, typer.Option("--microbatch", min=1, help="Sequences per microbatch.")]
 Inter = Annotated[int | None, typer.Option("--interleave", min=1, help="Pipeline chunks per stage (v).")]
@@ -33,7 +36,8 @@ Zero = Annotated[int | None, typer.Option("--zero", min=0, max=3, help="ZeRO sta
 OffOpt = Annotated[str | None, typer.Option("--offload-optimizer", help="Optimizer state on CPU, e.g. 30%.")]
 OffW = Annotated[str | None, typer.Option("--offload-weights", help="Weights on CPU, e.g. 20%.")]
 OffA = Annotated[str | None, typer.Option("--offload-activations", help="Stored activations on CPU, e.g. 50%.")]
-Dtype = Annotated[str, typer.Option("--dtype", help="Compute datatype: bf16, fp16, fp8, fp32.")]
+Dtype = Annotated[str, typer.Option("--dtype", help="Compute datatype: bf16, fp16, fp8, fp4 (NVFP4 GEMMs at the "
+                                    "GPU's fp4 peak, bf16 elsewhere), fp32.")]
 GradDtype = Annotated[str, typer.Option("--grad-dtype", help="Gradient datatype: fp32 (Megatron), bf16, fp16.")]
 Optimizer = Annotated[str, typer.Option(
     "--optimizer", help="adam (12 B/param state), adam-8bit (6), sgd (8), adafactor (4); all with an fp32 master.")]
@@ -175,7 +179,7 @@ def _int_list(text: str, field: str) -> list[int]:
 @estimate_app.command("train")
 def estimate_train(
     model: ModelOpt, hardware: HardwareOpt, global_batch: GlobalBatch, seq_len: SeqLen, tp: Tp = 1,
-    pp: Pp = 1, gpus: GpusOpt = None, dp: Dp = None, ep: Ep = 1, cp: Cp = 1, microbatch: Micro = 1,
+    pp: Pp = 1, gpus: GpusOpt = None, dp: Dp = None, ep: Ep = 1, etp: Etp = None, cp: Cp = 1, microbatch: Micro = 1,
     interleave: Inter = 1, recompute: Rc = Recompute.NONE, recompute_layers: RcLayers = None,
     sequence_parallel: Sp = False, zero: Zero = 0, offload_optimizer: OffOpt = None, offload_weights: OffW = None,
     offload_activations: OffA = None, dtype: Dtype = "bf16", grad_dtype: GradDtype = "fp32",
@@ -204,7 +208,7 @@ def estimate_train(
             raise ShardplanError(f"--gpus ({n}) must be divisible by tp·pp·cp ({tp * pp * cp})", field="gpus")
         dp = n // (tp * pp * cp)
     layout = TrainLayout(
-        tp=tp, pp=pp, dp=dp, ep=ep or 1, cp=cp, microbatch=microbatch or 1, interleave=interleave or 1,
+        tp=tp, pp=pp, dp=dp, ep=ep or 1, etp=etp, cp=cp, microbatch=microbatch or 1, interleave=interleave or 1,
         recompute=recompute or Recompute.NONE, recompute_layers=recompute_layers,
         sequence_parallel=bool(sequence_parallel), zero_stage=zero or 0,
         offload_optimizer=parse_fraction(offload_optimizer, field="offload-optimizer"),
@@ -234,8 +238,8 @@ def train(
     gpus: GpusOpt = None,
     max_global_batch: Annotated[int | None, typer.Option(
         "--max-global-batch", min=1, help="Choose the batch (≤ this) with the highest throughput.")] = None,
-    tp: Tp = None, pp: Pp = None, dp: Dp = None, ep: Ep = None, cp: Cp = None, microbatch: Micro = None,
-    interleave: Inter = None, recompute: Rc = None, recompute_layers: RcLayers = None,
+    tp: Tp = None, pp: Pp = None, dp: Dp = None, ep: Ep = None, etp: Etp = None, cp: Cp = None,
+    microbatch: Micro = None, interleave: Inter = None, recompute: Rc = None, recompute_layers: RcLayers = None,
     sequence_parallel: Sp = None, zero: Zero = None,
     offload: Annotated[OffloadPolicy, typer.Option(
         "--offload", help="CPU offload of optimizer/weights/activations: auto (only if nothing fits), on, off.")
@@ -273,8 +277,8 @@ def train(
                      parse_headroom(memory_headroom, system.gpu.memory_bytes))
     req = TrainRequest(
         model=spec, system=system, num_gpus=n, workload=work, max_global_batch=max_global_batch,
-        fixed_global_batch=global_batch is not None, tp=tp, pp=pp, dp=dp, ep=ep, cp=cp, microbatch=microbatch,
-        interleave=interleave, recompute=recompute, recompute_layers=recompute_layers,
+        fixed_global_batch=global_batch is not None, tp=tp, pp=pp, dp=dp, ep=ep, etp=etp, cp=cp,
+        microbatch=microbatch, interleave=interleave, recompute=recompute, recompute_layers=recompute_layers,
         sequence_parallel=sequence_parallel, zero_stage=zero,
         offload=offload, max_cp=max_cp, cross_node_tp=cross_node_tp, top_k=top_k,
         time_limit_s=time_limit, uniform_stages=uniform_stages,

@@ -226,7 +226,11 @@ def modern_setup(r: dict[str, Any]) -> tuple[ModelSpec, Any, int, TrainWorkload,
     dp = n // (tp * pp * cp)
     mb = mb if batch % (dp * mb) == 0 else 1
     layers = re.search(r"recompute_num_layers=(\d+)", rc_text)
-    layout = TrainLayout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, microbatch=mb, interleave=p.get("vp") or 1,
+    # Expert TP as recorded, else Megatron's default (tp) where it fits, else the largest etp ≤ tp with
+    # etp·ep | tp·cp·dp (MoE parallel folding: EP larger than dp·cp forces expert TP down, e.g. to 1).
+    fits = [e for e in range(tp, 0, -1) if tp % e == 0 and (tp * cp * dp) % (e * ep) == 0]
+    etp = p.get("etp") or (fits[0] if fits else None)
+    layout = TrainLayout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, microbatch=mb, interleave=p.get("vp") or 1,
                          recompute=recompute, recompute_layers=int(layers.group(1)) if layers else None,
                          sequence_parallel=tp > 1, zero_stage=zero)
     base = get_system(system_name)

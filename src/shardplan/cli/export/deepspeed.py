@@ -81,12 +81,13 @@ def config(t: TrainTarget) -> tuple[dict[str, Any], list[str]]:
         "train_micro_batch_size_per_gpu": p.microbatch_size,
         "gradient_accumulation_steps": p.num_microbatches,
     }
-    if t.dtype in ("bf16", "fp8"):
+    if t.dtype in ("bf16", "fp8", "fp4"):
         cfg["bf16"] = {"enabled": True}
     elif t.dtype == "fp16":
         cfg["fp16"] = {"enabled": True}
-    if t.dtype == "fp8":
-        notes.append("fp8 GEMMs are not a DeepSpeed config key: enable them in the model (Transformer Engine)")
+    if t.dtype in ("fp8", "fp4"):
+        notes.append(f"{t.dtype} GEMMs are not a DeepSpeed config key: enable them in the model (Transformer "
+                     "Engine)")
     if t.grad_dtype == "fp32" and t.dtype != "fp32":
         if p.zero_stage >= 1:
             cfg["data_types"] = {"grad_accum_dtype": "fp32"}

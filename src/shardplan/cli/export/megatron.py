@@ -9,6 +9,7 @@ have no flag of their own and map to Megatron-FSDP (``--use-megatron-fsdp`` with
 from __future__ import annotations
 
 from shardplan.cli.export.base import Export, TrainTarget, layout_summary, torchrun_line
+from shardplan.cli.export.megatron_arch import mixer_args, rope_args, router_args
 from shardplan.errors import ShardplanError
 
 Args = list[tuple[str, str | None]]
@@ -74,6 +75,9 @@ def _parallel(t: TrainTarget, args: Args, notes: list[str]) -> None:
         args.append(("--context-parallel-size", str(p.cp)))
     if p.ep > 1:
         args += [("--expert-model-parallel-size", str(p.ep)), ("--moe-token-dispatcher-type", "alltoall")]
+    # MoE parallel folding; Megatron defaults the expert TP to tp
+    if m.moe is not None and p.etp is not None and p.etp != p.tp:
+        args.append(("--expert-tensor-parallel-size", str(p.etp)))
     if p.sequence_parallel and p.tp > 1:
         args.append(("--sequence-parallel", None))
     even = m.num_layers % (p.pp * p.interleave) == 0
@@ -163,13 +167,15 @@ def _zero_and_offload(t: TrainTarget, args: Args, notes: list[str]) -> list[str]
 
 
 def _precision(t: TrainTarget, args: Args) -> None:
-    if t.dtype in ("bf16", "fp8"):
+    if t.dtype in ("bf16", "fp8", "fp4"):
         args.append(("--bf16", None))
     elif t.dtype == "fp16":
         args.append(("--fp16", None))
     if t.dtype == "fp8":
         args.append(("--fp8-format", "hybrid"))
-    if t.grad_dtype == "bf16" and t.dtype in ("bf16", "fp8"):
+    if t.dtype == "fp4":  # NVFP4 GEMMs through Transformer Engine (Blackwell)
+        args += [("--fp4-format", "e2m1"), ("--fp4-recipe", "nvfp4")]
+    if t.grad_dtype == "bf16" and t.dtype in ("bf16", "fp8", "fp4"):
         args.append(("--grad-reduce-in-bf16", None))
     # auto lets Transformer Engine pick its fused IO-aware kernel (flash-attn or cuDNN), which is what the cost
     # model's "flash" means; unfused is Megatron's own softmax path with the s² scores in memory
@@ -219,14 +225,15 @@ def _model(t: TrainTarget, args: Args, notes: list[str]) -> None:
                      "mix is written as biases everywhere")
     if not t.dropout:
         args += [("--attention-dropout", "0"), ("--hidden-dropout", "0")]
-    for flag, why in ((m.parallel_block, "parallel attention/MLP blocks"), (m.sliding_window, "sliding-window "
-                      "attention"), (m.embedding_norm, "an embedding norm")):
+    for flag, why in ((m.parallel_block, "parallel attention/MLP blocks"), (m.embedding_norm, "an embedding norm")):
         if flag:
             notes.append(f"Megatron-LM's GPT model has no flag for {why}: the exported model differs there")
-    _moe(t, args)
+    rope_args(m, args, notes)
+    mixer_args(m, args, notes)
+    _moe(t, args, notes)
 
 
-def _moe(t: TrainTarget, args: Args) -> None:
+def _moe(t: TrainTarget, args: Args, notes: list[str]) -> None:
     moe = t.model.moe
     if moe is None:
         return
@@ -238,6 +245,7 @@ def _moe(t: TrainTarget, args: Args) -> None:
     freq = moe_layer_freq(t)
     if freq is not None:
         args.append(("--moe-layer-freq", freq))
+    router_args(t.model, args, notes)
 
 
 def export(t: TrainTarget, *, file_name: str | None = None) -> Export:

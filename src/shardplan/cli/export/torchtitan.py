@@ -155,6 +155,8 @@ def sections(t: TrainTarget) -> tuple[dict[str, dict[str, Value]], list[str]]:
            "training": _training(t, notes)}
     if t.dtype == "fp8":
         out["model"] = {"converters": ["quantize.linear.float8"]}
+    if t.dtype == "fp4":
+        notes.append("torchtitan has no NVFP4 training converter: the file trains in bf16, slower than planned")
     return out, notes
 
 

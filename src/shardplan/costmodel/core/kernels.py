@@ -128,7 +128,7 @@ def attention_time(gpu: GpuSpec, flops: np.ndarray, nbytes: np.ndarray, dtype: s
     sequence length (``attention_efficiency``); a kernel the GPU has no curves for runs at the GPU's scalar
     ``attention_efficiency`` (backward at ``FLASH_BWD_EFFICIENCY_RATIO`` of it). fp8 GEMM recipes keep attention
     in 16-bit."""
-    dtype = "bf16" if dtype == "fp8" else dtype
+    dtype = "bf16" if dtype in ("fp8", "fp4") else dtype
     eff = attention_efficiency(gpu, kernel, backward=backward, causal=causal, head_dim=head_dim, seq=seq)
     if eff is None:
         eff = gpu.attention_efficiency * (FLASH_BWD_EFFICIENCY_RATIO if backward else 1.0)

@@ -14,6 +14,7 @@ the FLOPs and bytes of a layer are written:
 Tensor parallelism follows Megatron (Shoeybi et al. 2019): heads, MLP width and vocabulary ÷t; KV heads ÷t but
 at least one (vLLM replicates them when t exceeds their number; Megatron requires t | kv heads, so the floor is
 inert there). MLA (DeepSeek-V2 §2.1) down-projections are replicated on every TP rank, up-projections split.
+The recurrent token mixers (Gated DeltaNet, Mamba-2) are listed in ``core.recurrent`` with the same specs.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ class Gemm:
     n: Array
     experts: Array = 1.0
     high_precision: bool = False  # router and LM head: kept in 16-bit by fp8 recipes and quantised serving
+    routed: bool = False  # routed experts (a checkpoint may store them in their own datatype: gpt-oss MXFP4)
 
     @property
     def flops(self) -> np.ndarray:
@@ -99,6 +101,7 @@ class Pricer(Protocol):
     """What a job tells the inventory, and how it turns operators into timed ``Op`` records."""
 
     tp: np.ndarray  # TP degree per row (float)
+    etp: np.ndarray  # expert TP degree per row (float; tp unless MoE parallel folding)
     act_bytes: float  # bytes of one activation element
     dropout: bool
     kv_cache: bool  # serving writes new K/V into a paged cache (with rotary embedding, one kernel pair)
@@ -177,7 +180,8 @@ def projections(model: ModelSpec, p: Pricer, T: Array) -> tuple[list[Op], float,
         ops += rotary(m, p, T, m.num_heads / t + 1, mla.qk_rope_head_dim)
         return ops, mla.qk_head_dim, mla.v_head_dim
     d, kvr = m.head_size, kv_heads_per_rank(m, t)
-    ops += p.gemm(Gemm("attn.qkv", T, h, (m.num_heads / t + 2 * kvr) * d))
+    q_cols = m.num_heads / t * (2 if m.attn_output_gate else 1)  # Qwen3-Next: the output gate rides on q_proj
+    ops += p.gemm(Gemm("attn.qkv", T, h, (q_cols + 2 * kvr) * d))
     ops += rotary(m, p, T, m.num_heads / t + kvr, d)
     return ops, d, d
 
@@ -201,7 +205,10 @@ def attention_block(model: ModelSpec, p: Pricer, T: Array, T_elem: Array, core: 
     ops = [norm(p, "attn.norm", T_elem, h), *p.tp_entry("attn", T * h)]
     proj, _, d_v = projections(m, p, T)
     ops += proj
+    ops += attention_extras(m, p, T)
     ops += p.attention(core)
+    if m.attn_output_gate:  # sigmoid(gate) · attention output
+        ops.append(p.elementwise(Elementwise("attn.output_gate", T * m.num_heads / p.tp * d_v, 3)))
     ops += p.gemm(Gemm("attn.out", T, m.num_heads * d_v / p.tp, h))
     ops += p.tp_exit("attn", T * h)
     ops.append(residual(p, "attn.residual", T_elem, h))
@@ -219,12 +226,13 @@ def attention_dims(model: ModelSpec, *, absorbed: bool = False) -> tuple[float, 
     return mla.qk_head_dim, mla.v_head_dim
 
 
-def ffn(model: ModelSpec, p: Pricer, prefix: str, T: Array, width: Array, *, experts: Array = 1.0) -> list[Op]:
+def ffn(model: ModelSpec, p: Pricer, prefix: str, T: Array, width: Array, *, experts: Array = 1.0,
+        routed: bool = False) -> list[Op]:
     """FC1 (gated: gate and up) → activation (act(gate)·up) → FC2 over ``width`` columns per GPU."""
     g, h = (2 if model.mlp.gated else 1), model.hidden_size
-    return [*p.gemm(Gemm(f"{prefix}.fc1", T, h, g * width, experts)),
+    return [*p.gemm(Gemm(f"{prefix}.fc1", T, h, g * width, experts, routed=routed)),
             p.elementwise(Elementwise(f"{prefix}.act", T * width, g + 1)),
-            *p.gemm(Gemm(f"{prefix}.fc2", T, width, h, experts))]
+            *p.gemm(Gemm(f"{prefix}.fc2", T, width, h, experts, routed=routed))]
 
 
 def mlp_block(model: ModelSpec, p: Pricer, T: Array, T_elem: Array) -> list[Op]:
@@ -250,7 +258,10 @@ def moe_block(model: ModelSpec, p: Pricer, T: Array, T_elem: Array) -> list[Op]:
            p.elementwise(Elementwise("moe.permute", routed * h, 2)),
            p.ep_all_to_all("moe.ep_dispatch", routed * h),
            *p.expert_tp_entry("moe.experts", routed * h)]
-    ops += ffn(m, p, "moe.experts", T * k, moe.expert_ffn_hidden_size / p.tp, experts=p.touched_experts(T * k))
+    # the experts' ETP group gathers etp of the attention TP group's tp token shares (etp = tp: all T tokens)
+    T_exp = T * k * p.etp / p.tp
+    ops += ffn(m, p, "moe.experts", T_exp, moe.expert_ffn_hidden_size / p.etp, experts=p.touched_experts(T_exp),
+               routed=True)
     ops += [*p.expert_tp_exit("moe.experts", routed * h), p.ep_all_to_all("moe.ep_combine", routed * h),
             p.elementwise(Elementwise("moe.unpermute", routed * h, 2))]
     if moe.num_shared_experts:
@@ -295,4 +306,52 @@ def unfused_attention(p: Pricer, a: Attention, *, mask_passes: float, selective:
     if p.dropout:
         ops.append(p.elementwise(Elementwise(f"{a.name}.dropout", s, 2, 1.0), selective=selective))
     ops.append(p.bmm(f"{a.name}.context", 2.0 * s * a.d_v, e * s + io, selective=selective))
+    return ops
+
+
+# --- windowed attention and recurrent mixers (layer kinds S, C, L, M) ---------------------------------------------
+def window_pairs(s: Array, window: float | None = None, chunk: float | None = None) -> np.ndarray:
+    """Causal (query, key) pairs of one sequence of ``s`` tokens, keys including the query itself.
+
+    Full: Σ_{i=1..s} i = s(s+1)/2. Sliding window w (HF/vLLM: a query sees the last w positions, itself included):
+    Σ min(w, i) = w(w+1)/2 + (s − w)·w once s > w. Chunked local attention of chunk c (Llama 4: a query sees the
+    earlier positions of its own chunk): ⌊s/c⌋·c(c+1)/2 + r(r+1)/2 with r = s mod c.
+    """
+    s = np.asarray(s, dtype=float)
+    if chunk is not None:
+        full, r = np.floor(s / chunk), np.mod(s, chunk)
+        return full * chunk * (chunk + 1) / 2 + r * (r + 1) / 2
+    if window is not None:
+        return np.where(s <= window, s * (s + 1) / 2, window * (window + 1) / 2 + (s - window) * window)
+    return s * (s + 1) / 2
+
+
+def mixer_span(model: ModelSpec, mixer: str, s: Array) -> np.ndarray:
+    """Keys a query of a ``s``-token context can reach in a layer of ``mixer``: s, min(s, window), min(s, chunk)."""
+    s = np.asarray(s, dtype=float)
+    if mixer == "sliding" and model.sliding_window:
+        return np.minimum(s, model.sliding_window)
+    if mixer == "chunked" and model.attention_chunk_size:
+        return np.minimum(s, model.attention_chunk_size)
+    return s
+
+
+def mixer_pairs(model: ModelSpec, mixer: str, s: Array) -> np.ndarray:
+    """``window_pairs`` for a layer of ``mixer`` (attention, sliding or chunked)."""
+    if mixer == "sliding":
+        return window_pairs(s, window=model.sliding_window)
+    if mixer == "chunked":
+        return window_pairs(s, chunk=model.attention_chunk_size)
+    return window_pairs(s)
+
+
+def attention_extras(model: ModelSpec, p: Pricer, T: Array) -> list[Op]:
+    """qk-norm over every query and key head (an RMSNorm pass, Qwen3/Gemma 3/OLMo 2) and attention sinks (gpt-oss:
+    one learned logit per head joins each softmax row: one more score per query row, read with the row)."""
+    m, t = model, p.tp
+    ops: list[Op] = []
+    if m.qk_norm:
+        ops.append(norm(p, "attn.qk_norm", T * (m.num_heads / t + kv_heads_per_rank(m, t)), m.head_size))
+    if m.attention_sinks:
+        ops.append(p.elementwise(Elementwise("attn.sinks", T * m.num_heads / t, 1.0)))
     return ops

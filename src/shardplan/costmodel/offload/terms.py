@@ -157,6 +157,7 @@ class FlexGenPricer:
     dtype: str
     act_bytes: float = 2.0
     tp: float = 1.0
+    etp: float = 1.0
     dropout: bool = False
     kv_cache: bool = False  # the cache traffic is priced by the transfer lanes, not as a kernel
     capacity_factor: float = 1.0

@@ -38,20 +38,21 @@ from shardplan.costmodel.core.shards import layer_shard
 from shardplan.costmodel.serving import layers as O
 from shardplan.costmodel.serving.continuous import SteadyState, steady_state
 from shardplan.costmodel.serving.engines import ENGINES, Engine, kv_pool_bytes
+from shardplan.costmodel.serving.kvcache import blocks_per_request, stage_pool
 from shardplan.costmodel.serving.steps import (
-    KINDS,
     PhaseTimes,
     StageShape,
     beat,
     phase_times,
     pipelined,
+    serving_kinds,
     stage_shapes,
 )
 from shardplan.hardware.spec import SystemSpec
 from shardplan.models.spec import ModelSpec
 from shardplan.units import GiB
 
-WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "int8", "int4")
+WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "int8", "int4", "mxfp4", "nvfp4")
 KV_DTYPES = ("bf16", "fp16", "fp8")
 # Sampler workspace in vLLM's profile run: fp32 logits, softmax, log-softmax and the top-p/top-k sort of
 # every sampled row (4 vocab-wide fp32 buffers). Calibrated on vLLM PR #10511's log (Llama-3-8B, 8192
@@ -68,9 +69,11 @@ class InferWorkload(BaseModel):
     gen_len: Annotated[int, Field(ge=1)] = Field(description="Generated tokens per sequence.")
     dtype: Literal["bf16", "fp16", "fp8"] = Field(
         "bf16", description="Compute datatype; fp8 means fp8 weights with fp8 GEMMs (W8A8), 16-bit activations.")
-    weight_dtype: Literal["bf16", "fp16", "fp8", "int8", "int4"] | None = Field(
+    weight_dtype: Literal["bf16", "fp16", "fp8", "int8", "int4", "mxfp4", "nvfp4"] | None = Field(
         None, description="Stored weights (default: fp8 for fp8 checkpoints or --dtype fp8, else --dtype). "
-        "int8/int4 are weight-only (GPTQ/AWQ): dequantised to 16-bit, 16-bit GEMMs.")
+        "int8/int4 are weight-only (GPTQ/AWQ): dequantised to 16-bit, 16-bit GEMMs. mxfp4/nvfp4: block-scaled "
+        "4-bit floats, fp4 GEMMs where the GPU has an fp4 peak. An MXFP4 checkpoint (gpt-oss) keeps its routed "
+        "experts in MXFP4 unless this is given.")
     kv_dtype: Literal["bf16", "fp16", "fp8"] | None = Field(None, description="KV-cache datatype (default: 16-bit).")
     block_size: Annotated[int, Field(ge=1)] = Field(16, description="Tokens per paged KV-cache block (vLLM: 16).")
     gpu_memory_utilization: Annotated[float, Field(gt=0, le=1)] = Field(
@@ -109,6 +112,12 @@ class InferWorkload(BaseModel):
         if self.dtype == "fp8" or model.dtype == "fp8":
             return "fp8"
         return self.dtype
+
+    def expert_weights(self, model: ModelSpec) -> str:
+        """Datatype of the routed experts: the checkpoint's MXFP4/NVFP4 experts unless --weight-dtype says."""
+        if self.weight_dtype is None and model.dtype in ("mxfp4", "nvfp4") and self.dtype != "fp8":
+            return model.dtype
+        return self.weights(model)
 
     def kv(self) -> str:
         return self.kv_dtype or ("bf16" if self.dtype == "fp8" else self.dtype)
@@ -166,8 +175,9 @@ def kind_weight_bytes(model: ModelSpec, work: InferWorkload, rows: InferRows, ki
     """Weight bytes one GPU holds for one layer of ``kind`` (or the embedding / the LM head): linear layers and
     experts in the weight datatype, norms, routers, biases, embeddings and the LM head in 16 bits."""
     q = O.weight_bytes_per_param(work.weights(model), work.quant_group_size)
+    q_exp = O.weight_bytes_per_param(work.expert_weights(model), work.quant_group_size)
     shard = layer_shard(model, kind, rows.tp, rows.ep, rows.pp)
-    return O.ACT_BYTES * shard.other + q * (shard.linear + shard.experts)
+    return O.ACT_BYTES * shard.other + q * shard.linear + q_exp * shard.experts
 
 
 def workspace_per_token(model: ModelSpec, tp: np.ndarray) -> np.ndarray:
@@ -209,17 +219,17 @@ class StageMemory:
 def stage_memory(model: ModelSpec, system: SystemSpec, work: InferWorkload, rows: InferRows, shape: StageShape,
                  kv_layer: np.ndarray) -> StageMemory:
     """Weights, workspace and KV capacity of one stage (vLLM: budget − weights − peak activations − non-torch)."""
-    weights = sum(shape.count(k) * kind_weight_bytes(model, work, rows, k) for k in KINDS
-                  if k != "moe" or model.moe is not None)
+    weights = sum(shape.count(k) * kind_weight_bytes(model, work, rows, k) for k in serving_kinds(model))
     sampler = work.max_num_seqs * model.vocab_size * (SAMPLER_BUFFERS * O.LOGIT_BYTES + O.ACT_BYTES / rows.tp)
     acts = work.max_num_batched_tokens * workspace_per_token(model, rows.tp) + np.where(shape.has_head, sampler, 0.0)
     non_torch = np.full(len(rows), float(work.non_torch_bytes))
     fraction = work.mem_fraction_static if work.engine == "sglang" else work.gpu_memory_utilization
     pool, reserve = kv_pool_bytes(work.engine, system.gpu, fraction=fraction, weights=weights, activations=acts,
                                   non_torch=non_torch, parallel=rows.tp * rows.pp)
-    kv_token = shape.layers * kv_layer
-    blocks = np.floor(np.maximum(pool, 0.0) / (work.block_size * kv_token))
-    return StageMemory(shape, weights, acts, non_torch, pool, kv_token, blocks, reserve)
+    # vLLM's hybrid allocator (``kvcache``): one pool of G_w tensors shared by the model's KV-cache groups.
+    hybrid = stage_pool(model, shape, kv_layer, pool, work.block_size)
+    kv_token = hybrid.tensors * hybrid.groups * kv_layer  # pool bytes per reported token slot
+    return StageMemory(shape, weights, acts, non_torch, pool, kv_token, hybrid.reported_blocks, reserve)
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,8 +250,8 @@ class InferCost:
     tokens_per_s: np.ndarray
     kv_layer_bytes: np.ndarray  # per token, per layer, per GPU
     kv_blocks: np.ndarray  # blocks per GPU = per replica (the binding stage)
-    blocks_per_seq: int  # a whole sequence (prompt + output)
-    blocks_held: int  # a sequence on average while it runs (continuous: prompt + half the output)
+    blocks_per_seq: float  # a whole sequence (prompt + output), in reported blocks (per KV-cache group)
+    blocks_held: float  # a sequence on average while it runs (continuous: prompt + half the output)
     max_batch: np.ndarray  # sequences per replica that fit
     binding_stage: np.ndarray
     block_size: int
@@ -261,7 +271,8 @@ class InferCost:
 def infer_cost(model: ModelSpec, system: SystemSpec, work: InferWorkload, rows: InferRows) -> InferCost:
     """Time and memory of every row (the vectorised reference; one row is ``estimate_inference``)."""
     ctx = O.InferCtx(model=model, system=system, tp=rows.tp, pp=rows.pp, ep=rows.ep, weight_dtype=work.weights(model),
-                     kv_dtype=work.kv(), gemm_dtype=work.gemm_dtype(model), quant_group_size=work.quant_group_size)
+                     kv_dtype=work.kv(), gemm_dtype=work.gemm_dtype(model), quant_group_size=work.quant_group_size,
+                     expert_weight_dtype=work.expert_weights(model))
     shapes = stage_shapes(model, rows.pp)
     kv_layer = O.kv_layer_bytes_per_token(model, work.kv(), rows.tp)
     memory = [stage_memory(model, system, work, rows, sh, kv_layer) for sh in shapes]
@@ -269,12 +280,18 @@ def infer_cost(model: ModelSpec, system: SystemSpec, work: InferWorkload, rows: 
     binding = np.argmin(blocks, axis=0)
     kv_blocks = np.min(blocks, axis=0)
     P_, G = work.prompt_len, work.gen_len
-    blocks_per_seq = -(-(P_ + G) // work.block_size)
+    kv_tok = float(O.kv_layer_bytes_per_token(model, work.kv(), np.ones(1))[0])
+
+    def per_request(tokens: int) -> float:
+        n = blocks_per_request(model, tokens, work.block_size, work.max_num_batched_tokens, kv_tok, O.ACT_BYTES)
+        return int(n) if float(n).is_integer() else float(n)
+
+    blocks_per_seq = per_request(P_ + G)
     # Engines allocate KV blocks as tokens arrive (vLLM and SGLang preempt or retract when the pool runs out),
     # so in the continuous steady state a sequence holds its prompt and, on average, half its output: the pool
     # carries B·(P + G/2) tokens (Little's law over staggered requests). Static batches hold all P + G. One whole
     # sequence must fit either way.
-    held = -(-(P_ + -(-G // 2)) // work.block_size) if work.mode == "continuous" else blocks_per_seq
+    held = per_request(P_ + -(-G // 2)) if work.mode == "continuous" else blocks_per_seq
     max_batch = np.where(kv_blocks >= blocks_per_seq, np.floor(kv_blocks / held), 0.0)
 
     B = rows.batch.astype(float)
@@ -297,14 +314,14 @@ def infer_cost(model: ModelSpec, system: SystemSpec, work: InferWorkload, rows: 
     # Static: batch·prompt tokens in equal chunks of at most max_num_batched_tokens.
     chunks = np.ceil(B * P_ / work.max_num_batched_tokens)
     pairs = B * P_ * (P_ + 1) / 2 / chunks  # causal (query, key) pairs per head, spread over the chunks
-    pre_step = O.Step("prefill", B * P_ / chunks, pairs, B * P_ / chunks, B / chunks)
+    pre_step = O.Step("prefill", B * P_ / chunks, pairs, B * P_ / chunks, B / chunks, context=P_)
     prefill = phase_times(ctx, pre_step, shapes, rows.tp, pp)
     ttft = pipelined(prefill, shapes, pp, chunks)
     # Decode: micro-batches in flight over the pipeline, at the mean context.
     micro = np.minimum(B, pp)
     b = np.ceil(B / micro)
     context = P_ + G / 2
-    dec_step = O.Step("decode", b, b * context, b * context, b)
+    dec_step = O.Step("decode", b, b * context, b * context, b, context=context)
     decode = phase_times(ctx, dec_step, shapes, rows.tp, pp)
     hop = np.where(pp > 1, decode.p2p_s, 0.0)
     tpot = np.maximum(decode.total_s + pp * hop, micro * (beat(decode, shapes) + hop))

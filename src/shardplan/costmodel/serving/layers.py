@@ -22,6 +22,7 @@ import numpy as np
 
 from shardplan.costmodel.core import comm
 from shardplan.costmodel.core import operators as inv
+from shardplan.costmodel.core import recurrent as rec
 from shardplan.costmodel.core.kernels import (
     attention_time,
     compute_time,
@@ -43,8 +44,18 @@ LOGIT_BYTES = 4.0  # vLLM upcasts logits to fp32 before sampling
 QUANT_SCALE_BYTES = 2.0
 
 
+# Block-scaled 4-bit floats: E2M1 values with one scale per block. MXFP4 (OCP Microscaling Formats (MX) v1.0 §5,
+# Table 1): one E8M0 (1-byte) scale per 32 values = 4.25 bits. NVFP4 (NVIDIA, "Introducing NVFP4", Blackwell
+# technical blog, 2025): one FP8 E4M3 scale per 16 values = 4.5 bits (plus one fp32 scale per tensor).
+FP4_BLOCKS = {"mxfp4": (32, 1.0), "nvfp4": (16, 1.0)}
+
+
 def weight_bytes_per_param(dtype: str, group_size: int) -> float:
-    """Bytes per quantised linear-layer weight: the datatype plus group-wise scales for int8/int4."""
+    """Bytes per quantised linear-layer weight: the datatype plus group-wise scales for int8/int4, block scales for
+    MXFP4/NVFP4 (0.53125 and 0.5625 bytes)."""
+    if dtype in FP4_BLOCKS:
+        block, scale = FP4_BLOCKS[dtype]
+        return DTYPE_BYTES["fp4"] + scale / block
     scales = QUANT_SCALE_BYTES / group_size if dtype in ("int8", "int4") else 0.0
     return DTYPE_BYTES[dtype] + scales
 
@@ -58,6 +69,18 @@ class Step:
     pairs: np.ndarray  # (query, key) pairs attended per head (causal prefill: Σ q·(q+1)/2; decode: b·context)
     kv_read: np.ndarray  # KV-cache token positions read by attention
     logit_rows: np.ndarray  # positions whose logits are computed (one per sequence finishing the step)
+    context: np.ndarray | float | None = None  # tokens per sequence: the prompt (prefill), the context (decode)
+
+    def windowed(self, model: ModelSpec, mixer: str) -> tuple[np.ndarray, np.ndarray]:
+        """(pairs, KV positions read) of a sliding or chunked layer: prefill scales the causal pairs by
+        mixer_pairs/full pairs of the prompt; decode reads min(context, window) (or the chunk) per sequence."""
+        if self.context is None or mixer == "attention":
+            return self.pairs, self.kv_read
+        if self.phase == "decode":
+            ratio = inv.mixer_span(model, mixer, self.context) / np.asarray(self.context, dtype=float)
+            return self.pairs * ratio, self.kv_read * ratio
+        ratio = inv.mixer_pairs(model, mixer, self.context) / inv.window_pairs(self.context)
+        return self.pairs * ratio, self.kv_read
 
 
 @dataclass(slots=True)
@@ -78,10 +101,23 @@ class InferCtx:
     dropout: bool = False
     kv_cache: bool = True
     capacity_factor: float = 1.0  # engines route dropless
+    expert_weight_dtype: str | None = None  # routed experts' datatype when the checkpoint stores them apart
+
+    def gemm_dtype_for(self, weight_dtype: str) -> str:
+        """FP4 weights run FP4 GEMMs where the GPU has an fp4 peak (Blackwell), else they are dequantised to 16-bit
+        (weight-only, as on Hopper); other weights run ``gemm_dtype``."""
+        if weight_dtype in FP4_BLOCKS:
+            return "fp4" if "fp4" in self.system.gpu.peak_flops else "bf16"
+        return self.gemm_dtype
 
     @property
     def wbytes(self) -> float:
         return weight_bytes_per_param(self.weight_dtype, self.quant_group_size)
+
+    @property
+    def etp(self) -> np.ndarray:
+        """Experts split over the engine's TP group (vLLM without expert parallelism)."""
+        return self.t
 
     @property
     def t(self) -> np.ndarray:
@@ -92,9 +128,11 @@ class InferCtx:
 
     # --- pricing the operator inventory -------------------------------------------------------------------------
     def gemm(self, g: Gemm) -> list[Op]:
-        """Each weight matrix streamed once per step; router and LM head stay 16-bit (vLLM keeps them unquantised).
-        Routed experts run as one fused grouped GEMM (``fused_moe_time``)."""
-        wb, dtype = (ACT_BYTES, "bf16") if g.high_precision else (self.wbytes, self.gemm_dtype)
+        """Each weight matrix streamed once per step; router and LM head stay 16-bit (vLLM keeps them unquantised);
+        routed experts in their own datatype (gpt-oss: MXFP4) run as one fused grouped GEMM (``fused_moe_time``)."""
+        wdt = self.expert_weight_dtype if g.routed and self.expert_weight_dtype else self.weight_dtype
+        wb = weight_bytes_per_param(wdt, self.quant_group_size)
+        wb, dtype = (ACT_BYTES, "bf16") if g.high_precision else (wb, self.gemm_dtype_for(wdt))
         nbytes = self._col(g.nbytes(ACT_BYTES, wb, ACT_BYTES))
         flops = self._col(g.flops)
         if g.name.startswith("moe.experts"):
@@ -180,17 +218,40 @@ def kv_layer_bytes_per_token(model: ModelSpec, kv_dtype: str, tp: np.ndarray) ->
     return inv.kv_token_bytes(model, tp, DTYPE_BYTES[kv_dtype], latent=True)
 
 
-def core_attention(c: InferCtx, s: Step) -> Attention:
-    """The step's attention core: the pairs the step attends, the KV positions it reads. MLA decode runs in the
-    absorbed form (scores and values over the latent, DeepSeek-V2 App. C); MLA prefill decompresses K/V."""
+def core_attention(c: InferCtx, s: Step, mixer: str = "attention") -> Attention:
+    """The step's attention core: the pairs the step attends, the KV positions it reads (bounded by the window of
+    a sliding layer, the chunk of a chunked one). MLA decode runs in the absorbed form (scores and values over the
+    latent, DeepSeek-V2 App. C); MLA prefill decompresses K/V."""
     d_qk, d_v = inv.attention_dims(c.model, absorbed=s.phase == "decode")
-    return Attention("attn.core", pairs=s.pairs, heads=c.model.num_heads / c.t, d_qk=d_qk, d_v=d_v,
-                     q_tokens=s.tokens, span=s.kv_read, kv_tokens=s.kv_read,
+    pairs, kv_read = s.windowed(c.model, mixer)
+    return Attention("attn.core", pairs=pairs, heads=c.model.num_heads / c.t, d_qk=d_qk, d_v=d_v,
+                     q_tokens=s.tokens, span=kv_read, kv_tokens=kv_read,
                      kv_token_bytes=kv_layer_bytes_per_token(c.model, c.kv_dtype, c.tp))
 
 
-def attention_ops(c: InferCtx, s: Step) -> list[Op]:
-    return inv.attention_block(c.model, c, s.tokens, s.tokens, core_attention(c, s))
+def attention_ops(c: InferCtx, s: Step, mixer: str = "attention") -> list[Op]:
+    return inv.attention_block(c.model, c, s.tokens, s.tokens, core_attention(c, s, mixer))
+
+
+def sliding_ops(c: InferCtx, s: Step) -> list[Op]:
+    return attention_ops(c, s, "sliding")
+
+
+def chunked_ops(c: InferCtx, s: Step) -> list[Op]:
+    return attention_ops(c, s, "chunked")
+
+
+def linear_ops(c: InferCtx, s: Step) -> list[Op]:
+    """Gated DeltaNet: chunkwise over the prompt in prefill, one recurrent step per sequence in decode; the
+    16-bit states of the step's sequences read and written (vLLM keeps them in the model datatype)."""
+    return rec.linear_attention_block(c.model, c, s.tokens, s.tokens, seqs=s.logit_rows,
+                                      recurrent=s.phase == "decode", state_bytes=ACT_BYTES)
+
+
+def mamba_ops(c: InferCtx, s: Step) -> list[Op]:
+    """Mamba-2: SSD chunks in prefill, the recurrent update in decode (16-bit conv and SSM states)."""
+    return rec.mamba2_block(c.model, c, s.tokens, s.tokens, seqs=s.logit_rows, recurrent=s.phase == "decode",
+                            state_bytes=ACT_BYTES)
 
 
 def mlp_ops(c: InferCtx, s: Step) -> list[Op]:
@@ -217,7 +278,8 @@ def head_ops(c: InferCtx, s: Step) -> list[Op]:
     return ops
 
 
-BUILDERS = {"attention": attention_ops, "mlp": mlp_ops, "moe": moe_ops, "embedding": embedding_ops,
+BUILDERS = {"attention": attention_ops, "sliding": sliding_ops, "chunked": chunked_ops, "linear": linear_ops,
+            "mamba": mamba_ops, "mlp": mlp_ops, "moe": moe_ops, "embedding": embedding_ops,
             "head": head_ops}
 __all__ = ["ATTN", "BUILDERS", "InferCtx", "Step", "distinct_experts", "kv_heads_per_rank", "kv_layer_bytes_per_token",
            "tp_all_reduce_time", "weight_bytes_per_param"]

@@ -11,7 +11,7 @@ import numpy as np
 from pydantic import Field
 
 from shardplan.costmodel.core.kernels import compute_time, memory_time
-from shardplan.costmodel.core.layouts import check_gpus, divisors, fmt_values
+from shardplan.costmodel.core.layouts import check_gpus, divisors, fmt_values, model_kind_counts
 from shardplan.costmodel.core.ops import COMM, GEMM, Op
 from shardplan.costmodel.core.result import Out, ResultHead
 from shardplan.costmodel.serving.cost import InferCost, InferLayout, InferRows, InferWorkload, infer_cost
@@ -164,7 +164,7 @@ def _bound(cost: InferCost, ops: list[Op], i: int) -> str:
 
 def _layer_rows(cost: InferCost, i: int) -> tuple[list[PhaseLayerRow], list[PhaseLayerRow]]:
     m = cost.ctx.model
-    counts = {"embedding": 1, "attention": m.num_layers, "mlp": m.num_dense_layers, "moe": m.num_moe_layers, "head": 1}
+    counts = {"embedding": 1, **{k: int(n) for k, n in model_kind_counts(m).items()}, "head": 1}
     out: tuple[list[PhaseLayerRow], list[PhaseLayerRow]] = ([], [])
     for rows, phase in zip(out, (cost.prefill, cost.decode), strict=True):
         for kind, s in phase.sums.items():

@@ -7,12 +7,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from shardplan.costmodel.core import comm
-from shardplan.costmodel.core.layouts import StageShape, representative_stages
+from shardplan.costmodel.core.layouts import StageShape, layer_kind_names, model_kind_counts, representative_stages
 from shardplan.costmodel.core.ops import PhaseCost
 from shardplan.costmodel.serving import layers as O
 from shardplan.models.spec import ModelSpec
 
-KINDS = ("embedding", "attention", "mlp", "moe", "head")
+
+def serving_kinds(model: ModelSpec) -> list[str]:
+    """The embedding, each layer kind the model has (``core.layouts``), the head."""
+    return ["embedding", *layer_kind_names(model), "head"]
 
 
 # --- pipeline stages -----------------------------------------------------------------------------------
@@ -43,13 +46,11 @@ def phase_times(ctx: O.InferCtx, step: O.Step, shapes: list[StageShape], tp: np.
                 ) -> PhaseTimes:
     """Ops of one step per layer kind, each representative stage's time, the whole pass and one p2p hop."""
     m = ctx.model
-    kinds = [k for k in KINDS if k != "moe" or m.moe is not None]
+    kinds = serving_kinds(m)
     ops = {k: O.BUILDERS[k](ctx, step) for k in kinds}
     sums = {k: PhaseCost.of(ops[k], step.tokens) for k in kinds}
     stage_s = [sum(sh.count(k) * sums[k].time for k in kinds) for sh in shapes]
-    moe_total = float(m.num_moe_layers)
-    counts = {"embedding": 1.0, "attention": float(m.num_layers), "mlp": float(m.num_layers) - moe_total,
-              "moe": moe_total, "head": 1.0}
+    counts = {"embedding": 1.0, **model_kind_counts(m), "head": 1.0}
     total = sum(counts[k] * sums[k].time for k in kinds)
     crosses = tp * pp > ctx.system.gpus_per_node
     p2p = np.where(pp > 1, comm.p2p_time(ctx.system, O.ACT_BYTES * step.tokens * m.hidden_size, crosses), 0.0)

@@ -30,6 +30,11 @@ from shardplan.models.spec import ModelSpec
 from shardplan.units import DTYPE_BYTES
 
 DROPOUT_FAMILIES = ("gpt", "opt", "bloom")
+# Low-precision GEMM recipes keep activations, attention and everything outside the GEMMs in bf16.
+LOW_PRECISION = ("fp8", "fp4")
+# NVFP4 operands: E2M1 values plus one FP8 E4M3 scale per 16 (NVIDIA, "Pretraining LLMs with NVFP4", arXiv
+# 2509.25149 §2): 4.5 bits per element.
+NVFP4_BYTES = 4.5 / 8
 
 
 @dataclass(slots=True)
@@ -52,7 +57,7 @@ class Ctx:
         r, w = self.rows, self.work
         self.tokens = (r.mb * w.seq_len / r.cp).astype(float)
         self.norm_tokens = np.where(r.sp == 1, self.tokens / r.tp, self.tokens)
-        self.act_bytes = DTYPE_BYTES["bf16"] if w.dtype == "fp8" else DTYPE_BYTES[w.dtype]
+        self.act_bytes = DTYPE_BYTES["bf16"] if w.dtype in LOW_PRECISION else DTYPE_BYTES[w.dtype]
         self.mm_dtype = w.dtype
         kernel = w.attention or self.system.software.attention
         self.flash = (r.cp > 1) | (kernel != AttentionKernel.UNFUSED)
@@ -69,6 +74,10 @@ class Ctx:
         return self.rows.tp.astype(float)
 
     @property
+    def etp(self) -> np.ndarray:
+        return self.rows.etp.astype(float)
+
+    @property
     def kv_cache(self) -> bool:
         return False
 
@@ -80,14 +89,16 @@ class Ctx:
     def gemm(self, g: Gemm) -> list[Op]:
         """A linear layer's forward GEMM; under fp8 plus its cast kernels (torchao roofline)."""
         e = self.act_bytes
-        wbytes = 1.0 if self.mm_dtype == "fp8" else e
+        wbytes = {"fp8": 1.0, "fp4": NVFP4_BYTES}.get(self.mm_dtype, e)
         nbytes = g.nbytes(wbytes, wbytes, e)
         ops = [Op(g.name, GEMM, g.flops, nbytes, gemm_time(self.gpu, g.flops, nbytes, self.mm_dtype,
                                                            experts=g.experts))]
-        if self.mm_dtype == "fp8":
-            # tensorwise fp8: amax + cast of the input (2+2+1+1 B/elem) and of the weight (2+2+1 B/elem)
-            cast = np.asarray(6.0 * g.m * g.k + 5.0 * g.k * g.n * g.experts, dtype=float)
-            ops.append(Op(f"{g.name}.fp8_cast", MEM, np.zeros_like(cast), cast, self.mem_time(cast)))
+        if self.mm_dtype in LOW_PRECISION:
+            # tensorwise fp8: amax + cast of the input (2+2+1+1 B/elem) and of the weight (2+2+1 B/elem); NVFP4 the
+            # same passes writing 4.5-bit elements (block scales included)
+            q = wbytes
+            cast = np.asarray((4.0 + 2 * q) * g.m * g.k + (4.0 + q) * g.k * g.n * g.experts, dtype=float)
+            ops.append(Op(f"{g.name}.{self.mm_dtype}_cast", MEM, np.zeros_like(cast), cast, self.mem_time(cast)))
         return ops
 
     def mem_time(self, nbytes: np.ndarray) -> np.ndarray:
@@ -126,7 +137,7 @@ class Ctx:
         if eff_c is None or eff_f is None:
             return attention_time(self.gpu, flops, nbytes, self.mm_dtype, backward=backward, kernel=kernel)
         eff = 1.0 / (1.0 / (cp * eff_c) + (cp - 1.0) / (cp * eff_f))  # FLOP-weighted harmonic mean
-        return kernel_time(self.gpu, flops, nbytes, "bf16" if self.mm_dtype == "fp8" else self.mm_dtype,
+        return kernel_time(self.gpu, flops, nbytes, "bf16" if self.mm_dtype in LOW_PRECISION else self.mm_dtype,
                            efficiency=eff)
 
     def tp_entry(self, prefix: str, elements: np.ndarray | float) -> list[Op]:
@@ -147,15 +158,16 @@ class Ctx:
     shared_tp_exit = tp_exit
 
     def expert_tp_entry(self, prefix: str, elements: np.ndarray | float) -> list[Op]:
-        """Experts split over TP need every TP rank's dispatched tokens: all-gather them (SP)."""
+        """Experts split over expert TP need every ETP rank's dispatched tokens: all-gather them (SP)."""
         r = self.rows
-        op = self.collective(f"{prefix}.tp_allgather", "all_gather", elements * r.tp * self.act_bytes, "tp")
-        return [masked(op, (r.tp > 1) & (r.sp == 1))]
+        op = self.collective(f"{prefix}.tp_allgather", "all_gather", elements * r.etp * self.act_bytes, "etp")
+        return [masked(op, (r.etp > 1) & (r.sp == 1))]
 
     def expert_tp_exit(self, prefix: str, elements: np.ndarray | float) -> list[Op]:
         r = self.rows
-        op = self.collective(f"{prefix}.tp_reducescatter", "reduce_scatter", elements * r.tp * self.act_bytes, "tp")
-        return [masked(op, (r.tp > 1) & (r.sp == 1))]
+        op = self.collective(f"{prefix}.tp_reducescatter", "reduce_scatter", elements * r.etp * self.act_bytes,
+                             "etp")
+        return [masked(op, (r.etp > 1) & (r.sp == 1))]
 
     def ep_all_to_all(self, name: str, elements: np.ndarray | float) -> Op:
         return self.collective(name, "all_to_all", elements * self.act_bytes, "ep")
@@ -172,9 +184,14 @@ class Ctx:
         return self.model.moe.num_experts / self.rows.ep.astype(float)
 
     def collective(self, name: str, kind: str, nbytes: np.ndarray, dim: str) -> Op:
-        """A collective over the TP, CP or EP group of each row (zero when the group has one rank)."""
+        """A collective over the TP, expert-TP, CP or EP group of each row (zero when the group has one rank). EP
+        ranks sit inside data parallelism (stride tp·cp) unless folded (Megatron-Core's expert rank order
+        etp-ep-edp: stride etp); expert-TP traffic is accounted as TP."""
         r, s = self.rows, self.system
-        n, stride = {"tp": (r.tp, 1), "cp": (r.cp, r.tp), "ep": (r.ep, r.tp * r.cp)}[dim]
+        legacy = (r.etp == r.tp) & ((r.dp * r.cp) % r.ep == 0)
+        n, stride = {"tp": (r.tp, 1), "etp": (r.etp, 1), "cp": (r.cp, r.tp),
+                     "ep": (r.ep, np.where(legacy, r.tp * r.cp, r.etp))}[dim]
+        dim = "tp" if dim == "etp" else dim
         stride = np.broadcast_to(np.asarray(stride), np.shape(n))
         fn = {"all_reduce": comm.all_reduce_time, "reduce_scatter": comm.reduce_scatter_time,
               "all_gather": comm.all_gather_time, "all_to_all": comm.all_to_all_time}[kind]

@@ -24,7 +24,7 @@ from shardplan.costmodel.training.report import (
     TrainPlanOut,
     TrainReport,
 )
-from shardplan.costmodel.training.space import validate_layout
+from shardplan.costmodel.training.space import check_dtype, validate_layout
 from shardplan.costmodel.training.stages import STAGES
 from shardplan.costmodel.training.step import TrainCost, param_memory, train_cost
 from shardplan.hardware.spec import SystemSpec
@@ -81,6 +81,7 @@ def report_row(cost: TrainCost, i: int, *, model: ModelSpec, system: SystemSpec,
         sequence_parallel=lay.sequence_parallel,
         offload=OffloadOut(weights=lay.offload_weights, optimizer=lay.offload_optimizer,
                            activations=lay.offload_activations),
+        etp=lay.expert_tp if model.moe is not None else None,
     )
     metrics = TrainMetrics(
         step_time_s=step, tokens_per_s=gb * w.seq_len / step,
@@ -131,9 +132,8 @@ def _layer_rows(cost: TrainCost, i: int) -> list[LayerRow]:
     for st in cost.stages:
         if not bool(st.shape.exists[i]):
             continue
-        counts = {"embedding": int(st.shape.has_embedding[i]), "attention": int(_f(st.shape.layers, i)),
-                  "mlp": int(_f(st.shape.dense_layers, i)), "moe": int(_f(st.shape.moe_layers, i)),
-                  "head": int(st.shape.has_head[i])}
+        counts = {kind: int(_f(st.shape.count(kind), i)) for kind in cost.kinds}
+        mixers = sum(c for kind, c in counts.items() if kind not in ("embedding", "head", "mlp", "moe"))
         n = int(_f(st.shape.layers, i))
         mode = int(r.rc[i])
         k_full = min(int(r.rk[i]), n) if mode == 2 else 0
@@ -144,9 +144,13 @@ def _layer_rows(cost: TrainCost, i: int) -> list[LayerRow]:
             if kind in ("embedding", "head"):
                 splits = [(count, 0 if mode == 2 else mode)]
             elif mode == 2:
-                # the first k layers of the stage are fully recomputed (dense layers precede MoE layers)
-                before = 0 if kind != "moe" else counts["mlp"]
-                rec = min(max(k_full - before, 0), count)
+                # the first k layers of the stage are fully recomputed (dense layers precede MoE layers; token
+                # mixers of several kinds in proportion)
+                if kind in ("mlp", "moe"):
+                    before = 0 if kind != "moe" else counts.get("mlp", 0)
+                    rec = min(max(k_full - before, 0), count)
+                else:
+                    rec = min(round(k_full * count / max(mixers, 1)), count)
                 splits = [(rec, 2), (count - rec, 0)]
             else:
                 splits = [(count, mode)]
@@ -216,6 +220,7 @@ def estimate_training(model: ModelSpec, system: SystemSpec, num_gpus: int, work:
                       layout: TrainLayout) -> TrainReport:
     """Validate and evaluate one layout; an over-capacity layout is an ``infeasible`` result with fixes."""
     check_gpus(system, num_gpus)
+    check_dtype(work, system.gpu)
     validate_layout(model, num_gpus, work, layout)
     layout = normalize(layout)
     variants = _variants(layout, work)

@@ -8,6 +8,7 @@ prices them. What only training has is here: the causal pair count of a training
 from __future__ import annotations
 
 from shardplan.costmodel.core import operators as inv
+from shardplan.costmodel.core import recurrent as rec
 from shardplan.costmodel.core.ops import Op
 from shardplan.costmodel.training.ctx import Ctx, masked
 
@@ -16,20 +17,45 @@ from shardplan.costmodel.training.ctx import Ctx, masked
 FLASH_BLOCK = 128
 
 
-def core_attention(ctx: Ctx) -> inv.Attention:
-    """The attention core of one microbatch: causal (query, key) pairs as the kernel executes them."""
+def core_attention(ctx: Ctx, mixer: str = "attention") -> inv.Attention:
+    """The attention core of one microbatch: causal (query, key) pairs as the kernel executes them, for full
+    attention or the window/chunk of a sliding or chunked layer (``core.operators.mixer_pairs``)."""
     m, r = ctx.model, ctx.rows
     s = ctx.work.seq_len
     d_qk, d_v = inv.attention_dims(m)
     q = r.mb * s / r.cp
-    causal = 0.5 + FLASH_BLOCK / 2 / s
-    return inv.Attention("attn", pairs=q * s * causal, heads=m.num_heads / ctx.tp, d_qk=d_qk, d_v=d_v, q_tokens=q,
+    if mixer == "attention":
+        pairs = q * s * (0.5 + FLASH_BLOCK / 2 / s)
+    else:  # the exact windowed pairs plus the same half block of the diagonal per query row
+        pairs = r.mb / r.cp * inv.mixer_pairs(m, mixer, s) + q * FLASH_BLOCK / 2
+    return inv.Attention("attn", pairs=pairs, heads=m.num_heads / ctx.tp, d_qk=d_qk, d_v=d_v, q_tokens=q,
                          span=s, kv_tokens=r.mb * s,
                          kv_token_bytes=inv.kv_token_bytes(m, ctx.tp, ctx.act_bytes, latent=False))
 
 
-def attention_ops(ctx: Ctx) -> list[Op]:
-    return inv.attention_block(ctx.model, ctx, ctx.tokens, ctx.norm_tokens, core_attention(ctx))
+def attention_ops(ctx: Ctx, mixer: str = "attention") -> list[Op]:
+    return inv.attention_block(ctx.model, ctx, ctx.tokens, ctx.norm_tokens, core_attention(ctx, mixer))
+
+
+def sliding_ops(ctx: Ctx) -> list[Op]:
+    return attention_ops(ctx, "sliding")
+
+
+def chunked_ops(ctx: Ctx) -> list[Op]:
+    return attention_ops(ctx, "chunked")
+
+
+def linear_ops(ctx: Ctx) -> list[Op]:
+    """Gated DeltaNet in its chunkwise form over the microbatch's sequences (fp32 states)."""
+    seqs = ctx.rows.mb.astype(float)
+    return rec.linear_attention_block(ctx.model, ctx, ctx.tokens, ctx.norm_tokens, seqs=seqs, recurrent=False,
+                                      state_bytes=4.0)
+
+
+def mamba_ops(ctx: Ctx) -> list[Op]:
+    """Mamba-2 SSD in its chunked form over the microbatch's sequences (fp32 states)."""
+    seqs = ctx.rows.mb.astype(float)
+    return rec.mamba2_block(ctx.model, ctx, ctx.tokens, ctx.norm_tokens, seqs=seqs, recurrent=False, state_bytes=4.0)
 
 
 def mlp_ops(ctx: Ctx) -> list[Op]:

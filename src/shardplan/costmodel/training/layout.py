@@ -37,7 +37,8 @@ class TrainWorkload(BaseModel):
 
     seq_len: Annotated[int, Field(ge=1)] = Field(description="Tokens per sequence s.")
     global_batch: Annotated[int, Field(ge=1)] = Field(description="Sequences per optimizer step B.")
-    dtype: str = Field("bf16", description="Compute/activation datatype: bf16, fp16, fp8 (fp8 GEMMs), fp32.")
+    dtype: str = Field("bf16", description="Compute/activation datatype: bf16, fp16, fp8 (fp8 GEMMs), fp4 (NVFP4 "
+                       "GEMMs, bf16 elsewhere), fp32.")
     grad_dtype: str = Field("fp32", description="Gradient accumulation and reduction datatype (Megatron: fp32).")
     grad_reduce_dtype: str | None = Field(
         None, description="Datatype of the gradient reduction (default: grad_dtype; under ZeRO-3 the compute "
@@ -84,9 +85,10 @@ class TrainWorkload(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> Self:
-        for name in ("dtype", "grad_dtype"):
-            if getattr(self, name) not in ("bf16", "fp16", "fp8", "fp32"):
-                raise ValueError(f"{name} must be one of bf16, fp16, fp8, fp32 (got {getattr(self, name)})")
+        if self.dtype not in ("bf16", "fp16", "fp8", "fp4", "fp32"):
+            raise ValueError(f"dtype must be one of bf16, fp16, fp8, fp4, fp32 (got {self.dtype})")
+        if self.grad_dtype not in ("bf16", "fp16", "fp8", "fp32"):
+            raise ValueError(f"grad_dtype must be one of bf16, fp16, fp32 (got {self.grad_dtype})")
         if self.grad_dtype == "fp8":
             raise ValueError("grad_dtype must be bf16, fp16 or fp32")
         if self.grad_reduce_dtype not in (None, "bf16", "fp16", "fp32"):
@@ -113,6 +115,13 @@ class TrainLayout:
     offload_optimizer: float = 0.0
     offload_weights: float = 0.0
     offload_activations: float = 0.0
+    etp: int | None = None
+    """Expert tensor parallelism (MoE parallel folding, Liu et al. 2025, arXiv 2504.14960): None = tp (Megatron's
+    default ``--expert-tensor-parallel-size``). Expert-data-parallel ranks follow: edp = tp·cp·dp / (etp·ep)."""
+
+    @property
+    def expert_tp(self) -> int:
+        return self.tp if self.etp is None else self.etp
 
     @property
     def num_gpus(self) -> int:
@@ -138,6 +147,12 @@ class LayoutArrays:
     f_w: np.ndarray  # fraction of weights kept on the CPU and streamed in
     f_act: np.ndarray  # fraction of stored activations kept on the CPU
     gb: np.ndarray  # global batch (sequences per step) of the row
+    etp: np.ndarray  # expert tensor parallelism (tp unless folded)
+
+    @property
+    def edp(self) -> np.ndarray:
+        """Expert-data-parallel ranks: tp·cp·dp / (etp·ep) (at least 1)."""
+        return np.maximum(self.tp * self.cp * self.dp / (self.etp * self.ep), 1.0)
 
     def __len__(self) -> int:
         return len(self.tp)
@@ -155,7 +170,7 @@ class LayoutArrays:
             sp=col(lambda x: int(x.sequence_parallel)), zero=col(lambda x: x.zero_stage),
             f_opt=col(lambda x: x.offload_optimizer, float), f_w=col(lambda x: x.offload_weights, float),
             f_act=col(lambda x: x.offload_activations, float),
-            gb=np.full(len(layouts), global_batch, dtype=np.int64),
+            gb=np.full(len(layouts), global_batch, dtype=np.int64), etp=col(lambda x: x.expert_tp),
         )
 
     def row(self, i: int) -> TrainLayout:
@@ -166,6 +181,7 @@ class LayoutArrays:
             recompute_layers=None if rk >= 10**9 else rk, sequence_parallel=bool(self.sp[i]),
             zero_stage=int(self.zero[i]), offload_optimizer=float(self.f_opt[i]),
             offload_weights=float(self.f_w[i]), offload_activations=float(self.f_act[i]),
+            etp=None if int(self.etp[i]) == int(self.tp[i]) else int(self.etp[i]),
         )
 
     def take(self, idx: np.ndarray) -> LayoutArrays:

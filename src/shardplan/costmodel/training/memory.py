@@ -31,9 +31,9 @@ class LayerParams:
 
 
 def layer_params(ctx: Ctx, kind: str) -> LayerParams:
-    """Parameters per GPU of one layer of ``kind``: attention, mlp, moe, embedding or head (``core.shards``)."""
+    """Parameters per GPU of one layer of ``kind`` (a mixer, mlp, moe, embedding or head: ``core.shards``)."""
     r = ctx.rows
-    shard = layer_shard(ctx.model, kind, r.tp, r.ep, r.pp)
+    shard = layer_shard(ctx.model, kind, r.tp, r.ep, r.pp, r.etp)
     return LayerParams(shard.dense, shard.experts)
 
 
@@ -59,7 +59,24 @@ def layer_activations(ctx: Ctx, kind: str) -> LayerActivations:
         return np.where(sp, unsplit / t, unsplit)
 
     layer_input = T * shard(e * h)
-    if kind == "attention":
+    if kind in ("linear", "mamba"):
+        # norm input, in_proj input, dropout mask | projections' outputs, conv output, fp32 gates/dt, core output,
+        # gated-norm output and out_proj input (÷t), and the fp32 states kept at each chunk boundary for backward
+        if kind == "linear":
+            la = m.linear_attention
+            assert la is not None
+            proj, conv, out, gates = 2 * la.key_dim + 2 * la.value_dim + 2 * la.num_value_heads, \
+                2 * la.key_dim + la.value_dim, la.value_dim, 2 * la.num_value_heads
+            state, chunk = la.num_value_heads * la.key_head_dim * la.value_head_dim, 64.0  # ops GDN_CHUNK
+        else:
+            sm = m.mamba
+            assert sm is not None
+            proj, conv, out, gates = sm.inner + sm.conv_dim + sm.num_heads, sm.conv_dim, sm.inner, sm.num_heads
+            state, chunk = sm.num_heads * sm.head_dim * sm.d_state, float(sm.chunk_size)
+        split = (e * (proj + conv + 3 * out) + 4.0 * gates + 4.0 * state / chunk) / t
+        base = T * (shard((2 * e + drop) * h) + split)
+        return LayerActivations(none=base, selective=base, full=layer_input)
+    if kind in ("attention", "sliding", "chunked"):
         if m.mla is not None:
             d_qk, d_v = m.mla.qk_head_dim, m.mla.v_head_dim
             kv_heads = float(m.num_heads)

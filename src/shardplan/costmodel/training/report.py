@@ -32,6 +32,8 @@ class TrainPlanOut(Out):
     zero_stage: int
     sequence_parallel: bool
     offload: OffloadOut
+    etp: int | None = Field(None, description="Expert tensor parallelism (tp unless MoE parallel folding sets it "
+                            "apart; None: tp).")
     stage_layers: list[int] | None = Field(None, description="Transformer layers per pipeline rank (rank 0 first); "
                                            "with interleave v, each rank's layers form v chunks, the first chunks "
                                            "taking the remainder. None: the uniform split.")

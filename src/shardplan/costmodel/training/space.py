@@ -15,6 +15,7 @@ import numpy as np
 from shardplan.costmodel.core.layouts import divisors, fmt_values
 from shardplan.costmodel.training.layout import RECOMPUTE_CODE, LayoutArrays, Recompute, TrainLayout, TrainWorkload
 from shardplan.errors import ShardplanError
+from shardplan.hardware.spec import GpuSpec
 from shardplan.models.spec import ModelSpec
 
 
@@ -22,6 +23,13 @@ def valid_tp(model: ModelSpec) -> list[int]:
     """TP must divide the attention heads and the KV heads (Megatron shards whole query groups)."""
     kv = model.num_heads if model.mla else model.kv_heads
     return [t for t in divisors(model.num_heads) if kv % t == 0]
+
+
+def check_dtype(work: TrainWorkload, gpu: GpuSpec) -> None:
+    """NVFP4 training GEMMs need FP4 tensor cores (Blackwell: the GPU preset has an fp4 peak)."""
+    if work.dtype == "fp4" and "fp4" not in gpu.peak_flops:
+        raise ShardplanError(f"fp4 GEMMs need FP4 tensor cores; {gpu.name} has none (B200, GB200, B300, GB300 do): "
+                             "use bf16 or fp8", field="dtype")
 
 
 def validate_layout(model: ModelSpec, num_gpus: int, work: TrainWorkload, lay: TrainLayout) -> None:
@@ -55,9 +63,21 @@ def validate_layout(model: ModelSpec, num_gpus: int, work: TrainWorkload, lay: T
         if model.moe.num_experts % lay.ep:
             raise ShardplanError(f"ep ({lay.ep}) must divide num_experts ({model.moe.num_experts}); allowed: "
                                  f"{fmt_values(divisors(model.moe.num_experts))}", field="ep")
-        if (lay.dp * lay.cp) % lay.ep:
-            raise ShardplanError(f"ep ({lay.ep}) must divide dp·cp ({lay.dp * lay.cp}): experts are spread over "
-                                 "data-parallel ranks", field="ep")
+    if lay.etp is not None:
+        if lay.etp < 1:
+            raise ShardplanError(f"must be ≥ 1 (got {lay.etp})", field="etp")
+        if model.moe is None and lay.etp != lay.tp:
+            raise ShardplanError(f"etp ({lay.etp}) needs a mixture-of-experts model; {model.name} is dense",
+                                 field="etp")
+    if model.moe is not None:
+        # MoE parallel folding (Megatron-Core; Liu et al. 2025, arXiv 2504.14960): the experts' etp·ep·edp grid
+        # refolds the same tp·cp·dp ranks of a pipeline stage.
+        fold = lay.tp * lay.cp * lay.dp
+        if fold % (lay.expert_tp * lay.ep):
+            ok = [e for e in divisors(model.moe.num_experts) if fold % (lay.expert_tp * e) == 0]
+            raise ShardplanError(f"etp·ep ({lay.expert_tp}·{lay.ep}) must divide tp·cp·dp ({fold}): the experts "
+                                 f"refold a stage's ranks; ep allowed with etp {lay.expert_tp}: {fmt_values(ok)}"
+                                 + ("" if lay.etp is not None else " (or set --etp)"), field="ep")
     if work.seq_len % lay.cp:
         raise ShardplanError(f"cp ({lay.cp}) must divide seq_len ({work.seq_len})", field="cp")
     if lay.zero_stage not in (0, 1, 2, 3):
@@ -85,6 +105,7 @@ class SpaceRequest:
     pp: int | None = None
     dp: int | None = None
     ep: int | None = None
+    etp: int | None = None
     cp: int | None = None
     microbatch: int | None = None
     interleave: int | None = None
@@ -133,7 +154,8 @@ def enumerate_layouts(model: ModelSpec, work: TrainWorkload, req: SpaceRequest) 
     zeros = [req.zero_stage] if req.zero_stage is not None else [0, 1, 2, 3]
     batches = req.batches or [work.global_batch]
     experts = model.moe.num_experts if model.moe else 1
-    cols: dict[str, list] = {k: [] for k in ("tp", "pp", "dp", "ep", "cp", "mb", "v", "rc", "sp", "zero", "gb")}
+    cols: dict[str, list] = {k: [] for k in ("tp", "pp", "dp", "ep", "cp", "mb", "v", "rc", "sp", "zero", "gb",
+                                             "etp")}
     for tp, cp, pp in itertools.product(tps, cps, pps):
         if tp * cp * pp > n or n % (tp * cp * pp) or (req.tp is None and tp * cp > req.max_tp):
             continue
@@ -141,8 +163,11 @@ def enumerate_layouts(model: ModelSpec, work: TrainWorkload, req: SpaceRequest) 
         if req.dp is not None and dp != req.dp:
             pruned["dp pinned"] = pruned.get("dp pinned", 0) + 1
             continue
-        eps = [e for e in divisors(experts) if (dp * cp) % e == 0] if model.moe else [1]
-        eps = keep(eps, req.ep, "ep pinned")
+        # Expert layouts: etp = tp (Megatron's default) or 1 (folded), ep any divisor of E with etp·ep | tp·cp·dp.
+        etps = keep(sorted({tp, 1}) if model.moe else [tp], req.etp, "etp pinned")
+        eps_of = {et: keep([e for e in divisors(experts) if (tp * cp * dp) % (et * e) == 0] if model.moe else [1],
+                           req.ep, "ep pinned") for et in etps}
+        eps = [(et, e) for et in etps for e in eps_of[et]]
         top = max(req.max_interleave, req.interleave or 1)
         vs = [v for v in range(1, top + 1) if v == 1 or (pp > 1 and pp * v <= model.num_layers)]
         vs = keep(vs, req.interleave, "interleave pinned")
@@ -154,21 +179,23 @@ def enumerate_layouts(model: ModelSpec, work: TrainWorkload, req: SpaceRequest) 
                 pruned["batch not divisible by dp"] = pruned.get("batch not divisible by dp", 0) + 1
                 continue
             mbs = keep(divisors(gb // dp), req.microbatch, "microbatch pinned")
-            for ep, v, mb, rc, sp, z in itertools.product(eps, vs, mbs, rcs, sps, zeros):
+            for (etp, ep), v, mb, rc, sp, z in itertools.product(eps, vs, mbs, rcs, sps, zeros):
                 if sp and tp == 1:
                     continue  # sequence parallelism is a no-op without TP
                 if z >= 2 and pp > 1:
                     pruned["ZeRO-2/3 with pipeline"] = pruned.get("ZeRO-2/3 with pipeline", 0) + 1
                     continue
                 for key, val in (("tp", tp), ("pp", pp), ("dp", dp), ("ep", ep), ("cp", cp), ("mb", mb), ("v", v),
-                                 ("rc", RECOMPUTE_CODE[rc]), ("sp", int(sp)), ("zero", z), ("gb", gb)):
+                                 ("rc", RECOMPUTE_CODE[rc]), ("sp", int(sp)), ("zero", z), ("gb", gb),
+                                 ("etp", etp)):
                     cols[key].append(val)
     arr = {k: np.array(v, dtype=np.int64) for k, v in cols.items()}
     size = len(arr["tp"])
     zeros_f = np.zeros(size)
     rows = LayoutArrays(tp=arr["tp"], pp=arr["pp"], dp=arr["dp"], ep=arr["ep"], cp=arr["cp"], mb=arr["mb"],
                         v=arr["v"], rc=arr["rc"], rk=np.full(size, 10**9, dtype=np.int64), sp=arr["sp"],
-                        zero=arr["zero"], f_opt=zeros_f, f_w=zeros_f.copy(), f_act=zeros_f.copy(), gb=arr["gb"])
+                        zero=arr["zero"], f_opt=zeros_f, f_w=zeros_f.copy(), f_act=zeros_f.copy(), gb=arr["gb"],
+                        etp=arr["etp"])
     return Space(rows, pruned)
 
 

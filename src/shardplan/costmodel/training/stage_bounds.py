@@ -21,8 +21,8 @@ import numpy as np
 from shardplan.costmodel.training.ctx import Ctx
 from shardplan.costmodel.training.evaluate import gpu_capacity
 from shardplan.costmodel.training.layout import LayoutArrays, TrainWorkload
-from shardplan.costmodel.training.stage_split import min_first_layers, moe_layers_of
-from shardplan.costmodel.training.stages import StageShape, kind_costs
+from shardplan.costmodel.training.stage_split import min_first_layers, rank_shape
+from shardplan.costmodel.training.stages import kind_costs
 from shardplan.costmodel.training.step import _optimizer_time, _stage
 from shardplan.hardware.spec import SystemSpec
 from shardplan.models.spec import ModelSpec
@@ -49,11 +49,9 @@ def stage_lower_bounds(model: ModelSpec, system: SystemSpec, work: TrainWorkload
     p = sub.pp.astype(float)
     lo = np.where(rank == 0, np.maximum(sub.v, min_first_layers(model)), sub.v).astype(float)
     hi = L - (np.bincount(row, weights=lo, minlength=n_rows)[row] - lo)
-    one = np.ones(len(row), dtype=bool)
 
     def stage(ctx: Ctx, layers: np.ndarray):
-        shape = StageShape("bound", rank.astype(float), layers, moe_layers_of(model, rank, layers), rank == 0,
-                           rank == p - 1, one)
+        shape = rank_shape("bound", model, rank, layers, p)
         return _stage(ctx, kinds, shape, m)
 
     # nothing recomputed where recompute is free; the row's own count where it is pinned
@@ -65,12 +63,19 @@ def stage_lower_bounds(model: ModelSpec, system: SystemSpec, work: TrainWorkload
     t0 = a0.fwd_s + a0.bwd_s
     slope = (a1.fwd_s + a1.bwd_s) - t0
     cap = gpu_capacity(system, work)
-    # Memory with the fewest-memory choices, for the fit test: everything recomputed (where free).
-    m_lo, m_lo1 = stage(ctx_all, lo).total, r1.total
-    grow = m_lo1 - m_lo
-    spare = np.divide(cap - m_lo, grow, out=np.full(len(row), np.inf), where=grow > 0)
-    most = np.where(sub.zero >= 3, hi, np.minimum(hi, lo + np.floor(spare * (1 + 1e-9) + 1e-9)))
-    rank_ok = m_lo <= cap * (1 + 1e-12)
+    # Memory with the fewest-memory choices, for the fit test: everything or nothing recomputed (where free) with
+    # every offloadable activation on the CPU. A recomputed layer's activations are live during its backward and
+    # cannot be offloaded, so with offload nothing recomputed can take less memory than everything.
+    def most_layers(m_lo: np.ndarray, m_lo1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        grow = m_lo1 - m_lo
+        spare = np.divide(cap - m_lo, grow, out=np.full(len(row), np.inf), where=grow > 0)
+        most = np.where(sub.zero >= 3, hi, np.minimum(hi, lo + np.floor(spare * (1 + 1e-9) + 1e-9)))
+        return most, m_lo <= cap * (1 + 1e-12)
+
+    most, rank_ok = most_layers(stage(ctx_all, lo).total, r1.total)
+    if allow_offload:
+        most_f, ok_f = most_layers(a0.total, a1.total)
+        most, rank_ok = np.where(ok_f & (~rank_ok | (most_f > most)), most_f, most), rank_ok | ok_f
     fit = np.bincount(row, weights=~rank_ok, minlength=n_rows) == 0
     fit &= np.bincount(row, weights=np.where(rank_ok, most, 0), minlength=n_rows) >= L
     # Recompute term: exact only without offload, without ZeRO-3's gathered buffer, off rank 0 of dense-first.
@@ -126,12 +131,10 @@ def average_lower_bounds(model: ModelSpec, system: SystemSpec, work: TrainWorklo
     kinds = kind_costs(ctx)
     p, v = rows.pp.astype(float), rows.v.astype(float)
     m = (rows.gb / (rows.dp * rows.mb)).astype(float)
-    one = np.ones(n, dtype=bool)
 
     def work_of(rank: np.ndarray, layers: np.ndarray):
         layers = np.asarray(layers, dtype=float)
-        shape = StageShape("bound", rank, layers, moe_layers_of(model, rank.astype(np.int64), layers), rank == 0,
-                           rank == p - 1, one)
+        shape = rank_shape("bound", model, rank, layers, p)
         st = _stage(ctx, kinds, shape, m)
         return st.fwd_s + st.bwd_s, st
 

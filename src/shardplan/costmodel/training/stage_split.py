@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from shardplan.costmodel.core.layouts import uniform_kinds
 from shardplan.costmodel.training.ctx import Ctx
 from shardplan.costmodel.training.evaluate import gpu_capacity, host_capacity
 from shardplan.costmodel.training.layout import LayoutArrays, TrainLayout, TrainWorkload
@@ -33,8 +34,9 @@ from shardplan.models.spec import ModelSpec
 
 
 def supports_stage_split(model: ModelSpec) -> bool:
-    """Per-rank MoE counts are a function of the rank's own layers only when MoE layers are contiguous."""
-    return model.moe is None or model.moe.layer_freq == 1
+    """Per-rank layer kinds are a function of the rank's own layer count only when every layer has the same token
+    mixer (no layer pattern) and MoE layers are contiguous."""
+    return model.layer_pattern is None and (model.moe is None or model.moe.layer_freq == 1)
 
 
 def min_first_layers(model: ModelSpec) -> int:
@@ -81,6 +83,14 @@ def moe_layers_of(model: ModelSpec, rank: np.ndarray, layers: np.ndarray) -> np.
     return (layers - dense_first).astype(float)
 
 
+def rank_shape(name: str, model: ModelSpec, rank: np.ndarray, layers: np.ndarray, p: int) -> StageShape:
+    """One pipeline rank as a stage shape: its layers, their kinds, the embedding on rank 0, the head on the last."""
+    moe = moe_layers_of(model, np.asarray(rank).astype(np.int64), layers)
+    layers = np.asarray(layers, dtype=float)
+    return StageShape(name, np.asarray(rank, dtype=float), layers, moe, rank == 0, rank == p - 1,
+                      np.ones(np.shape(layers), dtype=bool), uniform_kinds(model, layers, moe))
+
+
 def layout_kinds(model: ModelSpec, system: SystemSpec, work: TrainWorkload, layout: TrainLayout
                  ) -> dict[str, KindCost]:
     """Per-layer-kind costs of one layout (one row; they broadcast over a rank's options)."""
@@ -116,8 +126,7 @@ def rank_costs(model: ModelSpec, system: SystemSpec, work: TrainWorkload, layout
     kinds = kinds if kinds is not None else layout_kinds(model, system, work, layout)
     p = layout.pp
     fl = layers.astype(float)
-    shape = StageShape("rank", rank.astype(float), fl, moe_layers_of(model, rank, layers),
-                       rank == 0, rank == p - 1, np.ones(n, dtype=bool))
+    shape = rank_shape("rank", model, rank, fl, p)
     m = (rows.gb / (rows.dp * rows.mb)).astype(float)
     st = _stage(ctx, kinds, shape, m)
     dp_exposed, z3 = _data_parallel(ctx, st, m)

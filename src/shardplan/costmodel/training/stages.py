@@ -11,15 +11,24 @@ can hold, so its memory is an upper bound.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
-from shardplan.costmodel.core.layouts import StageShape, representative_stages
+from shardplan.costmodel.core.layouts import (
+    LAYER_KINDS,
+    StageShape,
+    layer_kind_names,
+    model_kind_counts,
+    representative_stages,
+)
 from shardplan.costmodel.core.ops import Op, PhaseCost
 from shardplan.costmodel.training import layers as Lyr
 from shardplan.costmodel.training.ctx import Ctx, backward, selective_part
 from shardplan.costmodel.training.memory import LayerActivations, LayerParams, layer_activations, layer_params
+from shardplan.models.spec import ModelSpec
 
 STAGES = ("first", "middle", "last")
 
@@ -40,21 +49,50 @@ class KindCost:
 
 def kind_cost(ctx: Ctx, kind: str) -> KindCost:
     """Costs of one layer of ``kind`` (attention, mlp, moe, embedding, head)."""
-    builder = {"attention": Lyr.attention_ops, "mlp": Lyr.mlp_ops, "moe": Lyr.moe_ops,
+    builder = {"attention": Lyr.attention_ops, "sliding": Lyr.sliding_ops, "chunked": Lyr.chunked_ops,
+               "linear": Lyr.linear_ops, "mamba": Lyr.mamba_ops, "mlp": Lyr.mlp_ops, "moe": Lyr.moe_ops,
                "embedding": Lyr.embedding_ops, "head": Lyr.head_ops}[kind]
     fwd = builder(ctx)
     bwd = backward(ctx, fwd)
     like = ctx.tokens
-    acts = layer_activations(ctx, kind) if kind in ("attention", "mlp", "moe") else None
+    acts = layer_activations(ctx, kind) if kind in LAYER_KINDS else None
     return KindCost(kind, fwd, bwd, PhaseCost.of(fwd, like), PhaseCost.of(bwd, like),
                     PhaseCost.of(selective_part(fwd), like), layer_params(ctx, kind), acts)
 
 
 def kind_costs(ctx: Ctx) -> dict[str, KindCost]:
-    kinds = ["embedding", "attention", "mlp", "head"]
-    if ctx.model.moe is not None:
-        kinds.insert(3, "moe")
+    """Every layer kind the model has (``core.layouts.layer_kind_names``), with the embedding and the head; full
+    attention and the dense MLP always (the MFU convention and reports refer to them)."""
+    kinds = ["embedding", *dict.fromkeys(["attention", "mlp", *layer_kind_names(ctx.model)]), "head"]
     return {k: kind_cost(ctx, k) for k in kinds}
+
+
+def layer_sum(k: dict[str, KindCost], counts: dict[str, np.ndarray | float], value: Callable[[KindCost], Any]
+              ) -> Any:
+    """Σ over the layer kinds of ``counts[kind] · value(cost of one layer of kind)``."""
+    total: Any = 0.0
+    for kind, n in counts.items():
+        if kind in k and kind in LAYER_KINDS:
+            total = total + n * value(k[kind])
+    return total
+
+
+def mixer_mean(k: dict[str, KindCost], counts: dict[str, np.ndarray | float], value: Callable[[KindCost], Any]
+               ) -> Any:
+    """The mean of ``value`` over a stage's token-mixer layers (attention, sliding, chunked, linear, mamba)."""
+    mixers = {kind: n for kind, n in counts.items() if kind in k and kind not in ("mlp", "moe")}
+    total: Any = sum(n * value(k[kind]) for kind, n in mixers.items())
+    return total / np.maximum(sum(mixers.values()), 1.0)
+
+
+def stage_counts(shape: StageShape) -> dict[str, np.ndarray]:
+    """Layers of each kind on a stage."""
+    return {kind: shape.count(kind) for kind in LAYER_KINDS}
+
+
+def model_counts(model: ModelSpec) -> dict[str, float]:
+    """Layers of each kind in the whole model."""
+    return model_kind_counts(model)
 
 
 def stage_shapes(ctx: Ctx) -> list[StageShape]:
@@ -67,3 +105,59 @@ def stage_shapes(ctx: Ctx) -> list[StageShape]:
     n_first = np.where(p == 1, L, base + (spill >= 1))
     n_last = np.where(p == 1, L, base + (spill >= 2))
     return representative_stages(ctx.model, p, n_first, n_mid, n_last)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelFlops:
+    """Model FLOPs per trained token (Megatron/PaLM convention) in parts."""
+
+    weights_fwd: float  # 2 per weight a token passes through in the layers
+    mixers_fwd: float  # attention scores and context over the keys a query may see, recurrent cores
+    attention_fwd: float  # the softmax-attention part of ``mixers_fwd``
+    head_fwd: float  # 2·V·h
+
+    @property
+    def layers_fwd(self) -> float:
+        return self.weights_fwd + self.mixers_fwd
+
+    @property
+    def total(self) -> float:
+        """Forward and backward (×3) of every part."""
+        return 3.0 * (self.layers_fwd + self.head_fwd)
+
+
+def model_flops_parts(model: ModelSpec, seq_len: int) -> ModelFlops:
+    """Model FLOPs per token (Narayanan et al. 2021 App. A; Chowdhery et al. 2022 App. B), per layer kind: 2 per
+    active weight, 4·span·a·d per attention layer for scores and context over the keys a query may see (the whole
+    sequence, not discounted for causality as Megatron, PaLM and torchtitan count; the window for sliding layers,
+    the chunk for chunked ones), the forward core FLOPs of linear-attention and Mamba layers (chunkwise forms),
+    2·V·h for the head; training is 3× the forward."""
+    from shardplan.costmodel.core import operators as inv
+    from shardplan.costmodel.core import recurrent as rec
+    from shardplan.models import params as P
+
+    m, counts = model, model_counts(model)
+    attn = P.attention_qkv_params(m) + P.attention_out_params(m)
+    mixer_params = {"attention": attn, "sliding": attn, "chunked": attn}
+    if m.linear_attention is not None:
+        mixer_params["linear"] = P.linear_attention_params(m)
+    if m.mamba is not None:
+        mixer_params["mamba"] = P.mamba_params(m)
+    active = sum(counts.get(k, 0.0) * v for k, v in mixer_params.items())
+    active += counts["mlp"] * P.mlp_params(m, m.ffn_hidden_size)
+    if m.moe is not None:
+        moe = m.moe
+        per = moe.experts_per_token * P.mlp_params(m, moe.expert_ffn_hidden_size)
+        per += moe.num_shared_experts * P.mlp_params(m, moe.shared_ffn) + P.router_params(m)
+        active += counts["moe"] * per
+    d_att = (m.mla.qk_head_dim + m.mla.v_head_dim) / 2 if m.mla else m.head_size
+    spans = sum(counts.get(k, 0.0) * float(inv.mixer_span(m, k, seq_len)) for k in ("attention", "sliding", "chunked"))
+    attention = 4.0 * spans * m.num_heads * d_att
+    cores = 0.0
+    if m.linear_attention is not None:
+        cores += counts.get("linear", 0.0) * float(rec.gdn_core_flops(m, 1.0, m.linear_attention.num_value_heads,
+                                                                       recurrent=False))
+    if m.mamba is not None:
+        cores += counts.get("mamba", 0.0) * float(rec.ssd_core_flops(m, 1.0, m.mamba.num_heads, m.mamba.n_groups,
+                                                                      recurrent=False))
+    return ModelFlops(2.0 * active, attention + cores, attention, 2.0 * m.vocab_size * m.hidden_size)

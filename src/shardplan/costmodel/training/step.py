@@ -24,9 +24,18 @@ from shardplan.costmodel.core.kernels import memory_time
 from shardplan.costmodel.training.ctx import Ctx
 from shardplan.costmodel.training.layout import LayoutArrays, TrainWorkload
 from shardplan.costmodel.training.memory import embedding_activations, framework_memory, head_activations
-from shardplan.costmodel.training.stages import KindCost, StageShape, kind_costs, stage_shapes
+from shardplan.costmodel.training.stages import (
+    KindCost,
+    StageShape,
+    kind_costs,
+    layer_sum,
+    mixer_mean,
+    model_counts,
+    model_flops_parts,
+    stage_counts,
+    stage_shapes,
+)
 from shardplan.hardware.spec import SystemSpec
-from shardplan.models import params as P
 from shardplan.models.spec import ModelSpec
 from shardplan.units import DTYPE_BYTES
 
@@ -109,11 +118,12 @@ def param_memory(ctx: Ctx, dense: np.ndarray, expert: np.ndarray, *, offloaded: 
     """GPU bytes of weights, gradients and optimizer state for ``dense`` + ``expert`` parameters held.
 
     ZeRO-1/2/3 shard optimizer state / + gradients / + weights over the data-parallel group (dp·cp;
-    experts over dp·cp/ep) (Rajbhandari et al. 2020); offloaded fractions live on the CPU instead.
+    experts over the expert-data-parallel group, tp·cp·dp/(etp·ep)) (Rajbhandari et al. 2020); offloaded
+    fractions live on the CPU instead.
     """
     r, w = ctx.rows, ctx.work
     dpz = (r.dp * r.cp).astype(float)
-    edpz = np.maximum(dpz / r.ep, 1.0)
+    edpz = r.edp  # expert-data-parallel ranks: tp·cp·dp / (etp·ep) (= dp·cp/ep when etp = tp)
 
     def sharded(stage_min: int) -> np.ndarray:
         return np.where(r.zero >= stage_min, dense / dpz + expert / edpz, dense + expert)
@@ -128,24 +138,26 @@ def param_memory(ctx: Ctx, dense: np.ndarray, expert: np.ndarray, *, offloaded: 
 
 def _stage(ctx: Ctx, k: dict[str, KindCost], shape: StageShape, m: np.ndarray) -> StageCost:
     r, w, sysm = ctx.rows, ctx.work, ctx.system
-    att, mlp = k["attention"], k["mlp"]
-    moe = k.get("moe")
-    dense, nmoe, n = shape.dense_layers, shape.moe_layers, shape.layers
+    n, counts = shape.layers, stage_counts(shape)
     emb, head = shape.has_embedding, shape.has_head
 
     def per_layer(attr: str) -> np.ndarray:
-        total = n * _phase(att, attr) + dense * _phase(mlp, attr)
-        return total + (nmoe * _phase(moe, attr) if moe is not None else 0.0)
+        return layer_sum(k, counts, lambda c: _phase(c, attr))
 
     fwd = per_layer("fwd") + emb * k["embedding"].fwd.time + head * k["head"].fwd.time
     bwd = per_layer("bwd") + emb * k["embedding"].bwd.time + head * k["head"].bwd.time
     # Recompute: selective reruns core attention in every layer; full reruns the forward of the stage's first rk
     # layers (Megatron's uniform/block method), dense layers first as they precede MoE layers.
     full_layers = np.minimum(r.rk, n)
+    dense, nmoe = counts["mlp"], counts["moe"]
+    mlp, moe = k["mlp"], k.get("moe")
     rc_dense = np.minimum(full_layers, dense)
-    rc_moe = full_layers - rc_dense
-    full_fwd = full_layers * att.fwd.time + rc_dense * mlp.fwd.time + (rc_moe * moe.fwd.time if moe else 0.0)
-    rc = np.where(r.rc == 1, n * att.selective.time, np.where(r.rc == 2, full_fwd, 0.0))
+    rc_moe = np.minimum(full_layers - rc_dense, nmoe)
+    # the recomputed layers' token mixers: the stage's mixer kinds in proportion (one kind: exactly its layers)
+    full_fwd = full_layers * mixer_mean(k, counts, lambda c: c.fwd.time) + rc_dense * mlp.fwd.time \
+        + (rc_moe * moe.fwd.time if moe else 0.0)
+    sel = layer_sum(k, counts, lambda c: c.selective.time)
+    rc = np.where(r.rc == 1, sel, np.where(r.rc == 2, full_fwd, 0.0))
     # Pipeline sends: one activation (scatter/gather over TP, Narayanan et al. 2021 §4.1) per chunk each way.
     stride = r.tp * r.cp * r.dp
     crosses = (stride >= sysm.gpus_per_node) | (stride * r.pp > sysm.gpus_per_node)
@@ -154,8 +166,7 @@ def _stage(ctx: Ctx, k: dict[str, KindCost], shape: StageShape, m: np.ndarray) -
 
     # Parameters held, and the memory they take with ZeRO sharding and offload.
     def params_of(attr: str) -> np.ndarray:
-        total = n * getattr(att.params, attr) + dense * getattr(mlp.params, attr)
-        total = total + (nmoe * getattr(moe.params, attr) if moe is not None else 0.0)
+        total = layer_sum(k, counts, lambda c: getattr(c.params, attr))
         return total + emb * getattr(k["embedding"].params, attr) + head * getattr(k["head"].params, attr)
 
     dense_p, expert_p = params_of("dense"), params_of("expert")
@@ -166,14 +177,15 @@ def _stage(ctx: Ctx, k: dict[str, KindCost], shape: StageShape, m: np.ndarray) -
 
     # Activations: layers storing everything vs. fully recomputed ones, times microbatches in flight.
     def acts(mode: str) -> np.ndarray:
-        total = n * getattr(att.acts, mode) + dense * getattr(mlp.acts, mode)
-        return total + (nmoe * getattr(moe.acts, mode) if moe is not None else 0.0)
+        return layer_sum(k, counts, lambda c: getattr(c.acts, mode))
+
+    mixer_saving = mixer_mean(k, counts, lambda c: c.acts.none - c.acts.full)
 
     def saving(kind: KindCost | None) -> np.ndarray | float:
-        """Bytes one layer (attention + this MLP kind) stores beyond its checkpointed input."""
+        """Bytes one layer (its token mixer + this MLP kind) stores beyond its checkpointed input."""
         if kind is None:
             return 0.0
-        return att.acts.none - att.acts.full + kind.acts.none - kind.acts.full
+        return mixer_saving + kind.acts.none - kind.acts.full
 
     save_dense, save_moe = saving(mlp), saving(moe)
     kept = acts("none") - rc_dense * save_dense - rc_moe * save_moe  # the first rk layers keep only their input
@@ -227,7 +239,7 @@ def _data_parallel(ctx: Ctx, st: StageCost, m: np.ndarray) -> tuple[np.ndarray, 
     n = (r.dp * r.cp).astype(float)
     stride = r.tp
     g_bytes = DTYPE_BYTES[w.grad_reduce_dtype or w.grad_dtype]
-    z3_g_bytes = DTYPE_BYTES[w.grad_reduce_dtype or ("bf16" if w.dtype == "fp8" else w.dtype)]
+    z3_g_bytes = DTYPE_BYTES[w.grad_reduce_dtype or ("bf16" if w.dtype in ("fp8", "fp4") else w.dtype)]
     p_bytes = DTYPE_BYTES["bf16"]
     overlap = s.software.overlap_grad_reduce if w.overlap_grad_reduce is None else w.overlap_grad_reduce
     bucket = np.minimum(np.maximum(BUCKET_MIN_PARAMS, BUCKET_PARAMS_PER_DP_RANK * n), st.params) if overlap \
@@ -306,37 +318,21 @@ def _flops(ctx: Ctx, k: dict[str, KindCost], m: np.ndarray) -> tuple[np.ndarray,
     per-layer table.
     """
     mdl, r, w = ctx.model, ctx.rows, ctx.work
-    layer_params = P.attention_qkv_params(mdl) + P.attention_out_params(mdl)
-    dense_layer = layer_params + P.mlp_params(mdl, mdl.ffn_hidden_size)
-    active = mdl.num_layers * layer_params + mdl.num_dense_layers * P.mlp_params(mdl, mdl.ffn_hidden_size)
-    moe_layer = 0.0
-    if mdl.moe is not None:
-        moe = mdl.moe
-        per = moe.experts_per_token * P.mlp_params(mdl, moe.expert_ffn_hidden_size)
-        per += moe.num_shared_experts * P.mlp_params(mdl, moe.shared_ffn) + P.router_params(mdl)
-        active += mdl.num_moe_layers * per
-        moe_layer = layer_params + per
-    d_att = (mdl.mla.qk_head_dim + mdl.mla.v_head_dim) / 2 if mdl.mla else mdl.head_size
     tokens = r.gb * w.seq_len
-    attn_fwd = 4.0 * w.seq_len * mdl.num_heads * d_att  # per token per layer: QKᵀ and ·V forward
-    # 6 FLOPs per weight per token, 12·L·s·a·d for attention scores and context, 6·V·h for the LM head.
-    model = tokens * (6.0 * active + 3 * mdl.num_layers * attn_fwd + 6.0 * mdl.vocab_size * mdl.hidden_size)
+    f = model_flops_parts(mdl, w.seq_len)
+    model = tokens * f.total
     # Recompute in the same convention: full reruns the forward of the recomputed layers (2 per weight per
-    # token plus the attention forward); selective reruns core attention (unfused only: flash keeps no scores
+    # token plus the token mixers' forward); selective reruns core attention (unfused only: flash keeps no scores
     # to drop, its backward recomputes them inside the kernel, counted as executed work, not as recompute).
-    layers_fwd = 2.0 * (mdl.num_dense_layers * dense_layer + mdl.num_moe_layers * moe_layer) \
-        + mdl.num_layers * attn_fwd
     full_frac = np.minimum(r.rk * r.pp, mdl.num_layers) / mdl.num_layers
-    selective = np.where(ctx.flash, 0.0, mdl.num_layers * attn_fwd)
-    rc = tokens * np.where(r.rc == 1, selective, np.where(r.rc == 2, full_frac * layers_fwd, 0.0))
-    att, mlp, moek = k["attention"], k["mlp"], k.get("moe")
-    per_mb = mdl.num_layers * (att.fwd.flops + att.bwd.flops) + mdl.num_dense_layers * (mlp.fwd.flops + mlp.bwd.flops)
-    fwd_all = mdl.num_layers * att.fwd.flops + mdl.num_dense_layers * mlp.fwd.flops
-    if moek is not None:
-        per_mb = per_mb + mdl.num_moe_layers * (moek.fwd.flops + moek.bwd.flops)
-        fwd_all = fwd_all + mdl.num_moe_layers * moek.fwd.flops
+    selective = np.where(ctx.flash, 0.0, f.attention_fwd)
+    rc = tokens * np.where(r.rc == 1, selective, np.where(r.rc == 2, full_frac * f.layers_fwd, 0.0))
+    counts = model_counts(mdl)
+    per_mb = layer_sum(k, counts, lambda c: c.fwd.flops + c.bwd.flops)
+    fwd_all = layer_sum(k, counts, lambda c: c.fwd.flops)
     per_mb = per_mb + sum(k[x].fwd.flops + k[x].bwd.flops for x in ("embedding", "head"))
-    rc_exec = np.where(r.rc == 1, mdl.num_layers * att.selective.flops, np.where(r.rc == 2, full_frac * fwd_all, 0.0))
+    sel = layer_sum(k, counts, lambda c: c.selective.flops)
+    rc_exec = np.where(r.rc == 1, sel, np.where(r.rc == 2, full_frac * fwd_all, 0.0))
     executed = m * r.dp * r.cp * r.tp * (per_mb + rc_exec)
     return model, model + rc, executed
 
@@ -361,15 +357,9 @@ def train_cost(model: ModelSpec, system: SystemSpec, work: TrainWorkload, rows: 
     model_flops, hw_flops, exec_flops = _flops(ctx, k, m)
     peak = np.max(np.stack([np.where(s.shape.exists, s.total, 0.0) for s in stages]), axis=0)
     host_gpu = np.max(np.stack([np.where(s.shape.exists, s.cpu_bytes, 0.0) for s in stages]), axis=0)
-    layers_per_stage = first.shape.layers
-    moe = k.get("moe")
 
     def comm_exposed(attr: str) -> np.ndarray:
-        att, mlp = getattr(k["attention"].fwd, attr) + getattr(k["attention"].bwd, attr), \
-            getattr(k["mlp"].fwd, attr) + getattr(k["mlp"].bwd, attr)
-        total = layers_per_stage * att + first.shape.dense_layers * mlp
-        if moe is not None:
-            total = total + first.shape.moe_layers * (getattr(moe.fwd, attr) + getattr(moe.bwd, attr))
+        total = layer_sum(k, stage_counts(first.shape), lambda c: getattr(c.fwd, attr) + getattr(c.bwd, attr))
         return (m + (p - 1) / v) * total
 
     return TrainCost(

@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from shardplan.costmodel.core.layouts import divisors
 from shardplan.costmodel.training.layout import Recompute, TrainWorkload
-from shardplan.costmodel.training.space import SpaceRequest, valid_tp
+from shardplan.costmodel.training.space import SpaceRequest, check_dtype, valid_tp
 from shardplan.errors import ShardplanError
 from shardplan.hardware.spec import SystemSpec
 from shardplan.models.spec import ModelSpec
@@ -31,6 +31,7 @@ class TrainRequest(BaseModel):
     pp: int | None = None
     dp: int | None = None
     ep: int | None = None
+    etp: int | None = None  # expert tensor parallelism (MoE parallel folding); None: tp or 1, planner's choice
     cp: int | None = None
     microbatch: int | None = None
     interleave: int | None = None
@@ -52,12 +53,15 @@ class TrainRequest(BaseModel):
 def check_pins(req: TrainRequest) -> None:
     """Each pinned value must be possible on its own (the combination is checked by enumeration)."""
     m, n = req.model, req.num_gpus
+    check_dtype(req.workload, req.system.gpu)
 
     require_allowed("tp", req.tp, [t for t in valid_tp(m) if n % t == 0])
     require_allowed("pp", req.pp, [p for p in divisors(n) if p <= m.num_layers])
     require_allowed("dp", req.dp, divisors(n))
     require_allowed("cp", req.cp, [c for c in divisors(n) if req.workload.seq_len % c == 0])
     require_allowed("ep", req.ep, divisors(m.moe.num_experts) if m.moe else [1])
+    if req.etp is not None:
+        require_allowed("etp", req.etp, divisors(n) if m.moe else ([req.tp] if req.tp else []))
     require_allowed("zero", req.zero_stage, [0, 1, 2, 3])
     if req.recompute_layers is not None and req.recompute not in (None, Recompute.FULL):
         raise ShardplanError(f"--recompute-layers needs --recompute full (got --recompute {req.recompute})",
@@ -67,8 +71,9 @@ def check_pins(req: TrainRequest) -> None:
 def space_request(req: TrainRequest) -> SpaceRequest:
     node = req.system.gpus_per_node
     return SpaceRequest(
-        num_gpus=req.num_gpus, tp=req.tp, pp=req.pp, dp=req.dp, ep=req.ep, cp=req.cp, microbatch=req.microbatch,
-        interleave=req.interleave, recompute=req.recompute, sequence_parallel=req.sequence_parallel,
+        num_gpus=req.num_gpus, tp=req.tp, pp=req.pp, dp=req.dp, ep=req.ep, etp=req.etp, cp=req.cp,
+        microbatch=req.microbatch, interleave=req.interleave, recompute=req.recompute,
+        sequence_parallel=req.sequence_parallel,
         zero_stage=req.zero_stage, max_tp=req.num_gpus if req.cross_node_tp else node,
         max_interleave=max(req.max_interleave, req.interleave or 1),
         max_cp=max(req.max_cp, req.cp or 1),

@@ -98,14 +98,18 @@ class Options:
 
 def _grid(space: StageSpace, t_cap_s: float | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Every (rank, layers, k), without the (rank, layers) whose fastest option is slower than ``t_cap_s`` or
-    whose smallest memory (everything recomputed, all offloadable activations on the CPU) does not fit."""
+    whose least memory (none or all recomputed, all offloadable activations on the CPU) does not fit."""
     lo, hi = space.bounds()
     rk = np.concatenate([np.full(int(hi[i] - lo[i] + 1), i) for i in range(space.layout.pp)])
     ln = np.concatenate([np.arange(int(lo[i]), int(hi[i]) + 1) for i in range(space.layout.pp)])
     fast = space.cost(rk, ln, np.zeros_like(ln) if space.full else space.layout_k(ln), np.zeros_like(ln))
-    small = space.cost(rk, ln, ln if space.full else space.layout_k(ln),
-                       np.full_like(ln, 100 if space.allow_offload else 0))
-    ok = space.fits(small)
+    # The least memory of a (rank, layers): stored activations fall linearly with the recomputed layers, but a
+    # recomputed layer's activations are live on the GPU during its backward (not offloadable): so the least is
+    # at one of the ends, none or all recomputed (with every offloadable activation on the CPU).
+    f_all = np.full_like(ln, 100 if space.allow_offload else 0)
+    ok = space.fits(space.cost(rk, ln, ln if space.full else space.layout_k(ln), f_all))
+    if space.full:
+        ok |= space.fits(space.cost(rk, ln, np.zeros_like(ln), f_all))
     if t_cap_s is not None:
         ok &= fast.per_mb_s <= t_cap_s
     ranks, layers, ks = [], [], []
@@ -137,13 +141,20 @@ def rank_options(space: StageSpace, t_cap_s: float | None = None) -> Options:
     c0 = space.cost(rank, layers, k, np.zeros_like(rank))
     pct = np.zeros_like(rank)
     if space.allow_offload:
-        over = c0.memory_bytes - gpu_capacity(space.system, space.work)
-        per_pct = c0.stored_inflight_bytes / 100
-        need = np.divide(over, per_pct, out=np.full_like(over, np.inf), where=per_pct > 0)
-        pct = np.where(over <= 0, 0, np.ceil(np.round(need, 6))).clip(0, 101).astype(np.int64)
-        for _ in range(2):  # float noise at the limit: one more percent
-            c = space.cost(rank, layers, k, np.minimum(pct, 100))
-            pct = np.where(space.fits(c) | (pct > 100), pct, pct + 1)
+        # The smallest offload percent that fits, by bisection (memory falls monotonically with the offloaded
+        # share, but not linearly: the peak may be a transient that offload does not shrink); 101: none fits.
+        fits_at = space.fits(c0)
+        lo = np.where(fits_at, -1, 0)  # the largest percent known not to fit (-1: none)
+        hi = np.where(fits_at, 0, np.where(space.fits(space.cost(rank, layers, k, np.full_like(rank, 100))), 100, 101))
+        for _ in range(7):  # ⌈log2 101⌉ halvings
+            open_ = (hi <= 100) & (hi - lo > 1)
+            if not open_.any():
+                break
+            mid = (lo + hi) // 2
+            ok_mid = space.fits(space.cost(rank, layers, k, np.clip(mid, 0, 100)))
+            hi = np.where(open_ & ok_mid, mid, hi)
+            lo = np.where(open_ & ~ok_mid, mid, lo)
+        pct = hi.astype(np.int64)
     ok = pct <= 100
     c = space.cost(rank, layers, k, np.minimum(pct, 100))
     ok &= space.fits(c)
