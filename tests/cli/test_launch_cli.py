@@ -29,6 +29,27 @@ def test_offload_exports_flexgen_percent(run_cli) -> None:
     assert "--cpu-cache-compute" in words and words[words.index("--gpu-batch-size") + 1] == "48"
 
 
+@pytest.mark.parametrize(("model", "module"), [("opt-30b", "flexgen"), ("opt-175b", "flexllmgen")])
+def test_offload_plan_for_flexgen_keeps_activations_on_one_tier(run_cli, model: str, module: str) -> None:
+    """FlexGen's OptLM raises NotImplementedError unless act_gpu, act_cpu or act_disk percent is 100
+    (flex_opt.py); without --export the planner split them (issue 15: opt-175b on gcp-t4, 9/0/91)."""
+    r = run_cli("offload", "--model", model, "--hardware", "gcp-t4", "--prompt-len", "512", "--gen-len", "32",
+                "--export", "flexgen", "--flexgen-module", module)
+    assert r.code == 0, r.err
+    words = r.out.replace("\\\n", " ").split()
+    assert words[:3] == ["python3", "-m", f"{module}.flex_opt"]
+    i = words.index("--percent")
+    act_gpu, act_cpu = int(words[i + 5]), int(words[i + 6])
+    assert (act_gpu, act_cpu) in ((100, 0), (0, 100), (0, 0))
+
+
+def test_estimate_with_split_activations_cannot_export_to_flexgen(run_cli) -> None:
+    r = run_cli("estimate", "offload", "--model", "opt-30b", "--hardware", "gcp-t4", "--prompt-len", "512",
+                "--gen-len", "32", "--gpu-batch", "48", "--num-gpu-batches", "3", "--weights", "20,80,0",
+                "--kv-cache", "0,100,0", "--activations", "60,40,0", "--export", "flexgen")
+    assert r.code == 2 and r.out == "" and "one tier" in r.err and r.err.count("\n") == 1
+
+
 def test_export_name_must_match_the_command(run_cli) -> None:
     r = run_cli("offload", "--model", "opt-6.7b", "--hardware", "gcp-t4", "--prompt-len", "512", "--gen-len", "32",
                 "--export", "vllm")

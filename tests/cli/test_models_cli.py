@@ -101,3 +101,17 @@ def test_missing_key(run_cli, tmp_path: Path):
     f = tmp_path / "config.json"
     f.write_text(json.dumps(cfg))
     assert_bad_input(run_cli("models", "show", str(f)), "'num_hidden_layers' is missing")
+
+
+def test_a_config_json_is_named_after_its_folder_or_hub_id(run_cli, tmp_path: Path) -> None:
+    cfg = json.loads((CONFIGS / "deepseek_v3.json").read_text())
+    cfg.pop("_name_or_path", None)
+    folder = tmp_path / "my-model"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(cfg))
+    assert run_cli("models", "show", str(folder), "--json").json()["name"] == "my-model"
+    assert run_cli("models", "show", str(folder / "config.json"), "--json").json()["name"] == "my-model"
+    (folder / "config.json").write_text(json.dumps(cfg | {"_name_or_path": "acme/Tiny-7B"}))
+    assert run_cli("models", "show", str(folder / "config.json"), "--json").json()["name"] == "Tiny-7B"
+    (tmp_path / "other.json").write_text(json.dumps(cfg))
+    assert run_cli("models", "show", str(tmp_path / "other.json"), "--json").json()["name"] == "other"

@@ -39,7 +39,8 @@ def test_schedule_respects_dependencies() -> None:
 
 
 @pytest.mark.parametrize(("spec", "kind"), [("memory.png", "memory"), ("out/pipeline.svg", "pipeline"),
-                                            ("pipeline:x.pdf", "pipeline"), ("llama_mem.png", "memory")])
+                                            ("pipeline:x.pdf", "pipeline"), ("llama_mem.png", "memory"),
+                                            ("chart.png", "memory")])
 def test_plot_kind_from_the_name(spec: str, kind: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "out").mkdir()
@@ -72,13 +73,34 @@ def test_png_size_and_pareto(tmp_path: Path) -> None:
     assert w >= 1000 and h >= 600
 
 
-@pytest.mark.parametrize(("plot", "message"), [("memory.jpg", ".png, .svg, .pdf"), ("chart.png", "cannot tell"),
-                                               ("nowhere/memory.png", "does not exist")])
+@pytest.mark.parametrize(("plot", "message"), [("nowhere/memory.png", "does not exist"), (".", "is a folder"),
+                                               ("x" * 300 + ".png", "too long"), ("chart.txt", "must end in")])
 def test_bad_plot_file_is_bad_input(run_cli, plot: str, message: str, tmp_path: Path,
                                     monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     r = run_cli(*EST, "--plot", plot)
     assert r.code == 2 and message in r.err and r.err.count("\n") == 1
+
+
+@pytest.mark.parametrize(("name", "kind_opt", "head"), [
+    ("x.png", None, b"\x89PNG"), ("chart.svg", "pipeline", b"<?xml"), ("plot", "memory", b"\x89PNG"),
+    ("m.jpg", None, b"\xff\xd8")])
+def test_any_file_name_is_a_plot(run_cli, tmp_path: Path, name: str, kind_opt: str | None, head: bytes) -> None:
+    """A name that says nothing about the kind gets --plot-kind (default memory); a name without a suffix gets PNG."""
+    pytest.importorskip("matplotlib")
+    out = tmp_path / name
+    r = run_cli(*EST, "--plot", str(out), *(["--plot-kind", kind_opt] if kind_opt else []))
+    assert r.code == 0, r.err
+    assert out.read_bytes().startswith(head)
+    assert f"wrote {out}" in r.err
+
+
+def test_plot_to_dev_full_is_one_line(run_cli) -> None:
+    pytest.importorskip("matplotlib")
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full")
+    r = run_cli(*EST, "--plot", "/dev/full")
+    assert r.code == 2 and r.err.count("\n") == 1 and "cannot write" in r.err
 
 
 def test_without_matplotlib_says_how_to_get_it(run_cli, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -114,3 +136,12 @@ def test_progress_is_silent_when_piped_or_json(run_cli) -> None:
     r = run_cli("train", "--model", "llama-3.1-8b", "--hardware", "dgx-h100", "--gpus", "8", "--global-batch", "64",
                 "--seq-len", "4096", "--json")
     assert r.code == 0 and r.err == ""
+
+
+def test_a_pipeline_too_long_to_draw_is_skipped_with_a_note(run_cli, tmp_path: Path) -> None:
+    """PP=4 with 2,048 microbatches is 16,384 passes, over MAX_PIPELINE_PASSES: a note, no file, exit 0."""
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "pipe.svg"
+    r = run_cli("estimate", "train", "-m", "llama-2-7b", "-H", "dgx-h100", "-s", "2048", "-b", "2048", "--tp", "2",
+                "--pp", "4", "--gpus", "8", "--plot", str(out), "--plot-kind", "pipeline")
+    assert r.code == 0 and "16,384 passes" in r.err and not out.exists()

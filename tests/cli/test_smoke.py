@@ -13,3 +13,13 @@ def test_unknown_command_is_bad_input(run_cli):
     r = run_cli("frobnicate")
     assert r.code == 2
     assert r.err.count("\n") == 1 and "frobnicate" in r.err
+
+
+def test_number_formats_never_use_exponents_or_negative_zero() -> None:
+    from shardplan.units import format_bytes, format_ms, format_seconds, plural
+
+    assert format_seconds(1.01) == "1.01 s" and format_seconds(0.99996) == "1 s"  # not "1000 ms"
+    assert format_seconds(12345.6) == "12,346 s" and format_seconds(0.0412) == "41.2 ms"
+    assert format_ms(1.0104) == "1,010" and format_ms(0.0123) == "12.3" and format_ms(2e-13) == "0"
+    assert format_bytes(-0.000244) == "0 B" and format_bytes(3 * 2**30) == "3 GiB"
+    assert plural(1, "sequence") == "1 sequence" and plural(256, "sequence") == "256 sequences"

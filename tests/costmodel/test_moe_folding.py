@@ -71,4 +71,5 @@ def test_validate_qwen3_235b_layouts_evaluate() -> None:
     cases = [c for c in modern() if "qwen3-235b" in c.id]
     assert len(cases) == 3
     for c in cases:
-        assert c.predict() > 0
+        out = c.predict()  # a value, or (value, why infeasible)
+        assert (out[0] if isinstance(out, tuple) else out) > 0

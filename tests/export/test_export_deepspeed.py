@@ -90,3 +90,20 @@ def test_full_recompute_writes_activation_checkpointing() -> None:
     cfg = json.loads(export_train("deepspeed", t).text)
     assert cfg["activation_checkpointing"]["cpu_checkpointing"] is True
     assert cfg["zero_optimization"]["offload_param"]["device"] == "cpu"
+
+
+def test_expert_parallel_with_zero3_is_refused_with_the_fix() -> None:
+    """runtime/engine.py: ``assert not self.has_moe_layers, "MoE not supported with Stage 3"``."""
+    t = target("mixtral-8x7b", num_gpus=8, seq_len=4096, dp=8, ep=8, num_microbatches=1, global_batch=8, zero_stage=3)
+    with pytest.raises(ShardplanError, match="ZeRO-3") as e:
+        export_train("deepspeed", t)
+    assert "--zero 2" in str(e.value) and e.value.field == "export"
+
+
+def test_expert_parallel_note_names_deepspeeds_moe_layer() -> None:
+    notes = export_train("deepspeed", CORNERS["deepseek-v3-ep"]).notes
+    ep = [n for n in notes if n.startswith("EP=16")]
+    assert len(ep) == 1 and "deepspeed.moe.layer.MoE" in ep[0] and "ep_size=16" in ep[0]
+    assert "num_experts=256" in ep[0] and "k=8" in ep[0]  # DeepSeek-V3 config.json: n_routed_experts, top-8
+    assert "--moe-expert-parallel-size" in ep[0]
+    assert not any("EP=" in n and "--tensor-model-parallel-size" in n for n in notes)

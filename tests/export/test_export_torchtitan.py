@@ -6,7 +6,7 @@ import math
 import tomllib
 
 import pytest
-from export_plans import CORNERS, GPT3, LLAMA70, check_golden, load
+from export_plans import CORNERS, GPT3, LLAMA70, check_golden, load, target
 
 from shardplan.cli.export import export_train
 from shardplan.cli.export.torchtitan import toml_value
@@ -99,3 +99,53 @@ def test_zero_stage_mapping() -> None:
 def test_toml_values(value, text: str) -> None:
     assert toml_value(value) == text
     assert tomllib.loads(f"k = {text}")["k"] == value
+
+
+def test_default_allowances_reproduce_the_reported_uneven_split() -> None:
+    """Issue 15 saw torchtitan put 20/21/20/19 of Llama-70B's 80 layers on 4 stages with the defaults (1, 1)."""
+    from shardplan.cli.export.titan_split import plan_layers_per_rank, titan_split
+
+    assert titan_split(4, 80, 1, 1) == [20, 21, 20, 19]
+    assert plan_layers_per_rank(80, 4) == [20, 20, 20, 20]
+
+
+@pytest.mark.parametrize(("layers", "pp", "v", "expected"), [
+    # hand-derived: 80 layers on 4 stages need no allowance to split 20 each
+    (80, 4, 1, {"pipeline_parallel_first_stage_less_layers": 0, "pipeline_parallel_last_stage_less_layers": 0}),
+    # 30 on 4: the plan gives the 2 extras to the middles (7/8/8/7); the defaults (1, 1) do the same: 32 → 8 each
+    (30, 4, 1, {"pipeline_parallel_first_stage_less_layers": 1, "pipeline_parallel_last_stage_less_layers": 1}),
+    # 126 on 16 × 2 chunks: 7/8…8/7; with (1, 1) 128 effective layers, 4 per virtual stage, 3 on the ends
+    (126, 16, 2, {"pipeline_parallel_layers_per_stage": 4, "pipeline_parallel_first_stage_less_layers": 1,
+                  "pipeline_parallel_last_stage_less_layers": 1}),
+])
+def test_pipeline_allowances_make_torchtitans_split_the_plans(layers: int, pp: int, v: int, expected: dict) -> None:
+    from shardplan.cli.export.titan_split import pipeline_settings
+
+    assert pipeline_settings(layers, pp, v) == expected
+
+
+def test_explicit_module_lists_when_no_allowance_fits() -> None:
+    """7 layers on 2 ranks × 3 chunks: the plan puts 4 and 3 on the ranks; no allowance pair yields 6 stages that
+    do (checked by hand for all nine pairs), so the module lists are written: chunks 2,1,1 on rank 0, 1,1,1 on 1."""
+    from shardplan.cli.export.titan_split import pipeline_settings
+
+    fqns = pipeline_settings(7, 2, 3)["module_fqns_per_model_part"]
+    assert [len([m for m in s if m.startswith("layers.")]) for s in fqns] == [2, 1, 1, 1, 1, 1]
+    assert fqns[0][0] == "tok_embeddings" and fqns[-1][-2:] == ["norm", "output"]
+    assert [m for s in fqns for m in s if m.startswith("layers.")] == [f"layers.{i}" for i in range(7)]
+
+
+def test_one_f_one_b_export_sets_the_allowances() -> None:
+    t = target("llama-3.1-70b", num_gpus=32, seq_len=4096, tp=8, pp=4, dp=1, num_microbatches=8, global_batch=8)
+    par = tomllib.loads(export_train("torchtitan", t).text)["parallelism"]
+    assert par["pipeline_parallel_first_stage_less_layers"] == 0
+    assert par["pipeline_parallel_last_stage_less_layers"] == 0
+
+
+def test_models_torchtitan_lacks_get_a_note() -> None:
+    """torchtitan v0.2 ships llama3, llama4, deepseek_v3 and qwen3: GPT-3 and Mixtral need model code."""
+    assert any("no gpt model" in n for n in export_train("torchtitan", GPT3).notes)
+    mixtral = target("mixtral-8x7b", num_gpus=8, seq_len=4096, dp=8, ep=8, num_microbatches=1, global_batch=8,
+                     zero_stage=1)
+    assert any("no mixtral model" in n for n in export_train("torchtitan", mixtral).notes)
+    assert not any("torchtitan v0.2 has no" in n for n in export_train("torchtitan", LLAMA70).notes)

@@ -85,7 +85,7 @@ ERRORS = [
     ("type.yaml", "base: dgx-h100\ngpus_per_node: four\n", ConfigFileError, ["gpus_per_node", "integer"]),
     ("extra.yaml", "base: dgx-h100\ncolour: red\n", ConfigFileError, ["colour", "not permitted"]),
     ("nested.yaml", "base: dgx-h100\nintra_node: {speed: 1}\n", ConfigFileError, ["intra_node.speed"]),
-    ("neg.yaml", "base: dgx-h100\nhost_memory_bytes: -5\n", ConfigFileError, ["host_memory_bytes", "greater than 0"]),
+    ("neg.yaml", "base: dgx-h100\nhost_memory_bytes: -5\n", ConfigFileError, ["host_memory_bytes", "1048576"]),
     ("negeff.yaml", "base: dgx-h100\npcie: {efficiency: -0.5}\n", ConfigFileError, ["pcie.efficiency"]),
     ("size.yaml", "base: dgx-h100\nhost_memory_bytes: 80 gigs\n", ShardplanError, ["host_memory_bytes", "not a size"]),
     ("gpu.yaml", "base: dgx-h100\ngpu: h100-sx\n", UnknownNameError, ["gpu", "'h100-sx'", "h100-sxm"]),

@@ -16,6 +16,7 @@ from shardplan.cli import (  # noqa: F401  (importing registers the commands)
     calibrate_cmd,
     catalog_cmds,
     infer_cmds,
+    notes,
     offload_cmds,
     sweep_cmds,
     train_cmds,
@@ -44,12 +45,16 @@ def _one_line(msg: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Run the CLI; return the exit code (0 result, 2 bad input, 1 internal error)."""
+    notes.flush(ok=False)
     try:
         rv = app(args=argv, prog_name="shardplan", standalone_mode=False)
+        notes.flush(ok=rv in (None, 0))
     except ShardplanError as e:
+        notes.flush(ok=False)
         print(f"shardplan: error: {_one_line(str(e))}", file=sys.stderr)
         return 2
     except Exception as e:
+        notes.flush(ok=False)
         # typer ≥ 0.29 vendors click (typer._click); match its exception classes by name.
         kinds = {c.__name__ for c in type(e).__mro__}
         if "UsageError" in kinds:

@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from shardplan.cli._app import app
 from shardplan.cli.options import HardwareOpt, JsonOpt
 from shardplan.cli.output import emit
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 GiB = 2**30
 
@@ -29,6 +30,8 @@ def _value(name: str, v: float) -> str:
 
 
 def render_calibration(con: Console, res: Any) -> None:
+    from rich.table import Table
+
     t = Table(title=f"Runs: step time, base {res.base} vs calibrated", title_justify="left")
     for col in ("#", "run", "measured s", "base s", "error", "calibrated s", "error", "leave-one-out",
                 "memory GiB (meas / base / cal)"):

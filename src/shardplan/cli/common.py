@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-import sys
+import os
+from pathlib import Path
 from typing import Any
 
 from shardplan.errors import ShardplanError
@@ -48,18 +49,26 @@ def model_notes(spec: Any, job: str = "train") -> list[str]:
 
 
 def warn_model(spec: Any, job: str = "train") -> None:
-    for note in model_notes(spec, job):
-        print(f"note: {note}", file=sys.stderr)
+    """Queue the model's notes for ``job`` (printed on stderr when the command succeeds)."""
+    from shardplan.cli.notes import note
+
+    for text in model_notes(spec, job):
+        note(text)
 
 
-def resolve_inputs(model: str, hardware: str, gpus: int | None) -> tuple[Any, Any, int]:
-    """ModelSpec, SystemSpec and the GPU count (default: one node)."""
+def resolve_inputs(model: str, hardware: str, gpus: int | None, tokens: int | None = None) -> tuple[Any, Any, int]:
+    """ModelSpec, SystemSpec and the GPU count (default: one node); notes on a bare GPU name and on sequences of
+    ``tokens`` beyond the model's trained context."""
+    from shardplan.cli.notes import context_note, hardware_note
     from shardplan.hardware import resolve_system
     from shardplan.models import resolve_model
 
     spec = resolve_model(model)
     warn_model(spec)
     system = resolve_system(hardware)
+    hardware_note(hardware)
+    if tokens is not None:
+        context_note(spec, tokens)
     n = gpus if gpus is not None else system.gpus_per_node
     if n < 1:
         raise ShardplanError(f"must be ≥ 1 (got {n})", field="gpus")
@@ -77,7 +86,7 @@ def parse_fraction(text: str | None, *, field: str) -> float:
         raise ShardplanError(f"'{text}' is not a percentage (use e.g. 20% or 0.2)", field=field) from None
     if t.endswith("%") or v > 1:
         v /= 100
-    if not 0 <= v <= 1:
+    if not 0 <= v <= 1:  # also refuses nan and inf
         raise ShardplanError(f"must be between 0% and 100% (got {text})", field=field)
     return v
 
@@ -89,8 +98,36 @@ def parse_triplet(text: str, *, field: str) -> tuple[float, float, float]:
         vals = [float(p.rstrip("%")) for p in parts]
     except ValueError:
         vals = []
-    if len(vals) != 3 or any(v < 0 or v > 100 for v in vals):
+    if len(vals) != 3 or any(not 0 <= v <= 100 for v in vals):  # `not 0 ≤ v ≤ 100` also refuses nan
         raise ShardplanError(f"'{text}' must be three percentages GPU,CPU,DISK such as 20,80,0", field=field)
     if abs(sum(vals) - 100) > 1e-6:
         raise ShardplanError(f"'{text}' must sum to 100 (got {sum(vals):g})", field=field)
     return vals[0] / 100, vals[1] / 100, vals[2] / 100
+
+
+def check_writable(path: Path, *, field: str) -> None:
+    """Refuse an output file that cannot be written, before any work: a folder, a missing or read-only folder,
+    a read-only file, a name too long. (A device such as /dev/full passes; its write error is caught later.)"""
+    if any(len(part) > 255 for part in path.parts) or len(str(path)) > 4096:
+        raise ShardplanError("file name too long (at most 255 characters per component)", field=field)
+    if "\x00" in str(path):
+        raise ShardplanError("file name contains a NUL character", field=field)
+    if path.is_dir():
+        raise ShardplanError(f"'{path}' is a folder; name a file", field=field)
+    folder = path.parent
+    if not folder.is_dir():
+        raise ShardplanError(f"folder '{folder}' does not exist", field=field)
+    if path.exists():
+        if not os.access(path, os.W_OK):
+            raise ShardplanError(f"cannot write '{path}': permission denied", field=field)
+    elif not os.access(folder, os.W_OK | os.X_OK):
+        raise ShardplanError(f"cannot write in folder '{folder}': permission denied", field=field)
+
+
+def write_output(path: Path, text: str, *, field: str = "output") -> None:
+    """Write ``text`` to ``path``; a write error (disk full, /dev/full) is one line, exit 2."""
+    try:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    except OSError as e:
+        raise ShardplanError(f"cannot write '{path}': {e.strerror or e}", field=field) from None

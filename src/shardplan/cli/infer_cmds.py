@@ -17,47 +17,67 @@ from shardplan.cli.launch import (
     pareto_plot,
     vllm_argv,
 )
-from shardplan.cli.options import GpusOpt, HardwareOpt, JsonOpt, ModelOpt, TimeLimitOpt
+from shardplan.cli.options import (
+    MAX_GEN,
+    MAX_GPUS,
+    MAX_RATE,
+    MAX_SEQS,
+    MAX_SLO_MS,
+    MAX_SMALL,
+    MAX_TOKENS,
+    GpusOpt,
+    HardwareOpt,
+    JsonOpt,
+    ModelOpt,
+    TimeLimitOpt,
+    finite,
+)
 from shardplan.planner.serving.knobs import InferObjective
 
-PromptLen = Annotated[int, typer.Option("--prompt-len", "-p", min=1, help="Prompt tokens per sequence.")]
-GenLen = Annotated[int, typer.Option("--gen-len", "-n", min=1, help="Generated tokens per sequence.")]
-Batch = Annotated[int | None, typer.Option("--batch", "-b", min=1, help="Concurrent sequences per replica.")]
+PromptLen = Annotated[int, typer.Option(
+    "--prompt-len", "-p", min=1, max=MAX_TOKENS, help="Prompt tokens per sequence.")]
+GenLen = Annotated[int, typer.Option("--gen-len", "-n", min=1, max=MAX_GEN, help="Generated tokens per sequence.")]
+Batch = Annotated[int | None, typer.Option(
+    "--batch", "-b", min=1, max=MAX_SEQS, help="Concurrent sequences per replica.")]
 MaxBatch = Annotated[bool, typer.Option("--max-batch", help="Run the largest batch whose KV cache fits.")]
 MaxTtft = Annotated[float | None, typer.Option(
-    "--max-ttft-ms", min=0.001, help="Limit on a request's mean time to first token (Poisson arrivals at "
-    "--request-rate; at saturation from admission), ms. --mode static: prefill of the whole batch.")]
+    "--max-ttft-ms", min=0.001, max=MAX_SLO_MS, callback=finite, help="Limit on a request's mean time to first "
+    "token (Poisson arrivals at --request-rate; at saturation from admission), ms. --mode static: prefill of the "
+    "whole batch.")]
 MaxTpot = Annotated[float | None, typer.Option(
-    "--max-tpot-ms", min=0.001, help="Limit on the mean time per output token (a decode step shared with prefill "
-    "chunks), ms.")]
+    "--max-tpot-ms", min=0.001, max=MAX_SLO_MS, callback=finite, help="Limit on the mean time per output token "
+    "(a decode step shared with prefill chunks), ms.")]
 Mode = Annotated[str, typer.Option(
     "--mode", help="continuous: an engine's steady state (chunked prefill mixed with decodes, --batch = sequences "
     "in flight); static: one batch arriving together.")]
 Engine = Annotated[str, typer.Option("--engine", help="Serving engine whose defaults and memory rules apply: "
                                                       "vllm, sglang, trtllm.")]
 Rate = Annotated[float | None, typer.Option(
-    "--request-rate", min=1e-9, help="Offered load, requests/s over all replicas (Poisson arrivals); default: "
-    "saturation. With a rate the planner minimises latency among layouts that keep up.")]
-Tp = Annotated[int | None, typer.Option("--tp", min=1, help="Tensor-parallel degree.")]
-Pp = Annotated[int | None, typer.Option("--pp", min=1, help="Pipeline-parallel stages.")]
-Ep = Annotated[int | None, typer.Option("--ep", min=1, help="Expert-parallel degree (MoE; spans replicas).")]
+    "--request-rate", min=1e-9, max=MAX_RATE, callback=finite, help="Offered load, requests/s over all replicas "
+    "(Poisson arrivals); default: saturation. With a rate the planner minimises latency among layouts that keep "
+    "up.")]
+Tp = Annotated[int | None, typer.Option("--tp", min=1, max=MAX_GPUS, help="Tensor-parallel degree.")]
+Pp = Annotated[int | None, typer.Option("--pp", min=1, max=MAX_GPUS, help="Pipeline-parallel stages.")]
+Ep = Annotated[int | None, typer.Option(
+    "--ep", min=1, max=MAX_GPUS, help="Expert-parallel degree (MoE; spans replicas).")]
 Dtype = Annotated[str, typer.Option("--dtype", help="Compute datatype: bf16, fp16, or fp8 (fp8 weights, fp8 GEMMs).")]
 WDtype = Annotated[str | None, typer.Option(
     "--weight-dtype", help="Stored weights: bf16, fp16, fp8, int8, int4 (int8/int4 weight-only), mxfp4, nvfp4 "
     "(block-scaled fp4: fp4 GEMMs where the GPU has an fp4 peak); default: --dtype, fp8 for fp8 checkpoints, "
     "MXFP4 experts for MXFP4 checkpoints.")]
 KvDtype = Annotated[str | None, typer.Option("--kv-dtype", help="KV-cache datatype: bf16, fp16, fp8.")]
-BlockSize = Annotated[int | None, typer.Option("--block-size", min=1, help="Tokens per paged KV-cache block "
-                                                                           "(default: the engine's).")]
+BlockSize = Annotated[int | None, typer.Option(
+    "--block-size", min=1, max=MAX_SMALL, help="Tokens per paged KV-cache block (default: the engine's).")]
 Util = Annotated[float | None, typer.Option(
-    "--gpu-memory-utilization", min=0.01, max=1.0, help="Share of GPU memory the engine budgets (vLLM "
-    "gpu_memory_utilization, TRT-LLM free_gpu_memory_fraction, SGLang mem_fraction_static; default: the engine's).")]
+    "--gpu-memory-utilization", min=0.01, max=1.0, callback=finite, help="Share of GPU memory the engine budgets "
+    "(vLLM gpu_memory_utilization, TRT-LLM free_gpu_memory_fraction, SGLang mem_fraction_static; default: the "
+    "engine's).")]
 MaxTokens = Annotated[int | None, typer.Option(
-    "--max-num-batched-tokens", min=1, help="Token budget of one step: prefill chunk size and the profile run's "
-    "size (default: the engine's on this GPU, e.g. vLLM 8192 on H100/H200, 2048 on A100).")]
+    "--max-num-batched-tokens", min=1, max=MAX_TOKENS, help="Token budget of one step: prefill chunk size and the "
+    "profile run's size (default: the engine's on this GPU, e.g. vLLM 8192 on H100/H200, 2048 on A100).")]
 MaxSeqs = Annotated[int | None, typer.Option(
-    "--max-num-seqs", min=1, help="The engine's cap on sequences in flight (continuous mode: the largest batch "
-    "the planner may pick) and the rows of its profile run's sampler (default: the engine's).")]
+    "--max-num-seqs", min=1, max=MAX_SEQS, help="The engine's cap on sequences in flight (continuous mode: the "
+    "largest batch the planner may pick) and the rows of its profile run's sampler (default: the engine's).")]
 NonTorch = Annotated[str | None, typer.Option(
     "--non-torch-memory", help="Non-PyTorch memory the engine measures per GPU, e.g. 0.5GiB (default 0.15 GiB); "
     "add CUDA-graph memory here for vLLM ≥ 0.21.")]
@@ -127,7 +147,7 @@ def estimate_infer(
     from shardplan.costmodel.serving.report import estimate_inference
     from shardplan.errors import ShardplanError
 
-    spec, system, n = resolve_inputs(model, hardware, gpus)
+    spec, system, n = resolve_inputs(model, hardware, gpus, prompt_len + gen_len)
     tp, pp = tp or 1, pp or 1
     if batch is None and not max_batch:
         raise ShardplanError("give --batch B (sequences per replica) or --max-batch", field="batch")
@@ -175,7 +195,7 @@ def infer(
     from shardplan.cli.render_infer import render_plan
     from shardplan.planner.serving.solve import InferRequest, plan_inference
 
-    spec, system, n = resolve_inputs(model, hardware, gpus)
+    spec, system, n = resolve_inputs(model, hardware, gpus, prompt_len + gen_len)
     work = _workload(system, prompt_len, gen_len, dtype, weight_dtype, kv_dtype, block_size, gpu_memory_utilization,
                      max_num_batched_tokens, max_num_seqs, non_torch_memory, engine=engine, mode=mode,
                      rate=request_rate)

@@ -32,10 +32,26 @@ class OffloadFormat(StrEnum):
 ServeExportOpt = Annotated[ServeFormat | None, typer.Option(
     "--export", help="Print the plan as launch flags instead of the tables: vllm; with --output, write a file.")]
 OffloadExportOpt = Annotated[OffloadFormat | None, typer.Option(
-    "--export", help="Print the plan as launch flags instead of the tables: flexgen; with --output, write a file.")]
+    "--export", help="Print the plan as launch flags instead of the tables: flexgen (the planner then keeps the "
+    "activations wholly on one tier, as FlexGen requires); with --output, write a file.")]
+
+
+class FlexgenModule(StrEnum):
+    """Which FlexGen distribution runs the export."""
+
+    FLEXGEN = "flexgen"
+    """PyPI ``flexgen``: ``python3 -m flexgen.flex_opt``."""
+    FLEXLLMGEN = "flexllmgen"
+    """FMInference/FlexLLMGen: ``python3 -m flexllmgen.flex_opt``."""
+
+
+FlexgenModuleOpt = Annotated[FlexgenModule, typer.Option(
+    "--flexgen-module", help="With --export flexgen: flexgen (PyPI package, flexgen.flex_opt) or flexllmgen "
+    "(FlexLLMGen repository, flexllmgen.flex_opt).")]
 OutputOpt = Annotated[Path | None, typer.Option("--output", "-o", help="File for --export (default: stdout).")]
 ParetoPlotOpt = Annotated[Path | None, typer.Option(
-    "--plot", metavar="FILE", help="With --pareto: throughput vs TPOT plot (.png, .svg, .pdf; needs matplotlib).")]
+    "--plot", metavar="FILE", help="With --pareto: throughput vs TPOT plot (.png, .svg, .pdf, .jpg; PNG without a "
+    "suffix; needs matplotlib).")]
 
 
 def check_outputs(export: StrEnum | None, output: Path | None, as_json: bool, *, plot: Path | None = None,
@@ -45,8 +61,10 @@ def check_outputs(export: StrEnum | None, output: Path | None, as_json: bool, *,
         raise ShardplanError("names the file for --export: add --export", field="output")
     if export is not None and output is None and as_json:
         raise ShardplanError("with --json, --export needs --output FILE (stdout holds the JSON)", field="export")
-    if output is not None and not output.parent.exists():
-        raise ShardplanError(f"folder '{output.parent}' does not exist", field="output")
+    if output is not None:
+        from shardplan.cli.common import check_writable
+
+        check_writable(output, field="output")
     if plot is not None:
         from shardplan.cli.plots import check_path, require_matplotlib
 
@@ -70,7 +88,9 @@ def deliver(result: Any, render: Callable[[Any], None], *, as_json: bool, argv: 
     messages = [f"note: {n}" for n in notes]
     text = shell_join(argv) + "\n" if argv is not None else None
     if text is not None and output is not None:
-        output.write_text(text)
+        from shardplan.cli.common import write_output
+
+        write_output(output, text)
         messages.append(f"wrote {output}")
         text = None
     if plot_written is not None:
@@ -136,8 +156,8 @@ def vllm_argv(plan: Any, *, spec: Any, work: Any, system: Any) -> tuple[list[str
     return argv, [n for n in notes if n]
 
 
-def flexgen_argv(plan: Any, *, spec: Any, prompt_len: int, gen_len: int) -> list[str]:
-    """FlexGen ``flex_opt`` argv of an offload plan."""
+def flexgen_argv(plan: Any, *, spec: Any, prompt_len: int, gen_len: int, module: str = "flexgen") -> list[str]:
+    """FlexGen ``flex_opt`` argv of an offload plan (``module``: flexgen or flexllmgen)."""
     from shardplan.cli.export import flexgen_args
 
     p = plan.plan
@@ -148,7 +168,7 @@ def flexgen_argv(plan: Any, *, spec: Any, prompt_len: int, gen_len: int) -> list
     return flexgen_args(model=spec.name, gpu_batch_size=p.gpu_batch_size, num_gpu_batches=p.num_gpu_batches,
                         weights=split(p.weights), kv_cache=split(p.kv_cache), activations=split(p.activations),
                         cpu_attention=p.cpu_attention, compress_weight=p.compress_weights,
-                        compress_cache=p.compress_kv_cache, prompt_len=prompt_len, gen_len=gen_len)
+                        compress_cache=p.compress_kv_cache, prompt_len=prompt_len, gen_len=gen_len, module=module)
 
 
 def pareto_plot(plan: Any, path: Path, *, max_tpot_ms: float | None) -> Path:

@@ -1,5 +1,6 @@
 """Plots of a plan (matplotlib, the optional ``plot`` extra): memory per stage, the pipeline schedule of one
-step, and the serving throughput–latency frontier. The format follows the file suffix (.png, .svg, .pdf).
+step, and the serving throughput–latency frontier. The format follows the file suffix (.png, .svg, .pdf, .jpg;
+PNG for a name without a suffix).
 
 Only the object-oriented ``matplotlib.figure.Figure`` API is used (no pyplot state, no display needed).
 """
@@ -15,7 +16,11 @@ from shardplan.errors import ShardplanError
 if TYPE_CHECKING:
     from shardplan.costmodel.training.report import StageRow, TrainPlanOut
 
-SUFFIXES = (".png", ".svg", ".pdf")
+FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf", ".jpg": "jpg", ".jpeg": "jpg"}
+SUFFIXES = tuple(FORMATS)
+MAX_PIPELINE_PASSES = 4_096
+"""Most forward/backward passes a pipeline plot draws: about 3 s of CPU (16,384 took 13 s; no box is wider than a
+pixel long before that)."""
 MISSING = "plots need matplotlib: pip install 'shardplan[plot]'"
 TRAIN_PLOTS = ("memory", "pipeline")
 GIB = 1024**3
@@ -35,8 +40,9 @@ def require_matplotlib() -> None:
         raise ShardplanError(MISSING) from None
 
 
-def parse_train_plot(spec: str) -> tuple[str, Path]:
-    """``KIND:FILE`` or ``FILE`` whose name says the kind (memory…, pipeline…/schedule…) → (kind, path)."""
+def parse_train_plot(spec: str, default_kind: str | None = None) -> tuple[str, Path]:
+    """``KIND:FILE`` or ``FILE`` → (kind, path). Without a ``KIND:`` prefix the kind is ``default_kind``
+    (``--plot-kind``), else the one the file name says (memory…, pipeline…/schedule…), else memory."""
     kind, sep, rest = spec.partition(":")
     if sep and kind in TRAIN_PLOTS:
         path = Path(rest)
@@ -45,20 +51,23 @@ def parse_train_plot(spec: str) -> tuple[str, Path]:
         stem = path.stem.lower()
         kinds = [k for k, words in (("memory", ("memory", "mem")), ("pipeline", ("pipe", "schedule",
                  "timeline", "1f1b"))) if any(w in stem for w in words)]
-        if len(kinds) != 1:
-            raise ShardplanError(f"cannot tell which plot '{spec}' is: name the file memory….png or pipeline….svg, "
-                                 "or write memory:FILE / pipeline:FILE", field="plot")
-        kind = kinds[0]
+        kind = default_kind or (kinds[0] if len(kinds) == 1 else "memory")
     check_path(path)
     return kind, path
 
 
+def plot_format(path: Path) -> str:
+    """matplotlib's format for the file: from its suffix (.png, .svg, .pdf, .jpg), PNG for a name without one."""
+    return FORMATS.get(path.suffix.lower(), "png")
+
+
 def check_path(path: Path) -> None:
-    """The suffix picks the format; the folder must exist."""
-    if path.suffix.lower() not in SUFFIXES:
-        raise ShardplanError(f"'{path}' must end in {', '.join(SUFFIXES)}", field="plot")
-    if not path.parent.exists():
-        raise ShardplanError(f"folder '{path.parent}' does not exist", field="plot")
+    """The file must be writable (its folder exists; it is not a folder) and its suffix, if any, an image format."""
+    from shardplan.cli.common import check_writable
+
+    if path.suffix and path.suffix.lower() not in FORMATS:
+        raise ShardplanError(f"'{path}' must end in {', '.join(FORMATS)} (or have no suffix: PNG)", field="plot")
+    check_writable(path, field="plot")
 
 
 def _figure(width: float, height: float) -> Any:
@@ -70,7 +79,11 @@ def _figure(width: float, height: float) -> Any:
 
 
 def _save(fig: Any, path: Path) -> None:
-    fig.savefig(path, dpi=150 if path.suffix.lower() == ".png" else None)
+    fmt = plot_format(path)
+    try:
+        fig.savefig(path, format=fmt, dpi=150 if fmt in ("png", "jpg") else None)
+    except OSError as e:
+        raise ShardplanError(f"cannot write '{path}': {e.strerror or e}", field="plot") from None
 
 
 def _stage_label(row: StageRow, pp: int) -> str:
@@ -276,16 +289,24 @@ def pareto_plot(points: list[tuple[float, float]], path: Path, *, labels: list[s
     _save(fig, path)
 
 
-def train_plots(specs: list[tuple[str, Path]], result: Any) -> list[Path]:
-    """Write the requested training plots of a ``TrainPlan``/``TrainReport``; returns the files written."""
+def train_plots(specs: list[tuple[str, Path]], result: Any) -> list[str]:
+    """Write the requested training plots of a ``TrainPlan``/``TrainReport``; returns one message per plot."""
     if result.plan is None or not result.stages:
         raise ShardplanError("nothing to plot: no layout fits", field="plot")
     title = f"{result.model} on {result.num_gpus} GPUs ({result.hardware})"
+    messages = []
     for kind, path in specs:
         if kind == "memory":
             memory_plot(result.stages, path, pp=result.plan.pp, title=f"{title}\nmemory per GPU by pipeline stage")
         else:
+            p = result.plan
+            passes = 2 * p.pp * p.num_microbatches * p.interleave
+            if passes > MAX_PIPELINE_PASSES:
+                messages.append(f"note: pipeline plot {path} skipped: {passes:,} passes (more than "
+                                f"{MAX_PIPELINE_PASSES:,}) are too many to draw")
+                continue
             pipeline_plot(result.plan, result.stages, path, title=f"{title}: one training step",
                           pipeline_s=result.metrics.pipeline_s, bubble_s=result.metrics.bubble_s,
                           step_s=result.metrics.step_time_s)
-    return [p for _, p in specs]
+        messages.append(f"wrote {path}")
+    return messages

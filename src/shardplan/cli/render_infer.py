@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from shardplan.cli.output import render_infeasible
-from shardplan.units import format_bytes, format_seconds
+from shardplan.units import format_bytes, format_ms, format_seconds
 
 
 def layout_line(plan: Any) -> str:
@@ -23,8 +23,8 @@ def render_layers(con: Console, rows: list[Any], title: str) -> None:
     for col in ("layer", "×", "GFLOP", "HBM MB", "time ms", "comm ms", "bound"):
         t.add_column(col, justify="left" if col in ("layer", "bound") else "right")
     for r in rows:
-        t.add_row(r.kind, str(r.count), f"{r.flops / 1e9:,.2f}", f"{r.hbm_bytes / 1e6:,.1f}", f"{r.time_s * 1e3:.4g}",
-                  f"{r.comm_s * 1e3:.3g}" if r.comm_s else "-", r.bound)
+        t.add_row(r.kind, str(r.count), f"{r.flops / 1e9:,.2f}", f"{r.hbm_bytes / 1e6:,.1f}", format_ms(r.time_s),
+                  format_ms(r.comm_s) if r.comm_s else "-", r.bound)
     con.print(t)
 
 

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from shardplan.cli.output import render_infeasible
-from shardplan.units import format_bytes, format_seconds
+from shardplan.units import format_bytes, format_seconds, plural
 
 RESOURCE_LABELS = {"gpu": "GPU compute", "cpu": "CPU (attention, staging)", "pcie_h2d": "PCIe host→GPU",
                    "pcie_d2h": "PCIe GPU→host", "disk_read": "disk read", "disk_write": "disk write"}
@@ -20,7 +20,7 @@ def _pct(x: float) -> str:
 
 def policy_line(plan: Any) -> str:
     """'GPU batch 32 × 8 = 256 sequences, CPU attention, 4-bit weights'."""
-    parts = [f"GPU batch {plan.gpu_batch_size} × {plan.num_gpu_batches} = {plan.block_size} sequences"]
+    parts = [f"GPU batch {plan.gpu_batch_size} × {plan.num_gpu_batches} = {plural(plan.block_size, 'sequence')}"]
     parts.append("CPU attention" if plan.cpu_attention else "GPU attention")
     comp = [n for n, on in (("weights", plan.compress_weights), ("KV cache", plan.compress_kv_cache)) if on]
     parts.append(f"4-bit {' and '.join(comp)}" if comp else "no compression")

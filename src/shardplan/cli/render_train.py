@@ -8,11 +8,11 @@ from rich.console import Console
 from rich.table import Table
 
 from shardplan.cli.output import render_infeasible
-from shardplan.units import format_bytes, format_seconds
+from shardplan.units import format_bytes, format_ms, format_seconds
 
 
 def _ms(t: float) -> str:
-    return f"{t * 1e3:.3g}" if t else "-"
+    return format_ms(t) if t else "-"
 
 
 def _gf(f: float) -> str:

@@ -53,7 +53,7 @@ PricesOpt = Annotated[Path | None, typer.Option(
     "--prices", help="YAML of $ per GPU-hour per hardware or GPU name (see examples/prices.yaml): adds cost.",
     dir_okay=False)]
 WorkersOpt = Annotated[int | None, typer.Option(
-    "--workers", "-j", min=1, help="Parallel planners (default: all cores); 1 plans in this process.",
+    "--workers", "-j", min=1, max=1024, help="Parallel planners (default: all cores); 1 plans in this process.",
     show_default=False)]
 RayOpt = Annotated[bool, typer.Option("--ray", help="Run the points as Ray tasks (the ray extra).")]
 RayAddressOpt = Annotated[str | None, typer.Option(
@@ -157,7 +157,7 @@ def sweep_train(
     grad_dtype: GradDtype = "fp32", optimizer: Optimizer = "adam", attention: Attention = None,
     offload: Annotated[OffloadPolicy, typer.Option(
         "--offload", help="CPU offload: auto (only if nothing fits), on, off.")] = OffloadPolicy.AUTO,
-    max_cp: Annotated[int, typer.Option("--max-cp", min=1, help="Largest context-parallel degree.")] = 8,
+    max_cp: Annotated[int, typer.Option("--max-cp", min=1, max=2**20, help="Largest context-parallel degree.")] = 8,
     time_limit: TimeLimitOpt = 30.0, grid: GridOpt = None, prices: PricesOpt = None, workers: WorkersOpt = None,
     ray: RayOpt = False, ray_address: RayAddressOpt = None, as_json: JsonOpt = False, csv: CsvOpt = None,
     parquet: ParquetOpt = None, plot: SweepPlotOpt = None,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -11,25 +12,48 @@ import typer
 from shardplan.cli._app import app, estimate_app
 from shardplan.cli.common import parse_fraction, resolve_inputs
 from shardplan.cli.export import TrainFormat
-from shardplan.cli.options import GpusOpt, HardwareOpt, JsonOpt, ModelOpt, TimeLimitOpt
+from shardplan.cli.options import (
+    MAX_BATCH,
+    MAX_GPUS,
+    MAX_LAYER_COUNT,
+    MAX_TOKENS,
+    GpusOpt,
+    HardwareOpt,
+    JsonOpt,
+    ModelOpt,
+    TimeLimitOpt,
+)
 from shardplan.cli.output import console, emit
 from shardplan.costmodel.training.knobs import Recompute
 from shardplan.planner.training.knobs import OffloadPolicy
 
-GlobalBatch = Annotated[int, typer.Option("--global-batch", "-b", min=1, help="Sequences per optimizer step.")]
-SeqLen = Annotated[int, typer.Option("--seq-len", "-s", min=1, help="Tokens per sequence.")]
-Tp = Annotated[int | None, typer.Option("--tp", min=1, help="Tensor-parallel degree.")]
-Pp = Annotated[int | None, typer.Option("--pp", min=1, help="Pipeline-parallel stages.")]
-Dp = Annotated[int | None, typer.Option("--dp", min=1, help="Data-parallel degree (default: GPUs/(tp·pp·cp)).")]
-Ep = Annotated[int | None, typer.Option("--ep", min=1, help="Expert-parallel degree (MoE); with --etp it may exceed "
-                                         "dp·cp: etp·ep must divide tp·cp·dp (MoE parallel folding).")]
-Etp = Annotated[int | None, typer.Option("--etp", min=1, help="Expert tensor-parallel degree (MoE; default: tp). "
-                                         "Expert-data-parallel ranks follow: tp·cp·dp / (etp·ep).")]
-Cp = Annotated[int | None, typer.Option("--cp", min=1, help="Context-parallel degree (long sequences).")]
-Micro = Annotated[int | None, typer.Option("--microbatch", min=1, help="Sequences per microbatch.")]
-Inter = Annotated[int | None, typer.Option("--interleave", min=1, help="Pipeline chunks per stage (v).")]
+
+class PlotKind(StrEnum):
+    """What a training --plot draws."""
+
+    MEMORY = "memory"
+    PIPELINE = "pipeline"
+
+
+GlobalBatch = Annotated[int, typer.Option(
+    "--global-batch", "-b", min=1, max=MAX_BATCH, help="Sequences per optimizer step.")]
+SeqLen = Annotated[int, typer.Option("--seq-len", "-s", min=1, max=MAX_TOKENS, help="Tokens per sequence.")]
+Tp = Annotated[int | None, typer.Option("--tp", min=1, max=MAX_GPUS, help="Tensor-parallel degree.")]
+Pp = Annotated[int | None, typer.Option("--pp", min=1, max=MAX_GPUS, help="Pipeline-parallel stages.")]
+Dp = Annotated[int | None, typer.Option(
+    "--dp", min=1, max=MAX_GPUS, help="Data-parallel degree (default: GPUs/(tp·pp·cp)).")]
+Ep = Annotated[int | None, typer.Option(
+    "--ep", min=1, max=MAX_GPUS, help="Expert-parallel degree (MoE); with --etp it may exceed dp·cp: etp·ep must "
+    "divide tp·cp·dp (MoE parallel folding).")]
+Etp = Annotated[int | None, typer.Option(
+    "--etp", min=1, max=MAX_GPUS, help="Expert tensor-parallel degree (MoE; default: tp). Expert-data-parallel "
+    "ranks follow: tp·cp·dp / (etp·ep).")]
+Cp = Annotated[int | None, typer.Option("--cp", min=1, max=MAX_GPUS, help="Context-parallel degree (long sequences).")]
+Micro = Annotated[int | None, typer.Option("--microbatch", min=1, max=MAX_BATCH, help="Sequences per microbatch.")]
+Inter = Annotated[int | None, typer.Option(
+    "--interleave", min=1, max=MAX_LAYER_COUNT, help="Pipeline chunks per stage (v).")]
 Rc = Annotated[Recompute | None, typer.Option("--recompute", help="Activation recomputation.")]
-RcLayers = Annotated[int | None, typer.Option("--recompute-layers", min=1,
+RcLayers = Annotated[int | None, typer.Option("--recompute-layers", min=1, max=MAX_LAYER_COUNT,
                                               help="With --recompute full: only this many layers per stage.")]
 Sp = Annotated[bool | None, typer.Option("--sequence-parallel/--no-sequence-parallel", help="Sequence parallelism.")]
 Zero = Annotated[int | None, typer.Option("--zero", min=0, max=3, help="ZeRO stage 0-3.")]
@@ -60,8 +84,11 @@ UniformOpt = Annotated[bool, typer.Option(
     "--uniform-stages", help="Split layers evenly over pipeline stages with one recompute count (no per-stage "
     "optimisation; for comparison).")]
 PlotOpt = Annotated[list[str] | None, typer.Option(
-    "--plot", metavar="FILE", help="Write a plot (.png, .svg or .pdf; repeatable): memory*.png = memory per "
-    "stage against capacity, pipeline*.svg = one step's schedule; or KIND:FILE. Needs the plot extra (matplotlib).")]
+    "--plot", metavar="FILE", help="Write a plot (repeatable; .png, .svg, .pdf or .jpg, PNG without a suffix): the "
+    "kind is --plot-kind, else KIND:FILE, else the name (memory*, pipeline*), else memory. memory = memory per "
+    "stage against capacity, pipeline = one step's schedule. Needs the plot extra (matplotlib).")]
+PlotKindOpt = Annotated[PlotKind | None, typer.Option(
+    "--plot-kind", help="Kind of every --plot FILE without a KIND: prefix: memory or pipeline.")]
 
 
 def parse_headroom(text: str | None, gpu_memory_bytes: float) -> dict[str, Any]:
@@ -109,8 +136,9 @@ def _workload(seq_len: int, global_batch: int, dtype: str, grad_dtype: str, atte
 
 
 def _check_outputs(export: TrainFormat | None, output: Path | None, plots: list[str] | None,
-                   as_json: bool) -> list[tuple[str, Path]]:
+                   as_json: bool, plot_kind: str | None = None) -> list[tuple[str, Path]]:
     """Validate --export/--output/--plot before any work; returns the (kind, file) plots to write."""
+    from shardplan.cli.common import check_writable
     from shardplan.cli.plots import parse_train_plot, require_matplotlib
     from shardplan.errors import ShardplanError
 
@@ -118,9 +146,9 @@ def _check_outputs(export: TrainFormat | None, output: Path | None, plots: list[
         raise ShardplanError("names the file for --export: add --export megatron|deepspeed|torchtitan", field="output")
     if export is not None and output is None and as_json:
         raise ShardplanError("with --json, --export needs --output FILE (stdout holds the JSON)", field="export")
-    if output is not None and not output.parent.exists():
-        raise ShardplanError(f"folder '{output.parent}' does not exist", field="output")
-    specs = [parse_train_plot(p) for p in plots or []]
+    if output is not None:
+        check_writable(output, field="output")
+    specs = [parse_train_plot(p, str(plot_kind) if plot_kind else None) for p in plots or []]
     if specs:
         require_matplotlib()
     return specs
@@ -130,6 +158,7 @@ def _deliver(result: Any, *, spec: Any, system: Any, n: int, work: Any, as_json:
              export: TrainFormat | None, output: Path | None, plots: list[tuple[str, Path]]) -> None:
     """Write the export and plots, then print the JSON, the export (no --output) or the tables; stderr says
     which files were written and what the target framework cannot express exactly."""
+    from shardplan.cli.common import write_output
     from shardplan.cli.export import export_train, train_target
     from shardplan.cli.plots import train_plots
 
@@ -145,14 +174,14 @@ def _deliver(result: Any, *, spec: Any, system: Any, n: int, work: Any, as_json:
             messages.append("note: this layout does not fit in GPU memory (see the estimate)")
         messages += [f"note: {note}" for note in exp.notes]
         if output is not None:
-            output.write_text(exp.text)
+            write_output(output, exp.text)
             messages.append(f"wrote {output} ({export})")
         else:
             exported = exp.text
     if plots and result.plan is None:
         messages.append("nothing plotted: no layout fits")
     elif plots:
-        messages += [f"wrote {path}" for path in train_plots(plots, result)]
+        messages += train_plots(plots, result)
     if as_json:
         emit(result.model_dump(mode="json"), render, as_json=True)
         return
@@ -185,7 +214,8 @@ def estimate_train(
     offload_activations: OffA = None, dtype: Dtype = "bf16", grad_dtype: GradDtype = "fp32",
     optimizer: Optimizer = "adam", memory_headroom: HeadroomOpt = None,
     attention: Attention = None, as_json: JsonOpt = False, export: ExportOpt = None, output: OutputOpt = None,
-    plot: PlotOpt = None, stage_layers: StageLayersOpt = None, stage_recompute_layers: StageRcOpt = None,
+    plot: PlotOpt = None, plot_kind: PlotKindOpt = None, stage_layers: StageLayersOpt = None,
+    stage_recompute_layers: StageRcOpt = None,
 ) -> None:
     """Per-layer and per-stage time and memory of one pinned training layout.
 
@@ -200,8 +230,8 @@ def estimate_train(
     from shardplan.costmodel.training.layout import TrainLayout
     from shardplan.errors import ShardplanError
 
-    plots = _check_outputs(export, output, plot, as_json)
-    spec, system, n = resolve_inputs(model, hardware, gpus)
+    plots = _check_outputs(export, output, plot, as_json, plot_kind)
+    spec, system, n = resolve_inputs(model, hardware, gpus, seq_len)
     tp, pp, cp = tp or 1, pp or 1, cp or 1
     if dp is None:
         if n % (tp * pp * cp):
@@ -234,23 +264,26 @@ def estimate_train(
 @app.command("train")
 def train(
     model: ModelOpt, hardware: HardwareOpt, seq_len: SeqLen, global_batch: Annotated[
-        int | None, typer.Option("--global-batch", "-b", min=1, help="Sequences per optimizer step.")] = None,
+        int | None, typer.Option(
+            "--global-batch", "-b", min=1, max=MAX_BATCH, help="Sequences per optimizer step.")] = None,
     gpus: GpusOpt = None,
     max_global_batch: Annotated[int | None, typer.Option(
-        "--max-global-batch", min=1, help="Choose the batch (≤ this) with the highest throughput.")] = None,
+        "--max-global-batch", min=1, max=MAX_BATCH,
+        help="Choose the batch (≤ this) with the highest throughput.")] = None,
     tp: Tp = None, pp: Pp = None, dp: Dp = None, ep: Ep = None, etp: Etp = None, cp: Cp = None,
     microbatch: Micro = None, interleave: Inter = None, recompute: Rc = None, recompute_layers: RcLayers = None,
     sequence_parallel: Sp = None, zero: Zero = None,
     offload: Annotated[OffloadPolicy, typer.Option(
         "--offload", help="CPU offload of optimizer/weights/activations: auto (only if nothing fits), on, off.")
     ] = OffloadPolicy.AUTO,
-    max_cp: Annotated[int, typer.Option("--max-cp", min=1, help="Largest context-parallel degree to consider.")] = 8,
+    max_cp: Annotated[int, typer.Option(
+        "--max-cp", min=1, max=MAX_GPUS, help="Largest context-parallel degree to consider.")] = 8,
     cross_node_tp: Annotated[bool, typer.Option("--allow-cross-node-tp", help="Let TP·CP span nodes.")] = False,
     top_k: Annotated[int, typer.Option("--top-k", min=1, max=50, help="Best K distinct layouts.")] = 1,
     time_limit: TimeLimitOpt = 30.0, dtype: Dtype = "bf16", grad_dtype: GradDtype = "fp32",
     optimizer: Optimizer = "adam", memory_headroom: HeadroomOpt = None,
     attention: Attention = None, as_json: JsonOpt = False, export: ExportOpt = None, output: OutputOpt = None,
-    plot: PlotOpt = None, uniform_stages: UniformOpt = False,
+    plot: PlotOpt = None, plot_kind: PlotKindOpt = None, uniform_stages: UniformOpt = False,
 ) -> None:
     """Choose the fastest training layout (CP-SAT over the cost model), with the reasons.
 
@@ -265,8 +298,8 @@ def train(
     from shardplan.errors import ShardplanError
     from shardplan.planner.training.solve import TrainRequest, plan_training
 
-    plots = _check_outputs(export, output, plot, as_json)
-    spec, system, n = resolve_inputs(model, hardware, gpus)
+    plots = _check_outputs(export, output, plot, as_json, plot_kind)
+    spec, system, n = resolve_inputs(model, hardware, gpus, seq_len)
     if global_batch is not None and max_global_batch is not None:
         raise ShardplanError("give either --global-batch B (fixed) or --max-global-batch B (the planner chooses the "
                              "batch), not both", field="max-global-batch")

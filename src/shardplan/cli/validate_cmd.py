@@ -56,7 +56,9 @@ def validate(
     as_json: JsonOpt = False,
 ) -> None:
     """Run the published cases (Megatron-LM, NeMo, torchtitan, vLLM, FlexGen) and print each prediction's error;
-    the `optimum` group runs the planner free on expert-tuned runs and shows it beside the published layout."""
+    the `optimum` group runs the planner free on expert-tuned runs and shows it beside the published layout.
+
+    A case whose published layout the cost model finds infeasible is still scored, and marked INFEASIBLE."""
     from shardplan.errors import ShardplanError
     from shardplan.validation.groups import GROUPS, run_validation
 
@@ -75,24 +77,27 @@ def validate(
 
     def render(con: Console) -> None:
         t = Table(title="Predicted vs measured (published runs)", title_justify="left")
-        for col in ("group", "case", "quantity", "measured", "predicted", "error"):
+        for col in ("group", "case", "quantity", "measured", "predicted", "error", "fits"):
             t.add_column(col, justify="right" if col in ("measured", "predicted", "error") else "left")
         for r in report.rows:
             if r.group == "optimum":
                 continue  # shown side by side with the pinned prediction below
             pred = f"{r.predicted:.4g}" if r.predicted is not None else f"[red]{r.failure}[/]"
-            t.add_row(r.group, r.id, r.quantity, f"{r.measured:.4g}", pred, _signed(r.error_pct))
+            fits = f"[red]INFEASIBLE[/]: {r.infeasible}" if r.infeasible else \
+                ("yes" if r.predicted is not None else "-")
+            t.add_row(r.group, r.id, r.quantity, f"{r.measured:.4g}", pred, _signed(r.error_pct), fits)
         if t.row_count:
             con.print(t)
         if optimum is not None:
             _render_optimum(con, optimum)
         s = Table(title="Summary (error: predicted vs measured; signed: + means predicted larger)",
                   title_justify="left")
-        for col in ("group", "cases", "ran", "mean |error|", "median |error|", "max |error|", "mean signed"):
+        for col in ("group", "cases", "ran", "infeasible", "mean |error|", "median |error|", "max |error|",
+                    "mean signed"):
             s.add_column(col, justify="left" if col == "group" else "right")
         for g, v in report.summary.items():
-            s.add_row(g, str(v.cases), str(v.ran), _pct(v.mape_pct), _pct(v.median_abs_pct), _pct(v.max_abs_pct),
-                      _signed(v.mean_signed_pct))
+            s.add_row(g, str(v.cases), str(v.ran), str(v.infeasible), _pct(v.mape_pct), _pct(v.median_abs_pct),
+                      _pct(v.max_abs_pct), _signed(v.mean_signed_pct))
         con.print(s)
         for kind, c in bands.items():
             con.print(f"Error bands ({kind}): {c['inside_pct']:.0f}% of {c['cases']} measured values inside the "

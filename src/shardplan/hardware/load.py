@@ -10,35 +10,26 @@ so a file can override a few fields (``base: dgx-h100`` plus ``gpus_per_node: 4`
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from shardplan.errors import ConfigFileError, UnknownNameError
 from shardplan.hardware.catalog import GPUS, SYSTEMS, generic_system, get_system
 from shardplan.hardware.spec import SystemSpec
+from shardplan.safeio import load_json, load_yaml, path_kind, read_text
 from shardplan.units import parse_size
 
 _SUFFIXES = (".yaml", ".yml", ".json")
 
 
 def _read_mapping(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text()
-    except OSError as e:
-        raise ConfigFileError(f"cannot read '{path}': {e.strerror or e}", field="hardware") from None
+    text = read_text(path, field="hardware")
     kind = "JSON" if path.suffix.lower() == ".json" else "YAML"
-    try:
-        data = json.loads(text) if kind == "JSON" else yaml.safe_load(text)
-    except (json.JSONDecodeError, yaml.YAMLError) as e:
-        first = str(e).splitlines()[0] if str(e) else type(e).__name__
-        mark = getattr(e, "problem_mark", None)
-        if mark is not None:
-            first += f" (line {mark.line + 1}, column {mark.column + 1})"
-        raise ConfigFileError(f"'{path}' is not valid {kind}: {first}", field="hardware") from None
+    where = f"'{path}'"
+    data = load_json(text, where=where, field="hardware") if kind == "JSON" else \
+        load_yaml(text, where=where, field="hardware")
     if not isinstance(data, dict):
         raise ConfigFileError(f"'{path}' must hold a mapping of SystemSpec fields", field="hardware")
     return data
@@ -134,10 +125,11 @@ def resolve_system(name_or_path: str) -> SystemSpec:
     if key in GPUS:
         return generic_system(GPUS[key])
     path = Path(name_or_path).expanduser()
-    if path.suffix.lower() in _SUFFIXES or path.exists():
-        if path.is_dir():
+    kind = path_kind(path, field="hardware")
+    if path.suffix.lower() in _SUFFIXES or kind != "missing":
+        if kind == "dir":
             raise ConfigFileError(f"'{name_or_path}' is a directory, not a system file", field="hardware")
-        if not path.is_file():
+        if kind == "missing":
             raise ConfigFileError(f"no such file '{name_or_path}'", field="hardware")
         return system_from_mapping(_read_mapping(path), origin=str(path))
     return get_system(name_or_path)  # raises UnknownNameError with suggestions

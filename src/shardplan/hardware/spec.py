@@ -11,9 +11,20 @@ from typing import Annotated, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-Fraction = Annotated[float, Field(gt=0.0, le=1.0)]
-Positive = Annotated[float, Field(gt=0.0)]
-NonNeg = Annotated[float, Field(ge=0.0)]
+# Physically plausible ranges, so that a typo (1e400, .inf, 5e-324) in a system file is refused instead of
+# overflowing a time or a memory sum. Each is several orders of magnitude wider than any real machine.
+Fraction = Annotated[float, Field(ge=1e-4, le=1.0, allow_inf_nan=False)]  # an efficiency of 0.01% … 100%
+Positive = Annotated[float, Field(gt=0.0, le=1e30, allow_inf_nan=False)]  # a curve's size axis (FLOPs, bytes)
+NonNeg = Annotated[float, Field(ge=0.0, le=1e3, allow_inf_nan=False)]  # fractions and overheads
+Seconds = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]  # a latency or launch floor: 0 … 1 s
+Flops = Annotated[float, Field(ge=1e9, le=1e18, allow_inf_nan=False)]  # 1 GFLOP/s … 1 EFLOP/s per device
+Rate = Annotated[float, Field(ge=1e6, le=1e15, allow_inf_nan=False)]  # 1 MB/s … 1 PB/s
+MaybeRate = Annotated[float, Field(ge=0.0, le=1e15, allow_inf_nan=False)]  # 0 = none, else as Rate
+Bytes = Annotated[int, Field(ge=2**20, le=2**60)]  # 1 MiB … 1 EiB
+MAX_CURVE_POINTS = 256
+"""Most points in one efficiency curve (the catalog's have at most a dozen)."""
+MAX_GPUS_PER_NODE = 65_536
+MAX_NODES = 2**20
 
 # Datatypes that can carry a peak rate. int4/fp4 weights are dequantised to the compute dtype.
 PEAK_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4")
@@ -40,8 +51,8 @@ class LinkSpec(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    bandwidth_bytes_per_s: Positive = Field(description="Peak bandwidth per GPU, one direction.")
-    latency_s: NonNeg = Field(description="Per-message (per ring step) latency.")
+    bandwidth_bytes_per_s: Rate = Field(description="Peak bandwidth per GPU, one direction.")
+    latency_s: Seconds = Field(description="Per-message (per ring step) latency.")
     efficiency: Fraction = Field(0.8, description="Achievable fraction of peak for large messages.")
     nvls_bus_bytes_per_s: Positive | None = Field(
         None, description="All-reduce bus bandwidth with NVLink SHARP (NVLS: the NVSwitch reduces in the network; "
@@ -60,9 +71,11 @@ class AttentionCurve(BaseModel):
     kernel: Literal["flash2", "cudnn", "flash3"]
     direction: Literal["fwd", "bwd"]
     causal: bool
-    head_dim: Annotated[int, Field(gt=0)]
-    seq: list[Annotated[int, Field(gt=0)]] = Field(description="Sequence lengths, increasing.")
-    tflops: list[Positive] = Field(description="TFLOP/s at each length (causal: executed FLOPs).")
+    head_dim: Annotated[int, Field(gt=0, le=2**16)]
+    seq: list[Annotated[int, Field(gt=0, le=2**31)]] = Field(description="Sequence lengths, increasing.",
+                                                            max_length=MAX_CURVE_POINTS)
+    tflops: list[Positive] = Field(description="TFLOP/s at each length (causal: executed FLOPs).",
+                                   max_length=MAX_CURVE_POINTS)
 
     @model_validator(mode="after")
     def _check(self) -> Self:
@@ -141,9 +154,9 @@ class GpuSpec(BaseModel):
 
     name: str = Field(description="Catalog name, e.g. h100-sxm.")
     vendor: str = Field("nvidia", description="nvidia, amd, …")
-    memory_bytes: Annotated[int, Field(gt=0)] = Field(description="Device memory (HBM/GDDR) in bytes.")
-    memory_bandwidth_bytes_per_s: Positive = Field(description="Peak device-memory bandwidth.")
-    peak_flops: dict[str, Positive] = Field(
+    memory_bytes: Bytes = Field(description="Device memory (HBM/GDDR) in bytes.")
+    memory_bandwidth_bytes_per_s: Rate = Field(description="Peak device-memory bandwidth.")
+    peak_flops: dict[str, Flops] = Field(
         description="Dense (no sparsity) peak FLOP/s per datatype: fp32, tf32, bf16, fp16, fp8, int8, fp4."
     )
     matmul_efficiency: list[tuple[Positive, Fraction]] = Field(
@@ -164,11 +177,12 @@ class GpuSpec(BaseModel):
         default_factory=dict, description="Maximum achievable matmul FLOP/s (best shape, measured) as a fraction "
         "of each datatype's peak. GEMMs in another datatype than bf16 run at the efficiency curve × "
         "fraction[dtype] / fraction[bf16]; a datatype absent here runs at the curve.")
-    attention_curves: list[AttentionCurve] = Field(
+    attention_curves: list[AttentionCurve] = Field(max_length=MAX_CURVE_POINTS,
         default_factory=list, description="Measured attention-kernel throughput (flash2/cudnn/flash3); a kernel "
         "without curves falls back to attention_efficiency.")
-    kernel_launch_s: NonNeg = Field(4e-6, description="Floor on any one kernel's time (launch + tail).")
-    tdp_w: NonNeg = Field(0.0, description="Board power, for reference.")
+    kernel_launch_s: Seconds = Field(4e-6, description="Floor on any one kernel's time (launch + tail).")
+    tdp_w: Annotated[float, Field(ge=0.0, le=1e5, allow_inf_nan=False)] = Field(0.0,
+        description="Board power, for reference.")
     source: str = Field("", description="Datasheet or measurement the numbers come from.")
     scales: KernelScales = Field(
         default_factory=lambda: KernelScales(), exclude=True,
@@ -183,6 +197,13 @@ class GpuSpec(BaseModel):
             raise ValueError(f"unknown datatype(s) {bad}; allowed: {', '.join(PEAK_DTYPES)}")
         if not ({"bf16", "fp16"} & set(v)):
             raise ValueError("needs a bf16 or fp16 peak")
+        return v
+
+    @field_validator("matmul_efficiency", "memory_efficiency", "elementwise_efficiency", mode="before")
+    @classmethod
+    def _short(cls, v: object) -> object:
+        if isinstance(v, list | tuple) and len(v) > MAX_CURVE_POINTS:
+            raise ValueError(f"has {len(v):,} points; at most {MAX_CURVE_POINTS}")
         return v
 
     @field_validator("matmul_efficiency", "memory_efficiency", "elementwise_efficiency")
@@ -230,7 +251,7 @@ class SoftwareSpec(BaseModel):
         True, description="ZeRO-3 gathers spread a node's share over all its NICs (NCCL rings per rail); "
         "False: one flat ring, each GPU's NIC carries the whole (n−1)/n of every gather."
     )
-    tp_comm_overlap: Annotated[float, Field(ge=0.0, lt=1.0)] = Field(
+    tp_comm_overlap: Annotated[float, Field(ge=0.0, lt=1.0, allow_inf_nan=False)] = Field(
         0.5, description="Share of sequence-parallel TP collectives hidden behind GEMMs (Transformer Engine "
         "userbuffer overlap, torchtitan async TP); 0 for blocking collectives."
     )
@@ -247,28 +268,31 @@ class SystemSpec(BaseModel):
     name: str = Field(description="Catalog name, e.g. dgx-h100.")
     description: str = Field("", description="What machine this is.")
     gpu: GpuSpec = Field(description="The GPU in every slot.")
-    gpus_per_node: Annotated[int, Field(ge=1)] = Field(description="GPUs sharing the fast intra-node fabric.")
+    gpus_per_node: Annotated[int, Field(ge=1, le=MAX_GPUS_PER_NODE)] = Field(
+        description="GPUs sharing the fast intra-node fabric.")
     intra_node: LinkSpec = Field(description="GPU↔GPU inside a node (NVLink/xGMI or PCIe).")
     inter_node: LinkSpec | None = Field(None, description="GPU↔GPU across nodes, per GPU (None: one node only).")
     pcie: LinkSpec = Field(description="Host↔GPU link, per GPU.")
-    host_memory_bytes: Annotated[int, Field(gt=0)] = Field(description="CPU DRAM per node.")
-    cpu_flops: Positive = Field(1e12, description="CPU fp32 FLOP/s per node, for CPU-side compute.")
-    cpu_memory_bandwidth_bytes_per_s: Positive = Field(1e11, description="CPU DRAM bandwidth per node.")
-    disk_bytes: NonNeg = Field(0.0, description="Local disk capacity per node.")
-    disk_read_bytes_per_s: NonNeg = Field(0.0, description="Disk sequential read bandwidth per node.")
-    disk_write_bytes_per_s: NonNeg = Field(0.0, description="Disk sequential write bandwidth per node.")
-    max_nodes: Annotated[int, Field(ge=1)] | None = Field(None, description="Largest cluster of this kind.")
+    host_memory_bytes: Bytes = Field(description="CPU DRAM per node.")
+    cpu_flops: Flops = Field(1e12, description="CPU fp32 FLOP/s per node, for CPU-side compute.")
+    cpu_memory_bandwidth_bytes_per_s: Rate = Field(1e11, description="CPU DRAM bandwidth per node.")
+    disk_bytes: Annotated[float, Field(ge=0.0, le=2**60, allow_inf_nan=False)] = Field(0.0,
+        description="Local disk capacity per node.")
+    disk_read_bytes_per_s: MaybeRate = Field(0.0, description="Disk sequential read bandwidth per node.")
+    disk_write_bytes_per_s: MaybeRate = Field(0.0, description="Disk sequential write bandwidth per node.")
+    max_nodes: Annotated[int, Field(ge=1, le=MAX_NODES)] | None = Field(None,
+        description="Largest cluster of this kind.")
     # --- single-GPU offloading (the `offload` job); None: derived from the fields above -----------
-    gpu_sustained_matmul_flops: Positive | None = Field(
+    gpu_sustained_matmul_flops: Flops | None = Field(
         None, description="Sustained fp16/bf16 GEMM rate of this machine's GPU over long runs (power and clock "
         "limits of the host), capping the GPU's efficiency curve; None: no cap."
     )
-    cpu_attention_bytes_per_s: Positive | None = Field(
+    cpu_attention_bytes_per_s: Rate | None = Field(
         None, description="fp16 KV-cache bytes per second the host streams through decode attention on the CPU "
         "(fp16→fp32 conversion included); None: 10% of DRAM bandwidth (5 bytes of DRAM traffic per KV byte at "
         "half of peak)."
     )
-    host_staging_bytes_per_s: Positive | None = Field(
+    host_staging_bytes_per_s: Rate | None = Field(
         None, description="Rate of copying pageable host memory into a pinned buffer before a DMA to the GPU; "
         "None: a quarter of DRAM bandwidth (read + write at half of peak)."
     )
@@ -276,6 +300,13 @@ class SystemSpec(BaseModel):
     calibration: Calibration = Field(default_factory=Calibration,
                                      description="Fit to measured runs (`shardplan calibrate`); default: none.")
     source: str = Field("", description="Where the numbers come from.")
+
+    @field_validator("disk_read_bytes_per_s", "disk_write_bytes_per_s")
+    @classmethod
+    def _disk_rate(cls, v: float) -> float:
+        if 0 < v < 1e6:
+            raise ValueError(f"must be 0 (no disk) or at least 1 MB/s, got {v:.3g}")
+        return v
 
     @model_validator(mode="after")
     def _calibrate_gpu(self) -> Self:

@@ -10,8 +10,15 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from shardplan.models.kinds import RopeScaling, RouterScore
 
-PosInt = Annotated[int, Field(ge=1)]
-NonNegInt = Annotated[int, Field(ge=0)]
+MAX_LAYERS = 10_000
+"""Most transformer layers a model may have (the deepest published models have a few hundred)."""
+MAX_DIM = 2**24
+"""Largest width, head count, expert count or vocabulary (16,777,216; published models stay below 2^20)."""
+MAX_CONTEXT = 2**31 - 1
+"""Largest max_position_embeddings, sliding window or chunk."""
+
+PosInt = Annotated[int, Field(ge=1, le=MAX_DIM)]
+NonNegInt = Annotated[int, Field(ge=0, le=MAX_DIM)]
 
 
 class _Frozen(BaseModel):
@@ -31,7 +38,8 @@ class MoESpec(_Frozen):
     shared_expert_gate: bool = Field(False, description="A sigmoid gate h→1 on the shared expert (Qwen2-MoE).")
     first_dense_layers: NonNegInt = Field(0, description="The first k layers use a dense MLP (DeepSeek).")
     layer_freq: PosInt = Field(1, description="Every n-th layer (after the dense ones) is an MoE layer.")
-    capacity_factor: float = Field(1.0, gt=0, description="Expert capacity factor for token dropping.")
+    capacity_factor: float = Field(1.0, gt=0, le=1024, allow_inf_nan=False,
+                                   description="Expert capacity factor for token dropping.")
     # --- router ---------------------------------------------------------------------------------
     score_function: RouterScore = Field(RouterScore.SOFTMAX, description="Router score: softmax or sigmoid.")
     router_bias: bool = Field(False, description="The router linear has a bias (gpt-oss): E parameters per layer.")
@@ -140,7 +148,8 @@ class RopeSpec(_Frozen):
     partial_rotary_factor: float = Field(1.0, gt=0, le=1, description="Share of head_dim that is rotated.")
     scaling: RopeScaling = Field(RopeScaling.NONE, description="rope_scaling.rope_type.")
     factor: float = Field(1.0, gt=0, description="rope_scaling.factor.")
-    original_max_position_embeddings: PosInt | None = Field(None, description="Context before extension.")
+    original_max_position_embeddings: Annotated[int, Field(ge=1, le=MAX_CONTEXT)] | None = Field(
+        None, description="Context before extension.")
     low_freq_factor: float | None = Field(None, gt=0, description="llama3 scaling low_freq_factor.")
     high_freq_factor: float | None = Field(None, gt=0, description="llama3 scaling high_freq_factor.")
     beta_fast: float | None = Field(None, gt=0, description="YaRN beta_fast.")

@@ -14,7 +14,18 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from shardplan.models import params as P
 from shardplan.models.kinds import Mixer, MlpKind, MlpSlot, NormKind, PositionKind, RopeScaling, RouterScore
-from shardplan.models.parts import LinearAttnSpec, MambaSpec, MLASpec, MoESpec, RopeSpec, SparseAttnSpec
+from shardplan.models.parts import (
+    MAX_CONTEXT,
+    MAX_LAYERS,
+    LinearAttnSpec,
+    MambaSpec,
+    MLASpec,
+    MoESpec,
+    NonNegInt,
+    PosInt,
+    RopeSpec,
+    SparseAttnSpec,
+)
 from shardplan.models.pattern import LayerKind, kind_at, kind_counts, parse_code, period
 
 __all__ = [
@@ -34,8 +45,8 @@ __all__ = [
     "SparseAttnSpec",
 ]
 
-PosInt = Annotated[int, Field(ge=1)]
-NonNegInt = Annotated[int, Field(ge=0)]
+
+Context = Annotated[int, Field(ge=1, le=MAX_CONTEXT)]
 
 
 class ModelSpec(BaseModel):
@@ -45,7 +56,8 @@ class ModelSpec(BaseModel):
 
     name: str = Field(description="Catalog name or the file it came from.")
     family: str = Field("custom", description="Model family (llama, gpt, opt, …).")
-    num_layers: PosInt = Field(description="Decoder layers (blocks), MTP layers not included.")
+    num_layers: Annotated[int, Field(ge=1, le=MAX_LAYERS)] = Field(
+        description="Decoder layers (blocks), MTP layers not included.")
     hidden_size: PosInt = Field(description="Model width h.")
     num_heads: PosInt = Field(description="Attention (query) heads a.")
     num_kv_heads: PosInt | None = Field(None, description="Key/value heads (MHA: = heads, MQA: 1, GQA: between).")
@@ -55,7 +67,7 @@ class ModelSpec(BaseModel):
     vocab_size: PosInt = Field(description="Vocabulary size V.")
     tied_embeddings: bool = Field(False, description="LM head shares the input embedding matrix.")
     position: PositionKind = Field(PositionKind.ROPE, description="Positional scheme.")
-    max_position_embeddings: PosInt = Field(2048, description="Context length the model was trained for.")
+    max_position_embeddings: Context = Field(2048, description="Context length the model was trained for.")
     norm: NormKind = Field(NormKind.RMSNORM, description="Norm kind.")
     norms_per_layer: NonNegInt = Field(2, description="Norm layers per block (Gemma-2: 4; Falcon-7B: 1).")
     qkv_bias: bool = Field(False, description="Bias on the Q/K/V projections.")
@@ -68,8 +80,8 @@ class ModelSpec(BaseModel):
     mlp_bias: bool = Field(False, description="Biases on the MLP projections.")
     embedding_norm: bool = Field(False, description="A norm right after the word embedding (BLOOM).")
     parallel_block: bool = Field(False, description="Attention and MLP read the same input (GPT-J/NeoX/Falcon).")
-    sliding_window: PosInt | None = Field(None, description="Span of the sliding-window ('S') layers.")
-    attention_chunk_size: PosInt | None = Field(None, description="Chunk of the chunked-attention ('C') layers.")
+    sliding_window: Context | None = Field(None, description="Span of the sliding-window ('S') layers.")
+    attention_chunk_size: Context | None = Field(None, description="Chunk of the chunked-attention ('C') layers.")
     layer_pattern: tuple[str, ...] | None = Field(
         None, description="Per-layer kinds, repeated over the layers: run-length codes of a mixer letter "
         "(F full, S sliding, C chunked, L linear, M mamba, N none), an optional MLP letter (d dense, e MoE, "
@@ -86,7 +98,8 @@ class ModelSpec(BaseModel):
     mamba: MambaSpec | None = Field(None, description="Shape of the 'M' (Mamba-2) layers.")
     rope: RopeSpec | None = Field(None, description="RoPE base and scaling (None: not recorded).")
     mtp_layers: NonNegInt = Field(0, description="Multi-token-prediction layers (counted apart, in mtp_params).")
-    vision_params: NonNegInt = Field(0, description="Vision tower + projector of a multimodal wrapper (apart).")
+    vision_params: Annotated[int, Field(ge=0, le=2**50)] = Field(
+        0, description="Vision tower + projector of a multimodal wrapper (apart).")
     dtype: str = Field("bf16", description="Datatype of the released weights.")
     source: str = Field("", description="Where the shape comes from (paper, model card, config.json).")
 

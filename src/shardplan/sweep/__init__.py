@@ -6,7 +6,17 @@ Pure functions over the public planner entry points (``planner.train.plan_traini
 minimum serving fleet (``aggregate``), prices (``prices``) and flat tables (``tabular``).
 """
 
-from shardplan.sweep.points import Expansion, Point, expand, request_key
-from shardplan.sweep.run import SweepResult, run_sweep
+from typing import Any
 
 __all__ = ["Expansion", "Point", "SweepResult", "expand", "request_key", "run_sweep"]
+_WHERE = {"Expansion": "points", "Point": "points", "expand": "points", "request_key": "points",
+          "SweepResult": "run", "run_sweep": "run"}
+
+
+def __getattr__(name: str) -> Any:
+    """The public names, imported on first use (the CLI imports this package's grid syntax at start-up)."""
+    if name in _WHERE:
+        import importlib
+
+        return getattr(importlib.import_module(f"shardplan.sweep.{_WHERE[name]}"), name)
+    raise AttributeError(f"module 'shardplan.sweep' has no attribute {name!r}")

@@ -58,9 +58,11 @@ def run_validation(groups: list[str] | None = None) -> ValidationReport:
             continue
         for case in make():
             try:
-                pred = float(case.predict())
+                out = case.predict()
+                pred, why = (float(out[0]), out[1]) if isinstance(out, tuple) else (float(out), None)
                 rows.append(CaseResult(group=case.group, id=case.id, quantity=case.quantity, measured=case.measured,
-                                       predicted=pred, error_pct=100 * (pred - case.measured) / case.measured))
+                                       predicted=pred, error_pct=100 * (pred - case.measured) / case.measured,
+                                       infeasible=why))
             except ValueError as e:  # an infeasible or invalid case is reported, not fatal
                 rows.append(CaseResult(group=case.group, id=case.id, quantity=case.quantity, measured=case.measured,
                                        predicted=None, error_pct=None, failure=str(e)))
@@ -72,5 +74,6 @@ def run_validation(groups: list[str] | None = None) -> ValidationReport:
         summary[g] = GroupSummary(cases=n, ran=len(errs), mape_pct=sum(errs) / len(errs) if errs else None,
                                   median_abs_pct=statistics.median(errs) if errs else None,
                                   max_abs_pct=max(errs) if errs else None,
-                                  mean_signed_pct=sum(signed) / len(signed) if signed else None)
+                                  mean_signed_pct=sum(signed) / len(signed) if signed else None,
+                                  infeasible=sum(1 for r in rows if r.group == g and r.infeasible))
     return ValidationReport(rows=rows, summary=summary)

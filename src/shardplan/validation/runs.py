@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from shardplan.costmodel.training.evaluate import estimate_training
 from shardplan.costmodel.training.layout import Recompute, TrainLayout, TrainWorkload
@@ -27,6 +27,9 @@ from shardplan.hardware.spec import AttentionKernel
 from shardplan.models.catalog import megatron_gpt
 from shardplan.models.spec import ModelSpec
 
+Prediction = float | tuple[float, str | None]
+"""A case's predicted value, with the reason when the cost model finds the published layout infeasible."""
+
 
 @dataclass(frozen=True)
 class Case:
@@ -34,7 +37,7 @@ class Case:
     id: str
     quantity: str
     measured: float
-    predict: Callable[[], float]
+    predict: Callable[[], Prediction]
 
 
 class CaseResult(BaseModel):
@@ -47,6 +50,8 @@ class CaseResult(BaseModel):
     predicted: float | None
     error_pct: float | None
     failure: str | None = None
+    infeasible: str | None = Field(None, description="Why the cost model finds the published layout infeasible "
+                                   "(it ran): the case is scored and flagged.")
 
 
 class GroupSummary(BaseModel):
@@ -58,6 +63,7 @@ class GroupSummary(BaseModel):
     median_abs_pct: float | None
     max_abs_pct: float | None
     mean_signed_pct: float | None = None  # positive: predicted larger than measured
+    infeasible: int = Field(0, description="Cases scored although the cost model finds them infeasible.")
 
 
 class ValidationReport(BaseModel):
@@ -75,6 +81,11 @@ def load_records(name: str) -> list[dict[str, Any]]:
 def _gpt(name: str, hidden: int, layers: int, heads: int) -> ModelSpec:
     # The papers' GPT shape as the scoreboard passes it (a GPT-2 style config: V = 51200, tied embeddings).
     return megatron_gpt(name, layers=layers, hidden=hidden, heads=heads, source="Megatron-LM papers")
+
+
+def _flagged(rep: Any, value: float) -> tuple[float, str | None]:
+    """``value`` with the estimate's reason when it does not fit: such a case is scored but reported infeasible."""
+    return value, (rep.reason or "infeasible") if getattr(rep, "status", None) == "infeasible" else None
 
 
 def _step_time(model: ModelSpec, gpus: int, batch: int, layout: TrainLayout) -> float:
@@ -258,11 +269,11 @@ def modern() -> list[Case]:
         model, system, n, work, layout, quantity, measured = setup
 
         def predict(model: ModelSpec = model, system: Any = system, n: int = n, work: TrainWorkload = work,
-                    layout: TrainLayout = layout, quantity: str = quantity) -> float:
+                    layout: TrainLayout = layout, quantity: str = quantity) -> Prediction:
             rep = estimate_training(model, system, n, work, layout)
             if quantity == "tokens_per_s_per_gpu":
-                return rep.metrics.tokens_per_s / n
-            return rep.metrics.mfu * system.gpu.peak(work.dtype) / 1e12
+                return _flagged(rep, rep.metrics.tokens_per_s / n)
+            return _flagged(rep, rep.metrics.mfu * system.gpu.peak(work.dtype) / 1e12)
 
         out.append(Case("modern", r["id"], quantity, measured, predict))
     return out
@@ -317,12 +328,12 @@ def flexgen() -> list[Case]:
         if not r["parallel"].get("offload_policy_percent"):
             continue
 
-        def predict(r: dict[str, Any] = r) -> float:
+        def predict(r: dict[str, Any] = r) -> Prediction:
             system = get_system("gcp-t4")
             work = OffloadWorkload(prompt_len=r["workload"]["prompt_len"], gen_len=r["workload"]["gen_len"])
             rep = estimate_offload(get_model(r["model"]["name"].lower()), system, work, flexgen_policy(r),
                                    default_capacities(system))
-            return rep.metrics.tokens_per_s
+            return _flagged(rep, rep.metrics.tokens_per_s)
 
         tag = r["id"].removeprefix("flexgen-")
         out.append(Case("flexgen", tag, "tokens_per_s", float(r["metrics"]["generation_throughput_tok_s"]), predict))

@@ -71,6 +71,10 @@ def config(t: TrainTarget) -> tuple[dict[str, Any], list[str]]:
     """The config dict and notes (what the model code or launcher must set instead)."""
     p = t.plan
     notes: list[str] = []
+    if p.ep > 1 and p.zero_stage == 3:
+        # runtime/engine.py _configure_zero_optimizer: assert not self.has_moe_layers, "MoE not supported with Stage 3"
+        raise _refuse(f"combine expert parallelism (EP={p.ep}, deepspeed.moe.layer.MoE) with ZeRO-3",
+                      "pin --zero 2 (or lower), or --ep 1")
     if p.pp > 1 and p.zero_stage >= 2:
         # runtime/pipe/engine.py: "ZeRO-2 and ZeRO-3 are incompatible with pipeline parallelism"
         raise _refuse(f"combine ZeRO-{p.zero_stage} with pipeline parallelism (PP={p.pp})",
@@ -104,11 +108,17 @@ def config(t: TrainTarget) -> tuple[dict[str, Any], list[str]]:
     ckpt = _checkpointing(t, notes)
     if ckpt is not None:
         cfg["activation_checkpointing"] = ckpt
-    degrees = [f"{name}={v}" for name, v in (("TP", p.tp), ("PP", p.pp), ("CP", p.cp), ("EP", p.ep)) if v > 1]
+    degrees = [f"{name}={v}" for name, v in (("TP", p.tp), ("PP", p.pp), ("CP", p.cp)) if v > 1]
     if degrees:
         notes.insert(0, f"{' '.join(degrees)} is set in the model code or launcher, not in the DeepSpeed config "
                      "(Megatron-DeepSpeed: --tensor-model-parallel-size, --pipeline-model-parallel-size); "
                      f"DeepSpeed's data-parallel size must come out as {p.dp}")
+    if p.ep > 1:
+        # deepspeed/moe/layer.py: MoE(hidden_size, expert, num_experts=1, ep_size=1, k=1, ...)
+        notes.insert(len(degrees) > 0, f"EP={p.ep} is not a DeepSpeed config key: build the expert layers with "
+                     f"deepspeed.moe.layer.MoE(..., num_experts={t.model.moe.num_experts if t.model.moe else '?'}, "
+                     f"ep_size={p.ep}, k={t.model.moe.experts_per_token if t.model.moe else '?'}) in the model code "
+                     "(Megatron-DeepSpeed: --num-experts and --moe-expert-parallel-size)")
     if p.sequence_parallel:
         notes.append("sequence parallelism (Megatron-style, with TP) is set in the model code: --sequence-parallel")
     return cfg, notes

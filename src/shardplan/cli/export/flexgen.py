@@ -3,7 +3,13 @@
 Option names are those of ``add_parser_arguments`` in ``flexgen/flex_opt.py`` (FMInference/FlexGen main; the
 list, with its commit, is ``tests/data/export/flexgen_flags.json``). ``--percent`` takes six integers: weights,
 KV cache and activations on the GPU and on the CPU; the remainder of each lives in ``--offload-dir`` (disk).
-FlexGen runs OPT models (and Galactica-30B) only.
+FlexGen runs OPT models (and Galactica-30B) only, and keeps the activations (hidden states) wholly on one tier
+(``OptLM.init_cache``/``init_all_weights`` raise ``NotImplementedError`` for a split ``act_*_percent``): an export
+refuses a split, and ``shardplan offload --export flexgen`` plans with that constraint.
+
+The module differs between distributions: the PyPI package ``flexgen`` (FlexGen ≤ 0.1.7) is run as
+``python3 -m flexgen.flex_opt``; the renamed repository FMInference/FlexLLMGen as ``python3 -m flexllmgen.flex_opt``
+(the same flags). ``module`` picks it.
 """
 
 from __future__ import annotations
@@ -15,6 +21,14 @@ MODELS = ("opt-125m", "opt-350m", "opt-1.3b", "opt-2.7b", "opt-6.7b", "opt-13b",
 """Architectures ``flexgen/opt_config.py get_opt_config`` knows (with -iml / -iml-max variants)."""
 
 Split = tuple[float, float, float]
+
+MODULES = {"flexgen": "flexgen.flex_opt", "flexllmgen": "flexllmgen.flex_opt"}
+"""``python3 -m`` module of each distribution: PyPI ``flexgen``, and FlexLLMGen (FMInference/FlexLLMGen main)."""
+
+
+def whole_tier(split: Split) -> bool:
+    """True when the split puts everything on one tier (what FlexGen's activations need)."""
+    return max(split) >= 1 - 1e-9
 
 
 def _hf_name(model: str) -> str:
@@ -43,7 +57,7 @@ def percents(split: Split, *, field: str) -> tuple[int, int]:
 def flexgen_args(*, model: str, gpu_batch_size: int, num_gpu_batches: int, weights: Split, kv_cache: Split,
                  activations: Split, cpu_attention: bool, compress_weight: bool, compress_cache: bool,
                  prompt_len: int, gen_len: int, offload_dir: str = "~/flexgen_offload_dir",
-                 path: str = "~/opt_weights") -> list[str]:
+                 path: str = "~/opt_weights", module: str = "flexgen") -> list[str]:
     """``flex_opt`` argv for one offload policy (fractions on GPU, CPU, disk for each tensor class).
 
     >>> flexgen_args(model="opt-30b", gpu_batch_size=48, num_gpu_batches=3, weights=(0.2, 0.8, 0.0),
@@ -55,9 +69,16 @@ def flexgen_args(*, model: str, gpu_batch_size: int, num_gpu_batches: int, weigh
                     ("prompt_len", prompt_len), ("gen_len", gen_len)):
         if v < 1:
             raise ShardplanError(f"must be ≥ 1 (got {v})", field=name)
+    if module not in MODULES:
+        raise ShardplanError(f"'{module}' is not one of {', '.join(MODULES)}", field="flexgen-module")
+    if not whole_tier(activations):
+        raise ShardplanError(f"FlexGen keeps the activations wholly on one tier; this policy splits them "
+                             f"{round(100 * activations[0])}/{round(100 * activations[1])}/"
+                             f"{round(100 * activations[2])} (GPU/CPU/disk): use --activations 100,0,0 (or 0,100,0)",
+                             field="activations")
     pct = [*percents(weights, field="weights"), *percents(kv_cache, field="kv_cache"),
            *percents(activations, field="activations")]
-    argv = ["python3", "-m", "flexgen.flex_opt", "--model", _hf_name(model), "--path", path,
+    argv = ["python3", "-m", MODULES[module], "--model", _hf_name(model), "--path", path,
             "--offload-dir", offload_dir, "--prompt-len", str(prompt_len), "--gen-len", str(gen_len),
             "--percent", *map(str, pct), "--gpu-batch-size", str(gpu_batch_size),
             "--num-gpu-batches", str(num_gpu_batches)]

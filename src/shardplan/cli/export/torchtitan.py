@@ -13,7 +13,9 @@ ZeRO-2); ZeRO-0 is ``data_parallel_replicate_degree`` (DDP).
 from __future__ import annotations
 
 from shardplan.cli.export.base import Export, TrainTarget, layout_summary, torchrun_line
+from shardplan.cli.export.titan_split import pipeline_settings
 from shardplan.errors import ShardplanError
+from shardplan.models.spec import ModelSpec
 
 Value = str | int | float | bool | list[str] | list[list[str]]
 
@@ -25,25 +27,8 @@ def toml_value(v: Value) -> str:
     if isinstance(v, int | float):
         return repr(v)
     if isinstance(v, list):
-        return "[" + ", ".join(toml_value(x) for x in v) + "]"
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"  # strings, or lists of strings
     return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def _layers_per_stage(t: TrainTarget) -> dict[str, Value]:
-    """Interleaved schedules: torchtitan makes ceil((L + first_less + last_less) / layers_per_stage) virtual
-    stages (distributed/pipeline_parallel.py); pick the value that gives exactly pp·v of them."""
-    p, n_layers = t.plan, t.model.num_layers
-    stages = p.pp * p.interleave
-    for less in (1, 0):  # first try torchtitan's default weights for the embedding and the output layer
-        total = n_layers + 2 * less
-        lps = -(-total // stages)
-        if -(-total // lps) == stages:
-            out: dict[str, Value] = {"pipeline_parallel_layers_per_stage": lps}
-            if less == 0:
-                out |= {"pipeline_parallel_first_stage_less_layers": 0, "pipeline_parallel_last_stage_less_layers": 0}
-            return out
-    raise ShardplanError(f"torchtitan cannot split {n_layers} layers into {stages} virtual stages "
-                         f"(PP={p.pp} × {p.interleave} chunks): pin another --interleave", field="export")
 
 
 def _module_fqns(t: TrainTarget) -> list[list[str]] | None:
@@ -97,8 +82,8 @@ def _parallelism(t: TrainTarget, notes: list[str]) -> dict[str, Value]:
         per_stage = _module_fqns(t)
         if per_stage is not None:
             sec["module_fqns_per_model_part"] = per_stage  # type: ignore[assignment]
-        elif p.interleave > 1:
-            sec |= _layers_per_stage(t)
+        else:  # explicit allowances (or module lists): torchtitan's default split is not the plan's
+            sec |= pipeline_settings(t.model.num_layers, p.pp, p.interleave)
     if p.ep > 1:
         sec["expert_parallel_degree"] = p.ep
     return sec
@@ -148,9 +133,27 @@ def _training(t: TrainTarget, notes: list[str]) -> dict[str, Value]:
     return sec
 
 
+TITAN_MODELS = ("llama3", "llama4", "deepseek_v3", "qwen3")
+"""Model families torchtitan v0.2 ships (``torchtitan/models``; Mixtral, GPT-3 and the others need model code)."""
+
+
+def titan_model(model: ModelSpec) -> str | None:
+    """The torchtitan model that has this architecture, if any."""
+    if model.family == "llama":
+        return "llama3"
+    if model.family == "deepseek" and model.mla is not None:
+        return "deepseek_v3"
+    if model.family == "qwen" and model.qk_norm:
+        return "qwen3"
+    return None
+
+
 def sections(t: TrainTarget) -> tuple[dict[str, dict[str, Value]], list[str]]:
     """The TOML tables and the notes."""
     notes: list[str] = []
+    if titan_model(t.model) is None:
+        notes.append(f"torchtitan v0.2 has no {t.model.family} model ({t.model.name}; it ships "
+                     f"{', '.join(TITAN_MODELS)}): register the model code (a TrainSpec) before these settings apply")
     out = {"parallelism": _parallelism(t, notes), "activation_checkpoint": _checkpointing(t, notes),
            "training": _training(t, notes)}
     if t.dtype == "fp8":
@@ -166,8 +169,8 @@ def overrides(tables: dict[str, dict[str, Value]]) -> list[str]:
     args = []
     for sec, kv in tables.items():
         for k, v in kv.items():
-            if isinstance(v, list) and any(isinstance(x, list) for x in v):
-                continue
+            if isinstance(v, list) and v and isinstance(v[0], list):
+                continue  # lists of lists (module_fqns_per_model_part) go in the TOML only
             if v is True:
                 args.append(f"--{sec}.{k}")
             else:

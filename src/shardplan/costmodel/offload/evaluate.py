@@ -131,8 +131,11 @@ def _memory_out(table: OffloadTable, x: np.ndarray, mem: np.ndarray) -> OffloadM
     for tier, j in (("gpu", gpu_j), ("cpu", 2), ("disk", 3)):
         t = TIERS.index(tier)
         resident = [float(coef[j, c, t] * x[c, t]) for c in range(3)]
+        working = float(mem[j]) - sum(resident)
+        if abs(working) <= 1e-9 * abs(float(mem[j])):  # the difference of equal sums: float noise, not bytes
+            working = 0.0
         tiers.append(TierMemory(tier=tier, weights_bytes=resident[0], kv_cache_bytes=resident[1],
-                                activations_bytes=resident[2], working_bytes=float(mem[j]) - sum(resident),
+                                activations_bytes=resident[2], working_bytes=working,
                                 total_bytes=float(mem[j]), capacity_bytes=float(cap[j]),
                                 phase=MEMORY[j].removeprefix("gpu_") if tier == "gpu" else ""))
     g, c, d = tiers

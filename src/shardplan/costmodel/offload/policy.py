@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Annotated, Literal, Self
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from shardplan.costmodel.offload.knobs import OffloadObjective  # noqa: F401  (light: the CLI imports it)
 from shardplan.errors import ShardplanError
 from shardplan.hardware.spec import SystemSpec
 
@@ -27,15 +27,6 @@ GPU, CPU, DISK = 0, 1, 2  # tier indices
 
 Frac = Annotated[float, Field(ge=0.0, le=1.0)]
 PosInt = Annotated[int, Field(ge=1)]
-
-
-class OffloadObjective(StrEnum):
-    """What an offload plan is judged by."""
-
-    THROUGHPUT = "throughput"
-    """Generated tokens per second over the whole block (FlexGen's generation throughput): large blocks win."""
-    LATENCY = "latency"
-    """Time from the start of prefill to the last generated token of one request (the block's total time)."""
 
 
 class Placement(BaseModel):

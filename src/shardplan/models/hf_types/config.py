@@ -5,8 +5,21 @@ from __future__ import annotations
 from typing import Any, NoReturn
 
 from shardplan.errors import ConfigFileError
+from shardplan.models.parts import MAX_CONTEXT, MAX_DIM, MAX_LAYERS
 
 Fields = dict[str, Any]
+
+# Upper bounds of integer keys (checked before anything iterates over layers); every other integer ≤ MAX_DIM.
+_MAXIMUM = {"num_hidden_layers": MAX_LAYERS, "n_layer": MAX_LAYERS, "num_layers": MAX_LAYERS,
+            "max_position_embeddings": MAX_CONTEXT, "n_positions": MAX_CONTEXT, "n_ctx": MAX_CONTEXT,
+            "seq_length": MAX_CONTEXT, "sliding_window": MAX_CONTEXT, "attention_chunk_size": MAX_CONTEXT,
+            "original_max_position_embeddings": MAX_CONTEXT}
+
+
+def _short(v: float) -> str:
+    """A number for a message, however many digits it has."""
+    text = str(int(v)) if isinstance(v, int) else repr(v)
+    return text if len(text) <= 15 else f"a {len(text)}-digit number"
 
 
 class HFConfig:
@@ -36,7 +49,10 @@ class HFConfig:
         if isinstance(v, bool) or not (isinstance(v, int) or (isinstance(v, float) and v.is_integer())):
             self.fail(k, f"must be an integer, got {v!r}")
         if v < minimum:
-            self.fail(k, f"must be ≥ {minimum}, got {v!r}")
+            self.fail(k, f"must be ≥ {minimum}, got {_short(v)}")
+        top = _MAXIMUM.get(k, MAX_DIM)
+        if v > top:
+            self.fail(k, f"must be ≤ {top:,}, got {_short(v)}")
         return int(v)
 
     def opt_int(self, key: str, default: int | None = None) -> int | None:
@@ -66,9 +82,12 @@ class HFConfig:
         v = self.data.get(key)
         if v is None:
             return default
-        if isinstance(v, bool) or not isinstance(v, int | float) or v <= 0:
-            self.fail(key, f"must be a positive number, got {v!r}")
-        return float(v)
+        if isinstance(v, bool) or not isinstance(v, int | float) or not 0 < v < float("inf"):
+            self.fail(key, f"must be a positive finite number, got {_short(v)}")
+        try:
+            return float(v)
+        except OverflowError:  # an integer beyond a double
+            self.fail(key, f"must be a positive finite number, got {_short(v)}")
 
     def sub(self, key: str) -> HFConfig:
         """A nested object (``text_config``, ``rope_scaling``) as its own HFConfig; absent or null: empty."""

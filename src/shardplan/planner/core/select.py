@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from shardplan.planner.core.scaling import lexicographic
+from shardplan.errors import ShardplanError
+from shardplan.planner.core.scaling import MAX_EXACT, lexicographic
 
 
 @dataclass
@@ -48,7 +49,17 @@ def select(primary: np.ndarray, rank: np.ndarray, *, k: int = 1, time_limit_s: f
     from ortools.sat.python import cp_model
 
     t0 = time.perf_counter()
-    coeffs = lexicographic(primary, rank)
+    exact = [int(p) * len(rank) + int(r) for p, r in zip(primary.tolist(), rank.tolist(), strict=True)]
+    by_position = max(exact, default=0) >= MAX_EXACT
+    if not by_position:
+        coeffs = lexicographic(primary, rank)
+    else:
+        # Coefficients past 2^53 are not exact in CP-SAT's doubles (and past 2^63 invalid): give CP-SAT each row's
+        # position in the exact order instead (the same minimiser); objectives are reported in exact units.
+        order = sorted(range(len(exact)), key=exact.__getitem__)
+        coeffs = [0] * len(exact)
+        for pos, i in enumerate(order):
+            coeffs[i] = pos
     model = cp_model.CpModel()
     name = label or (lambda i: f"pick[{i}]")
     picks = [model.new_bool_var(name(i)) for i in range(len(coeffs))]
@@ -67,12 +78,19 @@ def select(primary: np.ndarray, rank: np.ndarray, *, k: int = 1, time_limit_s: f
     for _ in range(min(k, len(coeffs))):
         status = solver.solve(model)
         if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            if not out.indices:
+                what = "no solution" if status == cp_model.UNKNOWN else f"CP-SAT status {solver.status_name(status)}"
+                raise ShardplanError(f"{what} within --time-limit {time_limit_s:g} s; raise it", field="time-limit")
             break
         chosen = next(i for i, p in enumerate(picks) if solver.boolean_value(p))
         out.indices.append(chosen)
         out.statuses.append("optimal" if status == cp_model.OPTIMAL else "feasible")
-        out.objective.append(int(round(solver.objective_value)))
-        out.bound.append(solver.best_objective_bound)
+        if by_position:
+            out.objective.append(exact[chosen])
+            out.bound.append(float(exact[chosen]) if status == cp_model.OPTIMAL else 0.0)
+        else:
+            out.objective.append(int(round(solver.objective_value)))
+            out.bound.append(solver.best_objective_bound)
         model.add(picks[chosen] == 0)  # (2)
         if hint is not None:
             model.clear_hints()
@@ -80,17 +98,37 @@ def select(primary: np.ndarray, rank: np.ndarray, *, k: int = 1, time_limit_s: f
     return out
 
 
-def explain_infeasible(violations: dict[str, np.ndarray]) -> list[str]:
+MAX_CORE_ROWS = 50_000
+"""Above this many rows the assumption model takes CP-SAT longer to load than any time limit (its loading is not
+interruptible; 79 s for 300k rows measured): the core comes from the deletion filter instead."""
+
+
+def _deletion_core(violations: dict[str, np.ndarray]) -> list[str]:
+    """An irreducible set of requirements no row meets together (the deletion filter: drop a requirement whenever
+    the others still leave no row), in numpy; the same kind of answer as the CP-SAT core."""
+    core = list(violations)
+    if np.logical_or.reduce([violations[r] for r in core]).all():
+        for req in list(core):
+            rest = [r for r in core if r != req]
+            if rest and np.logical_or.reduce([violations[r] for r in rest]).all():
+                core = rest
+        return core
+    return []
+
+
+def explain_infeasible(violations: dict[str, np.ndarray], *, time_limit_s: float = 10.0) -> list[str]:
     """Requirements that together leave no row: ``violations[req][r]`` is True when row r breaks req.
 
     One assumption literal per requirement; each row's pick implies the negation of every requirement it
     breaks. CP-SAT's ``sufficient_assumptions_for_infeasibility`` names a subset that cannot all hold.
     """
+    n = len(next(iter(violations.values()))) if violations else 0
+    if n > MAX_CORE_ROWS:
+        return _deletion_core(violations)
     from ortools.sat.python import cp_model
 
     model = cp_model.CpModel()
     reqs = {name: model.new_bool_var(f"req[{name}]") for name in violations}
-    n = len(next(iter(violations.values()))) if violations else 0
     picks = [model.new_bool_var(f"pick[{i}]") for i in range(n)]
     model.add_exactly_one(picks)
     for req, broken in violations.items():
@@ -99,9 +137,11 @@ def explain_infeasible(violations: dict[str, np.ndarray]) -> list[str]:
     model.add_assumptions(list(reqs.values()))
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1  # assumptions need a single worker
-    solver.parameters.max_time_in_seconds = 10.0
+    solver.parameters.max_time_in_seconds = time_limit_s
     status = solver.solve(model)
+    if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return []  # some row meets every requirement: no core
     if status != cp_model.INFEASIBLE:
-        return []
+        return _deletion_core(violations)  # no answer within the time limit
     core = set(solver.sufficient_assumptions_for_infeasibility())
     return [name for name, lit in reqs.items() if lit.index in core]

@@ -90,11 +90,12 @@ def rounding_slack(row: IntRow) -> int:
 
 
 def solve_row(row: IntRow, *, step: int = 1, hint: np.ndarray | None = None, time_limit_s: float = 10.0,
-              seed: int = 0, cutoff: int | None = None) -> RowSolution:
+              seed: int = 0, cutoff: int | None = None, whole: tuple[int, ...] = ()) -> RowSolution:
     """CP-SAT over one row's percents (one worker, fixed seed): the placement with the least run time.
 
     With ``cutoff`` only placements whose integer objective is below it are allowed (branch and bound over
-    rows: ``infeasible`` then proves the row cannot beat the incumbent)."""
+    rows: ``infeasible`` then proves the row cannot beat the incumbent). The classes in ``whole`` (0 weights,
+    1 KV cache, 2 activations) sit wholly on one tier (0% or 100% on each)."""
     from ortools.sat.python import cp_model
 
     model = cp_model.CpModel()
@@ -108,6 +109,8 @@ def solve_row(row: IntRow, *, step: int = 1, hint: np.ndarray | None = None, tim
         for t in range(3):
             if not row.allowed[t]:
                 model.add(p[c][t] == 0)
+            if c in whole:
+                model.add_linear_expression_in_domain(p[c][t], cp_model.Domain.from_values([0, 100]))
 
     def expr(const: int, coef: np.ndarray) -> cp_model.LinearExpr:
         return cp_model.LinearExpr.weighted_sum(flat, [int(v) for v in coef.ravel()]) + int(const)

@@ -40,6 +40,7 @@ from shardplan.costmodel.offload.report import (
 )
 from shardplan.costmodel.offload.table import build_offload_table
 from shardplan.costmodel.offload.terms import OffloadTable
+from shardplan.errors import ShardplanError
 from shardplan.hardware.spec import SystemSpec
 from shardplan.models.spec import ModelSpec
 from shardplan.planner.offload.bounds import (
@@ -75,6 +76,8 @@ class OffloadRequest(BaseModel):
     percent_step: Annotated[int, Field(ge=1, le=100)] = Field(1, description="Placement grid in percent.")
     time_limit_s: Annotated[float, Field(gt=0)] = 10.0
     seed: int = 0
+    whole_activations: bool = Field(False, description="Keep the activations (hidden states) wholly on one tier: "
+                                    "FlexGen's OptLM refuses a split (flex_opt.py init_cache: NotImplementedError).")
 
 
 class OffloadSolverOut(BaseModel):
@@ -143,6 +146,9 @@ def _run_search(req: OffloadRequest, table: OffloadTable, rows: np.ndarray, ub: 
                 lb: np.ndarray, deadline: float) -> _Search:
     """Rows in lower-bound order; CP-SAT on each until the next bound cannot beat the incumbent."""
     st = _Search()
+    if req.whole_activations:  # a greedy incumbent must keep the activations on one tier too
+        whole = np.isclose(x_ub[:, 2, :].max(axis=-1), 1.0)
+        ub = np.where(whole, ub, np.inf)
     if np.isfinite(ub[rows]).any():
         i = rows[int(np.argmin(ub[rows]))]
         st.best_score, st.best_row, st.best_x = float(ub[i]), int(i), x_ub[i]
@@ -162,7 +168,8 @@ def _run_search(req: OffloadRequest, table: OffloadTable, rows: np.ndarray, ub: 
         if np.isfinite(st.best_score):  # a placement must beat the incumbent (float time → units, plus rounding)
             per = 1.0 if req.objective == OffloadObjective.LATENCY else float(table.knobs.block[r])
             cutoff = int(st.best_score * per / row.unit) + rounding_slack(row)
-        sol = solve_row(row, step=req.percent_step, hint=hint, time_limit_s=left, seed=req.seed, cutoff=cutoff)
+        sol = solve_row(row, step=req.percent_step, hint=hint, time_limit_s=left, seed=req.seed, cutoff=cutoff,
+                        whole=(2,) if req.whole_activations else ())
         st.solved += 1
         if sol.pct is None:
             if sol.status != "infeasible":
@@ -205,6 +212,8 @@ def plan_offload(req: OffloadRequest) -> OffloadPlanResult:
     solve = time.perf_counter() - t0 - build
     common = dict(candidates=len(table), pruned_memory=int(len(table) - len(rows)), pruned_bound=st.pruned_bound,
                   solved=st.solved, build_s=build, solve_s=solve)
+    if st.best_x is None and not st.all_optimal:  # rows left unsolved when the time ran out: not a proof
+        raise ShardplanError(f"no solution within --time-limit {req.time_limit_s:g} s; raise it", field="time-limit")
     if st.best_x is None:
         wall = time.perf_counter() - t0
         solver = OffloadSolverOut(status="infeasible", wall_time_s=wall, objective=0.0, best_bound=0.0, gap=0.0,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -129,8 +130,10 @@ def explanation(best: TrainReport, base: TrainReport | None, bare: TrainReport |
     gain over the hand layout (``base``)."""
     m, mem = best.metrics, best.memory
     usable = mem.capacity_bytes - mem.headroom_bytes
+    # "binds" only when memory is nearly full (< 5% of the usable memory left); otherwise it is the tightest stage
+    verb = "binds on" if mem.total_bytes > 0.95 * usable else "is tightest on"
     lines = [
-        f"Memory binds on the {mem.stage} stage: {format_bytes(mem.total_bytes)} of {format_bytes(usable)} usable "
+        f"Memory {verb} the {mem.stage} stage: {format_bytes(mem.total_bytes)} of {format_bytes(usable)} usable "
         f"({format_bytes(mem.capacity_bytes)} less {format_bytes(mem.headroom_bytes)} kept free for fragmentation "
         f"and spikes; --memory-headroom).",
         f"MFU {m.mfu:.1%}, HFU {m.hfu:.1%} (model FLOPs, causal attention counted in full; HFU adds recompute).",
@@ -188,16 +191,21 @@ def _fits_on(req: TrainRequest, n: int) -> str | None:
     return describe_row(table, _best(table, kept if (req.offload == "auto" and kept.any()) else table.fits))
 
 
-def _min_gpus(req: TrainRequest) -> tuple[int, str] | None:
-    """The smallest GPU count (whole nodes, up to 64× the request) at which some layout fits."""
+def _min_gpus(req: TrainRequest, deadline: float = float("inf")) -> tuple[int, str] | str | None:
+    """The smallest GPU count (whole nodes, up to 64× the request) at which some layout fits; ``"time"`` when the
+    search passed ``deadline`` (``--time-limit`` bounds the search for fixes too) before finding one."""
     node = req.system.gpus_per_node
     lo, n = req.num_gpus, max(2 * req.num_gpus, node)
     limit = 64 * max(req.num_gpus, node)
     while n <= limit and (req.system.max_nodes is None or n // node <= req.system.max_nodes):
+        if time.perf_counter() > deadline:
+            return "time"
         found = _fits_on(req, n)
         if found is not None:
             step = max(node, (n - lo) // 8 // node * node)
             for m in range(lo - lo % step + step, n, step):
+                if time.perf_counter() > deadline:
+                    return n, found
                 smaller = _fits_on(req, m)
                 if smaller is not None:
                     return m, smaller
@@ -241,9 +249,11 @@ def infeasible_plan(req: TrainRequest, table: TrainTable, wall: float, common: d
                     replan: Callable[[TrainRequest], TrainPlan] | None = None) -> TrainPlan:
     """No candidate fits: name the binding requirement and (given ``replan``, the planner without
     explanations) the cheapest fixes, which honour the user's pins or name the pin to drop."""
-    core = explain_infeasible({"gpu_memory": table.gpu_over > 0, "host_memory": table.host_over > 0})
+    deadline = time.perf_counter() + req.time_limit_s  # --time-limit bounds the search for fixes too
+    core = explain_infeasible({"gpu_memory": table.gpu_over > 0, "host_memory": table.host_over > 0},
+                              time_limit_s=min(10.0, req.time_limit_s))
     i = int(np.argmin(table.gpu_over))
-    if "gpu_memory" in core or not core:
+    if ("gpu_memory" in core or not core) and table.gpu_over[i] > 0:  # else the leanest row fails on the host
         reason = (f"GPU memory: even the leanest layout ({describe_row(table, i)}) needs "
                   f"{format_bytes(float(table.cost.peak_memory[i]))} per GPU > {format_bytes(table.capacity)} "
                   f"usable on the {_binding(table, i)}")
@@ -257,8 +267,11 @@ def infeasible_plan(req: TrainRequest, table: TrainTable, wall: float, common: d
             off = replan(req.model_copy(update={"offload": "auto", "top_k": 1}))
             if off.status != "infeasible" and off.plan is not None:
                 suggestions.append(f"allow CPU offload (--offload auto): {_fix_line(off)}")
-        found = _min_gpus(req)
-        if found is not None:
+        found = _min_gpus(req, deadline)
+        if found == "time":
+            suggestions.append("more GPUs may fit: the search for the smallest count stopped at --time-limit; "
+                               "raise it")
+        elif isinstance(found, tuple):
             n, layout = found
             nodes = max(1, n // req.system.gpus_per_node)
             kept = f" keeping {' '.join(pins)}" if pins else ""
