@@ -37,7 +37,8 @@ def test_inter_node_scale_divides_the_network_term_only() -> None:
     nbytes, n = 1e9, 16  # 16 ranks, stride 8: two nodes of 8, one member per node per ring → pure inter-node
     scaled = with_calibration(H100, Calibration(inter_node_comm_scale=0.5))
     link = H100.inter_node
-    lat = comm.all_reduce_time(H100, 0.0, n, 8)  # latency only
+    # latency of the protocol large messages use (NCCL Simple): t = L + S/bw, so L = 2·t(S) − t(2S)
+    lat = 2 * comm.all_reduce_time(H100, nbytes, n, 8) - comm.all_reduce_time(H100, 2 * nbytes, n, 8)
     bw_term = float(comm.all_reduce_time(H100, nbytes, n, 8) - lat)
     assert bw_term == pytest.approx(2 * (n - 1) / n * nbytes / (link.bandwidth_bytes_per_s * link.efficiency))
     assert float(comm.all_reduce_time(scaled, nbytes, n, 8) - lat) == pytest.approx(2 * bw_term)

@@ -243,7 +243,10 @@ def test_recompute_sentence_is_the_estimate_without_recompute() -> None:
 
     model, system = get_model("llama-3.1-70b"), get_system("dgx-h100")
     work = TrainWorkload(seq_len=8192, global_batch=512)
-    plan = plan_training(TrainRequest(model=model, system=system, num_gpus=64, workload=work))
+    # pinned to TP·DP with ZeRO-1 and no CP/PP, where the activations need recompute (free, the planner shards
+    # with ZeRO-3 or CP and needs none)
+    plan = plan_training(TrainRequest(model=model, system=system, num_gpus=64, workload=work, cp=1, pp=1,
+                                      zero_stage=1))
     assert plan.plan.recompute != "none"
     line = next(x for x in plan.explanation if x.startswith("Recompute"))
     bare = dataclasses.replace(parse(describe_plan(plan.plan)), recompute=Recompute.NONE, recompute_layers=None)

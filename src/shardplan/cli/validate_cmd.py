@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.console import Console
@@ -13,12 +13,50 @@ from shardplan.cli.options import JsonOpt
 from shardplan.cli.output import emit
 
 
+def _pct(x: float | None) -> str:
+    return f"{x:.2f}%" if x is not None else "-"
+
+
+def _signed(x: float | None) -> str:
+    return f"{x:+.1f}%" if x is not None else "-"
+
+
+def _render_optimum(con: Console, report: Any) -> None:
+    """The optimum group side by side: measured, the published layout's prediction, the free plan's."""
+    t = Table(title="At the optimum: tokens/s per GPU, published layout (pinned) vs planner left free",
+              title_justify="left")
+    for col in ("case", "hardware", "GPUs", "measured", "pinned", "err", "free", "err", "free layout"):
+        t.add_column(col, justify="left" if col in ("case", "hardware", "free layout") else "right")
+    for r in report.rows:
+        measured = (f"{r.measured:.0f}" + ("*" if r.derived_from_tflops else "")) if r.measured else "-"
+        pinned = f"{r.pinned:.0f}" + ("" if r.pinned_fits in (None, True) else " (OOM)") if r.pinned else "-"
+        free = f"{r.free:.0f}" if r.free is not None else f"[red]{r.failure}[/]"
+        t.add_row(r.id, r.hardware, str(r.gpus), measured, pinned, _signed(r.pinned_error_pct), free,
+                  _signed(r.free_error_pct), r.free_layout or "-")
+    con.print(t)
+    faster = [r for r in report.rows if r.why_free_faster]
+    if faster:
+        con.print("Free plan > 15% faster than the published layout under the same cost model; the costs it removes "
+                  "(seconds per step):")
+        for r in faster:
+            con.print(f"  {r.id}: {r.why_free_faster}")
+    s = report.summary
+    lo, hi = s.band_pct
+    con.print(f"free planner: {s.free_ran}/{s.cases} ran, mean signed {_signed(s.free_mean_signed_pct)} "
+              f"(target ±5%), MAPE {_pct(s.free_mape_pct)}, within {lo:+.0f}…{hi:+.0f}%: {s.free_within_band}"
+              f"/{s.free_ran} (target: all)")
+    con.print(f"published layouts: {s.pinned_ran} ran, mean signed {_signed(s.pinned_mean_signed_pct)}, MAPE "
+              f"{_pct(s.pinned_mape_pct)}; H100/H200 MAPE {_pct(s.pinned_h100_mape_pct)} (target ≤ 8%)")
+    con.print("* measured tokens/s derived from published model TFLOP/s (attention counted non-causally).")
+
+
 @app.command("validate")
 def validate(
     group: Annotated[list[str] | None, typer.Option("--group", help="Only these groups (repeatable).")] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """Run the published cases (Megatron-LM, vLLM, FlexGen) and print each prediction's error.
+    """Run the published cases (Megatron-LM, NeMo, torchtitan, vLLM, FlexGen) and print each prediction's error;
+    the `optimum` group runs the planner free on expert-tuned runs and shows it beside the published layout.
 
     A case whose published layout the cost model finds infeasible is still scored, and marked INFEASIBLE."""
     from shardplan.errors import ShardplanError
@@ -31,30 +69,41 @@ def validate(
     from shardplan.validation.bands import band_coverage
 
     bands = band_coverage(report)
+    optimum = None
+    if not group or "optimum" in group:
+        from shardplan.validation.optimum import run_optimum
+
+        optimum = run_optimum()
 
     def render(con: Console) -> None:
         t = Table(title="Predicted vs measured (published runs)", title_justify="left")
         for col in ("group", "case", "quantity", "measured", "predicted", "error", "fits"):
             t.add_column(col, justify="right" if col in ("measured", "predicted", "error") else "left")
         for r in report.rows:
+            if r.group == "optimum":
+                continue  # shown side by side with the pinned prediction below
             pred = f"{r.predicted:.4g}" if r.predicted is not None else f"[red]{r.failure}[/]"
-            err = f"{r.error_pct:+.1f}%" if r.error_pct is not None else "-"
             fits = f"[red]INFEASIBLE[/]: {r.infeasible}" if r.infeasible else \
                 ("yes" if r.predicted is not None else "-")
-            t.add_row(r.group, r.id, r.quantity, f"{r.measured:.4g}", pred, err, fits)
-        con.print(t)
-        s = Table(title="Summary", title_justify="left")
-        for col in ("group", "cases", "ran", "infeasible", "mean |error|", "median |error|", "max |error|"):
+            t.add_row(r.group, r.id, r.quantity, f"{r.measured:.4g}", pred, _signed(r.error_pct), fits)
+        if t.row_count:
+            con.print(t)
+        if optimum is not None:
+            _render_optimum(con, optimum)
+        s = Table(title="Summary (error: predicted vs measured; signed: + means predicted larger)",
+                  title_justify="left")
+        for col in ("group", "cases", "ran", "infeasible", "mean |error|", "median |error|", "max |error|",
+                    "mean signed"):
             s.add_column(col, justify="left" if col == "group" else "right")
         for g, v in report.summary.items():
-            def pct(x: float | None) -> str:
-                return f"{x:.2f}%" if x is not None else "-"
-
-            s.add_row(g, str(v.cases), str(v.ran), str(v.infeasible), pct(v.mape_pct), pct(v.median_abs_pct),
-                      pct(v.max_abs_pct))
+            s.add_row(g, str(v.cases), str(v.ran), str(v.infeasible), _pct(v.mape_pct), _pct(v.median_abs_pct),
+                      _pct(v.max_abs_pct), _signed(v.mean_signed_pct))
         con.print(s)
         for kind, c in bands.items():
             con.print(f"Error bands ({kind}): {c['inside_pct']:.0f}% of {c['cases']} measured values inside the "
                       f"band of their prediction; median band ±{c['median_width_pct'] / 2:.0f}%")
 
-    emit({**report.model_dump(mode="json"), "band_coverage": bands}, render, as_json=as_json)
+    data = {**report.model_dump(mode="json"), "band_coverage": bands}
+    if optimum is not None:
+        data["optimum"] = optimum.model_dump(mode="json")
+    emit(data, render, as_json=as_json)

@@ -54,6 +54,9 @@ class LinkSpec(BaseModel):
     bandwidth_bytes_per_s: Rate = Field(description="Peak bandwidth per GPU, one direction.")
     latency_s: Seconds = Field(description="Per-message (per ring step) latency.")
     efficiency: Fraction = Field(0.8, description="Achievable fraction of peak for large messages.")
+    nvls_bus_bytes_per_s: Positive | None = Field(
+        None, description="All-reduce bus bandwidth with NVLink SHARP (NVLS: the NVSwitch reduces in the network; "
+        "NCCL selects it above 4 GPUs of a node), measured by nccl-tests; None: no in-switch reduction.")
 
     @property
     def effective_bytes_per_s(self) -> float:
@@ -241,7 +244,8 @@ class SoftwareSpec(BaseModel):
     overlap_grad_reduce: bool = Field(True, description="Data-parallel gradient reduction overlaps backward.")
     overlap_param_gather: bool = Field(True, description="ZeRO-3 parameter all-gathers overlap compute.")
     zero3_overlap_fraction: Fraction = Field(
-        0.8, description="Share of ZeRO-3 communication hidden behind compute when overlap is on."
+        0.8, description="Share of the overlappable ZeRO-3 communication (forward gathers under the forward, "
+        "backward gathers and reduce-scatters under the backward) that hides when prefetching is on."
     )
     zero3_rail_parallel: bool = Field(
         True, description="ZeRO-3 gathers spread a node's share over all its NICs (NCCL rings per rail); "

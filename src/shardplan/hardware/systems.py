@@ -33,11 +33,17 @@ from shardplan.hardware.spec import LinkSpec, SoftwareSpec, SystemSpec
 from shardplan.units import GB, TB, GiB
 
 # --- links ------------------------------------------------------------------------------------
+# Ring all-reduce bus bandwidth (nccl-tests, 8 GPUs, ≥ 4 GiB) over NVSwitch: A100 NVLink3 ≈ 230–250 GB/s → 0.78;
+# H100/H200 NVLink4 365.6 GB/s with NCCL_NVLS_ENABLE=0 → 0.80, and 473.1 GB/s with NVLS (NVLink SHARP);
+# B200 NVLink5 682.2 GB/s ring → 0.76, 838.0 GB/s NVLS (stas00/ml-engineering@744d01e network/README.md §SHARP,
+# 8 GiB payload, NCCL 2.27.7).
 NVLINK3 = LinkSpec(bandwidth_bytes_per_s=300 * GB, latency_s=8e-6, efficiency=0.78)  # 600 GB/s bidir
-NVLINK4 = LinkSpec(bandwidth_bytes_per_s=450 * GB, latency_s=8e-6, efficiency=0.80)  # 900 GB/s bidir
+NVLINK4 = LinkSpec(bandwidth_bytes_per_s=450 * GB, latency_s=8e-6, efficiency=0.80,  # 900 GB/s bidir
+                   nvls_bus_bytes_per_s=473.1 * GB)
 # H800: 400 GB/s bidir; DeepSeek-V3 report §3.2.2 measures 160 GB/s of the 200 GB/s per direction → 0.8.
 NVLINK4_H800 = LinkSpec(bandwidth_bytes_per_s=200 * GB, latency_s=8e-6, efficiency=0.80)
-NVLINK5 = LinkSpec(bandwidth_bytes_per_s=900 * GB, latency_s=8e-6, efficiency=0.80)  # 1.8 TB/s bidir
+NVLINK5 = LinkSpec(bandwidth_bytes_per_s=900 * GB, latency_s=8e-6, efficiency=0.76,  # 1.8 TB/s bidir
+                   nvls_bus_bytes_per_s=838.0 * GB)
 # MI300X/MI325X xGMI: 7 links × 64 GB/s per direction, one to each peer (fully connected, no switch).
 # A collective over all 8 GPUs drives all 7 links (448 GB/s); smaller groups reach fewer peers.
 # Efficiency 0.75: RCCL all-reduce bus bandwidth sits below NVLink's (assumed, not measured here).

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import statistics
 from collections.abc import Callable
+from typing import Any
 
 from shardplan.validation.projection import projection
 from shardplan.validation.runs import (
@@ -20,11 +21,28 @@ from shardplan.validation.runs import (
 )
 from shardplan.validation.serving import serving_cases
 
+
+def optimum() -> list[Case]:
+    """The free planner's tokens/s per GPU on expert-tuned published runs (``validation.optimum``)."""
+    from shardplan.validation.optimum import run_optimum
+
+    out = []
+    for row in run_optimum().rows:
+        def predict(row: Any = row) -> float:
+            if row.free is None:
+                raise ValueError(row.failure or "no prediction")
+            return float(row.free)
+
+        out.append(Case("optimum", row.id, "tokens_per_s_per_gpu", row.measured, predict))
+    return out
+
+
 GROUPS: dict[str, Callable[[], list[Case]]] = {
     "korthikanti-t5": korthikanti_t5,
     "korthikanti-t4": korthikanti_t4,
     "narayanan": narayanan,
     "modern": modern,
+    "optimum": optimum,
     "vllm-kv": vllm_kv,
     "flexgen": flexgen,
     "projection": projection,
@@ -50,10 +68,12 @@ def run_validation(groups: list[str] | None = None) -> ValidationReport:
                                        predicted=None, error_pct=None, failure=str(e)))
     summary = {}
     for g in dict.fromkeys(r.group for r in rows):
-        errs = [abs(r.error_pct) for r in rows if r.group == g and r.error_pct is not None]
+        signed = [r.error_pct for r in rows if r.group == g and r.error_pct is not None]
+        errs = [abs(e) for e in signed]
         n = sum(1 for r in rows if r.group == g)
         summary[g] = GroupSummary(cases=n, ran=len(errs), mape_pct=sum(errs) / len(errs) if errs else None,
                                   median_abs_pct=statistics.median(errs) if errs else None,
                                   max_abs_pct=max(errs) if errs else None,
+                                  mean_signed_pct=sum(signed) / len(signed) if signed else None,
                                   infeasible=sum(1 for r in rows if r.group == g and r.infeasible))
     return ValidationReport(rows=rows, summary=summary)

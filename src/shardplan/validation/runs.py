@@ -5,7 +5,8 @@ into cases run through the same library calls as the CLI, and reports the error 
 Groups: ``korthikanti-t5`` (iteration times, Korthikanti et al. 2022 Table 5), ``korthikanti-t4``
 (22B layer forward/backward times, Table 4), ``narayanan`` (Narayanan et al. 2021 Tables 1–2, microbatch
 and interleave chosen by the planner), ``modern`` (H100-era Megatron/NeMo/torchtitan/Llama 3 runs,
-throughput per GPU); inference and offload groups register themselves below.
+throughput per GPU); inference and offload groups register themselves below; ``validation.optimum`` runs
+the planner free on expert-tuned runs.
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ class GroupSummary(BaseModel):
     mape_pct: float | None
     median_abs_pct: float | None
     max_abs_pct: float | None
+    mean_signed_pct: float | None = None  # positive: predicted larger than measured
     infeasible: int = Field(0, description="Cases scored although the cost model finds them infeasible.")
 
 

@@ -1,12 +1,26 @@
-"""Collective communication time over the links of a cluster, hierarchical when a group spans nodes.
+"""Collective communication time over the links of a cluster, as NCCL runs it.
 
 Ranks are laid out Megatron-style, innermost first: TP, CP, DP (EP inside DP), PP. A group of ``n``
 ranks with rank stride ``stride`` has ``k = min(n, gpus_per_node // stride)`` members per node
-(at least 1). Intra-node parts use the node fabric; inter-node parts use each GPU's own NIC, so the
-``k`` members of a node move ``1/k`` of the data each across the network.
+(at least 1) on ``N = n/k`` nodes. Intra-node parts use the node fabric; inter-node parts use each GPU's
+own NIC (one ring per rail), so the ``k`` members of a node move ``1/k`` of the data each across the network.
 
-Ring algorithm byte counts per GPU (Thakur et al. 2005; NCCL docs "Performance"): all-reduce
-``2(n−1)/n·S``, reduce-scatter and all-gather ``(n−1)/n·S``, all-to-all ``(n−1)/n·S``.
+Bytes per GPU (ring; Thakur et al. 2005, NCCL docs "Performance", nccl-tests ``busbw``): all-reduce
+``2(n−1)/n·S``, reduce-scatter and all-gather ``(n−1)/n·S``, all-to-all ``(n−1)/n·S``. Link rates are the
+measured bus bandwidths of the presets (``LinkSpec.effective_bytes_per_s``).
+
+How NCCL runs them (NVIDIA/nccl@5067397 ``src/graph/tuning.cc``, the tuner that picks algorithm and
+protocol per call; the faster one is taken here too):
+- protocols: Simple (full bandwidth, per-hop latency of the link) and LL (8-byte flag per 16-byte line:
+  half the bandwidth, per-hop latency 0.18 of Simple's: NVLink 0.6 vs 3.4 µs, network 2.7 vs 14 µs), each
+  with its base latency per call (8.4 / 6.6 µs);
+- all-reduce inside an NVSwitch node with NVLink SHARP: NVLS (the switch reduces; measured bus bandwidth
+  ``LinkSpec.nvls_bus_bytes_per_s``, NVLS hardware latency 25 µs) when more than 4 GPUs of the node take part;
+- across nodes the intra- and inter-node phases are pipelined (chunks stream through both at once), so the
+  slower phase sets the time: 4 nodes of 8 B200 reach 381.8 GB/s all-reduce bus bandwidth at 16 GiB, the
+  network phase alone at 74 % of 50 GB/s per NIC (stas00/ml-engineering@744d01e network/README.md);
+- latency steps: ring reduce-scatter/all-gather ``(k−1)`` NVLink and ``(N−1)`` network hops; all-reduce
+  tree across nodes, ``2·((k−1)`` NVLink ``+ ⌈log2 N⌉`` network hops).
 """
 
 from __future__ import annotations
@@ -14,6 +28,13 @@ from __future__ import annotations
 import numpy as np
 
 from shardplan.hardware.spec import LinkSpec, SystemSpec
+
+SIMPLE_BASE_S = 8.4e-6  # tuning.cc baseLat[Simple] (ring/tree)
+LL_BASE_S = 6.6e-6  # tuning.cc baseLat[LL] (ring)
+LL_HOP_RATIO = 0.18  # tuning.cc hwLat ring LL/Simple: NVLink 0.6/3.4, network 2.7/14
+LL_BW_FACTOR = 0.5  # LL sends 8 bytes of data per 16-byte line (tuning.cc: busBw *= 1.0/2 for LL)
+NVLS_LATENCY_S = 25e-6  # tuning.cc hwLat[NVLINK][NVLS][Simple]
+NVLS_MIN_GPUS = 5  # NCCL selects NVLS above 4 GPUs per node (8×H200 all-reduce table, ml-engineering §SHARP)
 
 
 def members_per_node(system: SystemSpec, n: np.ndarray, stride: np.ndarray) -> np.ndarray:
@@ -38,32 +59,47 @@ def _lat(link: LinkSpec | None) -> float:
     return link.latency_s if link is not None else 0.0
 
 
-def _ring_steps_latency(system: SystemSpec, k: np.ndarray, nodes: np.ndarray) -> np.ndarray:
-    # Ring latency inside a node; across nodes NCCL's tree/ring hybrids grow like log2(nodes).
-    return (k - 1) * _lat(system.intra_node) + np.ceil(np.log2(np.maximum(nodes, 1))) * _lat(system.inter_node)
+def _nccl(transfer_s: np.ndarray, hops_s: np.ndarray) -> np.ndarray:
+    """The faster of NCCL's Simple and LL protocols for a call moving data in ``transfer_s`` at full bandwidth
+    with per-hop latencies summing to ``hops_s`` under Simple."""
+    simple = SIMPLE_BASE_S + hops_s + transfer_s
+    ll = LL_BASE_S + LL_HOP_RATIO * hops_s + transfer_s / LL_BW_FACTOR
+    return np.minimum(simple, ll)
+
+
+def _split(system: SystemSpec, n: np.ndarray, stride: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    n = np.asarray(n, dtype=float)
+    k = members_per_node(system, n, stride).astype(float)
+    return n, k, n / k
 
 
 def all_reduce_time(system: SystemSpec, nbytes: np.ndarray, n: np.ndarray, stride: np.ndarray) -> np.ndarray:
-    """All-reduce of ``nbytes`` per GPU: reduce-scatter in node, all-reduce across nodes, all-gather in node."""
-    n = np.asarray(n, dtype=float)
-    k = members_per_node(system, n, stride).astype(float)
-    nodes = n / k
+    """All-reduce of ``nbytes`` per GPU: ring or NVLS in the node, pipelined with a tree across nodes."""
+    n, k, nodes = _split(system, n, stride)
     s = np.asarray(nbytes, dtype=float)
-    intra = 2 * (k - 1) / k * s / _bw(system, "intra")
+    intra_bytes = 2 * (k - 1) / k * s
+    ring = intra_bytes / _bw(system, "intra")
     inter = np.where(nodes > 1, 2 * (nodes - 1) / nodes * s / k / _bw(system, "inter"), 0.0)
-    lat = 2 * _ring_steps_latency(system, k, nodes)
-    return np.where(n > 1, intra + inter + lat, 0.0)
+    hops = 2 * ((k - 1) * _lat(system.intra_node)
+                + np.ceil(np.log2(np.maximum(nodes, 1))) * _lat(system.inter_node))
+    t = _nccl(np.maximum(ring, inter), hops)
+    nvls_bw = system.intra_node.nvls_bus_bytes_per_s
+    if nvls_bw:
+        nvls_bw = nvls_bw * system.calibration.intra_node_comm_scale
+        nvls_hops = NVLS_LATENCY_S + 2 * np.ceil(np.log2(np.maximum(nodes, 1))) * _lat(system.inter_node)
+        nvls = SIMPLE_BASE_S + nvls_hops + np.maximum(intra_bytes / nvls_bw, inter)
+        t = np.where(k >= NVLS_MIN_GPUS, np.minimum(t, nvls), t)
+    return np.where(n > 1, t, 0.0)
 
 
 def reduce_scatter_time(system: SystemSpec, nbytes: np.ndarray, n: np.ndarray, stride: np.ndarray) -> np.ndarray:
-    """Reduce-scatter (or all-gather: same cost) of a ``nbytes`` buffer across ``n`` ranks."""
-    n = np.asarray(n, dtype=float)
-    k = members_per_node(system, n, stride).astype(float)
-    nodes = n / k
+    """Reduce-scatter (or all-gather: same cost) of a ``nbytes`` buffer across ``n`` ranks (ring)."""
+    n, k, nodes = _split(system, n, stride)
     s = np.asarray(nbytes, dtype=float)
     intra = (k - 1) / k * s / _bw(system, "intra")
     inter = np.where(nodes > 1, (nodes - 1) / nodes * s / k / _bw(system, "inter"), 0.0)
-    return np.where(n > 1, intra + inter + _ring_steps_latency(system, k, nodes), 0.0)
+    hops = (k - 1) * _lat(system.intra_node) + (nodes - 1) * _lat(system.inter_node)
+    return np.where(n > 1, _nccl(np.maximum(intra, inter), hops), 0.0)
 
 
 all_gather_time = reduce_scatter_time
@@ -71,18 +107,17 @@ all_gather_time = reduce_scatter_time
 
 def all_to_all_time(system: SystemSpec, nbytes: np.ndarray, n: np.ndarray, stride: np.ndarray) -> np.ndarray:
     """All-to-all where each GPU holds ``nbytes`` and keeps 1/n: intra share on the fabric, rest on the NIC."""
-    n = np.asarray(n, dtype=float)
-    k = members_per_node(system, n, stride).astype(float)
+    n, k, _ = _split(system, n, stride)
     s = np.asarray(nbytes, dtype=float)
     intra = (k - 1) / n * s / _bw(system, "intra")
     inter = (n - k) / n * s / _bw(system, "inter")
-    lat = (k - 1) * _lat(system.intra_node) + np.where(n > k, _lat(system.inter_node), 0.0)
-    return np.where(n > 1, np.maximum(intra, inter) + lat, 0.0)
+    hops = (k - 1) * _lat(system.intra_node) + np.where(n > k, _lat(system.inter_node), 0.0)
+    return np.where(n > 1, _nccl(np.maximum(intra, inter), hops), 0.0)
 
 
 def p2p_time(system: SystemSpec, nbytes: np.ndarray, crosses_node: np.ndarray) -> np.ndarray:
-    """Point-to-point send of ``nbytes`` to a neighbour, inside the node or across it."""
+    """Point-to-point send of ``nbytes`` to a neighbour, inside the node or across it (one hop)."""
     s = np.asarray(nbytes, dtype=float)
-    inter = s / _bw(system, "inter") + _lat(system.inter_node)
-    intra = s / _bw(system, "intra") + _lat(system.intra_node)
+    inter = _nccl(s / _bw(system, "inter"), np.asarray(_lat(system.inter_node)))
+    intra = _nccl(s / _bw(system, "intra"), np.asarray(_lat(system.intra_node)))
     return np.where(np.asarray(crosses_node, dtype=bool), inter, intra)

@@ -54,9 +54,10 @@ class TrainWorkload(BaseModel):
     dropout: bool | None = Field(
         None, description="Dropout masks stored (default: on for gpt/opt/bloom families, off otherwise)."
     )
-    framework_bytes: Annotated[int, Field(ge=0)] = Field(
-        2 * 1024**3, description="Memory the process holds besides tensors, per GPU: CUDA context, NCCL "
-        "communicator buffers, cuBLAS/Transformer Engine workspaces."
+    framework_bytes: Annotated[int, Field(ge=0)] | None = Field(
+        None, description="Override: memory the process holds besides tensors, per GPU (CUDA context, NCCL "
+        "communicator buffers, cuBLAS/Transformer Engine workspaces); default: computed from the layout's "
+        "communicators (costmodel.training.memory.framework_memory)."
     )
     memory_headroom_fraction: Annotated[float, Field(ge=0, lt=1)] = Field(
         DEFAULT_HEADROOM_FRACTION, description="Share of GPU memory a plan leaves free for what the model does "

@@ -122,3 +122,50 @@ def head_activations(ctx: Ctx) -> np.ndarray:
     m, r, e = ctx.model, ctx.rows, ctx.act_bytes
     norm_in = np.where(r.sp == 1, e * m.hidden_size / r.tp, e * m.hidden_size)
     return ctx.tokens * (norm_in + e * m.hidden_size + 4.0 * m.vocab_size / r.tp)
+
+
+# --- memory the model cannot see as tensors (per GPU) ----------------------------------------------------
+MiB = 1024**2
+# CUDA context with lazy module loading (default since CUDA 12.2; NVIDIA forum "How to enable the CUDA's lazy
+# module loading"): ≈ 0.5 GiB; PyTorch forum "What is the reason for pytorch's GPU memory floor?" measured 723 MiB
+# with eager loading on an older stack.
+CUDA_CONTEXT_BYTES = 512 * MiB
+# cuBLAS workspace on sm90: 4096·8·1024 B = 32 MiB per handle and stream (pytorch aten/src/ATen/cuda/
+# CublasHandlePool.cpp parseChosenWorkspaceSize); Transformer Engine keeps its own 32 MiB cuBLASLt workspace
+# (transformer_engine/pytorch/cpp_extensions/gemm.py get_cublas_workspace_size_bytes: "32 MiB if using hopper"),
+# repeated _NUM_MAX_UB_STREAMS = 3 times when TP communication overlap is initialised.
+GEMM_WORKSPACE_BYTES = 32 * MiB
+UB_STREAMS = 3
+# TP communication overlap (TE userbuffers, Megatron --tp-comm-overlap): initialize_ub registers one buffer of
+# the whole [s·b/cp, h] activation per overlapped GEMM: 6 all-gather layers (qkv_fprop, qkv_dgrad, proj_dgrad,
+# fc1_fprop, fc1_dgrad, fc2_dgrad; fp8 under an fp8 recipe) and 4 reduce-scatter layers (proj_fprop, fc2_fprop,
+# qkv_wgrad, fc1_wgrad; 16-bit) (transformer_engine/pytorch/module/base.py initialize_ub).
+UB_AG_BUFFERS, UB_RS_BUFFERS = 6, 4
+# NCCL buffers per communicator: each channel's receive connection holds the Simple (NCCL_BUFFSIZE 4 MiB),
+# LL (512 KiB) and LL128 (4.6875 MiB) buffers (NVIDIA/nccl@5067397 src/init.cc DEFAULT_*_BUFFSIZE) = 9.19 MiB,
+# over 16 channels (NCCL's ring/tree channel count on an 8-GPU NVSwitch node; NCCL_MIN_NCHANNELS default is
+# lower, MAXCHANNELS 64) ≈ 147 MiB per communicator.
+NCCL_CHANNEL_BYTES = 4 * MiB + 512 * 1024 + 4.6875 * MiB
+NCCL_CHANNELS = 16
+
+
+def framework_memory(ctx: Ctx) -> np.ndarray:
+    """Bytes per GPU outside the model's tensors: CUDA context, GEMM workspaces, one NCCL communicator per
+    parallel group with more than one rank (TP, CP, DP·CP, PP, EP, and the expert-data-parallel group) and
+    the userbuffers of TP communication overlap; ``TrainWorkload.framework_bytes`` overrides it. Allocator
+    fragmentation is not here: it is the plan's memory headroom."""
+    r, w = ctx.rows, ctx.work
+    calibrated = ctx.system.calibration.memory_overhead_bytes  # a calibration's fitted extra (hardware.spec)
+    if w.framework_bytes is not None:
+        return np.full(len(r), float(w.framework_bytes) + calibrated)
+    groups = [r.tp, r.cp, r.dp * r.cp, r.pp, r.ep, np.maximum(r.dp * r.cp // np.maximum(r.ep, 1), 1)]
+    communicators = sum((np.asarray(g) > 1).astype(float) for g in groups[:5])
+    if ctx.model.moe is not None:
+        communicators = communicators + (np.asarray(groups[5]) > 1)
+    ub = (r.tp > 1) & (r.sp == 1) & (ctx.system.software.tp_comm_overlap > 0)
+    ag_bytes = 1.0 if w.dtype == "fp8" else ctx.act_bytes
+    ub_bytes = np.where(ub, ctx.tokens * ctx.model.hidden_size * (UB_AG_BUFFERS * ag_bytes
+                                                                  + UB_RS_BUFFERS * ctx.act_bytes), 0.0)
+    workspaces = GEMM_WORKSPACE_BYTES * (1 + np.where(ub, UB_STREAMS, 1))
+    nccl = communicators * NCCL_CHANNELS * NCCL_CHANNEL_BYTES
+    return CUDA_CONTEXT_BYTES + workspaces + nccl + ub_bytes + calibrated

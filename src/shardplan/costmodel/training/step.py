@@ -23,7 +23,7 @@ from shardplan.costmodel.core import comm
 from shardplan.costmodel.core.kernels import memory_time
 from shardplan.costmodel.training.ctx import Ctx
 from shardplan.costmodel.training.layout import LayoutArrays, TrainWorkload
-from shardplan.costmodel.training.memory import embedding_activations, head_activations
+from shardplan.costmodel.training.memory import embedding_activations, framework_memory, head_activations
 from shardplan.costmodel.training.stages import (
     KindCost,
     StageShape,
@@ -209,8 +209,7 @@ def _stage(ctx: Ctx, k: dict[str, KindCost], shape: StageShape, m: np.ndarray) -
     largest = np.maximum(layer_unit, np.maximum(emb * unit("embedding"), head * unit("head")))
     gathered = np.where(r.zero >= 3, largest * w_bytes, 0.0)
     activations = stored * inflight * (1 - r.f_act) + working + gathered
-    # Calibrated memory overhead (allocator, NCCL buffers) joins the framework share of the total.
-    framework = np.full_like(activations, float(w.framework_bytes) + sysm.calibration.memory_overhead_bytes)
+    framework = np.broadcast_to(framework_memory(ctx), np.shape(activations)).astype(float)
 
     # Offload traffic per microbatch over PCIe (weights streamed for every pass, activations out and back).
     passes = 2 + (r.rc == 2)
@@ -224,31 +223,65 @@ def _stage(ctx: Ctx, k: dict[str, KindCost], shape: StageShape, m: np.ndarray) -
                      np.broadcast_to(save_dense, n.shape), np.broadcast_to(save_moe, n.shape), w_kept, opt_full)
 
 
+# Megatron-Core DDP bucket: max(40M, 1M·dp) parameters (megatron/core/distributed/
+# distributed_data_parallel_config.py, bucket_size docstring); with overlap the last bucket's reduction starts
+# only after the backward has finished, and the first bucket's parameter gather must land before the forward.
+BUCKET_MIN_PARAMS = 40_000_000
+BUCKET_PARAMS_PER_DP_RANK = 1_000_000
+
+
 def _data_parallel(ctx: Ctx, st: StageCost, m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Exposed gradient-sync time per step, and exposed ZeRO-3 gather time per step."""
+    """Exposed gradient-sync time per step, and exposed ZeRO-3 gather time per step.
+
+    Megatron enables gradient sync only for the last microbatch (``schedules.py``: ``no_sync`` for the others),
+    so the bucketed reduce-scatter/all-reduce overlaps that microbatch's backward only: exposed
+    ``max(comm − last backward·(1 − bucket share), last bucket)`` (the network idles until the first bucket
+    fills, and the last bucket starts only when the backward ends). The distributed optimizer's parameter
+    all-gather overlaps the next step's first forward the same way. ZeRO-2 keeps no full gradient buffer, so
+    every microbatch reduce-scatters its gradients (DeepSpeed ZeRO-2, FSDP SHARD_GRAD_OP), each behind its own backward.
+    Without overlap the whole collective is exposed.
+    """
     r, w, s = ctx.rows, ctx.work, ctx.system
     n = (r.dp * r.cp).astype(float)
     stride = r.tp
     g_bytes = DTYPE_BYTES[w.grad_reduce_dtype or w.grad_dtype]
     z3_g_bytes = DTYPE_BYTES[w.grad_reduce_dtype or ("bf16" if w.dtype in ("fp8", "fp4") else w.dtype)]
-    grad_bytes = st.params * g_bytes
-    ar = comm.all_reduce_time(s, grad_bytes, n, stride)
-    rs = comm.reduce_scatter_time(s, grad_bytes, n, stride)
-    ag = comm.all_gather_time(s, st.params * DTYPE_BYTES["bf16"], n, stride)
+    p_bytes = DTYPE_BYTES["bf16"]
     overlap = s.software.overlap_grad_reduce if w.overlap_grad_reduce is None else w.overlap_grad_reduce
+    bucket = np.minimum(np.maximum(BUCKET_MIN_PARAMS, BUCKET_PARAMS_PER_DP_RANK * n), st.params) if overlap \
+        else st.params
+    ar = comm.all_reduce_time(s, st.params * g_bytes, n, stride)
+    rs = comm.reduce_scatter_time(s, st.params * g_bytes, n, stride)
+    ag = comm.all_gather_time(s, st.params * p_bytes, n, stride)
+    ar_last = comm.all_reduce_time(s, bucket * g_bytes, n, stride)
+    rs_last = comm.reduce_scatter_time(s, bucket * g_bytes, n, stride)
+    ag_first = comm.all_gather_time(s, bucket * p_bytes, n, stride)
     last_bwd = st.bwd_s if overlap else 0.0
-    next_fwd = st.fwd_s if (overlap and s.software.overlap_param_gather) else 0.0
-    sync = np.where(r.zero == 0, np.maximum(ar - last_bwd, 0.0),
-                    np.maximum(rs - last_bwd, 0.0) + np.maximum(ag - next_fwd, 0.0))
-    # ZeRO-3: every microbatch gathers weights for forward, backward (and recompute) and reduce-scatters
-    # gradients; a share of it hides behind compute (DeepSpeed prefetching; Primus measured 93% for FSDP).
+    gather_overlap = overlap and s.software.overlap_param_gather
+    first_fwd = st.fwd_s if gather_overlap else 0.0
+
+    def exposed(t: np.ndarray, window: np.ndarray | float, edge: np.ndarray, on: bool) -> np.ndarray:
+        # Buckets stream out while the window's compute produces (or consumes) them; the first bucket takes
+        # its share of the window to fill, and the edge bucket waits for the window's end.
+        return np.maximum(t - window * (1 - bucket / np.maximum(st.params, 1.0)), edge) if on else t
+
+    rs_exposed = exposed(rs, last_bwd, rs_last, overlap)
+    reduce = np.where(r.zero == 0, exposed(ar, last_bwd, ar_last, overlap), np.where(r.zero == 2, m, 1) * rs_exposed)
+    gather = np.where(r.zero >= 1, exposed(ag, first_fwd, ag_first, gather_overlap), 0.0)
+    sync = reduce + gather
+    # ZeRO-3: every microbatch gathers weights for forward and for backward (and again for a full recompute)
+    # and reduce-scatters gradients, layer by layer. With prefetching (FSDP forward/backward prefetch,
+    # DeepSpeed's prefetch bucket) layer i+1's gather runs under layer i's compute, so the forward's gathers
+    # can hide only behind the forward and the backward's gathers and reduce-scatters only behind the
+    # backward; of that overlappable part the measured share ``zero3_overlap_fraction`` hides (Primus measured
+    # 93% for FSDP; the presets keep 0.8). Without prefetching all of it is exposed.
     z_stride = stride if s.software.zero3_rail_parallel else np.full_like(stride, s.gpus_per_node)
-    z_ag = comm.all_gather_time(s, st.params * DTYPE_BYTES["bf16"], n, z_stride)
+    z_ag = comm.all_gather_time(s, st.params * p_bytes, n, z_stride)
     z_rs = comm.reduce_scatter_time(s, st.params * z3_g_bytes, n, z_stride)
-    per_mb = z_ag * (2 + (r.rc == 2)) + z_rs
-    prefetch = s.software.overlap_param_gather
-    hidden = s.software.zero3_overlap_fraction * np.minimum(per_mb, st.fwd_s + st.bwd_s) if prefetch else 0.0
-    z3 = np.where(r.zero >= 3, m * (per_mb - hidden), 0.0)
+    bwd_comm = z_ag * (1 + (r.rc == 2)) + z_rs
+    f = s.software.zero3_overlap_fraction if s.software.overlap_param_gather else 0.0
+    per_mb = z_ag - f * np.minimum(z_ag, st.fwd_s) + bwd_comm - f * np.minimum(bwd_comm, st.bwd_s)
+    z3 = np.where(r.zero >= 3, m * per_mb, 0.0)
     return np.where((n > 1) & (r.zero < 3), sync, 0.0), np.where(n > 1, z3, 0.0)
 
 
@@ -264,12 +297,15 @@ def optimizer_bytes_per_param(work: TrainWorkload) -> float:
 
 
 def _optimizer_time(ctx: Ctx, st: StageCost) -> np.ndarray:
-    """Adam step: memory-bound on the GPU, or on the CPU (and PCIe) for the offloaded share."""
+    """Adam step: memory-bound on the GPU, or on the CPU (and PCIe) for the offloaded share; plus zeroing the
+    gradient buffer the next step accumulates into (Megatron ``zero_grad_buffer`` at every train step: a write
+    of the buffer, whole under ZeRO-0/1, sharded under ZeRO-2/3)."""
     r, w, s = ctx.rows, ctx.work, ctx.system
     dpz = np.where(r.zero >= 1, (r.dp * r.cp).astype(float), 1.0)
     local = st.params / dpz
     per_param = optimizer_bytes_per_param(w)
-    gpu = memory_time(s.gpu, local * per_param * (1 - r.f_opt))
+    grad_buffer = np.where(r.zero >= 2, local, st.params) * DTYPE_BYTES[w.grad_dtype]
+    gpu = memory_time(s.gpu, local * per_param * (1 - r.f_opt)) + memory_time(s.gpu, grad_buffer)
     # Offloaded share runs on the CPU (ZeRO-Offload): CPU DRAM traffic, and grads/weights over PCIe.
     cpu_bw = s.cpu_memory_bandwidth_bytes_per_s / s.gpus_per_node
     cpu = local * r.f_opt * per_param / cpu_bw

@@ -1,0 +1,80 @@
+"""The "optimum" validation group: record parsing, the FLOP convention used to convert published TFLOP/s,
+and the planner's optimum against the published layout."""
+
+import json
+
+from shardplan.models import get_model
+from shardplan.validation.optimum import (
+    OptimumRow,
+    OptimumRun,
+    evaluate_run,
+    parse_run,
+    source_flops_per_token,
+    summarise,
+)
+from shardplan.validation.runs import load_records
+
+
+def test_source_flops_per_token_is_nvidias_llama_formula() -> None:
+    """dgxc-benchmarking README: 12·L·h²·(1 + g/a + s/h) + 18·L·F·h + 6·V·h per token (Llama 3.1 8B, s = 8192)."""
+    L, h, a, g, F, V, s = 32, 4096, 32, 8, 14336, 128256, 8192
+    expected = 12 * L * h * h * (1 + g / a + s / h) + 18 * L * F * h + 6 * V * h
+    assert abs(source_flops_per_token(get_model("llama-3.1-8b"), s) / expected - 1) < 1e-9
+
+
+def test_dgxc_llama8b_mfu_matches_published_tokens() -> None:
+    """The README's 59.37% MFU of 989 TFLOP/s and its 10,152.8 tokens/s per GPU are the same run under that
+    convention: converting one into the other lands within 0.5%."""
+    rec = next(r for r in load_records("optimum_runs")["runs"] if r["id"] == "dgxc-v25.01-llama-31-8b-8gpu-h100-bf16")
+    tflops = rec["metrics"]["mfu"] * 989e12
+    tokens = tflops / source_flops_per_token(get_model("llama-3.1-8b"), rec["workload"]["seq_len"])
+    assert abs(tokens / rec["metrics"]["tokens_per_s_per_gpu"] - 1) < 0.005
+
+
+def test_parse_run_keeps_the_published_layout() -> None:
+    rec = next(r for r in load_records("optimum_runs")["runs"] if r["id"] == "dgxc-v25.01-llama-31-70b-64gpu-h100-bf16")
+    run = parse_run(json.loads(json.dumps(rec)))
+    assert isinstance(run, OptimumRun)
+    lay = run.layout
+    assert (lay.tp, lay.pp, lay.cp, lay.dp, lay.interleave, lay.zero_stage) == (4, 4, 2, 2, 5, 1)
+    assert run.work.global_batch == 128 and run.work.seq_len == 8192 and run.gpus == 64
+
+
+def test_free_plan_is_at_least_as_fast_as_the_published_layout_when_that_fits() -> None:
+    """The planner searches a space containing the published layout: its optimum cannot be slower."""
+    rec = next(r for r in load_records("optimum_runs")["runs"] if r["id"] == "dgxc-v25.01-llama-31-8b-8gpu-h100-bf16")
+    row = evaluate_run(parse_run(rec))
+    assert row.pinned is not None and row.free is not None and row.pinned_fits
+    assert row.free >= row.pinned * (1 - 1e-6)
+
+
+def test_summary_counts_the_band() -> None:
+    def row(err: float) -> OptimumRow:
+        return OptimumRow(id="x", model="m", gpus=8, hardware="dgx-h100", dtype="bf16", measured=100.0,
+                          derived_from_tflops=False, pinned=100 + err, pinned_error_pct=err, pinned_layout="",
+                          pinned_fits=True, free=100 + err, free_error_pct=err, free_layout="")
+
+    s = summarise([row(-12.0), row(-10.0), row(0.0), row(15.0), row(16.0)])
+    assert s.free_within_band == 3 and abs(s.free_mean_signed_pct - 1.8) < 1e-9
+    assert abs(s.pinned_h100_mape_pct - 10.6) < 1e-9
+
+
+def test_why_faster_names_the_removed_costs_largest_first() -> None:
+    from types import SimpleNamespace
+
+    from shardplan.validation.optimum import why_faster
+
+    def metrics(pipeline: float, bubble: float, dp: float) -> SimpleNamespace:
+        zero = dict(tp_exposed_s=0.0, cp_exposed_s=0.0, ep_exposed_s=0.0, pp_exposed_s=0.0, zero3_exposed_s=0.0,
+                    optimizer_s=0.01)
+        return SimpleNamespace(pipeline_s=pipeline, bubble_s=bubble, dp_exposed_s=dp, **zero)
+
+    # published: 10 s pipeline of which 1.5 s bubble, 0.4 s DP; free: 8.2 s with 0.2 s bubble, no DP exposure
+    text = why_faster(metrics(10.0, 1.5, 0.4), metrics(8.2, 0.2, 0.0))
+    assert text == "bubble -1.30 s, compute+recompute -0.50 s, DP sync -0.40 s"
+
+
+def test_a_gpu_without_a_preset_is_listed_not_evaluated_on_another_gpu() -> None:
+    """torchtitan's Grand Teton H100s (96 GB HBM2e, 500 W) are not the 700 W H100 SXM 80GB of dgx-h100."""
+    rec = next(r for r in load_records("modern_training_runs") if r["id"] == "torchtitan-llama3.1-8b-8gpu-fsdp-bf16")
+    assert parse_run(rec) == f"no system preset for {rec['hardware']['gpu']}"
