@@ -89,3 +89,22 @@ def test_bad_pins_are_bad_input() -> None:
         plan_training(request(tp=3))
     with pytest.raises(ShardplanError, match="exactly 16 GPUs"):
         plan_training(request(tp=8, pp=4, dp=2))
+
+
+def test_microbatches_whose_input_exceeds_gpu_memory_are_pruned_before_costing() -> None:
+    """One sequence of 1M tokens × 8192 × 2 B is 16 GiB of layer input at TP 1: on an 80 GB GPU at most 4
+    sequences' input can be held, so larger microbatches never reach the cost table (exact: none could fit)."""
+    from shardplan.costmodel.training.layout import TrainWorkload
+    from shardplan.costmodel.training.space import SpaceRequest, enumerate_layouts
+    from shardplan.hardware import get_system
+    from shardplan.models import get_model
+
+    model, mem = get_model("llama-3.1-70b"), float(get_system("dgx-h100").gpu.memory_bytes)
+    work = TrainWorkload(seq_len=2**20, global_batch=64)
+    base = SpaceRequest(num_gpus=8, tp=1, cp=1, pp=1, max_cp=1)
+    pruned = enumerate_layouts(model, work, SpaceRequest(num_gpus=8, tp=1, cp=1, pp=1, max_cp=1, gpu_memory_bytes=mem))
+    full = enumerate_layouts(model, work, base)
+    per_seq = 2**20 * 8192 * 2
+    assert set(full.rows.mb.tolist()) == {1, 2, 4, 8}
+    assert set(pruned.rows.mb.tolist()) == {mb for mb in (1, 2, 4, 8) if mb * per_seq <= mem}
+    assert pruned.pruned["microbatch input exceeds GPU memory"] > 0

@@ -118,6 +118,7 @@ class SpaceRequest:
     min_cp_chunk: int = 4096  # tokens per rank below which CP is not considered (unless pinned)
     batches: list[int] = field(default_factory=list)  # global batches to consider (default: the workload's)
     max_batch: int | None = None  # instead: per layout, the largest batch ≤ this that its dp divides
+    gpu_memory_bytes: float | None = None  # prunes microbatches whose one-layer input alone exceeds it
 
 
 @dataclass
@@ -179,6 +180,15 @@ def enumerate_layouts(model: ModelSpec, work: TrainWorkload, req: SpaceRequest) 
                 pruned["batch not divisible by dp"] = pruned.get("batch not divisible by dp", 0) + 1
                 continue
             mbs = keep(divisors(gb // dp), req.microbatch, "microbatch pinned")
+            if req.gpu_memory_bytes is not None and req.microbatch is None:
+                # Every layout holds at least the input of the layer it is running: mb·s/cp tokens × h in 16 bits,
+                # ÷ tp at best (sequence parallel). A microbatch whose input alone exceeds GPU memory cannot fit.
+                per_seq = work.seq_len / cp * model.hidden_size * 2 / tp
+                big = [mb for mb in mbs if mb * per_seq > req.gpu_memory_bytes]
+                if big:
+                    pruned["microbatch input exceeds GPU memory"] = (
+                        pruned.get("microbatch input exceeds GPU memory", 0) + len(big))
+                    mbs = [mb for mb in mbs if mb * per_seq <= req.gpu_memory_bytes]
             for (etp, ep), v, mb, rc, sp, z in itertools.product(eps, vs, mbs, rcs, sps, zeros):
                 if sp and tp == 1:
                     continue  # sequence parallelism is a no-op without TP

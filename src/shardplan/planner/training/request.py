@@ -78,4 +78,5 @@ def space_request(req: TrainRequest) -> SpaceRequest:
         max_interleave=max(req.max_interleave, req.interleave or 1),
         max_cp=max(req.max_cp, req.cp or 1),
         max_batch=None if req.fixed_global_batch else req.max_global_batch,
+        gpu_memory_bytes=float(req.system.gpu.memory_bytes),
     )
