@@ -18,25 +18,23 @@ from shardplan.cli.launch import (
     vllm_argv,
 )
 from shardplan.cli.options import (
-    MAX_GEN,
     MAX_GPUS,
     MAX_RATE,
     MAX_SEQS,
     MAX_SLO_MS,
     MAX_SMALL,
     MAX_TOKENS,
+    GenLen,
     GpusOpt,
     HardwareOpt,
     JsonOpt,
     ModelOpt,
+    PromptLen,
     TimeLimitOpt,
     finite,
 )
 from shardplan.planner.serving.knobs import InferObjective
 
-PromptLen = Annotated[int, typer.Option(
-    "--prompt-len", "-p", min=1, max=MAX_TOKENS, help="Prompt tokens per sequence.")]
-GenLen = Annotated[int, typer.Option("--gen-len", "-n", min=1, max=MAX_GEN, help="Generated tokens per sequence.")]
 Batch = Annotated[int | None, typer.Option(
     "--batch", "-b", min=1, max=MAX_SEQS, help="Concurrent sequences per replica.")]
 MaxBatch = Annotated[bool, typer.Option("--max-batch", help="Run the largest batch whose KV cache fits.")]

@@ -17,12 +17,17 @@ from shardplan.cli.launch import (
     deliver,
     flexgen_argv,
 )
-from shardplan.cli.options import MAX_GEN, MAX_SMALL, MAX_TOKENS, HardwareOpt, JsonOpt, ModelOpt, TimeLimitOpt
+from shardplan.cli.options import (
+    MAX_SMALL,
+    GenLen,
+    HardwareOpt,
+    JsonOpt,
+    ModelOpt,
+    PromptLen,
+    TimeLimitOpt,
+)
 from shardplan.costmodel.offload.knobs import OffloadObjective
 
-PromptLen = Annotated[int, typer.Option(
-    "--prompt-len", "-p", min=1, max=MAX_TOKENS, help="Prompt tokens per sequence.")]
-GenLen = Annotated[int, typer.Option("--gen-len", "-n", min=1, max=MAX_GEN, help="Tokens generated per sequence.")]
 CpuMem = Annotated[str | None, typer.Option(
     "--cpu-mem", help="Host memory the run may use, e.g. 200GiB (default: DRAM less 5% for the OS).")]
 DiskOpt = Annotated[str | None, typer.Option("--disk", help="Disk space the run may use (default: the machine's).")]

@@ -57,3 +57,7 @@ GpusOpt = Annotated[
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print one JSON object on stdout, nothing else.")]
 TimeLimitOpt = Annotated[float, typer.Option("--time-limit", help="CP-SAT time limit in seconds.", min=0.01,
                                              max=MAX_TIME_LIMIT_S, callback=finite)]
+
+PromptLen = Annotated[int, typer.Option(
+    "--prompt-len", "-p", min=1, max=MAX_TOKENS, help="Prompt tokens per sequence.")]
+GenLen = Annotated[int, typer.Option("--gen-len", "-n", min=1, max=MAX_GEN, help="Tokens generated per sequence.")]

@@ -14,8 +14,8 @@ import typer
 
 from shardplan.cli._app import app
 from shardplan.cli.infer_cmds import Dtype as InferDtype
-from shardplan.cli.infer_cmds import GenLen, KvDtype, MaxTpot, MaxTtft, PromptLen, WDtype
-from shardplan.cli.options import GpusOpt, HardwareOpt, JsonOpt, ModelOpt, TimeLimitOpt
+from shardplan.cli.infer_cmds import KvDtype, MaxTpot, MaxTtft, WDtype
+from shardplan.cli.options import GenLen, GpusOpt, HardwareOpt, JsonOpt, ModelOpt, PromptLen, TimeLimitOpt
 from shardplan.cli.train_cmds import Attention, GlobalBatch, GradDtype, Optimizer, SeqLen
 from shardplan.cli.train_cmds import Dtype as TrainDtype
 from shardplan.planner.training.knobs import OffloadPolicy

@@ -20,14 +20,10 @@ _OFFLOAD_MODULES_MOE = ("expert_fc1", "moe_act")
 
 
 def stage_layers(num_layers: int, pp: int) -> list[int]:
-    """Transformer layers per pipeline stage as the cost model splits them (costmodel/stages.py): evenly, with
-    the remainder on middle stages first, then the first stage, then the last."""
-    base, extra = divmod(num_layers, pp)
-    counts = [base] * pp
-    middles = list(range(1, pp - 1))
-    for i in range(extra):
-        counts[middles[i] if i < len(middles) else (0 if i == len(middles) else pp - 1)] += 1
-    return counts
+    """Transformer layers per pipeline stage as the cost model splits them evenly (``uniform_split``)."""
+    from shardplan.costmodel.training.stage_split import uniform_split
+
+    return uniform_split(num_layers, pp)
 
 
 def _chunks(n: int, v: int) -> list[int]:
