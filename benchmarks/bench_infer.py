@@ -11,11 +11,11 @@ from __future__ import annotations
 
 import time
 
-from shardplan.costmodel.infer import InferWorkload
+from shardplan.costmodel.serving.cost import InferWorkload
 from shardplan.hardware import get_system
 from shardplan.models import get_model
-from shardplan.planner.infer import InferRequest, plan_inference
-from shardplan.planner.infer_explain import InferObjective
+from shardplan.planner.serving.explain import InferObjective
+from shardplan.planner.serving.solve import InferRequest, plan_inference
 
 CASES = [
     # name, model, system, GPUs, prompt, gen, extra request fields

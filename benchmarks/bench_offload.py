@@ -19,8 +19,8 @@ import statistics
 import time
 from pathlib import Path
 
-from shardplan.costmodel.offload import estimate_offload
-from shardplan.costmodel.offload_policy import (
+from shardplan.costmodel.offload.evaluate import estimate_offload
+from shardplan.costmodel.offload.policy import (
     OffloadObjective,
     OffloadPolicy,
     OffloadWorkload,
@@ -29,7 +29,7 @@ from shardplan.costmodel.offload_policy import (
 )
 from shardplan.hardware import get_system
 from shardplan.models import get_model
-from shardplan.planner.offload import OffloadRequest, plan_offload
+from shardplan.planner.offload.solve import OffloadRequest, plan_offload
 from shardplan.units import GiB
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -16,14 +16,15 @@ import time
 
 import numpy as np
 
-from shardplan.costmodel.evaluate import estimate_training
-from shardplan.costmodel.layout import LayoutArrays, Recompute, TrainLayout, TrainWorkload
-from shardplan.costmodel.space import enumerate_layouts
-from shardplan.costmodel.table import build_train_table
-from shardplan.costmodel.train import train_cost
+from shardplan.costmodel.training.evaluate import estimate_training
+from shardplan.costmodel.training.layout import LayoutArrays, Recompute, TrainLayout, TrainWorkload
+from shardplan.costmodel.training.space import enumerate_layouts
+from shardplan.costmodel.training.step import train_cost
+from shardplan.costmodel.training.table import build_train_table
 from shardplan.hardware import get_system
 from shardplan.models import get_model
-from shardplan.planner.train import TrainRequest, _space_request, plan_training
+from shardplan.planner.training.request import TrainRequest, space_request
+from shardplan.planner.training.solve import plan_training
 
 CASES = [
     # name, model, system, GPUs, global batch (None: choose ≤ max), seq, max batch
@@ -57,7 +58,7 @@ def bench_planner() -> list[str]:
         wall = statistics.median(walls)
         s = plan.solver
         # brute force: one estimate_training call per costed layout, timed on a sample
-        space = enumerate_layouts(req.model, req.workload, _space_request(req))
+        space = enumerate_layouts(req.model, req.workload, space_request(req))
         table = build_train_table(req.model, req.system, req.workload, space.rows)
         rng = np.random.default_rng(0)
         sample = rng.choice(len(table), size=min(200, len(table)), replace=False)

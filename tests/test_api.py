@@ -87,7 +87,7 @@ def test_every_api_function_has_a_docstring_example() -> None:
 
 
 def test_plan_and_estimate_inference() -> None:
-    pytest.importorskip("shardplan.planner.infer")
+    pytest.importorskip("shardplan.planner.serving.solve")
     plan = shardplan.plan_inference("llama-3.1-8b", "dgx-h100", gpus=1, prompt_len=512, gen_len=128, time_limit_s=5)
     assert plan.status in ("optimal", "feasible") and plan.plan.tp == 1
     r = shardplan.estimate_inference("llama-3.1-8b", "dgx-h100", gpus=1, prompt_len=512, gen_len=128, batch=8)
@@ -98,7 +98,7 @@ def test_plan_and_estimate_inference() -> None:
 
 
 def test_plan_and_estimate_offload() -> None:
-    pytest.importorskip("shardplan.planner.offload")
+    pytest.importorskip("shardplan.planner.offload.solve")
     r = shardplan.estimate_offload("opt-30b", "dgx-a100-40gb", prompt_len=512, gen_len=32, gpu_batch_size=8,
                                    num_gpu_batches=2, weights=(0.2, 0.8, 0.0), kv_cache=(0.0, 1.0, 0.0))
     assert r.status in ("feasible", "infeasible") and r.model == "opt-30b"

@@ -17,10 +17,10 @@ from typing import TYPE_CHECKING, Any
 from shardplan.errors import ShardplanError
 
 if TYPE_CHECKING:
-    from shardplan.costmodel.report import TrainReport
+    from shardplan.costmodel.training.report import TrainReport
     from shardplan.hardware.spec import SystemSpec
     from shardplan.models.spec import ModelSpec
-    from shardplan.planner.plan import TrainPlan
+    from shardplan.planner.training.schema import TrainPlan
 
 __all__ = ["estimate_inference", "estimate_offload", "estimate_training", "export_training", "plan_inference",
            "plan_offload", "plan_training"]
@@ -71,7 +71,7 @@ def _split(options: dict[str, Any], *models: type) -> list[dict[str, Any]]:
 
 
 def _workload(seq_len: int, global_batch: int, extra: dict[str, Any]) -> Any:
-    from shardplan.costmodel.layout import TrainWorkload
+    from shardplan.costmodel.training.layout import TrainWorkload
 
     return _build(TrainWorkload, seq_len=seq_len, global_batch=global_batch, **extra)
 
@@ -93,8 +93,8 @@ def plan_training(model: str | ModelSpec, hardware: str | SystemSpec, *, seq_len
     >>> (plan.plan.tp, plan.plan.pp, plan.plan.dp, plan.plan.cp), round(plan.metrics.mfu, 2)  # doctest: +SKIP
     ((4, 1, 8, 2), 0.64)
     """
-    from shardplan.planner.train import TrainRequest
-    from shardplan.planner.train import plan_training as _plan
+    from shardplan.planner.training.solve import TrainRequest
+    from shardplan.planner.training.solve import plan_training as _plan
 
     if global_batch is None and max_global_batch is None:
         raise ShardplanError("give global_batch, or max_global_batch to let the planner choose", field="global_batch")
@@ -124,9 +124,9 @@ def estimate_training(model: str | ModelSpec, hardware: str | SystemSpec, *, glo
     >>> round(r.metrics.step_time_s, 1), r.status  # doctest: +SKIP
     (13.4, 'feasible')
     """
-    from shardplan.costmodel.evaluate import estimate_training as _estimate
-    from shardplan.costmodel.knobs import Recompute
-    from shardplan.costmodel.layout import TrainLayout
+    from shardplan.costmodel.training.evaluate import estimate_training as _estimate
+    from shardplan.costmodel.training.knobs import Recompute
+    from shardplan.costmodel.training.layout import TrainLayout
 
     spec, system, n = _inputs(model, hardware, gpus)
     if dp is None:
@@ -178,9 +178,9 @@ def plan_inference(model: str | ModelSpec, hardware: str | SystemSpec, *, prompt
     >>> p = plan_inference("llama-3.1-70b", "dgx-h100", gpus=8, prompt_len=1024, gen_len=256, max_tpot_s=0.05)
     >>> p.plan.tp, p.plan.batch_size, p.metrics.tokens_per_s  # doctest: +SKIP
     """
-    from shardplan.costmodel.infer import InferWorkload
-    from shardplan.planner.infer import InferRequest
-    from shardplan.planner.infer import plan_inference as _plan
+    from shardplan.costmodel.serving.cost import InferWorkload
+    from shardplan.planner.serving.solve import InferRequest
+    from shardplan.planner.serving.solve import plan_inference as _plan
 
     spec, system, n = _inputs(model, hardware, gpus)
     req_opts, work_opts = _split(options, InferRequest, InferWorkload)
@@ -197,8 +197,8 @@ def estimate_inference(model: str | ModelSpec, hardware: str | SystemSpec, *, pr
     >>> r = estimate_inference("llama-3.1-8b", "dgx-h100", gpus=1, prompt_len=512, gen_len=128, batch=32)
     >>> r.metrics.tpot_s, r.memory.kv_cache_tokens  # doctest: +SKIP
     """
-    from shardplan.costmodel.infer import InferLayout, InferWorkload
-    from shardplan.costmodel.infer_report import estimate_inference as _estimate
+    from shardplan.costmodel.serving.cost import InferLayout, InferWorkload
+    from shardplan.costmodel.serving.report import estimate_inference as _estimate
 
     spec, system, n = _inputs(model, hardware, gpus)
     if n % (tp * pp):
@@ -210,7 +210,7 @@ def estimate_inference(model: str | ModelSpec, hardware: str | SystemSpec, *, pr
 
 
 def _capacities(system: Any, gpu_mem: Any, cpu_mem: Any, disk: Any) -> Any:
-    from shardplan.costmodel.offload_policy import default_capacities
+    from shardplan.costmodel.offload.policy import default_capacities
     from shardplan.units import parse_size
 
     def size(v: Any, field: str) -> float | None:
@@ -231,9 +231,9 @@ def plan_offload(model: str | ModelSpec, hardware: str | SystemSpec, *, prompt_l
     >>> p = plan_offload("opt-30b", "dgx-a100-40gb", prompt_len=512, gen_len=32, cpu_mem="200GiB")
     >>> p.plan.weights, p.metrics.tokens_per_s  # doctest: +SKIP
     """
-    from shardplan.costmodel.offload_policy import OffloadWorkload
-    from shardplan.planner.offload import OffloadRequest
-    from shardplan.planner.offload import plan_offload as _plan
+    from shardplan.costmodel.offload.policy import OffloadWorkload
+    from shardplan.planner.offload.solve import OffloadRequest
+    from shardplan.planner.offload.solve import plan_offload as _plan
 
     spec, system, _ = _inputs(model, hardware, 1)
     req_opts, work_opts = _split(options, OffloadRequest, OffloadWorkload)
@@ -256,8 +256,8 @@ def estimate_offload(model: str | ModelSpec, hardware: str | SystemSpec, *, prom
     ...                      num_gpu_batches=3, weights=(0.2, 0.8, 0.0), kv_cache=(0.0, 1.0, 0.0))
     >>> r.metrics.tokens_per_s  # doctest: +SKIP
     """
-    from shardplan.costmodel.offload import estimate_offload as _estimate
-    from shardplan.costmodel.offload_policy import OffloadPolicy, OffloadWorkload, Placement
+    from shardplan.costmodel.offload.evaluate import estimate_offload as _estimate
+    from shardplan.costmodel.offload.policy import OffloadPolicy, OffloadWorkload, Placement
 
     spec, system, _ = _inputs(model, hardware, 1)
     policy_opts, work_opts = _split(options, OffloadPolicy, OffloadWorkload)

@@ -6,9 +6,9 @@ four models of its Table 3, every parallelism/recompute recipe of Table 2.
 
 import pytest
 
-from shardplan.costmodel.layout import LayoutArrays, Recompute, TrainLayout, TrainWorkload
-from shardplan.costmodel.memory import layer_activations
-from shardplan.costmodel.ops import Ctx
+from shardplan.costmodel.training.ctx import Ctx
+from shardplan.costmodel.training.layout import LayoutArrays, Recompute, TrainLayout, TrainWorkload
+from shardplan.costmodel.training.memory import layer_activations
 from shardplan.hardware import get_system
 from shardplan.models.catalog import megatron_gpt
 

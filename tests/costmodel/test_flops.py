@@ -2,8 +2,8 @@
 
 import pytest
 
-from shardplan.costmodel.layout import LayoutArrays, Recompute, TrainLayout, TrainWorkload
-from shardplan.costmodel.train import train_cost
+from shardplan.costmodel.training.layout import LayoutArrays, Recompute, TrainLayout, TrainWorkload
+from shardplan.costmodel.training.step import train_cost
 from shardplan.hardware import get_system
 from shardplan.models.catalog import megatron_gpt
 from shardplan.models.params import param_breakdown

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from shardplan.costmodel.infer import InferLayout, InferWorkload
-from shardplan.costmodel.infer_report import estimate_inference
+from shardplan.costmodel.serving.cost import InferLayout, InferWorkload
+from shardplan.costmodel.serving.report import estimate_inference
 from shardplan.errors import ShardplanError
 from shardplan.hardware import get_system
 from shardplan.models import get_model

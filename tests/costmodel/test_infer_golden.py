@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from shardplan.costmodel.infer import InferLayout, InferWorkload
-from shardplan.costmodel.infer_report import estimate_inference
+from shardplan.costmodel.serving.cost import InferLayout, InferWorkload
+from shardplan.costmodel.serving.report import estimate_inference
 from shardplan.hardware import get_system
 from shardplan.models import get_model
-from shardplan.planner.validate import load_records
+from shardplan.validation.runs import load_records
 
 RECORDS = load_records("inference_runs")  # vLLM paper Table 1, shipped in shardplan/data
 SETUP = {"vllm-paper-OPT-13B": ("opt-13b", "dgx-a100-40gb", 1), "vllm-paper-OPT-66B": ("opt-66b", "dgx-a100-40gb", 4),

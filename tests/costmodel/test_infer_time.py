@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from shardplan.costmodel import infer_ops as O
-from shardplan.costmodel.infer import InferLayout, InferRows, InferWorkload, infer_cost
+from shardplan.costmodel.serving import layers as O
+from shardplan.costmodel.serving.cost import InferLayout, InferRows, InferWorkload, infer_cost
 from shardplan.hardware import get_system
 from shardplan.hardware.spec import GpuSpec, LinkSpec, SystemSpec
 from shardplan.models import get_model

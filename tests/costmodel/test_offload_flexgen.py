@@ -9,11 +9,11 @@ to them. The 4-bit compressed runs are reported by benchmarks/bench_offload.py, 
 
 import pytest
 
-from shardplan.costmodel.offload import estimate_offload
-from shardplan.costmodel.offload_policy import OffloadWorkload, default_capacities
+from shardplan.costmodel.offload.evaluate import estimate_offload
+from shardplan.costmodel.offload.policy import OffloadWorkload, default_capacities
 from shardplan.hardware import get_system
 from shardplan.models import get_model
-from shardplan.planner.validate import flexgen_policy, load_records
+from shardplan.validation.runs import flexgen_policy, load_records
 
 RECORDS = load_records("offload_runs")
 

@@ -8,8 +8,8 @@ attention 12.3 GB/s of KV cache.
 import numpy as np
 import pytest
 
-from shardplan.costmodel.offload import estimate_offload, evaluate
-from shardplan.costmodel.offload_policy import (
+from shardplan.costmodel.offload.evaluate import estimate_offload, evaluate
+from shardplan.costmodel.offload.policy import (
     ACT,
     CPU,
     DISK,
@@ -22,8 +22,8 @@ from shardplan.costmodel.offload_policy import (
     W,
     default_capacities,
 )
-from shardplan.costmodel.offload_table import build_offload_table
-from shardplan.costmodel.offload_terms import (
+from shardplan.costmodel.offload.table import build_offload_table
+from shardplan.costmodel.offload.terms import (
     COMPRESSED_RATIO,
     COMPUTE,
     D2H,

@@ -2,8 +2,8 @@
 
 import pytest
 
-from shardplan.costmodel import comm
-from shardplan.costmodel.roofline import interp_efficiency, kernel_time
+from shardplan.costmodel.core import comm
+from shardplan.costmodel.core.kernels import interp_efficiency, kernel_time
 from shardplan.hardware.spec import GpuSpec, LinkSpec, SystemSpec
 
 GPU = GpuSpec(name="toy", memory_bytes=2**30, memory_bandwidth_bytes_per_s=1e12, peak_flops={"bf16": 1e14},

@@ -5,10 +5,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardplan.costmodel.evaluate import estimate_training
-from shardplan.costmodel.layout import TrainWorkload
-from shardplan.costmodel.space import SpaceRequest, enumerate_layouts
-from shardplan.costmodel.table import build_train_table
+from shardplan.costmodel.training.evaluate import estimate_training
+from shardplan.costmodel.training.layout import TrainWorkload
+from shardplan.costmodel.training.space import SpaceRequest, enumerate_layouts
+from shardplan.costmodel.training.table import build_train_table
 from shardplan.hardware import get_system
 from shardplan.models import get_model
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from shardplan.cli.export.base import TrainTarget
-from shardplan.costmodel.report import OffloadOut, TrainPlanOut
+from shardplan.costmodel.training.report import OffloadOut, TrainPlanOut
 from shardplan.models import resolve_model
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "export"

@@ -6,12 +6,19 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from shardplan.costmodel.infer import InferWorkload, infer_cost
+from shardplan.costmodel.serving.cost import InferWorkload, infer_cost
 from shardplan.hardware import get_system
 from shardplan.models import get_model
-from shardplan.planner.infer import InferRequest, admissible, build_rows, plan_inference, primary_objective, tie_rank
-from shardplan.planner.infer_explain import InferObjective
-from shardplan.planner.select import brute_force, select
+from shardplan.planner.core.select import brute_force, select
+from shardplan.planner.serving.knobs import InferObjective
+from shardplan.planner.serving.solve import (
+    InferRequest,
+    admissible,
+    build_rows,
+    plan_inference,
+    primary_objective,
+    tie_rank,
+)
 
 MODELS = ["opt-6.7b", "llama-3.1-8b", "mistral-7b", "mixtral-8x7b", "qwen3-30b-a3b"]
 

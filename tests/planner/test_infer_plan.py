@@ -6,13 +6,13 @@ import itertools
 
 import pytest
 
-from shardplan.costmodel.infer import InferLayout, InferWorkload
-from shardplan.costmodel.infer_report import estimate_inference
+from shardplan.costmodel.serving.cost import InferLayout, InferWorkload
+from shardplan.costmodel.serving.report import estimate_inference
 from shardplan.errors import ShardplanError
 from shardplan.hardware import get_system
 from shardplan.models import get_model
-from shardplan.planner.infer import InferRequest, plan_inference
-from shardplan.planner.infer_explain import InferObjective
+from shardplan.planner.serving.knobs import InferObjective
+from shardplan.planner.serving.solve import InferRequest, plan_inference
 
 W = InferWorkload(prompt_len=2048, gen_len=256)
 

@@ -11,13 +11,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shardplan.costmodel.offload import evaluate_row
-from shardplan.costmodel.offload_policy import Knobs, OffloadWorkload, default_capacities
-from shardplan.costmodel.offload_table import build_offload_table
+from shardplan.costmodel.offload.evaluate import evaluate_row
+from shardplan.costmodel.offload.policy import Knobs, OffloadWorkload, default_capacities
+from shardplan.costmodel.offload.table import build_offload_table
 from shardplan.hardware import get_system
 from shardplan.models import get_model
-from shardplan.planner.offload import OffloadRequest, candidate_knobs, plan_offload
-from shardplan.planner.offload_cpsat import brute_force_row, grid_placements, int_objective, int_row, solve_row
+from shardplan.planner.offload.cpsat import brute_force_row, grid_placements, int_objective, int_row, solve_row
+from shardplan.planner.offload.solve import OffloadRequest, candidate_knobs, plan_offload
 from shardplan.units import GiB
 
 MODELS = ("opt-6.7b", "opt-30b", "mixtral-8x7b", "llama-2-70b")

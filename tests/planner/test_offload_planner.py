@@ -4,8 +4,8 @@ infeasibility as a result, and reported numbers taken from the float cost model.
 
 import pytest
 
-from shardplan.costmodel.offload import estimate_offload
-from shardplan.costmodel.offload_policy import (
+from shardplan.costmodel.offload.evaluate import estimate_offload
+from shardplan.costmodel.offload.policy import (
     OffloadObjective,
     OffloadPolicy,
     OffloadWorkload,
@@ -14,9 +14,9 @@ from shardplan.costmodel.offload_policy import (
 )
 from shardplan.hardware import get_system
 from shardplan.models import get_model
-from shardplan.planner.offload import OffloadRequest, plan_offload
-from shardplan.planner.validate import load_records
+from shardplan.planner.offload.solve import OffloadRequest, plan_offload
 from shardplan.units import GiB
+from shardplan.validation.runs import load_records
 
 RECORDS = {r["id"]: r for r in load_records("offload_runs")}
 

@@ -2,12 +2,12 @@
 
 import pytest
 
-from shardplan.costmodel.evaluate import estimate_training
-from shardplan.costmodel.layout import Recompute, TrainLayout, TrainWorkload
+from shardplan.costmodel.training.evaluate import estimate_training
+from shardplan.costmodel.training.layout import Recompute, TrainLayout, TrainWorkload
 from shardplan.hardware import get_system
 from shardplan.models.catalog import megatron_gpt
-from shardplan.planner.train import TrainRequest, plan_training
-from shardplan.planner.validate import load_records
+from shardplan.planner.training.solve import TrainRequest, plan_training
+from shardplan.validation.runs import load_records
 
 SYSTEM = get_system("dgx-a100-80gb")
 

@@ -10,11 +10,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from shardplan.costmodel.layout import Recompute, TrainWorkload
+from shardplan.costmodel.training.layout import Recompute, TrainWorkload
 from shardplan.hardware import get_system
 from shardplan.models.spec import MlpKind, ModelSpec, MoESpec
-from shardplan.planner.select import brute_force
-from shardplan.planner.train import (
+from shardplan.planner.core.select import brute_force
+from shardplan.planner.training.solve import (
     TrainRequest,
     distinct_best,
     plan_training,
@@ -55,11 +55,11 @@ def instances(draw: st.DrawFn) -> TrainRequest:
 def test_cp_sat_equals_brute_force(req: TrainRequest) -> None:
     plan = plan_training(req, explain=False)
     # Rebuild the same table and run the brute force over the feasible distinct rows.
-    from shardplan.costmodel.space import enumerate_layouts
-    from shardplan.costmodel.table import build_train_table
-    from shardplan.planner.train import _space_request
+    from shardplan.costmodel.training.space import enumerate_layouts
+    from shardplan.costmodel.training.table import build_train_table
+    from shardplan.planner.training.request import space_request
 
-    space = enumerate_layouts(req.model, req.workload, _space_request(req))
+    space = enumerate_layouts(req.model, req.workload, space_request(req))
     table = build_train_table(req.model, req.system, req.workload, space.rows,
                               partial_recompute=req.recompute is None)
     offloaded = (table.rows.f_opt + table.rows.f_w + table.rows.f_act) > 0

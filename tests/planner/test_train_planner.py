@@ -4,12 +4,12 @@ import dataclasses
 
 import pytest
 
-from shardplan.costmodel.evaluate import estimate_training
-from shardplan.costmodel.layout import Recompute, TrainLayout, TrainWorkload
+from shardplan.costmodel.training.evaluate import estimate_training
+from shardplan.costmodel.training.layout import Recompute, TrainLayout, TrainWorkload
 from shardplan.errors import ShardplanError
 from shardplan.hardware import get_system
 from shardplan.models import get_model
-from shardplan.planner.train import TrainRequest, plan_training
+from shardplan.planner.training.solve import TrainRequest, plan_training
 
 
 def request(**kw) -> TrainRequest:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from shardplan.costmodel.infer import InferLayout, InferRows, InferWorkload, infer_cost
+from shardplan.costmodel.serving.cost import InferLayout, InferRows, InferWorkload, infer_cost
 from shardplan.hardware.spec import GpuSpec, LinkSpec, SystemSpec
 from shardplan.models.spec import MlpKind, ModelSpec
 

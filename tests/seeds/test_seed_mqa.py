@@ -13,8 +13,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from shardplan.costmodel import infer_ops as O
-from shardplan.costmodel.infer import InferLayout, InferRows, InferWorkload, infer_cost
+from shardplan.costmodel.serving import layers as O
+from shardplan.costmodel.serving.cost import InferLayout, InferRows, InferWorkload, infer_cost
 from shardplan.hardware.spec import GpuSpec, LinkSpec, SystemSpec
 from shardplan.models import param_breakdown
 from shardplan.models.spec import MlpKind, ModelSpec, NormKind, PositionKind

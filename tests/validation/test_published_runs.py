@@ -6,7 +6,7 @@ Targets from the training issue: Korthikanti et al. 2022 Table 5 mean |error| â‰
 
 import pytest
 
-from shardplan.planner.validate import run_validation
+from shardplan.validation.runs import run_validation
 
 
 @pytest.fixture(scope="module")

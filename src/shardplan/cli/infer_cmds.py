@@ -18,7 +18,7 @@ from shardplan.cli.launch import (
     vllm_argv,
 )
 from shardplan.cli.options import GpusOpt, HardwareOpt, JsonOpt, ModelOpt, TimeLimitOpt
-from shardplan.planner.infer_explain import InferObjective
+from shardplan.planner.serving.knobs import InferObjective
 
 PromptLen = Annotated[int, typer.Option("--prompt-len", "-p", min=1, help="Prompt tokens per sequence.")]
 GenLen = Annotated[int, typer.Option("--gen-len", "-n", min=1, help="Generated tokens per sequence.")]
@@ -53,7 +53,7 @@ def _workload(prompt_len: int, gen_len: int, dtype: str, weight_dtype: str | Non
               block_size: int, util: float, max_tokens: int, max_seqs: int, non_torch: str | None) -> Any:
     from pydantic import ValidationError
 
-    from shardplan.costmodel.infer import InferWorkload
+    from shardplan.costmodel.serving.cost import InferWorkload
     from shardplan.errors import ShardplanError
     from shardplan.units import parse_size
 
@@ -83,8 +83,8 @@ def estimate_infer(
 ) -> None:
     """Per-layer prefill and decode costs, TTFT/TPOT/throughput and memory of one pinned serving layout."""
     from shardplan.cli.render_infer import render_estimate
-    from shardplan.costmodel.infer import InferLayout
-    from shardplan.costmodel.infer_report import estimate_inference
+    from shardplan.costmodel.serving.cost import InferLayout
+    from shardplan.costmodel.serving.report import estimate_inference
     from shardplan.errors import ShardplanError
 
     spec, system, n = resolve_inputs(model, hardware, gpus)
@@ -125,7 +125,7 @@ def infer(
 ) -> None:
     """Choose how to serve a model (TP, PP, EP, replicas, batch) with CP-SAT over the cost model."""
     from shardplan.cli.render_infer import render_plan
-    from shardplan.planner.infer import InferRequest, plan_inference
+    from shardplan.planner.serving.solve import InferRequest, plan_inference
 
     spec, system, n = resolve_inputs(model, hardware, gpus)
     work = _workload(prompt_len, gen_len, dtype, weight_dtype, kv_dtype, block_size, gpu_memory_utilization,

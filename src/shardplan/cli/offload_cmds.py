@@ -10,7 +10,7 @@ from shardplan.cli._app import app, estimate_app
 from shardplan.cli.common import parse_triplet
 from shardplan.cli.launch import OffloadExportOpt, OutputOpt, check_outputs, deliver, flexgen_argv
 from shardplan.cli.options import HardwareOpt, JsonOpt, ModelOpt, TimeLimitOpt
-from shardplan.costmodel.offload_policy import OffloadObjective
+from shardplan.costmodel.offload.policy import OffloadObjective
 
 PromptLen = Annotated[int, typer.Option("--prompt-len", "-p", min=1, help="Prompt tokens per sequence.")]
 GenLen = Annotated[int, typer.Option("--gen-len", min=1, help="Tokens generated per sequence.")]
@@ -24,7 +24,7 @@ Triplet = "percent on GPU,CPU,disk summing to 100, e.g. 20,80,0"
 
 def _inputs(model: str, hardware: str, cpu_mem: str | None, disk: str | None, gpu_mem: str | None) -> tuple[Any, ...]:
     """ModelSpec, SystemSpec and tier capacities (explicit sizes are taken as given)."""
-    from shardplan.costmodel.offload_policy import default_capacities
+    from shardplan.costmodel.offload.policy import default_capacities
     from shardplan.hardware import resolve_system
     from shardplan.models import resolve_model
     from shardplan.units import parse_size
@@ -39,7 +39,7 @@ def _inputs(model: str, hardware: str, cpu_mem: str | None, disk: str | None, gp
 
 
 def _workload(prompt_len: int, gen_len: int) -> Any:
-    from shardplan.costmodel.offload_policy import OffloadWorkload
+    from shardplan.costmodel.offload.policy import OffloadWorkload
 
     return OffloadWorkload(prompt_len=prompt_len, gen_len=gen_len)
 
@@ -70,8 +70,8 @@ def estimate_offload_cmd(
     places whole tensors by cumulative size, so its '20' can put fewer bytes on the GPU than 20%.
     """
     from shardplan.cli.render_offload import render_estimate
-    from shardplan.costmodel.offload import estimate_offload
-    from shardplan.costmodel.offload_policy import OffloadPolicy, Placement
+    from shardplan.costmodel.offload.evaluate import estimate_offload
+    from shardplan.costmodel.offload.policy import OffloadPolicy, Placement
 
     split = {name: Placement.of(*parse_triplet(text, field=name))
              for name, text in (("weights", weights), ("kv-cache", kv_cache), ("activations", activations))}
@@ -106,7 +106,7 @@ def offload_cmd(
 ) -> None:
     """Choose where weights, KV cache and activations live (CP-SAT over the cost model), and why."""
     from shardplan.cli.render_offload import render_plan
-    from shardplan.planner.offload import GPU_BATCHES, NUM_GPU_BATCHES, OffloadRequest, plan_offload
+    from shardplan.planner.offload.solve import GPU_BATCHES, NUM_GPU_BATCHES, OffloadRequest, plan_offload
 
     spec, system, caps = _inputs(model, hardware, cpu_mem, disk, gpu_mem)
     req = OffloadRequest(

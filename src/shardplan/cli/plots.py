@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from shardplan.errors import ShardplanError
 
 if TYPE_CHECKING:
-    from shardplan.costmodel.report import StageRow, TrainPlanOut
+    from shardplan.costmodel.training.report import StageRow, TrainPlanOut
 
 SUFFIXES = (".png", ".svg", ".pdf")
 MISSING = "plots need matplotlib: pip install 'shardplan[plot]'"

@@ -13,8 +13,8 @@ from shardplan.cli.common import parse_fraction, resolve_inputs
 from shardplan.cli.export import TrainFormat
 from shardplan.cli.options import GpusOpt, HardwareOpt, JsonOpt, ModelOpt, TimeLimitOpt
 from shardplan.cli.output import console, emit
-from shardplan.costmodel.knobs import Recompute
-from shardplan.planner.knobs import OffloadPolicy
+from shardplan.costmodel.training.knobs import Recompute
+from shardplan.planner.training.knobs import OffloadPolicy
 
 GlobalBatch = Annotated[int, typer.Option("--global-batch", "-b", min=1, help="Sequences per optimizer step.")]
 SeqLen = Annotated[int, typer.Option("--seq-len", "-s", min=1, help="Tokens per sequence.")]
@@ -52,7 +52,7 @@ def _workload(seq_len: int, global_batch: int, dtype: str, grad_dtype: str, atte
               optimizer: str = "adam") -> Any:
     from pydantic import ValidationError
 
-    from shardplan.costmodel.layout import TrainWorkload
+    from shardplan.costmodel.training.layout import TrainWorkload
     from shardplan.errors import ShardplanError
 
     try:
@@ -133,8 +133,8 @@ def estimate_train(
 ) -> None:
     """Per-layer and per-stage time and memory of one pinned training layout."""
     from shardplan.cli.render_train import render_estimate
-    from shardplan.costmodel.evaluate import estimate_training
-    from shardplan.costmodel.layout import TrainLayout
+    from shardplan.costmodel.training.evaluate import estimate_training
+    from shardplan.costmodel.training.layout import TrainLayout
     from shardplan.errors import ShardplanError
 
     plots = _check_outputs(export, output, plot, as_json)
@@ -183,7 +183,7 @@ def train(
     from shardplan.cli.progress import solving
     from shardplan.cli.render_train import render_plan
     from shardplan.errors import ShardplanError
-    from shardplan.planner.train import TrainRequest, plan_training
+    from shardplan.planner.training.solve import TrainRequest, plan_training
 
     plots = _check_outputs(export, output, plot, as_json)
     spec, system, n = resolve_inputs(model, hardware, gpus)

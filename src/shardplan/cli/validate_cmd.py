@@ -20,7 +20,7 @@ def validate(
 ) -> None:
     """Run the published cases (Megatron-LM, vLLM, FlexGen) and print each prediction's error."""
     from shardplan.errors import ShardplanError
-    from shardplan.planner.validate import GROUPS, run_validation
+    from shardplan.validation.runs import GROUPS, run_validation
 
     unknown = sorted(set(group or []) - set(GROUPS))
     if unknown:

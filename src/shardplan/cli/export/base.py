@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 from shardplan.errors import ShardplanError
 
 if TYPE_CHECKING:
-    from shardplan.costmodel.report import TrainPlanOut
+    from shardplan.costmodel.training.report import TrainPlanOut
     from shardplan.models.spec import ModelSpec
 
 
@@ -49,7 +49,7 @@ class Export:
 def train_target(plan: TrainPlanOut | None, *, model: ModelSpec, system: Any, num_gpus: int, workload: Any,
                  ) -> TrainTarget:
     """A ``TrainTarget`` from a plan's layout plus the request's model, system (``SystemSpec``) and workload."""
-    from shardplan.costmodel.ops import DROPOUT_FAMILIES
+    from shardplan.costmodel.training.ctx import DROPOUT_FAMILIES
 
     if plan is None:
         raise ShardplanError("nothing to export: no layout fits", field="export")

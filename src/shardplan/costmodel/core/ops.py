@@ -1,0 +1,55 @@
+"""Operator records shared by every job: one kernel or collective, and sums over a phase's operators.
+
+An ``Op`` is a kernel or a collective with its FLOPs, bytes and time as numpy arrays (one entry per layout row);
+``PhaseCost`` sums a list of them. Training, serving and offload contexts build ``Op`` lists from the layer
+operators and time them with ``core.kernels`` and ``core.comm``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+GEMM, MEM, ATTN, COMM = "gemm", "mem", "attn", "comm"
+
+
+@dataclass(frozen=True, slots=True)
+class Op:
+    """One kernel or collective: per-GPU FLOPs, bytes (HBM traffic, or message size for comm), seconds."""
+
+    name: str
+    kind: str
+    flops: np.ndarray
+    nbytes: np.ndarray
+    time: np.ndarray
+    dim: str = ""  # parallel dimension of a collective: tp, cp, ep
+    selective: bool = False  # part of core attention that selective recompute reruns
+
+
+@dataclass(frozen=True, slots=True)
+class PhaseCost:
+    """Sums over a list of ops: FLOPs, HBM bytes, compute time, and collective time per dimension."""
+
+    flops: np.ndarray
+    nbytes: np.ndarray
+    time: np.ndarray
+    comm_tp: np.ndarray
+    comm_cp: np.ndarray
+    comm_ep: np.ndarray
+
+    @classmethod
+    def of(cls, ops: list[Op], like: np.ndarray) -> PhaseCost:
+        zero = np.zeros(np.shape(like), dtype=float)
+
+        def total(sel) -> np.ndarray:
+            return zero + sum((op_val for op in ops if (op_val := sel(op)) is not None), start=zero)
+
+        return cls(
+            flops=total(lambda o: o.flops if o.kind != COMM else None),
+            nbytes=total(lambda o: o.nbytes if o.kind != COMM else None),
+            time=total(lambda o: o.time),
+            comm_tp=total(lambda o: o.time if o.dim == "tp" else None),
+            comm_cp=total(lambda o: o.time if o.dim == "cp" else None),
+            comm_ep=total(lambda o: o.time if o.dim == "ep" else None),
+        )

@@ -1,0 +1,195 @@
+"""``estimate_training``: the full cost breakdown of one pinned layout, the float reference path.
+
+It validates the layout (bad input raises ``ShardplanError``), evaluates it with ``train_cost`` (the
+same function the planner's tables use), and reports ``infeasible`` — with the binding stage and
+category and the cheapest single changes that fit — when it does not fit in memory.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from shardplan.costmodel.core.layouts import check_gpus
+from shardplan.costmodel.training.layout import LayoutArrays, Recompute, TrainLayout, TrainWorkload
+from shardplan.costmodel.training.report import (
+    LayerRow,
+    MemoryOut,
+    OffloadOut,
+    StageRow,
+    TrainMetrics,
+    TrainPlanOut,
+    TrainReport,
+)
+from shardplan.costmodel.training.space import validate_layout
+from shardplan.costmodel.training.stages import STAGES
+from shardplan.costmodel.training.step import TrainCost, param_memory, train_cost
+from shardplan.hardware.spec import SystemSpec
+from shardplan.models.spec import ModelSpec
+from shardplan.units import format_bytes
+
+CATEGORIES = ("weights", "grads", "optimizer", "activations", "framework")
+
+
+def normalize(lay: TrainLayout) -> TrainLayout:
+    """Sequence parallelism is a no-op without TP: drop it so equal layouts compare equal."""
+    return dataclasses.replace(lay, sequence_parallel=False) if lay.tp == 1 else lay
+
+
+def host_capacity(system: SystemSpec, work: TrainWorkload) -> float:
+    return system.host_memory_bytes * (1 - work.host_reserve_fraction)
+
+
+def fits(cost: TrainCost, system: SystemSpec, work: TrainWorkload) -> np.ndarray:
+    """Rows whose every stage fits in GPU memory and whose offloads fit in host memory."""
+    return (cost.peak_memory <= system.gpu.memory_bytes) & (cost.host_bytes_per_node <= host_capacity(system, work))
+
+
+def _f(x: np.ndarray, i: int) -> float:
+    return float(np.asarray(x)[i])
+
+
+def report_row(cost: TrainCost, i: int, *, model: ModelSpec, system: SystemSpec, num_gpus: int) -> TrainReport:
+    """The report of row ``i`` of an evaluated batch of layouts."""
+    r, w = cost.ctx.rows, cost.ctx.work
+    lay = r.row(i)
+    cap = float(system.gpu.memory_bytes)
+    peak = system.gpu.peak(w.dtype)
+    step = _f(cost.step_time_s, i)
+    gb = int(r.gb[i])
+    plan = TrainPlanOut(
+        tp=lay.tp, pp=lay.pp, dp=lay.dp, ep=lay.ep, cp=lay.cp, microbatch_size=lay.microbatch,
+        num_microbatches=int(round(_f(cost.num_microbatches, i))), global_batch=gb, interleave=lay.interleave,
+        recompute=str(lay.recompute), recompute_layers=lay.recompute_layers, zero_stage=lay.zero_stage,
+        sequence_parallel=lay.sequence_parallel,
+        offload=OffloadOut(weights=lay.offload_weights, optimizer=lay.offload_optimizer,
+                           activations=lay.offload_activations),
+    )
+    metrics = TrainMetrics(
+        step_time_s=step, tokens_per_s=gb * w.seq_len / step,
+        mfu=_f(cost.model_flops, i) / (step * num_gpus * peak),
+        hfu=_f(cost.hardware_flops, i) / (step * num_gpus * peak),
+        tflops_per_gpu=_f(cost.hardware_flops, i) / (step * num_gpus) / 1e12,
+        bubble_fraction=_f(cost.bubble_s, i) / step, pipeline_s=_f(cost.pipeline_s, i), bubble_s=_f(cost.bubble_s, i),
+        tp_exposed_s=_f(cost.tp_exposed_s, i), pp_exposed_s=_f(cost.pp_exposed_s, i),
+        dp_exposed_s=_f(cost.dp_exposed_s, i), zero3_exposed_s=_f(cost.zero3_exposed_s, i),
+        ep_exposed_s=_f(cost.ep_exposed_s, i), cp_exposed_s=_f(cost.cp_exposed_s, i),
+        optimizer_s=_f(cost.optimizer_s, i),
+    )
+    stages = [
+        StageRow(
+            stage=st.shape.name, index=int(_f(st.shape.index, i)), layers=int(_f(st.shape.layers, i)),
+            moe_layers=int(_f(st.shape.moe_layers, i)), fwd_time_s=_f(st.fwd_s, i), bwd_time_s=_f(st.bwd_s, i),
+            recompute_time_s=_f(st.recompute_s, i), weights_bytes=_f(st.weights, i), gradients_bytes=_f(st.grads, i),
+            optimizer_bytes=_f(st.optimizer, i), activations_bytes=_f(st.activations, i),
+            framework_bytes=_f(st.framework, i), total_bytes=_f(st.total, i), capacity_bytes=cap,
+            fits=_f(st.total, i) <= cap,
+        )
+        for st in cost.stages if bool(st.shape.exists[i])
+    ]
+    b = int(cost.binding_stage[i])
+    bind = cost.stages[b]
+    memory = MemoryOut(
+        stage=STAGES[b], weights_bytes=_f(bind.weights, i), gradients_bytes=_f(bind.grads, i),
+        optimizer_bytes=_f(bind.optimizer, i), activations_bytes=_f(bind.activations, i),
+        framework_bytes=_f(bind.framework, i), total_bytes=_f(bind.total, i), capacity_bytes=cap,
+        cpu_bytes=_f(bind.cpu_bytes, i), host_bytes_per_node=_f(cost.host_bytes_per_node, i),
+        host_capacity_bytes=host_capacity(system, w),
+    )
+    return TrainReport(
+        status="feasible", model=model.name, hardware=system.name, num_gpus=num_gpus, seq_len=w.seq_len,
+        plan=plan, metrics=metrics, memory=memory, stages=stages, layers=_layer_rows(cost, i),
+    )
+
+
+def _layer_rows(cost: TrainCost, i: int) -> list[LayerRow]:
+    """One row per layer kind per stage: per-layer costs and memory (multiply by ``count`` for the stage)."""
+    ctx, r = cost.ctx, cost.ctx.rows
+    rows: list[LayerRow] = []
+    for st in cost.stages:
+        if not bool(st.shape.exists[i]):
+            continue
+        counts = {"embedding": int(st.shape.has_embedding[i]), "attention": int(_f(st.shape.layers, i)),
+                  "mlp": int(_f(st.shape.dense_layers, i)), "moe": int(_f(st.shape.moe_layers, i)),
+                  "head": int(st.shape.has_head[i])}
+        for kind, kc in cost.kinds.items():
+            count = counts[kind]
+            if count == 0:
+                continue
+            mode = int(r.rc[i])
+            rc_time = _f(kc.selective.time, i) if mode == 1 else (_f(kc.fwd.time, i) if mode == 2 else 0.0)
+            rc_flops = _f(kc.selective.flops, i) if mode == 1 else (_f(kc.fwd.flops, i) if mode == 2 else 0.0)
+            if mode == 2 and kind in ("embedding", "head"):
+                rc_time = rc_flops = 0.0
+            weights, grads, opt = (float(np.asarray(x)[i])
+                                   for x in param_memory(ctx, kc.params.dense, kc.params.expert))
+            acts = 0.0
+            if kc.acts is not None:
+                acts = _f((kc.acts.none, kc.acts.selective, kc.acts.full)[mode], i)
+            rows.append(LayerRow(
+                stage=st.shape.name, kind=kind, count=count, fwd_flops=_f(kc.fwd.flops, i),
+                bwd_flops=_f(kc.bwd.flops, i), recompute_flops=rc_flops, fwd_time_s=_f(kc.fwd.time, i),
+                bwd_time_s=_f(kc.bwd.time, i), recompute_time_s=rc_time,
+                hbm_bytes=_f(kc.fwd.nbytes, i) + _f(kc.bwd.nbytes, i),
+                comm_tp_s=_f(kc.fwd.comm_tp + kc.bwd.comm_tp, i), comm_cp_s=_f(kc.fwd.comm_cp + kc.bwd.comm_cp, i),
+                comm_ep_s=_f(kc.fwd.comm_ep + kc.bwd.comm_ep, i), params=_f(kc.params.total, i),
+                weights_bytes=weights, gradients_bytes=grads, optimizer_bytes=opt, activations_bytes=acts,
+            ))
+    return rows
+
+
+def infeasibility(report: TrainReport) -> str:
+    """One sentence naming the binding resource."""
+    mem = report.memory
+    if mem.total_bytes > mem.capacity_bytes:
+        cats = {"activations": mem.activations_bytes, "weights": mem.weights_bytes, "gradients": mem.gradients_bytes,
+                "optimizer state": mem.optimizer_bytes}
+        big = max(cats, key=cats.__getitem__)
+        return (f"GPU memory: the {mem.stage} stage needs {format_bytes(mem.total_bytes)} per GPU > "
+                f"{format_bytes(mem.capacity_bytes)} ({big} {format_bytes(cats[big])})")
+    return (f"host memory: offloaded tensors need {format_bytes(mem.host_bytes_per_node)} per node > "
+            f"{format_bytes(mem.host_capacity_bytes)} usable")
+
+
+def _variants(lay: TrainLayout, work: TrainWorkload) -> list[tuple[str, TrainLayout]]:
+    """Single changes that save memory, each described as the user would apply it."""
+    out: list[tuple[str, TrainLayout]] = []
+    rep = dataclasses.replace
+    if lay.recompute != Recompute.FULL:
+        out.append(("--recompute full", rep(lay, recompute=Recompute.FULL, recompute_layers=None)))
+    if lay.tp > 1 and not lay.sequence_parallel:
+        out.append(("--sequence-parallel", rep(lay, sequence_parallel=True)))
+    if lay.microbatch > 1:
+        out.append((f"--microbatch {lay.microbatch // 2}", rep(lay, microbatch=lay.microbatch // 2)))
+    if lay.zero_stage < 1:
+        out.append(("--zero 1", rep(lay, zero_stage=1)))
+    if lay.pp == 1 and lay.zero_stage < 3:
+        out.append(("--zero 3", rep(lay, zero_stage=3)))
+    for pct in (25, 50, 100):
+        if lay.offload_optimizer < pct / 100:
+            out.append((f"offload {pct}% of optimizer state to the CPU", rep(lay, offload_optimizer=pct / 100)))
+    if lay.pp > 1 and lay.interleave > 1:
+        out.append(("--interleave 1", rep(lay, interleave=1)))
+    return out
+
+
+def estimate_training(model: ModelSpec, system: SystemSpec, num_gpus: int, work: TrainWorkload,
+                      layout: TrainLayout) -> TrainReport:
+    """Validate and evaluate one layout; an over-capacity layout is an ``infeasible`` result with fixes."""
+    check_gpus(system, num_gpus)
+    validate_layout(model, num_gpus, work, layout)
+    layout = normalize(layout)
+    variants = _variants(layout, work)
+    rows = LayoutArrays.from_layouts([layout] + [normalize(v) for _, v in variants], work.global_batch)
+    cost = train_cost(model, system, work, rows)
+    ok = fits(cost, system, work)
+    report = report_row(cost, 0, model=model, system=system, num_gpus=num_gpus)
+    if ok[0]:
+        return report
+    fixes = sorted((float(cost.step_time_s[j + 1]), text) for j, (text, _) in enumerate(variants) if ok[j + 1])
+    suggestions = [f"{text} (step {t:.3g} s)" for t, text in fixes[:4]]
+    if not suggestions:
+        suggestions = ["raise --tp or --pp, or use more GPUs (`shardplan train` finds the smallest layout that fits)"]
+    return report.model_copy(update={"status": "infeasible", "reason": infeasibility(report),
+                                     "suggestions": suggestions})

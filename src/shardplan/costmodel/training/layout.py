@@ -1,0 +1,153 @@
+"""A training layout (the knobs the planner turns) and a training workload (what the user fixed).
+
+``TrainLayout`` is one layout; ``LayoutArrays`` is many layouts as numpy columns, the form every
+cost formula works on (a single layout is a one-row ``LayoutArrays``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Annotated, Literal, Self
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from shardplan.costmodel.training.knobs import RECOMPUTE_CODE, RECOMPUTE_OF_CODE, Recompute
+from shardplan.hardware.spec import AttentionKernel
+
+# fp32 master weights (4 B) plus the moments: Adam m and v in fp32 (8 B; Rajbhandari et al. 2020, K = 12);
+# 8-bit Adam m and v (2 B; Dettmers et al. 2022); SGD momentum (4 B); Adafactor's factored second moment
+# (~0 B per parameter, no first moment; Shazeer & Stern 2018).
+OPTIMIZER_STATE_BYTES = {"adam": 12.0, "adam-8bit": 6.0, "sgd": 8.0, "adafactor": 4.0}
+
+
+class TrainWorkload(BaseModel):
+    """What is being trained and how: fixed by the user, not chosen by the planner."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    seq_len: Annotated[int, Field(ge=1)] = Field(description="Tokens per sequence s.")
+    global_batch: Annotated[int, Field(ge=1)] = Field(description="Sequences per optimizer step B.")
+    dtype: str = Field("bf16", description="Compute/activation datatype: bf16, fp16, fp8 (fp8 GEMMs), fp32.")
+    grad_dtype: str = Field("fp32", description="Gradient accumulation and reduction datatype (Megatron: fp32).")
+    grad_reduce_dtype: str | None = Field(
+        None, description="Datatype of the gradient reduction (default: grad_dtype; under ZeRO-3 the compute "
+        "dtype, as DeepSpeed and FSDP reduce-scatter 16-bit gradients into fp32 shards)."
+    )
+    optimizer: Literal["adam", "adam-8bit", "sgd", "adafactor"] = Field(
+        "adam", description="Optimizer whose state is kept per parameter (with an fp32 master copy).")
+    optimizer_bytes_per_param: Annotated[float, Field(ge=0)] | None = Field(
+        None, description="Override: optimizer state bytes per parameter (default: from the optimizer)."
+    )
+    attention: AttentionKernel | None = Field(None, description="Attention kernel (default: the system's).")
+    overlap_grad_reduce: bool | None = Field(None, description="Overlap DP reduction (default: the system's).")
+    dropout: bool | None = Field(
+        None, description="Dropout masks stored (default: on for gpt/opt/bloom families, off otherwise)."
+    )
+    framework_bytes: Annotated[int, Field(ge=0)] = Field(
+        2 * 1024**3, description="CUDA context, allocator slack and communication buffers per GPU."
+    )
+    host_reserve_fraction: Annotated[float, Field(ge=0, lt=1)] = Field(
+        0.2, description="Share of host DRAM kept free of offloaded tensors (OS, pinned buffers)."
+    )
+
+    @property
+    def optimizer_state_bytes(self) -> float:
+        """State per parameter: fp32 master copy plus the optimizer's moments."""
+        if self.optimizer_bytes_per_param is not None:
+            return self.optimizer_bytes_per_param
+        return OPTIMIZER_STATE_BYTES[self.optimizer]
+
+    @model_validator(mode="after")
+    def _check(self) -> Self:
+        for name in ("dtype", "grad_dtype"):
+            if getattr(self, name) not in ("bf16", "fp16", "fp8", "fp32"):
+                raise ValueError(f"{name} must be one of bf16, fp16, fp8, fp32 (got {getattr(self, name)})")
+        if self.grad_dtype == "fp8":
+            raise ValueError("grad_dtype must be bf16, fp16 or fp32")
+        if self.grad_reduce_dtype not in (None, "bf16", "fp16", "fp32"):
+            raise ValueError(f"grad_reduce_dtype must be bf16, fp16 or fp32 (got {self.grad_reduce_dtype})")
+        return self
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrainLayout:
+    """One training layout: parallel degrees, microbatching, memory-saving choices."""
+
+    tp: int = 1
+    pp: int = 1
+    dp: int = 1
+    ep: int = 1
+    cp: int = 1
+    microbatch: int = 1
+    interleave: int = 1
+    recompute: Recompute = Recompute.NONE
+    recompute_layers: int | None = None
+    """Full recompute of only this many layers per stage (None: all); the rest store everything."""
+    sequence_parallel: bool = False
+    zero_stage: int = 0
+    offload_optimizer: float = 0.0
+    offload_weights: float = 0.0
+    offload_activations: float = 0.0
+
+    @property
+    def num_gpus(self) -> int:
+        return self.tp * self.pp * self.dp * self.cp
+
+
+@dataclass(frozen=True, slots=True)
+class LayoutArrays:
+    """Many layouts as int/float numpy columns of equal length (one row per layout)."""
+
+    tp: np.ndarray
+    pp: np.ndarray
+    dp: np.ndarray
+    ep: np.ndarray
+    cp: np.ndarray
+    mb: np.ndarray
+    v: np.ndarray
+    rc: np.ndarray  # recompute code: 0 none, 1 selective, 2 full
+    rk: np.ndarray  # fully recomputed layers per stage when rc == 2 (clipped to the stage's layers)
+    sp: np.ndarray  # sequence parallel, 0/1
+    zero: np.ndarray
+    f_opt: np.ndarray  # fraction of optimizer state (and its update) on the CPU
+    f_w: np.ndarray  # fraction of weights kept on the CPU and streamed in
+    f_act: np.ndarray  # fraction of stored activations kept on the CPU
+    gb: np.ndarray  # global batch (sequences per step) of the row
+
+    def __len__(self) -> int:
+        return len(self.tp)
+
+    @classmethod
+    def from_layouts(cls, layouts: list[TrainLayout], global_batch: int) -> LayoutArrays:
+        def col(get, dtype=np.int64) -> np.ndarray:
+            return np.array([get(x) for x in layouts], dtype=dtype)
+
+        return cls(
+            tp=col(lambda x: x.tp), pp=col(lambda x: x.pp), dp=col(lambda x: x.dp), ep=col(lambda x: x.ep),
+            cp=col(lambda x: x.cp), mb=col(lambda x: x.microbatch), v=col(lambda x: x.interleave),
+            rc=col(lambda x: RECOMPUTE_CODE[Recompute(x.recompute)]),
+            rk=col(lambda x: 10**9 if x.recompute_layers is None else x.recompute_layers),
+            sp=col(lambda x: int(x.sequence_parallel)), zero=col(lambda x: x.zero_stage),
+            f_opt=col(lambda x: x.offload_optimizer, float), f_w=col(lambda x: x.offload_weights, float),
+            f_act=col(lambda x: x.offload_activations, float),
+            gb=np.full(len(layouts), global_batch, dtype=np.int64),
+        )
+
+    def row(self, i: int) -> TrainLayout:
+        rk = int(self.rk[i])
+        return TrainLayout(
+            tp=int(self.tp[i]), pp=int(self.pp[i]), dp=int(self.dp[i]), ep=int(self.ep[i]), cp=int(self.cp[i]),
+            microbatch=int(self.mb[i]), interleave=int(self.v[i]), recompute=RECOMPUTE_OF_CODE[int(self.rc[i])],
+            recompute_layers=None if rk >= 10**9 else rk, sequence_parallel=bool(self.sp[i]),
+            zero_stage=int(self.zero[i]), offload_optimizer=float(self.f_opt[i]),
+            offload_weights=float(self.f_w[i]), offload_activations=float(self.f_act[i]),
+        )
+
+    def take(self, idx: np.ndarray) -> LayoutArrays:
+        return LayoutArrays(*(getattr(self, f.name)[idx] for f in fields(self)))
+
+    def replace(self, **cols: np.ndarray) -> LayoutArrays:
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        values.update(cols)
+        return LayoutArrays(**values)

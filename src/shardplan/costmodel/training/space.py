@@ -1,0 +1,187 @@
+"""Which training layouts are valid, and the candidate space the planner chooses from.
+
+Each rule lives here once, with its reason. ``validate_layout`` turns a broken pinned layout into a
+one-line error naming the field and what is allowed; ``enumerate_layouts`` generates every valid
+layout of a request as numpy columns and counts what each rule pruned.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from shardplan.costmodel.core.layouts import divisors, fmt_values
+from shardplan.costmodel.training.layout import RECOMPUTE_CODE, LayoutArrays, Recompute, TrainLayout, TrainWorkload
+from shardplan.errors import ShardplanError
+from shardplan.models.spec import ModelSpec
+
+
+def valid_tp(model: ModelSpec) -> list[int]:
+    """TP must divide the attention heads and the KV heads (Megatron shards whole query groups)."""
+    kv = model.num_heads if model.mla else model.kv_heads
+    return [t for t in divisors(model.num_heads) if kv % t == 0]
+
+
+def validate_layout(model: ModelSpec, num_gpus: int, work: TrainWorkload, lay: TrainLayout) -> None:
+    """Raise ``ShardplanError`` naming the first rule the pinned layout breaks."""
+    for name in ("tp", "pp", "dp", "ep", "cp", "microbatch", "interleave"):
+        if getattr(lay, name) < 1:
+            raise ShardplanError(f"must be ≥ 1 (got {getattr(lay, name)})", field=name)
+    if lay.num_gpus != num_gpus:
+        raise ShardplanError(
+            f"tp·pp·dp·cp = {lay.tp}·{lay.pp}·{lay.dp}·{lay.cp} = {lay.num_gpus} must equal --gpus ({num_gpus})",
+            field="dp")
+    tps = valid_tp(model)
+    if lay.tp not in tps:
+        raise ShardplanError(f"tp ({lay.tp}) must divide num_heads ({model.num_heads}) and num_kv_heads "
+                             f"({model.kv_heads}); allowed: {fmt_values(tps)}", field="tp")
+    if lay.pp > model.num_layers:
+        raise ShardplanError(f"pp ({lay.pp}) must be ≤ num_layers ({model.num_layers})", field="pp")
+    if lay.interleave > 1:
+        if lay.pp == 1:
+            raise ShardplanError("interleave > 1 needs pp > 1", field="interleave")
+        if lay.pp * lay.interleave > model.num_layers:
+            raise ShardplanError(f"pp·interleave ({lay.pp}·{lay.interleave}) must be ≤ num_layers "
+                                 f"({model.num_layers}): every model chunk needs a layer", field="interleave")
+    per_replica = lay.dp * lay.microbatch
+    if work.global_batch % per_replica:
+        raise ShardplanError(f"global batch ({work.global_batch}) must be divisible by dp·microbatch "
+                             f"({lay.dp}·{lay.microbatch} = {per_replica})", field="microbatch")
+    if lay.ep > 1:
+        if model.moe is None:
+            raise ShardplanError(f"ep ({lay.ep}) needs a mixture-of-experts model; {model.name} is dense", field="ep")
+        if model.moe.num_experts % lay.ep:
+            raise ShardplanError(f"ep ({lay.ep}) must divide num_experts ({model.moe.num_experts}); allowed: "
+                                 f"{fmt_values(divisors(model.moe.num_experts))}", field="ep")
+        if (lay.dp * lay.cp) % lay.ep:
+            raise ShardplanError(f"ep ({lay.ep}) must divide dp·cp ({lay.dp * lay.cp}): experts are spread over "
+                                 "data-parallel ranks", field="ep")
+    if work.seq_len % lay.cp:
+        raise ShardplanError(f"cp ({lay.cp}) must divide seq_len ({work.seq_len})", field="cp")
+    if lay.zero_stage not in (0, 1, 2, 3):
+        raise ShardplanError(f"must be 0, 1, 2 or 3 (got {lay.zero_stage})", field="zero")
+    if lay.zero_stage >= 2 and lay.pp > 1:
+        raise ShardplanError(f"ZeRO stage {lay.zero_stage} shards gradients per microbatch and cannot run with "
+                             "pipeline parallelism (DeepSpeed); use zero ≤ 1 or pp = 1", field="zero")
+    if lay.recompute_layers is not None:
+        if lay.recompute != Recompute.FULL:
+            raise ShardplanError("recompute-layers needs --recompute full", field="recompute_layers")
+        if lay.recompute_layers < 1:
+            raise ShardplanError(f"must be ≥ 1 (got {lay.recompute_layers})", field="recompute_layers")
+    for name in ("offload_optimizer", "offload_weights", "offload_activations"):
+        v = getattr(lay, name)
+        if not 0.0 <= v <= 1.0:
+            raise ShardplanError(f"must be a fraction in [0, 1] (got {v})", field=name)
+
+
+@dataclass
+class SpaceRequest:
+    """What may vary: ``None`` means free, a value pins the knob (the CLI's layout flags)."""
+
+    num_gpus: int
+    tp: int | None = None
+    pp: int | None = None
+    dp: int | None = None
+    ep: int | None = None
+    cp: int | None = None
+    microbatch: int | None = None
+    interleave: int | None = None
+    recompute: Recompute | None = None
+    sequence_parallel: bool | None = None
+    zero_stage: int | None = None
+    max_tp: int = 8  # TP·CP within a node unless allowed otherwise
+    max_interleave: int = 8
+    max_cp: int = 1
+    min_cp_chunk: int = 4096  # tokens per rank below which CP is not considered (unless pinned)
+    batches: list[int] = field(default_factory=list)  # global batches to consider (default: the workload's)
+    max_batch: int | None = None  # instead: per layout, the largest batch ≤ this that its dp divides
+
+
+@dataclass
+class Space:
+    """Candidate layouts as columns (``rows.gb`` is each row's global batch) and what each rule pruned."""
+
+    rows: LayoutArrays
+    pruned: dict[str, int]
+
+
+def enumerate_layouts(model: ModelSpec, work: TrainWorkload, req: SpaceRequest) -> Space:
+    """Every valid layout of the request (before memory): the product of each knob's valid values."""
+    pruned: dict[str, int] = {}
+
+    def keep(values: list[int], pin: int | None, rule: str) -> list[int]:
+        if pin is None:
+            return values
+        if pin not in values:
+            pruned[rule] = pruned.get(rule, 0) + len(values)
+        return [v for v in values if v == pin]
+
+    n = req.num_gpus
+    # A pinned value bypasses the soft limits (TP within a node, CP chunk size, interleave cap).
+    tps = keep(valid_tp(model) if req.tp else [t for t in valid_tp(model) if t <= min(req.max_tp, n)],
+               req.tp, "tp pinned")
+    # Context parallelism only pays when each rank keeps a long chunk: below ~4k tokens the ring
+    # attention kernels are too short to hide the K/V exchange (Megatron-LM recommends CP from 8k+).
+    cps = [c for c in divisors(n) if work.seq_len % c == 0
+           and (req.cp or (c <= req.max_cp and (c == 1 or work.seq_len // c >= req.min_cp_chunk)))]
+    cps = keep(cps, req.cp, "cp pinned")
+    pps = keep([p for p in divisors(n) if p <= model.num_layers], req.pp, "pp pinned")
+    rcs = [Recompute(req.recompute)] if req.recompute is not None else list(Recompute)
+    sps = [req.sequence_parallel] if req.sequence_parallel is not None else [False, True]
+    zeros = [req.zero_stage] if req.zero_stage is not None else [0, 1, 2, 3]
+    batches = req.batches or [work.global_batch]
+    experts = model.moe.num_experts if model.moe else 1
+    cols: dict[str, list] = {k: [] for k in ("tp", "pp", "dp", "ep", "cp", "mb", "v", "rc", "sp", "zero", "gb")}
+    for tp, cp, pp in itertools.product(tps, cps, pps):
+        if tp * cp * pp > n or n % (tp * cp * pp) or (req.tp is None and tp * cp > req.max_tp):
+            continue
+        dp = n // (tp * cp * pp)
+        if req.dp is not None and dp != req.dp:
+            pruned["dp pinned"] = pruned.get("dp pinned", 0) + 1
+            continue
+        eps = [e for e in divisors(experts) if (dp * cp) % e == 0] if model.moe else [1]
+        eps = keep(eps, req.ep, "ep pinned")
+        top = max(req.max_interleave, req.interleave or 1)
+        vs = [v for v in range(1, top + 1) if v == 1 or (pp > 1 and pp * v <= model.num_layers)]
+        vs = keep(vs, req.interleave, "interleave pinned")
+        for gb in ([req.max_batch // dp * dp] if req.max_batch else batches):
+            if gb == 0:
+                pruned["dp larger than the batch"] = pruned.get("dp larger than the batch", 0) + 1
+                continue
+            if gb % dp:
+                pruned["batch not divisible by dp"] = pruned.get("batch not divisible by dp", 0) + 1
+                continue
+            mbs = keep(divisors(gb // dp), req.microbatch, "microbatch pinned")
+            for ep, v, mb, rc, sp, z in itertools.product(eps, vs, mbs, rcs, sps, zeros):
+                if sp and tp == 1:
+                    continue  # sequence parallelism is a no-op without TP
+                if z >= 2 and pp > 1:
+                    pruned["ZeRO-2/3 with pipeline"] = pruned.get("ZeRO-2/3 with pipeline", 0) + 1
+                    continue
+                for key, val in (("tp", tp), ("pp", pp), ("dp", dp), ("ep", ep), ("cp", cp), ("mb", mb), ("v", v),
+                                 ("rc", RECOMPUTE_CODE[rc]), ("sp", int(sp)), ("zero", z), ("gb", gb)):
+                    cols[key].append(val)
+    arr = {k: np.array(v, dtype=np.int64) for k, v in cols.items()}
+    size = len(arr["tp"])
+    zeros_f = np.zeros(size)
+    rows = LayoutArrays(tp=arr["tp"], pp=arr["pp"], dp=arr["dp"], ep=arr["ep"], cp=arr["cp"], mb=arr["mb"],
+                        v=arr["v"], rc=arr["rc"], rk=np.full(size, 10**9, dtype=np.int64), sp=arr["sp"],
+                        zero=arr["zero"], f_opt=zeros_f, f_w=zeros_f.copy(), f_act=zeros_f.copy(), gb=arr["gb"])
+    return Space(rows, pruned)
+
+
+def row_keys(columns: list[np.ndarray]) -> np.ndarray:
+    """One int64 per row, equal exactly when the rows are equal in every column (mixed-radix code of each
+    column's rank among its distinct values): a fast stand-in for ``np.unique(..., axis=0)``."""
+    key = np.zeros(len(columns[0]), dtype=np.int64)
+    radix = 1
+    for col in columns:
+        values, inverse = np.unique(col, return_inverse=True)
+        if radix * len(values) >= 2**62:
+            # too many combinations for one int64: fall back to ranks of whole rows
+            return np.unique(np.stack(columns, axis=1), axis=0, return_inverse=True)[1].astype(np.int64).ravel()
+        key += inverse.astype(np.int64).ravel() * radix
+        radix *= len(values)
+    return key

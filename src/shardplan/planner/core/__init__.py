@@ -1,0 +1,1 @@
+"""Shared by every planner: float→integer scaling, the CP-SAT row selector, pin checks."""

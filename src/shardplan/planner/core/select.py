@@ -1,0 +1,107 @@
+"""CP-SAT as a selector over a cost table, and the numpy brute force it must agree with.
+
+Model (rows r = 1..R of a pre-filtered table, c_r = integer objective coefficient):
+
+    minimise   Σ_r c_r · pick_r
+    subject to (1) Σ_r pick_r = 1                      exactly one layout
+               (2) pick_r = 0 for every r already chosen (top-k: no-good cuts)
+
+``c_r = objective_r · R + rank_r`` makes ties deterministic (``scaling.lexicographic``). Infeasible rows
+never reach the model: numpy drops them, and ``explain_infeasible`` builds a second model with one
+assumption literal per requirement to name the binding ones.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from shardplan.planner.core.scaling import lexicographic
+
+
+@dataclass
+class Selection:
+    """Chosen row indices (best first), with CP-SAT's status and timing for each solve."""
+
+    indices: list[int]
+    statuses: list[str]
+    objective: list[int]
+    bound: list[float]
+    build_s: float
+    solve_s: float
+    num_rows: int
+    progress: list[tuple[float, float]] = field(default_factory=list)  # (seconds, objective) improvements
+
+
+def brute_force(primary: np.ndarray, rank: np.ndarray, k: int = 1) -> list[int]:
+    """The reference: rows sorted by (primary, rank), first k."""
+    order = np.lexsort((rank, primary))
+    return [int(i) for i in order[:k]]
+
+
+def select(primary: np.ndarray, rank: np.ndarray, *, k: int = 1, time_limit_s: float = 30.0, seed: int = 0,
+           hint: int | None = None, label: Callable[[int], str] | None = None) -> Selection:
+    """Pick the k best rows with CP-SAT (one worker, fixed seed: deterministic)."""
+    from ortools.sat.python import cp_model
+
+    t0 = time.perf_counter()
+    coeffs = lexicographic(primary, rank)
+    model = cp_model.CpModel()
+    name = label or (lambda i: f"pick[{i}]")
+    picks = [model.new_bool_var(name(i)) for i in range(len(coeffs))]
+    model.add_exactly_one(picks)  # (1)
+    model.minimize(cp_model.LinearExpr.weighted_sum(picks, coeffs))
+    if hint is not None:
+        model.add_hint(picks[hint], 1)
+    build = time.perf_counter() - t0
+
+    solver = cp_model.CpSolver()
+    solver.parameters.max_time_in_seconds = time_limit_s
+    solver.parameters.num_workers = 1
+    solver.parameters.random_seed = seed
+    out = Selection([], [], [], [], build, 0.0, len(coeffs))
+    t1 = time.perf_counter()
+    for _ in range(min(k, len(coeffs))):
+        status = solver.solve(model)
+        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            break
+        chosen = next(i for i, p in enumerate(picks) if solver.boolean_value(p))
+        out.indices.append(chosen)
+        out.statuses.append("optimal" if status == cp_model.OPTIMAL else "feasible")
+        out.objective.append(int(round(solver.objective_value)))
+        out.bound.append(solver.best_objective_bound)
+        model.add(picks[chosen] == 0)  # (2)
+        if hint is not None:
+            model.clear_hints()
+    out.solve_s = time.perf_counter() - t1
+    return out
+
+
+def explain_infeasible(violations: dict[str, np.ndarray]) -> list[str]:
+    """Requirements that together leave no row: ``violations[req][r]`` is True when row r breaks req.
+
+    One assumption literal per requirement; each row's pick implies the negation of every requirement it
+    breaks. CP-SAT's ``sufficient_assumptions_for_infeasibility`` names a subset that cannot all hold.
+    """
+    from ortools.sat.python import cp_model
+
+    model = cp_model.CpModel()
+    reqs = {name: model.new_bool_var(f"req[{name}]") for name in violations}
+    n = len(next(iter(violations.values()))) if violations else 0
+    picks = [model.new_bool_var(f"pick[{i}]") for i in range(n)]
+    model.add_exactly_one(picks)
+    for req, broken in violations.items():
+        for i in np.flatnonzero(broken):
+            model.add_implication(picks[int(i)], ~reqs[req])
+    model.add_assumptions(list(reqs.values()))
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 1  # assumptions need a single worker
+    solver.parameters.max_time_in_seconds = 10.0
+    status = solver.solve(model)
+    if status != cp_model.INFEASIBLE:
+        return []
+    core = set(solver.sufficient_assumptions_for_infeasibility())
+    return [name for name, lit in reqs.items() if lit.index in core]

@@ -1,0 +1,1 @@
+"""The training planner: request, cost table → CP-SAT choice (``solve``), schemas, explanations and fixes."""
