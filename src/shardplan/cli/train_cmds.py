@@ -316,6 +316,7 @@ def train(
         offload=offload, max_cp=max_cp, cross_node_tp=cross_node_tp, top_k=top_k,
         time_limit_s=time_limit, uniform_stages=uniform_stages,
         single_recompute_count=export is not None,  # Megatron and torchtitan take one recompute count
+        zero3_with_pp=export is None or export == "torchtitan",  # only torchtitan runs FSDP under PP
     )
     with solving(f"planning {spec.name} on {n} GPUs…", enabled=not as_json):
         plan = plan_training(req)

@@ -131,6 +131,12 @@ def _zero_and_offload(t: TrainTarget, args: Args, notes: list[str]) -> list[str]
             f"Megatron-LM cannot keep {p.offload.weights:.0%} of the weights on the CPU during training "
             "(it has no weight offload flag): re-plan with --offload-weights 0, or export to deepspeed "
             "(ZeRO-3 offload_param)", field="export")
+    if p.zero_stage >= 2 and p.pp > 1:
+        # Megatron-FSDP has no pipeline support at the pinned commit (mcore_fsdp_adapter.py: MFSDP v2 raises on
+        # pipeline_model_parallel_size != 1; v1 has no PP test): torchtitan runs FSDP under PP.
+        raise ShardplanError(f"Megatron-LM cannot combine ZeRO-{p.zero_stage} (Megatron-FSDP) with pipeline "
+                             f"parallelism (PP={p.pp}): re-plan with --export megatron (prunes it), pin --zero 1, "
+                             "or export to torchtitan", field="export")
     if p.zero_stage >= 2:
         strategy = "optim_grads" if p.zero_stage == 2 else "optim_grads_params"
         header.append(f"ZeRO-{p.zero_stage} has no Megatron flag of its own: Megatron-FSDP with "

@@ -32,6 +32,17 @@ def check_dtype(work: TrainWorkload, gpu: GpuSpec) -> None:
                              "use bf16 or fp8", field="dtype")
 
 
+# ZeRO with pipeline parallelism. DeepSpeed's pipeline engine rejects ZeRO-2/3 (runtime/pipe/engine.py: "ZeRO-2
+# and ZeRO-3 are incompatible with pipeline parallelism"); Megatron-FSDP has no pipeline support (Megatron-LM
+# d98e8a6 megatron/core/distributed/fsdp/mcore_fsdp_adapter.py: MFSDP v2 raises on pipeline_model_parallel_size
+# != 1; v1 has no PP test or documentation). torchtitan runs FSDP2 under PP (pytorch/torchtitan@b5bcd76
+# torchtitan/distributed/fsdp.py get_fsdp_reshard_after_forward_policy: "default" → not pp_enabled, so weights
+# stay gathered across microbatches): that is the ZeRO-3 row with pp > 1. ZeRO-2 with PP would be the same
+# runtime (FSDP2 without resharding after forward), so only ZeRO-3 represents it.
+ZERO2_PP = ("ZeRO-2 cannot run with pipeline parallelism: DeepSpeed rejects it, and FSDP under PP (torchtitan) is "
+            "--zero 3; use zero 0, 1 or 3, or pp = 1")
+
+
 def validate_layout(model: ModelSpec, num_gpus: int, work: TrainWorkload, lay: TrainLayout) -> None:
     """Raise ``ShardplanError`` naming the first rule the pinned layout breaks."""
     for name in ("tp", "pp", "dp", "ep", "cp", "microbatch", "interleave"):
@@ -82,9 +93,8 @@ def validate_layout(model: ModelSpec, num_gpus: int, work: TrainWorkload, lay: T
         raise ShardplanError(f"cp ({lay.cp}) must divide seq_len ({work.seq_len})", field="cp")
     if lay.zero_stage not in (0, 1, 2, 3):
         raise ShardplanError(f"must be 0, 1, 2 or 3 (got {lay.zero_stage})", field="zero")
-    if lay.zero_stage >= 2 and lay.pp > 1:
-        raise ShardplanError(f"ZeRO stage {lay.zero_stage} shards gradients per microbatch and cannot run with "
-                             "pipeline parallelism (DeepSpeed); use zero ≤ 1 or pp = 1", field="zero")
+    if lay.zero_stage == 2 and lay.pp > 1:
+        raise ShardplanError(ZERO2_PP, field="zero")
     if lay.recompute_layers is not None:
         if lay.recompute != Recompute.FULL:
             raise ShardplanError("recompute-layers needs --recompute full", field="recompute_layers")
@@ -119,6 +129,7 @@ class SpaceRequest:
     batches: list[int] = field(default_factory=list)  # global batches to consider (default: the workload's)
     max_batch: int | None = None  # instead: per layout, the largest batch ≤ this that its dp divides
     gpu_memory_bytes: float | None = None  # prunes microbatches whose one-layer input alone exceeds it
+    zero3_with_pp: bool = True  # False: the target framework cannot shard weights under PP (Megatron, DeepSpeed)
 
 
 @dataclass
@@ -192,8 +203,12 @@ def enumerate_layouts(model: ModelSpec, work: TrainWorkload, req: SpaceRequest) 
             for (etp, ep), v, mb, rc, sp, z in itertools.product(eps, vs, mbs, rcs, sps, zeros):
                 if sp and tp == 1:
                     continue  # sequence parallelism is a no-op without TP
-                if z >= 2 and pp > 1:
-                    pruned["ZeRO-2/3 with pipeline"] = pruned.get("ZeRO-2/3 with pipeline", 0) + 1
+                if z == 2 and pp > 1:
+                    pruned["ZeRO-2 with pipeline"] = pruned.get("ZeRO-2 with pipeline", 0) + 1
+                    continue
+                if z == 3 and pp > 1 and not req.zero3_with_pp:
+                    pruned["ZeRO-3 with pipeline (export target)"] = (
+                        pruned.get("ZeRO-3 with pipeline (export target)", 0) + 1)
                     continue
                 for key, val in (("tp", tp), ("pp", pp), ("dp", dp), ("ep", ep), ("cp", cp), ("mb", mb), ("v", v),
                                  ("rc", RECOMPUTE_CODE[rc]), ("sp", int(sp)), ("zero", z), ("gb", gb),

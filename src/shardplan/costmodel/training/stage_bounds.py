@@ -7,11 +7,11 @@ included, exposed offload traffic is not (it is never negative). Time and memory
 and recomputed layers (``stage_split``'s per-rank costs), so ``g_i`` is convex piecewise linear and the best
 split's slowest rank is at least the smallest ``T`` with ``Σ_i max{n integer : g_i(n) ≤ T} ≥ L`` (``k``
 continuous: a relaxation), found by bisection. Where the recompute term is not exact it is left out (a weaker bound):
-activation offload can replace recompute, the ZeRO-3 gathered buffer is not affine in layers, and rank 0's
+activation offload can replace recompute, ZeRO-3's gathered unit (without PP) is not affine in layers, and rank 0's
 dense-first layers make its per-layer averages vary.
 
 Each rank also holds at most the layers that fit its memory with the fewest-memory choices.
-``pipeline ≥ (m + (p−1)/v)·T`` and rank 0's tail ≥ the optimizer step of its fewest layers.
+``pipeline ≥ (m + (p−1)/v)·T`` and rank 0's tail ≥ ``step.tail_floor`` of its fewest layers.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from shardplan.costmodel.training.evaluate import gpu_capacity
 from shardplan.costmodel.training.layout import LayoutArrays, TrainWorkload
 from shardplan.costmodel.training.stage_split import min_first_layers, rank_shape
 from shardplan.costmodel.training.stages import kind_costs
-from shardplan.costmodel.training.step import _optimizer_time, _stage
+from shardplan.costmodel.training.step import _stage, fsdp_under_pp, tail_floor
 from shardplan.hardware.spec import SystemSpec
 from shardplan.models.spec import ModelSpec
 
@@ -63,13 +63,15 @@ def stage_lower_bounds(model: ModelSpec, system: SystemSpec, work: TrainWorkload
     t0 = a0.fwd_s + a0.bwd_s
     slope = (a1.fwd_s + a1.bwd_s) - t0
     cap = gpu_capacity(system, work)
+    # ZeRO-3 without PP gathers one unit at a time (a buffer not affine in layers); under PP it keeps the stage
+    gathers = (sub.zero >= 3) & ~fsdp_under_pp(sub)
     # Memory with the fewest-memory choices, for the fit test: everything or nothing recomputed (where free) with
     # every offloadable activation on the CPU. A recomputed layer's activations are live during its backward and
     # cannot be offloaded, so with offload nothing recomputed can take less memory than everything.
     def most_layers(m_lo: np.ndarray, m_lo1: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         grow = m_lo1 - m_lo
         spare = np.divide(cap - m_lo, grow, out=np.full(len(row), np.inf), where=grow > 0)
-        most = np.where(sub.zero >= 3, hi, np.minimum(hi, lo + np.floor(spare * (1 + 1e-9) + 1e-9)))
+        most = np.where(gathers, hi, np.minimum(hi, lo + np.floor(spare * (1 + 1e-9) + 1e-9)))
         return most, m_lo <= cap * (1 + 1e-12)
 
     most, rank_ok = most_layers(stage(ctx_all, lo).total, r1.total)
@@ -78,8 +80,8 @@ def stage_lower_bounds(model: ModelSpec, system: SystemSpec, work: TrainWorkload
         most, rank_ok = np.where(ok_f & (~rank_ok | (most_f > most)), most_f, most), rank_ok | ok_f
     fit = np.bincount(row, weights=~rank_ok, minlength=n_rows) == 0
     fit &= np.bincount(row, weights=np.where(rank_ok, most, 0), minlength=n_rows) >= L
-    # Recompute term: exact only without offload, without ZeRO-3's gathered buffer, off rank 0 of dense-first.
-    exact = recompute & (not allow_offload) & (sub.zero < 3) & ~((rank == 0) & (min_first_layers(model) > 0))
+    # Recompute term: exact only without offload, without ZeRO-3's gathered unit, off rank 0 of dense-first.
+    exact = recompute & (not allow_offload) & ~gathers & ~((rank == 0) & (min_first_layers(model) > 0))
     r = np.where(exact, ((r1.fwd_s + r1.bwd_s) - (a1.fwd_s + a1.bwd_s)) / (lo + 1), 0.0)
     # Memory one more recomputed layer frees (the marginal saving: recomputing all lo + 1 layers vs lo of them).
     # The first recomputed layer also costs a transient (its activations during its backward), so the average
@@ -120,7 +122,7 @@ def stage_lower_bounds(model: ModelSpec, system: SystemSpec, work: TrainWorkload
     factor = (rows.gb / (rows.dp * rows.mb)) + (rows.pp - 1) / rows.v
     first = rank == 0
     tail = np.zeros(n_rows)
-    tail[row[first]] = _optimizer_time(ctx_fix, a0)[first]
+    tail[row[first]] = tail_floor(ctx_fix, a0)[first]
     return np.where(fit, factor * low + tail, np.inf)
 
 
@@ -128,7 +130,7 @@ def stage_lower_bounds(model: ModelSpec, system: SystemSpec, work: TrainWorkload
 def average_lower_bounds(model: ModelSpec, system: SystemSpec, work: TrainWorkload, rows: LayoutArrays, *,
                          free_recompute: bool) -> np.ndarray:
     """A cheaper, weaker bound (no memory): the slowest rank is at least the average of the ranks' fastest
-    work (layer work adds up over ranks), plus rank 0's smallest optimizer step."""
+    work (layer work adds up over ranks), plus rank 0's smallest tail (``step.tail_floor``)."""
     n = len(rows)
     recompute = (rows.rc == 2) & free_recompute
     fast = rows.replace(rk=np.where(recompute, 0, rows.rk), f_act=np.zeros(n))
@@ -150,4 +152,4 @@ def average_lower_bounds(model: ModelSpec, system: SystemSpec, work: TrainWorklo
     everything, _ = work_of(zero, np.full(n, float(model.num_layers)))
     total = c_first + c_last + np.maximum(p - 2, 0) * c_mid + (everything - c_first)
     _, st0 = work_of(zero, np.maximum(v, min_first_layers(model)))
-    return (m + (p - 1) / v) * total / p + _optimizer_time(ctx, st0)
+    return (m + (p - 1) / v) * total / p + tail_floor(ctx, st0)

@@ -113,6 +113,11 @@ def weight_bytes(work: TrainWorkload) -> float:
     return DTYPE_BYTES["fp32"] if work.dtype == "fp32" else DTYPE_BYTES["bf16"]
 
 
+def fsdp_under_pp(r: LayoutArrays) -> np.ndarray:
+    """Rows running FSDP (ZeRO-3) under pipeline parallelism: weights gathered once per step and kept."""
+    return (r.zero >= 3) & (r.pp > 1)
+
+
 def param_memory(ctx: Ctx, dense: np.ndarray, expert: np.ndarray, *, offloaded: bool = True
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """GPU bytes of weights, gradients and optimizer state for ``dense`` + ``expert`` parameters held.
@@ -120,6 +125,12 @@ def param_memory(ctx: Ctx, dense: np.ndarray, expert: np.ndarray, *, offloaded: 
     ZeRO-1/2/3 shard optimizer state / + gradients / + weights over the data-parallel group (dp·cp;
     experts over the expert-data-parallel group, tp·cp·dp/(etp·ep)) (Rajbhandari et al. 2020); offloaded
     fractions live on the CPU instead.
+
+    ZeRO-3 with pipeline parallelism is torchtitan's FSDP2 under PP (``space.ZERO2_PP``): weights are not
+    resharded after forward nor after backward until the stage's last microbatch (torch pipelining
+    ``backward_maybe_with_nosync``: ``set_reshard_after_backward(False)``, ``set_requires_gradient_sync(False)``),
+    so the stage's unsharded weights stay gathered through the step, on top of their shards, and gradients
+    accumulate unsharded (FSDP2 keeps them in the reduce dtype) until one reduce-scatter after the last backward.
     """
     r, w = ctx.rows, ctx.work
     dpz = (r.dp * r.cp).astype(float)
@@ -130,8 +141,9 @@ def param_memory(ctx: Ctx, dense: np.ndarray, expert: np.ndarray, *, offloaded: 
 
     keep_w = (1 - r.f_w) if offloaded else 1.0
     keep_o = (1 - r.f_opt) if offloaded else 1.0
-    weights = sharded(3) * weight_bytes(w) * keep_w
-    grads = sharded(2) * DTYPE_BYTES[w.grad_dtype]
+    held = fsdp_under_pp(r)
+    weights = sharded(3) * weight_bytes(w) * keep_w + np.where(held, (dense + expert) * weight_bytes(w), 0.0)
+    grads = np.where(held, dense + expert, sharded(2)) * DTYPE_BYTES[w.grad_dtype]
     optimizer = sharded(1) * w.optimizer_state_bytes * keep_o
     return weights, grads, optimizer
 
@@ -207,7 +219,7 @@ def _stage(ctx: Ctx, k: dict[str, KindCost], shape: StageShape, m: np.ndarray) -
 
     layer_unit = layer_sum(k, counts, lambda c: c.params.dense + c.params.expert) / np.maximum(n, 1)
     largest = np.maximum(layer_unit, np.maximum(emb * unit("embedding"), head * unit("head")))
-    gathered = np.where(r.zero >= 3, largest * w_bytes, 0.0)
+    gathered = np.where((r.zero >= 3) & ~fsdp_under_pp(r), largest * w_bytes, 0.0)  # under PP: all kept (weights)
     activations = stored * inflight * (1 - r.f_act) + working + gathered
     framework = np.broadcast_to(framework_memory(ctx), np.shape(activations)).astype(float)
 
@@ -228,6 +240,27 @@ def _stage(ctx: Ctx, k: dict[str, KindCost], shape: StageShape, m: np.ndarray) -
 # only after the backward has finished, and the first bucket's parameter gather must land before the forward.
 BUCKET_MIN_PARAMS = 40_000_000
 BUCKET_PARAMS_PER_DP_RANK = 1_000_000
+
+
+def fsdp_collectives(ctx: Ctx, params: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
+    """ZeRO-3's collectives over the data-parallel ranks (dp·cp, rail-aligned or across nodes as the software
+    places them) for ``params`` held: the all-gather of the bf16 weights, the reduce-scatter of the gradients in
+    the reduce dtype, and the share of an overlappable gather that prefetching hides (0 without prefetching)."""
+    r, w, s = ctx.rows, ctx.work, ctx.system
+    n = (r.dp * r.cp).astype(float)
+    z_stride = r.tp if s.software.zero3_rail_parallel else np.full_like(r.tp, s.gpus_per_node)
+    ag = comm.all_gather_time(s, params * DTYPE_BYTES["bf16"], n, z_stride)
+    rs = comm.reduce_scatter_time(s, params * DTYPE_BYTES[w.grad_reduce_dtype or w.grad_dtype], n, z_stride)
+    f = s.software.zero3_overlap_fraction if s.software.overlap_param_gather else 0.0
+    return np.where(n > 1, ag, 0.0), np.where(n > 1, rs, 0.0), f
+
+
+def tail_floor(ctx: Ctx, st: StageCost) -> np.ndarray:
+    """A lower bound on rank 0's tail (gradient sync, ZeRO-3 gathers, optimizer step) for every layer count at
+    least ``st``'s: the optimizer step, plus under FSDP with PP the exposed reduce-scatter and the part of the
+    gather no forward can hide, ``(1 − f)·AG`` (``_data_parallel``); each grows with the parameters held."""
+    ag, rs, f = fsdp_collectives(ctx, st.params)
+    return _optimizer_time(ctx, st) + np.where(fsdp_under_pp(ctx.rows), rs + (1 - f) * ag, 0.0)
 
 
 def _data_parallel(ctx: Ctx, st: StageCost, m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -275,14 +308,23 @@ def _data_parallel(ctx: Ctx, st: StageCost, m: np.ndarray) -> tuple[np.ndarray, 
     # can hide only behind the forward and the backward's gathers and reduce-scatters only behind the
     # backward; of that overlappable part the measured share ``zero3_overlap_fraction`` hides (Primus measured
     # 93% for FSDP; the presets keep 0.8). Without prefetching all of it is exposed.
+    z_ag, pp_rs, f = fsdp_collectives(ctx, st.params)
     z_stride = stride if s.software.zero3_rail_parallel else np.full_like(stride, s.gpus_per_node)
-    z_ag = comm.all_gather_time(s, st.params * p_bytes, n, z_stride)
     z_rs = comm.reduce_scatter_time(s, st.params * z3_g_bytes, n, z_stride)
     bwd_comm = z_ag * (1 + (r.rc == 2)) + z_rs
-    f = s.software.zero3_overlap_fraction if s.software.overlap_param_gather else 0.0
     per_mb = z_ag - f * np.minimum(z_ag, st.fwd_s) + bwd_comm - f * np.minimum(bwd_comm, st.bwd_s)
     z3 = np.where(r.zero >= 3, m * per_mb, 0.0)
-    return np.where((n > 1) & (r.zero < 3), sync, 0.0), np.where(n > 1, z3, 0.0)
+    # ZeRO-3 under PP (torchtitan FSDP2, ``fsdp_under_pp``): the weights are gathered once per step, before the
+    # first microbatch's forward, layer by layer under it (FSDP2's prefetch: the forward term above, once), and
+    # the gradients are reduce-scattered once, in the reduce dtype (torchtitan mixed_precision_reduce = float32,
+    # torchtitan/config/configs.py), after the stage's last backward: torch pipelining runs FSDP's post-backward
+    # only once that backward has finished (pytorch@88fa1e7 torch/distributed/pipelining/stage.py
+    # backward_maybe_with_nosync; later versions schedule it as a REDUCE_GRAD action after all microbatches),
+    # so nothing overlaps it.
+    pp_fsdp = fsdp_under_pp(r)
+    z3 = np.where(pp_fsdp, z_ag - f * np.minimum(z_ag, st.fwd_s), z3)
+    sync = np.where(pp_fsdp, pp_rs, sync)
+    return np.where((n > 1) & ((r.zero < 3) | pp_fsdp), sync, 0.0), np.where(n > 1, z3, 0.0)
 
 
 def optimizer_bytes_per_param(work: TrainWorkload) -> float:

@@ -45,6 +45,7 @@ class TrainRequest(BaseModel):
     cross_node_tp: bool = False
     uniform_stages: bool = False  # True: today's even split; False: per-stage layers/recompute/offload (CP-SAT)
     single_recompute_count: bool = False  # one full-recompute count on every rank (what an export can express)
+    zero3_with_pp: bool = True  # False: ZeRO-3 with PP pruned (Megatron-LM and DeepSpeed exports cannot run it)
     top_k: Annotated[int, Field(ge=1, le=50)] = 1
     time_limit_s: Annotated[float, Field(gt=0)] = 30.0
     seed: int = 0
@@ -78,5 +79,5 @@ def space_request(req: TrainRequest) -> SpaceRequest:
         max_interleave=max(req.max_interleave, req.interleave or 1),
         max_cp=max(req.max_cp, req.cp or 1),
         max_batch=None if req.fixed_global_batch else req.max_global_batch,
-        gpu_memory_bytes=float(req.system.gpu.memory_bytes),
+        gpu_memory_bytes=float(req.system.gpu.memory_bytes), zero3_with_pp=req.zero3_with_pp,
     )
