@@ -26,7 +26,13 @@ from shardplan.planner.training.explain import comparisons, explanation, infeasi
 from shardplan.planner.training.rank import tie_rank
 from shardplan.planner.training.request import TrainRequest, check_pins, space_request
 from shardplan.planner.training.schema import Alternative, SolverOut, TrainPlan
-from shardplan.planner.training.stage_search import search_stages, stage_plan_report, stage_sentence, with_stage_search
+from shardplan.planner.training.stage_search import (
+    row_report,
+    search_stages,
+    stage_plan_report,
+    stage_sentence,
+    with_stage_search,
+)
 
 LAYOUT_KEY = ("tp", "pp", "dp", "ep", "cp", "mb", "v", "rc", "sp", "zero", "gb")
 
@@ -153,13 +159,17 @@ def plan_training(req: TrainRequest, *, explain: bool = True) -> TrainPlan:
             rows_all = rows_all[~offloaded[rows_all]]  # offload stays a last resort
         stages = search_stages(req, table, rows_all, chosen[0], per_seq, time_limit_s=req.time_limit_s)
         best = stage_plan_report(req, table, stages, best, report)
-    alts = []
-    for k, i in enumerate(chosen[1:], start=2):
-        rep = report(i)
-        alts.append(Alternative(rank=k, plan=rep.plan, step_time_s=rep.metrics.step_time_s,
-                                tokens_per_s=rep.metrics.tokens_per_s,
-                                delta_pct=100 * (best.metrics.tokens_per_s / rep.metrics.tokens_per_s - 1),
-                                memory_bytes=rep.memory.total_bytes))
+    # Alternatives: the next distinct layouts of the selection (the plan's own layout left out, wherever the
+    # per-stage search found it), each as a plan prints it (per-stage optimum or named uniform split), by score.
+    won = stages.row if stages is not None else chosen[0]
+    same = row_keys([getattr(table.rows, k)[[won, *chosen]] for k in LAYOUT_KEY])
+    others = [i for i, key in zip(chosen, same[1:], strict=True) if key != same[0]][:req.top_k - 1]
+    reps = [row_report(req, table, i, report) if stages is not None else report(i) for i in others]
+    reps.sort(key=lambda rep: rep.metrics.step_time_s / (rep.plan.global_batch if per_seq else 1))
+    alts = [Alternative(rank=k, plan=rep.plan, step_time_s=rep.metrics.step_time_s,
+                        tokens_per_s=rep.metrics.tokens_per_s,
+                        delta_pct=100 * (best.metrics.tokens_per_s / rep.metrics.tokens_per_s - 1),
+                        memory_bytes=rep.memory.total_bytes) for k, rep in enumerate(reps, start=2)]
     status = sel.statuses[0]
     explained = explanation(best, report(base) if base is not None else None, _without_recompute(req, best))
     if stages is not None:

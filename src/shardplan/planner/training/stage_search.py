@@ -24,9 +24,10 @@ from shardplan.costmodel.training.stage_split import (
     StageSplitCost,
     evaluate_split,
     kinds_of_row,
+    supports_stage_split,
     uniform_split,
 )
-from shardplan.costmodel.training.stages import kind_costs
+from shardplan.costmodel.training.stages import KindCost, kind_costs
 from shardplan.costmodel.training.table import TrainTable
 from shardplan.planner.training.request import TrainRequest
 from shardplan.planner.training.schema import SolverOut, StageSearchOut
@@ -51,6 +52,26 @@ class StageSearch:
 
 def _score(step_s: float, gb: int, per_seq: bool) -> float:
     return step_s / gb if per_seq else step_s
+
+
+def solve_row(req: TrainRequest, table: TrainTable, i: int, *, time_limit_s: float, upper_bound_s: float | None = None,
+              kinds: dict[str, KindCost] | None = None) -> tuple[StageSplitCost | None, StageChoice | None]:
+    """The per-stage optimum of table row ``i`` under the request's constraints (recompute pinned or free, one
+    count for every rank when exporting, offload as allowed), evaluated by the cost model; (None, None) when no
+    per-stage plan fits or beats ``upper_bound_s`` (a step time without the overhead factor)."""
+    r = table.rows
+    lay = r.row(i)
+    w = req.workload.model_copy(update={"global_batch": int(r.gb[i])})
+    offloaded = bool(r.f_opt[i] + r.f_w[i] + r.f_act[i] > 0)
+    space = StageSpace(req.model, req.system, w, lay, allow_offload=req.offload == "on" or offloaded,
+                       single_recompute=req.single_recompute_count,
+                       free_recompute=req.recompute_layers is None and req.recompute is None, kinds=kinds or {})
+    choice = solve_stages(space, time_limit_s=time_limit_s, seed=req.seed, upper_bound_s=upper_bound_s)
+    if choice is None:
+        return None, None
+    split = evaluate_split(req.model, req.system, w, lay, choice.layers, choice.recompute_layers, choice.offload_pct,
+                           space.kinds)
+    return split, choice
 
 
 def search_stages(req: TrainRequest, table: TrainTable, rows: np.ndarray, best_row: int, per_seq: bool, *,
@@ -80,7 +101,6 @@ def search_stages(req: TrainRequest, table: TrainTable, rows: np.ndarray, best_r
     slot = {int(j): q for q, j in enumerate(maybe)}
     solved = bounded = 0
     status = "optimal"
-    single = req.single_recompute_count
     for pos, j in enumerate(order):
         if lb[j] >= incumbent * (1 - 1e-9):
             bounded = len(order) - pos
@@ -90,22 +110,15 @@ def search_stages(req: TrainRequest, table: TrainTable, rows: np.ndarray, best_r
             status = "feasible"
             break
         i = int(deep[j])
-        lay = r.row(i)
         gb = int(r.gb[i])
-        w = work.model_copy(update={"global_batch": gb})
-        offloaded = bool(r.f_opt[i] + r.f_w[i] + r.f_act[i] > 0)
-        kinds = kinds_of_row(batch, slot[int(j)], len(maybe))
-        space = StageSpace(model, system, w, lay, allow_offload=req.offload == "on" or offloaded,
-                           single_recompute=single, free_recompute=free, kinds=kinds)
         bound_s = incumbent * (gb if per_seq else 1) / overhead
-        choice = solve_stages(space, time_limit_s=left, seed=req.seed, upper_bound_s=bound_s)
+        split, choice = solve_row(req, table, i, time_limit_s=left, upper_bound_s=bound_s,
+                                  kinds=kinds_of_row(batch, slot[int(j)], len(maybe)))
         solved += 1
-        if choice is None:
+        if choice is None or split is None:
             continue
         if choice.status != "optimal":
             status = "feasible"
-        split = evaluate_split(model, system, w, lay, choice.layers, choice.recompute_layers, choice.offload_pct,
-                               kinds)
         score = _score(split.step_time_s, gb, per_seq)
         if split.fits and score < incumbent:
             incumbent, best = score, (i, split, choice)
@@ -129,6 +142,22 @@ def stage_plan_report(req: TrainRequest, table: TrainTable, search: StageSearch,
     lay = table.rows.row(i)
     w = req.workload.model_copy(update={"global_batch": int(table.rows.gb[i])})
     return split_report(req.model, req.system, req.num_gpus, w, lay, search.split, base)
+
+
+def row_report(req: TrainRequest, table: TrainTable, i: int, report: Callable[[int], TrainReport]) -> TrainReport:
+    """Row ``i`` as a plan prints it (a ``--top-k`` alternative): its per-stage optimum when that beats its uniform
+    split, else the uniform split, named (``stage_layers``) either way, so the numbers are ``estimate train`` of the
+    layout with those stage layers. Without per-stage search or a pipeline: ``report(i)``."""
+    base = report(i)
+    r = table.rows
+    if req.uniform_stages or not supports_stage_split(req.model) or r.pp[i] == 1 or base.plan is None:
+        return base
+    split, _ = solve_row(req, table, i, time_limit_s=req.time_limit_s)
+    if split is None or not split.fits or base.metrics is None or split.step_time_s >= base.metrics.step_time_s:
+        uniform = uniform_split(req.model.num_layers, int(r.pp[i]))
+        return base.model_copy(update={"plan": base.plan.model_copy(update={"stage_layers": uniform})})
+    w = req.workload.model_copy(update={"global_batch": int(r.gb[i])})
+    return split_report(req.model, req.system, req.num_gpus, w, r.row(i), split, base)
 
 
 def with_stage_search(solver: SolverOut, search: StageSearch) -> SolverOut:
