@@ -75,3 +75,21 @@ def test_megatron_and_deepspeed_exports_refuse_zero3_with_pipeline(fmt: str) -> 
         export_train(fmt, target)
     text = export_train("torchtitan", target).text
     assert "pipeline_parallel_degree = 2" in text and "data_parallel_shard_degree = 8" in text
+
+
+TRAIN = ["train", "--model", "llama-3.1-8b", "--hardware", "dgx-h100", "--gpus", "16", "--global-batch", "64",
+         "--seq-len", "4096", "--pp", "2", "--zero", "3"]
+
+
+def test_train_plans_zero3_with_pipeline_for_torchtitan_only(run_cli, tmp_path) -> None:
+    """Pinned ZeRO-3 and PP 2: planned (and exported) for torchtitan; for Megatron-LM and DeepSpeed one line
+    naming the field, exit 2."""
+    out = tmp_path / "job.toml"
+    r = run_cli(*TRAIN, "--export", "torchtitan", "--output", str(out))
+    assert r.code == 0, r.err
+    assert "pipeline_parallel_degree = 2" in out.read_text()
+    for fmt in ("megatron", "deepspeed"):
+        r = run_cli(*TRAIN, "--export", fmt)
+        assert r.code == 2 and "zero" in r.err and "torchtitan" in r.err and "Traceback" not in r.err
+    r = run_cli(*TRAIN[:-1], "2")
+    assert r.code == 2 and "ZeRO-2 cannot run with pipeline" in r.err

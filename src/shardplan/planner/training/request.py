@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from shardplan.costmodel.core.layouts import divisors
 from shardplan.costmodel.training.layout import Recompute, TrainWorkload
-from shardplan.costmodel.training.space import SpaceRequest, check_dtype, valid_tp
+from shardplan.costmodel.training.space import ZERO2_PP, SpaceRequest, check_dtype, valid_tp
 from shardplan.errors import ShardplanError
 from shardplan.hardware.spec import SystemSpec
 from shardplan.models.spec import ModelSpec
@@ -64,6 +64,11 @@ def check_pins(req: TrainRequest) -> None:
     if req.etp is not None:
         require_allowed("etp", req.etp, divisors(n) if m.moe else ([req.tp] if req.tp else []))
     require_allowed("zero", req.zero_stage, [0, 1, 2, 3])
+    if req.pp is not None and req.pp > 1 and req.zero_stage == 2:
+        raise ShardplanError(ZERO2_PP, field="zero")
+    if req.pp is not None and req.pp > 1 and req.zero_stage == 3 and not req.zero3_with_pp:
+        raise ShardplanError("ZeRO-3 with pipeline parallelism runs only in torchtitan (FSDP under PP): Megatron-LM "
+                             "and DeepSpeed cannot; use --export torchtitan, zero ≤ 1 or pp = 1", field="zero")
     if req.recompute_layers is not None and req.recompute not in (None, Recompute.FULL):
         raise ShardplanError(f"--recompute-layers needs --recompute full (got --recompute {req.recompute})",
                              field="recompute-layers")
