@@ -1,6 +1,9 @@
 """ZeRO-3 with pipeline parallelism: torchtitan's FSDP2 under PP (weights gathered once per step and kept across
 microbatches, gradients accumulated unsharded and reduce-scattered once after the last backward)."""
 
+import dataclasses
+import math
+
 import pytest
 
 from shardplan.cli.export import export_train
@@ -93,3 +96,38 @@ def test_train_plans_zero3_with_pipeline_for_torchtitan_only(run_cli, tmp_path) 
         assert r.code == 2 and "zero" in r.err and "torchtitan" in r.err and "Traceback" not in r.err
     r = run_cli(*TRAIN[:-1], "2")
     assert r.code == 2 and "ZeRO-2 cannot run with pipeline" in r.err
+
+
+@pytest.mark.parametrize(("pp", "v", "squeeze"), [(3, 1, 0.3), (2, 2, 0.6), (4, 1, 0.1)])
+def test_per_stage_optimum_of_a_zero3_pipeline_equals_brute_force(pp: int, v: int, squeeze: float) -> None:
+    """The per-stage CP-SAT model of a ZeRO-3 + PP layout (DP 2, memory-tight, recompute free per rank) returns the
+    brute-force optimum, and the bounds of the global search stay below it (with the FSDP tail in them)."""
+    from shardplan.costmodel.training.layout import LayoutArrays, Recompute
+    from shardplan.costmodel.training.stage_bounds import average_lower_bounds, stage_lower_bounds
+    from shardplan.costmodel.training.step import train_cost
+    from shardplan.models.spec import ModelSpec
+    from shardplan.planner.training.stages import StageSpace, solve_stages
+    from shardplan.planner.training.stages_brute import brute_force_stages
+
+    model = ModelSpec(name="small", num_layers=10, hidden_size=2048, num_heads=16, num_kv_heads=4,
+                      ffn_hidden_size=8192, vocab_size=32000)
+    system = get_system("dgx-h100")
+    lay = TrainLayout(tp=1, pp=pp, dp=2, interleave=v, recompute=Recompute.FULL, zero_stage=3)
+    work = TrainWorkload(seq_len=8192, global_batch=16, framework_bytes=0)
+    def peak(rc: Recompute) -> float:  # the uniform split's
+        rows = LayoutArrays.from_layouts([dataclasses.replace(lay, recompute=rc)], work.global_batch)
+        return float(train_cost(model, system, work, rows).peak_memory[0])
+
+    # usable memory between the need with every layer recomputed and with none (10% headroom on top)
+    low, high = peak(Recompute.FULL), peak(Recompute.NONE)
+    gpu = system.gpu.model_copy(update={"memory_bytes": math.ceil((low + squeeze * (high - low)) / 0.9)})
+    system = system.model_copy(update={"gpu": gpu})
+    space = StageSpace(model, system, work, lay)
+    choice = solve_stages(space, time_limit_s=30.0)
+    assert choice is not None and choice.status == "optimal"
+    brute = brute_force_stages(space, choice.unit)
+    assert brute is not None and choice.objective == brute[0]
+    rows = LayoutArrays.from_layouts([lay], work.global_batch)
+    for bound in (average_lower_bounds(model, system, work, rows, free_recompute=True),
+                  stage_lower_bounds(model, system, work, rows, free_recompute=True, allow_offload=False)):
+        assert 0 < float(bound[0]) * v / choice.unit <= brute[0] * (1 + 1e-9)
