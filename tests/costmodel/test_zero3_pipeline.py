@@ -78,6 +78,7 @@ def test_megatron_and_deepspeed_exports_refuse_zero3_with_pipeline(fmt: str) -> 
         export_train(fmt, target)
     text = export_train("torchtitan", target).text
     assert "pipeline_parallel_degree = 2" in text and "data_parallel_shard_degree = 8" in text
+    assert "keeps each stage's FSDP weights gathered" in text
 
 
 TRAIN = ["train", "--model", "llama-3.1-8b", "--hardware", "dgx-h100", "--gpus", "16", "--global-batch", "64",

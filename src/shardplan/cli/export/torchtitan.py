@@ -76,6 +76,10 @@ def _parallelism(t: TrainTarget, notes: list[str]) -> dict[str, Value]:
     if p.cp > 1:
         notes.append("torchtitan shards weights over the context-parallel ranks too (FSDP over DP×CP)")
     sec["pipeline_parallel_degree"] = p.pp
+    if p.pp > 1 and p.zero_stage == 3 and p.dp * p.cp > 1:
+        # torchtitan/distributed/fsdp.py get_fsdp_reshard_after_forward_policy: "default" → not pp_enabled
+        notes.append("with PP, torchtitan keeps each stage's FSDP weights gathered from the first forward to the "
+                     "last backward (fsdp_reshard_after_forward \"default\"), as planned")
     if p.pp > 1:
         sec["pipeline_parallel_schedule"] = "Interleaved1F1B" if p.interleave > 1 else "1F1B"
         sec["pipeline_parallel_microbatch_size"] = p.microbatch_size
