@@ -121,3 +121,11 @@ def p2p_time(system: SystemSpec, nbytes: np.ndarray, crosses_node: np.ndarray) -
     inter = _nccl(s / _bw(system, "inter"), np.asarray(_lat(system.inter_node)))
     intra = _nccl(s / _bw(system, "intra"), np.asarray(_lat(system.intra_node)))
     return np.where(np.asarray(crosses_node, dtype=bool), inter, intra)
+
+
+def with_overlap_cost(system: SystemSpec, total_s: np.ndarray, exposed_s: np.ndarray) -> np.ndarray:
+    """Time a collective adds to the step when ``exposed_s`` of its ``total_s`` shows and the rest hides behind
+    compute: the exposed part plus the compute it slows while hidden (``SoftwareSpec.overlap_slowdown``: NCCL
+    kernels occupy SMs and share the power budget; Lee et al. 2025, arXiv 2507.03114)."""
+    hidden = np.maximum(np.asarray(total_s, dtype=float) - exposed_s, 0.0)
+    return exposed_s + system.software.overlap_slowdown * hidden
