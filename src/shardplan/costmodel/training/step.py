@@ -296,7 +296,9 @@ def _data_parallel(ctx: Ctx, st: StageCost, m: np.ndarray) -> tuple[np.ndarray, 
     def exposed(t: np.ndarray, window: np.ndarray | float, edge: np.ndarray, on: bool) -> np.ndarray:
         # Buckets stream out while the window's compute produces (or consumes) them; the first bucket takes
         # its share of the window to fill, and the edge bucket waits for the window's end.
-        return np.maximum(t - window * (1 - bucket / np.maximum(st.params, 1.0)), edge) if on else t
+        if not on:
+            return t
+        return comm.with_overlap_cost(s, t, np.maximum(t - window * (1 - bucket / np.maximum(st.params, 1.0)), edge))
 
     rs_exposed = exposed(rs, last_bwd, rs_last, overlap)
     reduce = np.where(r.zero == 0, exposed(ar, last_bwd, ar_last, overlap), np.where(r.zero == 2, m, 1) * rs_exposed)
@@ -312,17 +314,15 @@ def _data_parallel(ctx: Ctx, st: StageCost, m: np.ndarray) -> tuple[np.ndarray, 
     z_stride = stride if s.software.zero3_rail_parallel else np.full_like(stride, s.gpus_per_node)
     z_rs = comm.reduce_scatter_time(s, st.params * z3_g_bytes, n, z_stride)
     bwd_comm = z_ag * (1 + (r.rc == 2)) + z_rs
-    per_mb = z_ag - f * np.minimum(z_ag, st.fwd_s) + bwd_comm - f * np.minimum(bwd_comm, st.bwd_s)
+    per_mb = comm.with_overlap_cost(s, z_ag, z_ag - f * np.minimum(z_ag, st.fwd_s)) \
+        + comm.with_overlap_cost(s, bwd_comm, bwd_comm - f * np.minimum(bwd_comm, st.bwd_s))
     z3 = np.where(r.zero >= 3, m * per_mb, 0.0)
-    # ZeRO-3 under PP (torchtitan FSDP2, ``fsdp_under_pp``): the weights are gathered once per step, before the
-    # first microbatch's forward, layer by layer under it (FSDP2's prefetch: the forward term above, once), and
-    # the gradients are reduce-scattered once, in the reduce dtype (torchtitan mixed_precision_reduce = float32,
-    # torchtitan/config/configs.py), after the stage's last backward: torch pipelining runs FSDP's post-backward
-    # only once that backward has finished (pytorch@88fa1e7 torch/distributed/pipelining/stage.py
-    # backward_maybe_with_nosync; later versions schedule it as a REDUCE_GRAD action after all microbatches),
-    # so nothing overlaps it.
+    # ZeRO-3 under PP (torchtitan FSDP2, ``fsdp_under_pp``): weights gathered once per step under the first
+    # forward (the forward term above, once); gradients reduce-scattered once, in fp32 (torchtitan
+    # mixed_precision_reduce), after the last backward, exposed: torch pipelining runs FSDP's post-backward only
+    # then (pytorch@88fa1e7 pipelining/stage.py backward_maybe_with_nosync; later: a REDUCE_GRAD action).
     pp_fsdp = fsdp_under_pp(r)
-    z3 = np.where(pp_fsdp, z_ag - f * np.minimum(z_ag, st.fwd_s), z3)
+    z3 = np.where(pp_fsdp, comm.with_overlap_cost(s, z_ag, z_ag - f * np.minimum(z_ag, st.fwd_s)), z3)
     sync = np.where(pp_fsdp, pp_rs, sync)
     return np.where((n > 1) & ((r.zero < 3) | pp_fsdp), sync, 0.0), np.where(n > 1, z3, 0.0)
 
