@@ -49,7 +49,10 @@ def test_communication_gathers_once_per_step_and_reduce_scatters_after_the_last_
     rs = float(comm.reduce_scatter_time(SYSTEM, FIRST_STAGE * 4.0, DP, 1))
     fwd = rep.stages[0].fwd_time_s
     assert ag < fwd  # the gather fits under the forward: 20% of it stays exposed
-    assert rep.metrics.zero3_exposed_s == pytest.approx(ag - 0.8 * ag, rel=1e-9)
+    # the hidden 80% still slows the compute it overlaps by the system's overlap_slowdown (Lee et al. 2025)
+    slow = SYSTEM.software.overlap_slowdown
+    assert 0 < slow < 1
+    assert rep.metrics.zero3_exposed_s == pytest.approx(0.2 * ag + slow * 0.8 * ag, rel=1e-9)
     assert rep.metrics.dp_exposed_s == pytest.approx(rs, rel=1e-9)
 
 
