@@ -12,6 +12,7 @@ import pytest
 
 from shardplan.costmodel.training.evaluate import estimate_training
 from shardplan.costmodel.training.layout import Recompute, TrainLayout, TrainWorkload
+from shardplan.costmodel.training.stage_report import estimate_split
 from shardplan.hardware import get_system
 from shardplan.models import get_model
 from shardplan.models.catalog import megatron_gpt
@@ -75,7 +76,13 @@ def test_every_printed_row_reestimates_to_its_numbers(planned) -> None:
         rep = _estimate(model, system, gpus, work, parse(text), gb)
         assert rep.metrics.step_time_s == pytest.approx(t, rel=5e-3), text
     for alt in plan.alternatives:
-        rep = _estimate(model, system, gpus, work, parse(describe_plan(alt.plan)), alt.plan.global_batch)
+        p = alt.plan
+        lay = parse(describe_plan(p))
+        if p.stage_layers is None:
+            rep = _estimate(model, system, gpus, work, lay, p.global_batch)
+        else:  # a per-stage plan: the layout with the layers (and recompute) per stage the row names
+            rep = estimate_split(model, system, gpus, work.model_copy(update={"global_batch": p.global_batch}), lay,
+                                 p.stage_layers, p.stage_recompute_layers)
         assert rep.metrics.step_time_s == pytest.approx(alt.step_time_s, rel=5e-3)
         assert rep.status == "feasible"
     hand = [line for line in plan.explanation if "hand layout" in line]

@@ -105,7 +105,8 @@ def split_report(model: ModelSpec, system: SystemSpec, num_gpus: int, work: Trai
         stage_layers=list(sc.stage_layers),
         stage_recompute_layers=list(ks) if full else None,
         stage_offload_activations=[x / 100 for x in sc.offload_pct],
-        recompute_layers=(max(partial) if partial else None) if full else base.plan.recompute_layers,
+        # a summary (stage_recompute_layers is the plan): the most layers a partly recomputed rank recomputes
+        recompute_layers=(max(partial) or None if partial else None) if full else base.plan.recompute_layers,
         offload=base.plan.offload.model_copy(update={"activations": max(sc.offload_pct) / 100}),
     ))
     # Per-layer rows: the same per-layer costs, with the split's counts (middle: the heaviest middle rank).
