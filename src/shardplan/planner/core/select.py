@@ -119,9 +119,15 @@ def _deletion_core(violations: dict[str, np.ndarray]) -> list[str]:
 def explain_infeasible(violations: dict[str, np.ndarray], *, time_limit_s: float = 10.0) -> list[str]:
     """Requirements that together leave no row: ``violations[req][r]`` is True when row r breaks req.
 
-    One assumption literal per requirement; each row's pick implies the negation of every requirement it
-    breaks. CP-SAT's ``sufficient_assumptions_for_infeasibility`` names a subset that cannot all hold.
+    One assumption literal per requirement; each distinct violation pattern's pick implies the negation of every
+    requirement it breaks. CP-SAT's ``sufficient_assumptions_for_infeasibility`` names a subset that cannot all hold.
     """
+    if violations:
+        # rows breaking the same requirements are interchangeable picks: one of each pattern decides the same
+        # question (at most 2^k rows for k requirements), so the model stays small for any table
+        names = list(violations)
+        patterns = np.unique(np.stack([np.asarray(violations[r], dtype=bool) for r in names], axis=1), axis=0)
+        violations = {r: patterns[:, j] for j, r in enumerate(names)}
     n = len(next(iter(violations.values()))) if violations else 0
     if n > MAX_CORE_ROWS:
         return _deletion_core(violations)

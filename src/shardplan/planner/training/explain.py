@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from typing import Any
@@ -170,19 +171,32 @@ def explanation(best: TrainReport, base: TrainReport | None, bare: TrainReport |
     return lines
 
 
-def _fits_on(req: TrainRequest, n: int) -> str | None:
-    """The fastest fitting layout on ``n`` GPUs, described, or None: the table only, no report."""
+def _fits_on(req: TrainRequest, n: int, *, prune: bool = True) -> str | None:
+    """The fastest fitting layout on ``n`` GPUs, described, or None: the table only, no report. ``prune`` costs
+    only the layouts that pass ``fit_bound.may_fit`` (the others cannot fit: the answer is the same)."""
+    from shardplan.costmodel.training.fit_bound import may_fit
     from shardplan.costmodel.training.space import enumerate_layouts
     from shardplan.costmodel.training.table import build_train_table
 
     sub = req.model_copy(update={"num_gpus": n})
-    space = enumerate_layouts(req.model, req.workload, space_request(sub))
-    if len(space.rows) == 0:
+    space_req = space_request(sub)
+    offload = req.offload != "off"
+    if prune:
+        # The bound ignores interleave and recompute and grows with the microbatch: if no layout with the smallest
+        # of each fits it, none does, and the full space (hundreds of thousands of rows) is never enumerated.
+        lean = dataclasses.replace(space_req, microbatch=req.microbatch or 1, interleave=req.interleave or 1,
+                                   recompute=req.recompute or Recompute.NONE)
+        lean_rows = enumerate_layouts(req.model, req.workload, lean).rows
+        if not may_fit(req.model, req.system, req.workload, lean_rows, allow_offload=offload).any():
+            return None
+    rows = enumerate_layouts(req.model, req.workload, space_req).rows
+    if prune and len(rows):
+        rows = rows.take(np.flatnonzero(may_fit(req.model, req.system, req.workload, rows, allow_offload=offload)))
+    if len(rows) == 0:
         return None
-    rows = space.rows
     if req.recompute_layers is not None:
         rows = rows.replace(rk=np.where(rows.rc == 2, req.recompute_layers, rows.rk))
-    table = build_train_table(req.model, req.system, req.workload, rows, allow_offload=req.offload != "off",
+    table = build_train_table(req.model, req.system, req.workload, rows, allow_offload=offload,
                               partial_recompute=req.recompute is None)
     if not table.fits.any():
         return None
@@ -191,22 +205,24 @@ def _fits_on(req: TrainRequest, n: int) -> str | None:
     return describe_row(table, _best(table, kept if (req.offload == "auto" and kept.any()) else table.fits))
 
 
-def _min_gpus(req: TrainRequest, deadline: float = float("inf")) -> tuple[int, str] | str | None:
+def _min_gpus(req: TrainRequest, deadline: float = float("inf"), *, prune: bool = True
+              ) -> tuple[int, str] | str | None:
     """The smallest GPU count (whole nodes, up to 64× the request) at which some layout fits; ``"time"`` when the
-    search passed ``deadline`` (``--time-limit`` bounds the search for fixes too) before finding one."""
+    search passed ``deadline`` (``--time-limit`` bounds the search for fixes too) before finding one. ``prune``:
+    GPU counts and layouts that provably cannot fit are not costed (``_fits_on``)."""
     node = req.system.gpus_per_node
     lo, n = req.num_gpus, max(2 * req.num_gpus, node)
     limit = 64 * max(req.num_gpus, node)
     while n <= limit and (req.system.max_nodes is None or n // node <= req.system.max_nodes):
         if time.perf_counter() > deadline:
             return "time"
-        found = _fits_on(req, n)
+        found = _fits_on(req, n, prune=prune)
         if found is not None:
             step = max(node, (n - lo) // 8 // node * node)
             for m in range(lo - lo % step + step, n, step):
                 if time.perf_counter() > deadline:
                     return n, found
-                smaller = _fits_on(req, m)
+                smaller = _fits_on(req, m, prune=prune)
                 if smaller is not None:
                     return m, smaller
             return n, found
