@@ -208,3 +208,19 @@ def test_unwritable_output_is_one_line(run_cli, target: str) -> None:
     r = run_cli("infer", "-m", "llama-2-7b", "-H", "dgx-h100", "-p", "128", "-n", "16", "--export", "vllm", "--output",
                 target)
     assert r.code == 2 and r.out == "" and r.err.count("\n") == 1 and "output" in r.err, r.err
+
+
+def test_an_infeasible_request_with_a_huge_space_answers_its_fix_search_in_seconds(run_cli) -> None:
+    """Issue 15 (> 180 s, 8.6 GB; then 32 s and 4 GB, stopped by --time-limit): deepseek-v3 at 1M tokens on 8 GPUs.
+    The search for the smallest GPU count now rejects every count up to 512 by a memory floor before costing it,
+    so it finishes well inside the default --time-limit with the brute-force search's answer: no count fits."""
+    import time
+
+    argv = ["train", "-m", "deepseek-v3", "-H", "dgx-h100", "--gpus", "8", "-b", "10000000", "-s", "1048576", "--json"]
+    t0 = time.process_time()
+    r = run_cli(*argv)
+    check_contract(r, argv)
+    plan = r.json()
+    assert plan["status"] == "infeasible"
+    assert plan["suggestions"] == ["no layout fits even on 512 GPUs: shorten --seq-len or use larger GPUs"]
+    assert time.process_time() - t0 < 30  # the default --time-limit, which stopped the search before
