@@ -190,6 +190,9 @@ def test_issue_reproductions_are_one_line_errors(run_cli, argv: list[str], words
     ["infer", "-m", "llama-2-7b", "-H", "dgx-h100", "-p", "128", "-n", "16", "--gpus", "64", "--time-limit", "0.01"],
     ["train", "-m", "deepseek-v3", "-H", "dgx-h100", "--gpus", "1024", "-b", "1024", "-s", "4096", "--time-limit",
      "0.01"],
+    # long fuzz job: step times of 10^10 µs over 7,078 rows made the objective sum pass 2^62 (OverflowError, exit 1)
+    ["train", "-m", "qwen3-30b-a3b", "-H", "gb200-nvl72", "-s", "8192", "-b", "16777216", "--time-limit", "0.01",
+     "--json"],
 ])
 def test_a_tiny_time_limit_is_a_plan_or_one_line(run_cli, argv: list[str]) -> None:
     """Issue 15: a --time-limit too short for a first solution once ended in an IndexError. Now the solver's

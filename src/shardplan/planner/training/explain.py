@@ -17,7 +17,7 @@ from shardplan.planner.core.select import explain_infeasible
 from shardplan.planner.training.rank import tie_rank
 from shardplan.planner.training.request import TrainRequest, space_request
 from shardplan.planner.training.schema import Comparison, SolverOut, TrainPlan
-from shardplan.units import format_bytes
+from shardplan.units import format_bytes, format_seconds
 
 PIN_FLAGS = {"tp": "--tp", "pp": "--pp", "dp": "--dp", "ep": "--ep", "cp": "--cp", "microbatch": "--microbatch",
              "interleave": "--interleave", "recompute": "--recompute", "recompute_layers": "--recompute-layers",
@@ -153,7 +153,7 @@ def explanation(best: TrainReport, base: TrainReport | None, bare: TrainReport |
             lines.append(f"{what}: without it this layout needs {format_bytes(bare.memory.total_bytes)} per GPU > "
                          f"{format_bytes(usable)} usable.")
         elif bare is not None:
-            lines.append(f"{what}: without it this layout takes {bare.metrics.step_time_s:.4g} s per step.")
+            lines.append(f"{what}: without it this layout takes {format_seconds(bare.metrics.step_time_s)} per step.")
     if p.offload.optimizer or p.offload.weights or p.offload.activations:
         lines.append("CPU offload is the cheapest way found to fit this layout in GPU memory.")
     if base is not None:
@@ -164,8 +164,8 @@ def explanation(best: TrainReport, base: TrainReport | None, bare: TrainReport |
             lines.append(f"vs. the {name}, batch {base.plan.global_batch}: {m.tokens_per_s / tok:.2f}× the throughput "
                          f"({tok:,.0f} → {m.tokens_per_s:,.0f} tokens/s).")
         elif abs(t_base - m.step_time_s) > 1e-9 * m.step_time_s:
-            lines.append(f"vs. the {name}: {t_base / m.step_time_s:.2f}× faster ({t_base:.4g} s → "
-                         f"{m.step_time_s:.4g} s per step).")
+            lines.append(f"vs. the {name}: {t_base / m.step_time_s:.2f}× faster ({format_seconds(t_base)} → "
+                         f"{format_seconds(m.step_time_s)} per step).")
         else:
             lines.append(f"The {name} is already optimal.")
     return lines
@@ -239,7 +239,7 @@ def _pin_text(name: str, value: Any) -> str:
 
 def _fix_line(free: TrainPlan) -> str:
     assert free.plan is not None and free.metrics is not None
-    return f"{describe_plan(free.plan)} fits (step {free.metrics.step_time_s:.4g} s)"
+    return f"{describe_plan(free.plan)} fits (step {format_seconds(free.metrics.step_time_s)})"
 
 
 def _pin_fixes(req: TrainRequest, replan: Callable[[TrainRequest], TrainPlan]) -> tuple[list[str], list[str]]:
