@@ -111,9 +111,24 @@ def source_flops_per_token(model: ModelSpec, seq_len: int) -> float:
     return 6.0 * linear + 12.0 * model.num_layers * h * seq_len + 6.0 * model.vocab_size * h
 
 
+def _catalog_moe(shape: dict[str, Any]) -> ModelSpec | None:
+    """The catalog model whose dimensions are exactly the record's MoE shape (layers, width, heads, KV heads,
+    head size, experts, top-k, expert width, vocabulary), if one is."""
+    from shardplan.models import MODELS
+
+    want = tuple(shape.get(k) for k in ("layers", "hidden", "heads", "kv_heads", "head_dim", "num_experts",
+                                        "experts_per_token", "ffn", "vocab"))
+    for m in MODELS.values():
+        if m.moe is not None and want == (m.num_layers, m.hidden_size, m.num_heads, m.kv_heads, m.head_size,
+                                          m.moe.num_experts, m.moe.experts_per_token, m.moe.expert_ffn_hidden_size,
+                                          m.vocab_size):
+            return m
+    return None
+
+
 def _shape_model(rid: str, shape: dict[str, Any]) -> ModelSpec | None:
     if shape.get("num_experts"):
-        return None  # MoE shapes beyond the catalog are not built here
+        return _catalog_moe(shape)  # MoE shapes are not built here: only a catalog model of exactly that shape
     mlp_text = str(shape.get("mlp", "gelu")).lower()
     mlp = next((k for name, k in _MLP.items() if mlp_text.startswith(name)), MlpKind.GELU)
     return ModelSpec(name=rid, num_layers=shape["layers"], hidden_size=shape["hidden"], num_heads=shape["heads"],
@@ -153,6 +168,8 @@ def _system(gpu_name: str) -> SystemSpec | None:
 
 def parse_run(record: dict[str, Any]) -> OptimumRun | str:
     """A record as a run the cost model can evaluate, or why it cannot be (model or machine not in the catalogs)."""
+    from shardplan.errors import ShardplanError
+    from shardplan.hardware.domains import job_system
     from shardplan.validation.runs import stack_attention
 
     model, system = _model(record), _system(record["hardware"]["gpu"])
@@ -165,6 +182,10 @@ def parse_run(record: dict[str, Any]) -> OptimumRun | str:
     if (ep > 1) != (model.moe is not None):
         ep = 1 if model.moe is None else ep
     n = record["hardware"]["num_gpus"]
+    try:
+        system = job_system(system, n)  # NVL72: whole trays, NVLink domains as the launcher's segments
+    except ShardplanError as e:
+        return str(e)
     rc_text = str(p.get("recompute") or "").lower()
     recompute = (Recompute.FULL if rc_text.startswith("full") or "activation_checkpointing: true" in rc_text
                  else Recompute.SELECTIVE if "selective" in rc_text else Recompute.NONE)
