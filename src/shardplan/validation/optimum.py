@@ -33,10 +33,19 @@ from shardplan.models.spec import MlpKind, ModelSpec
 BAND = (-10.0, 15.0)  # free-planner target band, percent of measured throughput (issue 11)
 # GPU name prefix in the records → system preset. The Grand Teton H100s of torchtitan's tables (96 GB HBM2e at
 # 500 W: lower sustained clocks and memory bandwidth than the 700 W H100 SXM 80GB) have no preset: they are
-# listed, not evaluated on the wrong GPU.
+# listed, not evaluated on the wrong GPU (_NOT_MODELLED).
 SYSTEM_OF_GPU = (("H100-SXM-80GB", "dgx-h100"), ("H200", "hgx-h200"), ("B200", "dgx-b200"), ("GB200", "gb200-nvl72"),
                  ("GB300", "gb300-nvl72"), ("A100-SXM-80GB", "dgx-a100-80gb"))
 _ALIASES = {"llama-3-8b": "llama-3.1-8b", "llama-3-70b": "llama-3.1-70b"}
+# Runs left out on purpose, with the reason (record name prefix → why): physics the catalogs do not have.
+_NOT_MODELLED = (
+    ("H100-96GB-HBM2e-500W", "the Grand Teton H100 (96 GB HBM2e, 500 W) has no preset: no published sustained clock "
+     "or HBM2e bandwidth for it under the 500 W cap, and the 700 W H100 SXM would be the wrong GPU"),
+    ("H100-SXM-HBM2e-94/95GB", "the lower-TDP H100 94/95 GB HBM2e has no preset: no published sustained clock or "
+     "HBM2e bandwidth for it, and the 700 W H100 SXM would be the wrong GPU"),
+    ("nemotron-3-super", "Nemotron 3 Super's LatentMoE layers (routed experts in a compressed latent width, "
+     "moe_latent_size) have no counterpart in models/, and the record does not pin the variant"),
+)
 _MLP = {"swiglu": MlpKind.SWIGLU, "gelu": MlpKind.GELU, "relu": MlpKind.RELU, "squared-relu": MlpKind.RELU}
 
 
@@ -172,6 +181,10 @@ def parse_run(record: dict[str, Any]) -> OptimumRun | str:
     from shardplan.hardware.domains import job_system
     from shardplan.validation.runs import stack_attention
 
+    shape = record["model"]["hf_or_shape"]
+    for prefix, why in _NOT_MODELLED:
+        if record["hardware"]["gpu"].startswith(prefix) or (isinstance(shape, str) and shape.startswith(prefix)):
+            return why
     model, system = _model(record), _system(record["hardware"]["gpu"])
     if model is None:
         return f"model {record['model']['name']} is not in the catalog"
@@ -198,7 +211,11 @@ def parse_run(record: dict[str, Any]) -> OptimumRun | str:
     mb = mb if batch % (dp * mb) == 0 else 1
     layers = re.search(r"recompute_num_layers=(\d+)", rc_text)
     sp = p.get("sequence_parallel")
-    layout = TrainLayout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, microbatch=mb, interleave=p.get("vp") or 1,
+    # Expert TP as recorded, else Megatron's default (tp) where it fits, else the largest etp ≤ tp with
+    # etp·ep | tp·cp·dp (MoE parallel folding; as validation.runs.modern_setup reads the same records).
+    fits = [e for e in range(tp, 0, -1) if tp % e == 0 and (tp * cp * dp) % (e * ep) == 0]
+    etp = p.get("etp") or (fits[0] if fits else None)
+    layout = TrainLayout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, microbatch=mb, interleave=p.get("vp") or 1,
                          recompute=recompute, recompute_layers=int(layers.group(1)) if layers else None,
                          sequence_parallel=bool(sp) if sp is not None else tp > 1, zero_stage=int(zero))
     work = TrainWorkload(seq_len=seq, global_batch=batch, dtype="fp8" if record["precision"] == "fp8" else "bf16",
