@@ -303,6 +303,8 @@ def evaluate_run(run: OptimumRun) -> OptimumRow:
                 why = why_faster(pinned_metrics, plan.metrics)
     except (ShardplanError, ValueError) as e:
         failure.append(f"free: {e}")
+    except OverflowError as e:  # a planner defect (CP-SAT objective scaling), shown on its row, not a crash
+        failure.append(f"free: planner error: {e}")
     m = run.measured_tokens_per_s_per_gpu
     return OptimumRow(**common, pinned=pinned, pinned_error_pct=_error(pinned, m), pinned_fits=fits, free=free,
                       free_error_pct=_error(free, m), free_layout=free_layout, why_free_faster=why,
