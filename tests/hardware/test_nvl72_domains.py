@@ -100,3 +100,11 @@ def test_cli_plans_256_on_gb300(run_cli):
     r = run_cli("estimate", "train", "-m", "llama-3.1-8b", "-H", "gb300-nvl72", "-g", "256", "-b", "256", "-s",
                 "4096", "--tp", "4", "--json")
     assert r.code == 0, r.err
+
+
+def test_export_launches_one_process_per_gpu_of_a_tray(run_cli):
+    """Megatron-Bridge launches GB200 jobs with 4 tasks per node (``--gpus_per_node 4``): 256 GPUs are 64 hosts."""
+    r = run_cli("train", "-m", "llama-3.1-8b", "-H", "gb200-nvl72", "-g", "256", "-b", "256", "-s", "4096",
+                "--export", "megatron")
+    assert r.code == 0, r.err
+    assert "--nnodes 64 --nproc-per-node 4" in r.out + r.err
