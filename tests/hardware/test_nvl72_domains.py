@@ -108,3 +108,12 @@ def test_export_launches_one_process_per_gpu_of_a_tray(run_cli):
                 "--export", "megatron")
     assert r.code == 0, r.err
     assert "--nnodes 64 --nproc-per-node 4" in r.out + r.err
+
+
+def test_a_system_file_with_a_tray_that_does_not_divide_the_node_is_refused():
+    from pydantic import ValidationError
+
+    from shardplan.hardware.spec import SystemSpec
+
+    with pytest.raises(ValidationError, match=r"gpus_per_tray \(5\) must divide gpus_per_node \(72\)"):
+        SystemSpec.model_validate({**dict(NVL), "gpus_per_tray": 5})

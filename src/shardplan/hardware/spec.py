@@ -321,6 +321,16 @@ class SystemSpec(BaseModel):
         return v
 
     @model_validator(mode="after")
+    def _trays(self) -> Self:
+        tray, domain = self.gpus_per_tray, self.nvlink_domain_gpus or self.gpus_per_node
+        if tray is not None and (self.gpus_per_node % tray or domain % tray):
+            raise ValueError(f"gpus_per_tray ({tray}) must divide gpus_per_node ({self.gpus_per_node}) and the "
+                             f"NVLink domain ({domain})")
+        if domain < self.gpus_per_node:
+            raise ValueError(f"nvlink_domain_gpus ({domain}) must be ≥ gpus_per_node ({self.gpus_per_node})")
+        return self
+
+    @model_validator(mode="after")
     def _calibrate_gpu(self) -> Self:
         # The GPU carries the calibration's kernel scales so that the roofline applies them in one place;
         # they are derived here on every validation, so a dumped and reloaded system never applies them twice.
