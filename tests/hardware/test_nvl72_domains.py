@@ -78,7 +78,7 @@ def test_count_that_is_not_whole_trays_is_refused():
 
 
 def test_unlaid_system_is_refused_for_a_multi_domain_job():
-    with pytest.raises(ShardplanError, match="NVLink domains of 64"):
+    with pytest.raises(ShardplanError, match=r"gpus \(256\): gb200-nvl72 runs them as 4 NVLink domains of 64"):
         check_gpus(NVL, 256)
 
 

@@ -35,8 +35,10 @@ def check_gpus(system: SystemSpec, num_gpus: int) -> None:
 
     laid = job_system(system, num_gpus)
     if laid.gpus_per_node != system.gpus_per_node:  # a caller that skipped the layout would cost the wrong fabric
-        raise ShardplanError(f"{num_gpus} GPUs of {system.name} run as NVLink domains of {laid.gpus_per_node}: "
-                             "lay the system out for the job first (hardware.domains.job_system)", field="gpus")
+        d = laid.gpus_per_node
+        raise ShardplanError(f"gpus ({num_gpus}): {system.name} runs them as {num_gpus // d} NVLink domains of {d}, "
+                             f"which this command does not lay out (use ≤ {system.gpus_per_node} GPUs or whole "
+                             f"multiples of {system.gpus_per_node} here)", field="gpus")
     try:
         Cluster(system=system, num_gpus=num_gpus)
     except ValidationError as e:
