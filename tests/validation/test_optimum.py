@@ -117,3 +117,21 @@ def test_only_runs_with_missing_physics_are_left_out() -> None:
     assert len(left) == 10
     assert sum("H100" in why and "no preset" in why for why in left.values()) == 9
     assert [k for k, why in left.items() if "LatentMoE" in why] == ["automodel-nemotron-v3-super-120b-64gpu-bf16"]
+
+
+def test_stack_software_follows_the_recorded_container() -> None:
+    """Transformer Engine prefers cuDNN attention on Hopper from v1.8 (first in NeMo 24.07 containers): a NeMo
+    24.03 record runs flash-attn 2, a 24.09 one cuDNN; torchtitan runs flash-attn 2 and no userbuffers; a NeMo
+    config with ``ub_tp_comm_overlap false`` keeps the share rule."""
+    from shardplan.hardware.spec import AttentionKernel
+    from shardplan.validation.runs import stack_attention, stack_tp_overlap
+
+    def rec(container: str, notes: list[str] | None = None, title: str = "NeMo") -> dict:
+        return {"source": {"title": title, "url": "", "container_or_version": container}, "notes": notes or []}
+
+    assert stack_attention(rec("NeMo24.03.01.framework")) == AttentionKernel.FLASH2
+    assert stack_attention(rec("nvcr.io/nvidia/nemo:24.09")) == AttentionKernel.CUDNN
+    assert stack_attention(rec("", title="torchtitan benchmarks")) == AttentionKernel.FLASH2
+    assert stack_tp_overlap(rec("nemo:24.09")) == "userbuffers"
+    assert stack_tp_overlap(rec("nemo:24.09", ["ub_tp_comm_overlap false."])) == "share"
+    assert stack_tp_overlap(rec("", title="torchtitan benchmarks")) == "share"

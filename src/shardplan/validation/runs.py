@@ -216,6 +216,12 @@ def stack_attention(r: dict[str, Any]) -> AttentionKernel:
     text = " ".join(str(r["source"].get(k, "")) for k in ("title", "url", "container_or_version")).lower()
     if any(s in text for s in ("torchtitan", "llm-foundry", "llmfoundry", "mosaicml")):
         return AttentionKernel.FLASH2
+    # Transformer Engine prefers cuDNN FusedAttention over flash-attn on Hopper from v1.8 (TE commit 43569381c,
+    # 2024-06-13, first tagged in v1.8 of 2024-07-24); NeMo containers before 24.07 ship an older TE that runs
+    # flash-attn 2.
+    version = re.search(r"nemo(?:[ :_-]|\.framework)?v?(\d\d)\.(\d\d)", text)
+    if version and (int(version.group(1)), int(version.group(2))) < (24, 7):
+        return AttentionKernel.FLASH2
     return AttentionKernel.CUDNN
 
 
