@@ -30,6 +30,7 @@ __all__ = ["calibrate", "estimate_inference", "estimate_offload", "estimate_trai
 
 def _inputs(model: str | ModelSpec, hardware: str | SystemSpec, gpus: int | None) -> tuple[Any, Any, int]:
     from shardplan.hardware import resolve_system
+    from shardplan.hardware.domains import job_system
     from shardplan.models import resolve_model
 
     spec = resolve_model(model) if isinstance(model, str) else model
@@ -37,7 +38,7 @@ def _inputs(model: str | ModelSpec, hardware: str | SystemSpec, gpus: int | None
     n = gpus if gpus is not None else system.gpus_per_node
     if n < 1:
         raise ShardplanError(f"must be ≥ 1 (got {n})", field="gpus")
-    return spec, system, n
+    return spec, job_system(system, n), n
 
 
 _RESERVED = {"model", "system", "num_gpus", "workload", "capacities", "fixed_global_batch", "max_global_batch",

@@ -69,6 +69,16 @@ def test_gpt_oss_matches_the_model_card(name: str, total: float, active_no_embed
     assert m.dtype == "mxfp4" and m.moe is not None and m.moe.router_bias
 
 
+def test_nemotron_3_nano_matches_the_report():
+    """Nemotron 3 Nano report (arXiv 2512.20848 §1): "31.6B parameters out of which only 3.2B are activated per
+    forward pass (3.6B including embeddings)"; 23 Mamba-2, 23 MoE and 6 attention layers."""
+    m = model("NVIDIA-Nemotron-3-Nano-30B-A3B-BF16")
+    assert m.total_params == pytest.approx(31.6e9, abs=0.05e9)
+    assert m.active_params == pytest.approx(3.6e9, abs=0.05e9)
+    assert without_embedding(m, m.active_params) == pytest.approx(3.2e9, abs=0.05e9)
+    assert m.mixer_counts() == {Mixer.MAMBA: 23, Mixer.FULL: 6, Mixer.NONE: 23} and m.num_moe_layers == 23
+
+
 def test_llama4_scout_matches_the_safetensors_total():
     """https://huggingface.co/meta-llama/Llama-4-Scout-17B-16E: "109B total" (the Hub's safetensors count:
     108.6B, text and vision); active "17B" (rounded: ours is 17.17B with the embedding)."""
@@ -183,6 +193,7 @@ PRESET_FIXTURES = {
     "llama-4-maverick": "Llama-4-Maverick-17B-128E", "gpt-oss-20b": "gpt-oss-20b", "gpt-oss-120b": "gpt-oss-120b",
     "qwen3-next-80b-a3b": "Qwen3-Next-80B-A3B-Instruct", "kimi-k2": "Kimi-K2-Instruct", "glm-4.5": "GLM-4.5",
     "glm-4.5-air": "GLM-4.5-Air", "olmo-2-7b": "OLMo-2-1124-7B",
+    "nemotron-3-nano-30b-a3b": "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16",
 }
 
 

@@ -19,7 +19,16 @@ CARD_TOTALS: dict[str, tuple[float, str]] = {
     "opt-175b": (175e9, "Zhang et al. 2022 (arXiv 2205.01068) Table 1: 175B"),
     "bloom-176b": (176.2e9, "https://huggingface.co/bigscience/bloom: 176,247,271,424 parameters"),
     "gpt-neox-20b": (20.6e9, "https://huggingface.co/EleutherAI/gpt-neox-20b: 20,554,567,680 parameters"),
+    "nemotron-4-340b": (341.0e9, "arXiv 2406.11704 §2.1: 9.4B embedding + 331.6B non-embedding parameters"),
 }
+
+
+def test_nemotron_4_340b_splits_as_the_report():
+    """Nemotron-4 340B report §2.1: "9.4 billion embedding parameters and 331.6 billion non-embedding"."""
+    b = param_breakdown(MODELS["nemotron-4-340b"])
+    embedding = b["embedding/tokens"] + b["lm_head"]
+    assert embedding == pytest.approx(9.4e9, abs=0.05e9)
+    assert sum(b.values()) - embedding == pytest.approx(331.6e9, abs=0.05e9)
 
 
 @pytest.mark.parametrize("name", sorted(CARD_TOTALS))

@@ -8,6 +8,7 @@ from shardplan.validation.optimum import (
     OptimumRow,
     OptimumRun,
     evaluate_run,
+    load_records_tuned,
     parse_run,
     source_flops_per_token,
     summarise,
@@ -77,7 +78,45 @@ def test_why_faster_names_the_removed_costs_largest_first() -> None:
 def test_a_gpu_without_a_preset_is_listed_not_evaluated_on_another_gpu() -> None:
     """torchtitan's Grand Teton H100s (96 GB HBM2e, 500 W) are not the 700 W H100 SXM 80GB of dgx-h100."""
     rec = next(r for r in load_records("modern_training_runs") if r["id"] == "torchtitan-llama3.1-8b-8gpu-fsdp-bf16")
-    assert parse_run(rec) == f"no system preset for {rec['hardware']['gpu']}"
+    why = parse_run(rec)
+    assert isinstance(why, str) and "Grand Teton H100" in why and "500 W" in why and "no preset" in why
+
+
+def _tuned(rid: str) -> dict:
+    return next(r for r in load_records_tuned() if r["id"] == rid)
+
+
+def test_gb200_256_gpus_run_as_four_nvlink_domains_of_64() -> None:
+    """Megatron-Bridge's launcher puts 256 GPUs (64 trays of 4) in segments of 16 trays: 4 domains of 64."""
+    run = parse_run(_tuned("mbridge-25.11-qwen3-235b-a22b-256gpu-gb200-bf16"))
+    assert isinstance(run, OptimumRun)
+    assert run.system.name == "gb200-nvl72" and run.system.gpus_per_node == 64 and run.gpus == 256
+    assert run.layout.ep == 32 and run.layout.pp == 8
+
+
+def test_moe_shape_is_the_catalog_model_of_exactly_that_shape() -> None:
+    rec = _tuned("mbridge-25.11-gpt-oss-120b-64gpu-gb200-bf16")
+    run = parse_run(rec)
+    assert isinstance(run, OptimumRun) and run.model.name == "gpt-oss-120b"
+    odd = json.loads(json.dumps(rec))
+    odd["model"]["hf_or_shape"]["num_experts"] = 64  # no catalog model has this shape: not evaluated
+    assert parse_run(odd) == "model GPT OSS 120B is not in the catalog"
+
+
+def test_expert_tp_folds_to_what_divides_the_ranks() -> None:
+    """Qwen3-235B on 256 H100 at TP2 PP8 EP32: etp·ep must divide tp·dp = 32, so etp = 1 (Megatron-Bridge's
+    qwen3_moe recipe sets expert_tensor_parallel_size = 1)."""
+    run = parse_run(_tuned("mbridge-26.04.01-qwen3-235b-a22b-256gpu-h100-fp8"))
+    assert isinstance(run, OptimumRun) and (run.layout.tp, run.layout.ep, run.layout.etp) == (2, 32, 1)
+
+
+def test_only_runs_with_missing_physics_are_left_out() -> None:
+    """Every tuned run parses but the ten whose GPU (500 W H100 variants) or model (Nemotron 3 Super's
+    LatentMoE) the catalogs lack, each with its reason."""
+    left = {r["id"]: why for r in load_records_tuned() if isinstance(why := parse_run(r), str)}
+    assert len(left) == 10
+    assert sum("H100" in why and "no preset" in why for why in left.values()) == 9
+    assert [k for k, why in left.items() if "LatentMoE" in why] == ["automodel-nemotron-v3-super-120b-64gpu-bf16"]
 
 
 def test_stack_software_follows_the_recorded_container() -> None:

@@ -61,6 +61,7 @@ def resolve_inputs(model: str, hardware: str, gpus: int | None, tokens: int | No
     ``tokens`` beyond the model's trained context."""
     from shardplan.cli.notes import context_note, hardware_note
     from shardplan.hardware import resolve_system
+    from shardplan.hardware.domains import job_system
     from shardplan.models import resolve_model
 
     spec = resolve_model(model)
@@ -72,7 +73,7 @@ def resolve_inputs(model: str, hardware: str, gpus: int | None, tokens: int | No
     n = gpus if gpus is not None else system.gpus_per_node
     if n < 1:
         raise ShardplanError(f"must be ≥ 1 (got {n})", field="gpus")
-    return spec, system, n
+    return spec, job_system(system, n), n
 
 
 def parse_fraction(text: str | None, *, field: str) -> float:

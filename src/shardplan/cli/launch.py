@@ -134,7 +134,7 @@ def vllm_argv(plan: Any, *, spec: Any, work: Any, system: Any) -> tuple[list[str
         notes.append(f"run {deployments} such deployments (each {p.tp * p.pp * dp} GPUs) behind a load balancer: "
                      f"the plan's {p.replicas} replicas in EP groups of {p.ep}" if p.ep > 1 else "")
     per_deploy = p.tp * p.pp * dp
-    node = system.gpus_per_node
+    node = system.gpus_per_tray or system.gpus_per_node  # GPUs per host (an NVL72 tray: 4)
     backend = None
     if p.tp * p.pp > node:
         backend = "ray"

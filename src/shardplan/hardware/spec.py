@@ -280,6 +280,13 @@ class SystemSpec(BaseModel):
     gpu: GpuSpec = Field(description="The GPU in every slot.")
     gpus_per_node: Annotated[int, Field(ge=1, le=MAX_GPUS_PER_NODE)] = Field(
         description="GPUs sharing the fast intra-node fabric.")
+    gpus_per_tray: Annotated[int, Field(ge=1, le=MAX_GPUS_PER_NODE)] | None = Field(
+        None, description="GPUs per compute tray (one host, what a scheduler allocates) where a node is a rack-scale "
+        "NVLink domain of several trays (NVL72: 4); a job of more than one tray uses whole trays and is split into "
+        "equal NVLink domains (hardware.domains). None: the node is the unit.")
+    nvlink_domain_gpus: Annotated[int, Field(ge=1, le=MAX_GPUS_PER_NODE)] | None = Field(
+        None, description="Largest NVLink domain of a tray system (NVL72: 72) once a job is laid out and "
+        "gpus_per_node holds the domain it uses; None: gpus_per_node.")
     intra_node: LinkSpec = Field(description="GPU↔GPU inside a node (NVLink/xGMI or PCIe).")
     inter_node: LinkSpec | None = Field(None, description="GPU↔GPU across nodes, per GPU (None: one node only).")
     pcie: LinkSpec = Field(description="Host↔GPU link, per GPU.")
@@ -319,6 +326,16 @@ class SystemSpec(BaseModel):
         return v
 
     @model_validator(mode="after")
+    def _trays(self) -> Self:
+        tray, domain = self.gpus_per_tray, self.nvlink_domain_gpus or self.gpus_per_node
+        if tray is not None and (self.gpus_per_node % tray or domain % tray):
+            raise ValueError(f"gpus_per_tray ({tray}) must divide gpus_per_node ({self.gpus_per_node}) and the "
+                             f"NVLink domain ({domain})")
+        if domain < self.gpus_per_node:
+            raise ValueError(f"nvlink_domain_gpus ({domain}) must be ≥ gpus_per_node ({self.gpus_per_node})")
+        return self
+
+    @model_validator(mode="after")
     def _calibrate_gpu(self) -> Self:
         # The GPU carries the calibration's kernel scales so that the roofline applies them in one place;
         # they are derived here on every validation, so a dumped and reloaded system never applies them twice.
@@ -338,7 +355,10 @@ class Cluster(BaseModel):
 
     @model_validator(mode="after")
     def _check(self) -> Self:
-        g, n = self.system.gpus_per_node, self.num_gpus
+        g, n, tray = self.system.gpus_per_node, self.num_gpus, self.system.gpus_per_tray
+        if tray and n > tray and n % tray:
+            raise ValueError(f"gpus ({n}) must be ≤ {tray} or a multiple of {tray}: a job on {self.system.name} uses "
+                             f"whole compute trays of {tray} GPUs")
         if n > g and n % g:
             raise ValueError(f"gpus ({n}) must be ≤ {g} or a multiple of {g} (GPUs per node of {self.system.name})")
         if n > g and self.system.inter_node is None:

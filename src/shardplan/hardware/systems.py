@@ -162,6 +162,9 @@ GB200_NVL72 = SystemSpec(
     description="NVIDIA GB200 NVL72: 72× B200 (GB200) in one NVLink5 domain, 36 Grace CPUs, 800 Gb/s per GPU",
     gpu=GB200,
     gpus_per_node=72,
+    # 18 compute trays of 4 GPUs (2 GB200 superchips each); Megatron-Bridge runs use --gpus_per_node 4 and whole
+    # trays, larger jobs as equal NVLink segments of ≤ 18 trays (hardware/domains.py has the sources)
+    gpus_per_tray=4,
     intra_node=NVLINK5,
     inter_node=XDR_800G_PER_GPU,
     pcie=NVLINK_C2C_PER_GPU,

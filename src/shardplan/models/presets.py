@@ -116,6 +116,16 @@ _OTHER_DENSE: list[ModelSpec] = [
         position=PositionKind.ROPE, max_position_embeddings=2048, norm=NormKind.LAYERNORM, norms_per_layer=2,
         parallel_block=True, dtype="bf16", source=HF.format("tiiuae/falcon-40b"),
     ),
+    # Nemotron-4 340B (no config.json on the Hub: a NeMo checkpoint): Nemotron-4 340B Technical Report (arXiv
+    # 2406.11704) Table 1 — 96 layers, 18432, 96 heads, 8 KV heads, vocab 256000, seq 4096 — and §2.1: squared ReLU,
+    # RoPE, no biases, untied embeddings; ffn 73728 from dgxc-benchmarking's nemotron4-340b-synth.yaml at 0b71cfda
+    # (the shape the validation records cite), the width that gives the report's 331.6B non-embedding parameters.
+    ModelSpec(
+        name="nemotron-4-340b", family="nemotron", num_layers=96, hidden_size=18432, num_heads=96, num_kv_heads=8,
+        ffn_hidden_size=73728, mlp=MlpKind.RELU2, vocab_size=256_000, tied_embeddings=False,
+        position=PositionKind.ROPE, max_position_embeddings=4096, norm=NormKind.LAYERNORM, dtype="bf16",
+        source="Nemotron-4 340B Technical Report (arXiv 2406.11704) Table 1 and §2.1",
+    ),
     # tiiuae/falcon-180B config.json: 80 layers, 232 heads, num_kv_heads 8, hidden 14848, vocab 65024.
     ModelSpec(
         name="falcon-180b", family="falcon", num_layers=80, hidden_size=14848, num_heads=232, num_kv_heads=8,

@@ -1,4 +1,4 @@
-"""Model presets of 2025: Gemma 3, Llama 4, gpt-oss, Qwen3 / Qwen3-Next, Kimi-K2, GLM-4.5, OLMo 2.
+"""Model presets of 2025: Gemma 3, Llama 4, gpt-oss, Qwen3 / Qwen3-Next, Kimi-K2, GLM-4.5, OLMo 2, Nemotron 3 Nano.
 
 Shapes from each model's Hugging Face ``config.json`` (named in ``source=`` and in the comment above
 each entry); ``tests/models`` checks every entry against an import of that same config. ``vision_params``
@@ -7,8 +7,9 @@ is the multimodal wrapper's vision tower and projector as ``models.hf_types.visi
 
 from __future__ import annotations
 
-from shardplan.models.kinds import MlpKind, RopeScaling, RouterScore
-from shardplan.models.parts import LinearAttnSpec, MLASpec, MoESpec, RopeSpec
+from shardplan.models.kinds import MlpKind, NormKind, PositionKind, RopeScaling, RouterScore
+from shardplan.models.parts import LinearAttnSpec, MambaSpec, MLASpec, MoESpec, RopeSpec
+from shardplan.models.pattern import compress
 from shardplan.models.spec import ModelSpec
 
 HF = "https://huggingface.co/{}/blob/main/config.json"
@@ -122,6 +123,19 @@ PRESETS_2025: list[ModelSpec] = [
     # zai-org/GLM-4.5-Air config.json: 46 layers (1 dense), 4096, 128 experts of 1408, no qk-norm.
     _glm45("glm-4.5-air", layers=46, hidden=4096, ffn=10944, experts=128, expert_ffn=1408, first_dense=1,
            qk_norm=False, repo="zai-org/GLM-4.5-Air"),
+    # nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16 config.json: Nemotron-H with MoE, hybrid_override_pattern
+    # MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME (23 Mamba-2 of 64 heads × 64, state 128, 8 groups; 23 MoE of
+    # 128 experts × 1856 top-6 with a shared expert of 3712, sigmoid router; 6 NoPE GQA 32/2 of 128), untied 131072.
+    ModelSpec(name="nemotron-3-nano-30b-a3b", family="nemotron-h", num_layers=52, hidden_size=2688, num_heads=32,
+              num_kv_heads=2, head_dim=128, ffn_hidden_size=1856, mlp=MlpKind.RELU2, vocab_size=131_072,
+              position=PositionKind.NOPE, max_position_embeddings=262_144, norm=NormKind.RMSNORM, norms_per_layer=1,
+              layer_pattern=compress([{"M": "Mn", "*": "Fn", "E": "Ne"}[c] for c in
+                                      "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME"]),
+              moe=MoESpec(num_experts=128, experts_per_token=6, expert_ffn_hidden_size=1856, num_shared_experts=1,
+                          shared_expert_ffn_hidden_size=3712, score_function=RouterScore.SIGMOID, expert_bias=True),
+              mamba=MambaSpec(num_heads=64, head_dim=64, d_state=128, n_groups=8, conv_kernel=4, expand=2,
+                              chunk_size=128),
+              source=HF.format("nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B-BF16")),
     # allenai/OLMo-2-1124-7B config.json: 32 layers, 4096, MHA 32, intermediate 11008, whole-projection qk-norm.
     ModelSpec(name="olmo-2-7b", family="olmo", num_layers=32, hidden_size=4096, num_heads=32, num_kv_heads=32,
               ffn_hidden_size=11008, mlp=MlpKind.SWIGLU, vocab_size=100_352, max_position_embeddings=4096,

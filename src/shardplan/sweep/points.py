@@ -85,6 +85,16 @@ def _gpu_check(system: Any, n: int) -> str | None:
     return None
 
 
+def _laid_out(system: Any, n: int) -> tuple[Any, str | None]:
+    """``system`` laid out for ``n`` GPUs (NVLink domains of a rack-scale system), or why ``n`` cannot run."""
+    from shardplan.hardware.domains import job_system
+
+    try:
+        return job_system(system, n), None
+    except ShardplanError as e:
+        return system, str(e.args[0])
+
+
 def _train_request(model: Any, system: Any, n: int, v: dict[str, Any], options: dict[str, Any]) -> BaseModel:
     from shardplan.costmodel.training.layout import TrainWorkload
     from shardplan.planner.training.request import TrainRequest
@@ -136,8 +146,9 @@ def expand(kind: Kind, axes: dict[str, list[Any]], options: dict[str, Any] | Non
         n = v["gpus"] or system.gpus_per_node
         labels = {"hardware": system.name, "gpu": system.gpu.name, "model": model.name, "num_gpus": n}
         labels |= {k: v[k] for k in names if k not in ("model", "hardware", "gpus")}
+        system, reason = _laid_out(system, n)
         req = make(model, system, n, v, options or {})  # validates every point before any planning
-        reason = _gpu_check(system, n)
+        reason = reason or _gpu_check(system, n)
         if reason is not None:
             out.points.append(Point(len(out.points), labels, None, reason))
             continue

@@ -33,10 +33,19 @@ from shardplan.models.spec import MlpKind, ModelSpec
 BAND = (-10.0, 15.0)  # free-planner target band, percent of measured throughput (issue 11)
 # GPU name prefix in the records → system preset. The Grand Teton H100s of torchtitan's tables (96 GB HBM2e at
 # 500 W: lower sustained clocks and memory bandwidth than the 700 W H100 SXM 80GB) have no preset: they are
-# listed, not evaluated on the wrong GPU.
+# listed, not evaluated on the wrong GPU (_NOT_MODELLED).
 SYSTEM_OF_GPU = (("H100-SXM-80GB", "dgx-h100"), ("H200", "hgx-h200"), ("B200", "dgx-b200"), ("GB200", "gb200-nvl72"),
                  ("GB300", "gb300-nvl72"), ("A100-SXM-80GB", "dgx-a100-80gb"))
 _ALIASES = {"llama-3-8b": "llama-3.1-8b", "llama-3-70b": "llama-3.1-70b"}
+# Runs left out on purpose, with the reason (record name prefix → why): physics the catalogs do not have.
+_NOT_MODELLED = (
+    ("H100-96GB-HBM2e-500W", "the Grand Teton H100 (96 GB HBM2e, 500 W) has no preset: no published sustained clock "
+     "or HBM2e bandwidth for it under the 500 W cap, and the 700 W H100 SXM would be the wrong GPU"),
+    ("H100-SXM-HBM2e-94/95GB", "the lower-TDP H100 94/95 GB HBM2e has no preset: no published sustained clock or "
+     "HBM2e bandwidth for it, and the 700 W H100 SXM would be the wrong GPU"),
+    ("nemotron-3-super", "Nemotron 3 Super's LatentMoE layers (routed experts in a compressed latent width, "
+     "moe_latent_size) have no counterpart in models/, and the record does not pin the variant"),
+)
 _MLP = {"swiglu": MlpKind.SWIGLU, "gelu": MlpKind.GELU, "relu": MlpKind.RELU, "squared-relu": MlpKind.RELU}
 
 
@@ -111,9 +120,24 @@ def source_flops_per_token(model: ModelSpec, seq_len: int) -> float:
     return 6.0 * linear + 12.0 * model.num_layers * h * seq_len + 6.0 * model.vocab_size * h
 
 
+def _catalog_moe(shape: dict[str, Any]) -> ModelSpec | None:
+    """The catalog model whose dimensions are exactly the record's MoE shape (layers, width, heads, KV heads,
+    head size, experts, top-k, expert width, vocabulary), if one is."""
+    from shardplan.models import MODELS
+
+    want = tuple(shape.get(k) for k in ("layers", "hidden", "heads", "kv_heads", "head_dim", "num_experts",
+                                        "experts_per_token", "ffn", "vocab"))
+    for m in MODELS.values():
+        if m.moe is not None and want == (m.num_layers, m.hidden_size, m.num_heads, m.kv_heads, m.head_size,
+                                          m.moe.num_experts, m.moe.experts_per_token, m.moe.expert_ffn_hidden_size,
+                                          m.vocab_size):
+            return m
+    return None
+
+
 def _shape_model(rid: str, shape: dict[str, Any]) -> ModelSpec | None:
     if shape.get("num_experts"):
-        return None  # MoE shapes beyond the catalog are not built here
+        return _catalog_moe(shape)  # MoE shapes are not built here: only a catalog model of exactly that shape
     mlp_text = str(shape.get("mlp", "gelu")).lower()
     mlp = next((k for name, k in _MLP.items() if mlp_text.startswith(name)), MlpKind.GELU)
     return ModelSpec(name=rid, num_layers=shape["layers"], hidden_size=shape["hidden"], num_heads=shape["heads"],
@@ -153,8 +177,14 @@ def _system(gpu_name: str) -> SystemSpec | None:
 
 def parse_run(record: dict[str, Any]) -> OptimumRun | str:
     """A record as a run the cost model can evaluate, or why it cannot be (model or machine not in the catalogs)."""
+    from shardplan.errors import ShardplanError
+    from shardplan.hardware.domains import job_system
     from shardplan.validation.runs import stack_attention, stack_tp_overlap
 
+    shape = record["model"]["hf_or_shape"]
+    for prefix, why in _NOT_MODELLED:
+        if record["hardware"]["gpu"].startswith(prefix) or (isinstance(shape, str) and shape.startswith(prefix)):
+            return why
     model, system = _model(record), _system(record["hardware"]["gpu"])
     if model is None:
         return f"model {record['model']['name']} is not in the catalog"
@@ -167,6 +197,10 @@ def parse_run(record: dict[str, Any]) -> OptimumRun | str:
     if (ep > 1) != (model.moe is not None):
         ep = 1 if model.moe is None else ep
     n = record["hardware"]["num_gpus"]
+    try:
+        system = job_system(system, n)  # NVL72: whole trays, NVLink domains as the launcher's segments
+    except ShardplanError as e:
+        return str(e)
     rc_text = str(p.get("recompute") or "").lower()
     recompute = (Recompute.FULL if rc_text.startswith("full") or "activation_checkpointing: true" in rc_text
                  else Recompute.SELECTIVE if "selective" in rc_text else Recompute.NONE)
@@ -179,7 +213,11 @@ def parse_run(record: dict[str, Any]) -> OptimumRun | str:
     mb = mb if batch % (dp * mb) == 0 else 1
     layers = re.search(r"recompute_num_layers=(\d+)", rc_text)
     sp = p.get("sequence_parallel")
-    layout = TrainLayout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, microbatch=mb, interleave=p.get("vp") or 1,
+    # Expert TP as recorded, else Megatron's default (tp) where it fits, else the largest etp ≤ tp with
+    # etp·ep | tp·cp·dp (MoE parallel folding; as validation.runs.modern_setup reads the same records).
+    fits = [e for e in range(tp, 0, -1) if tp % e == 0 and (tp * cp * dp) % (e * ep) == 0]
+    etp = p.get("etp") or (fits[0] if fits else None)
+    layout = TrainLayout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, microbatch=mb, interleave=p.get("vp") or 1,
                          recompute=recompute, recompute_layers=int(layers.group(1)) if layers else None,
                          sequence_parallel=bool(sp) if sp is not None else tp > 1, zero_stage=int(zero))
     work = TrainWorkload(seq_len=seq, global_batch=batch, dtype="fp8" if record["precision"] == "fp8" else "bf16",
@@ -267,6 +305,8 @@ def evaluate_run(run: OptimumRun) -> OptimumRow:
                 why = why_faster(pinned_metrics, plan.metrics)
     except (ShardplanError, ValueError) as e:
         failure.append(f"free: {e}")
+    except OverflowError as e:  # a planner defect (CP-SAT objective scaling), shown on its row, not a crash
+        failure.append(f"free: planner error: {e}")
     m = run.measured_tokens_per_s_per_gpu
     return OptimumRow(**common, pinned=pinned, pinned_error_pct=_error(pinned, m), pinned_fits=fits, free=free,
                       free_error_pct=_error(free, m), free_layout=free_layout, why_free_faster=why,

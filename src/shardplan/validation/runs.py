@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from shardplan.costmodel.training.evaluate import estimate_training
 from shardplan.costmodel.training.layout import Recompute, TrainLayout, TrainWorkload
 from shardplan.hardware import get_system
+from shardplan.hardware.domains import job_system
 from shardplan.hardware.spec import AttentionKernel
 from shardplan.models.catalog import megatron_gpt
 from shardplan.models.spec import ModelSpec
@@ -265,7 +266,7 @@ def modern_setup(r: dict[str, Any]) -> tuple[ModelSpec, Any, int, TrainWorkload,
     # software of today regardless of the preset's default (the A100 preset describes Selene 2021)
     sw = base.software.model_copy(update={"overlap_grad_reduce": True, "tp_comm_overlap": 0.5,
                                           "zero3_rail_parallel": True, "tp_overlap_method": stack_tp_overlap(r)})
-    system = base.model_copy(update={"software": sw})
+    system = job_system(base.model_copy(update={"software": sw}), n)
     work = TrainWorkload(seq_len=w["seq_len"], global_batch=batch,
                          dtype="fp8" if r["precision"] == "fp8" else "bf16", attention=stack_attention(r))
     if met.get("tokens_per_s_per_gpu"):

@@ -55,7 +55,8 @@ def train_target(plan: TrainPlanOut | None, *, model: ModelSpec, system: Any, nu
         raise ShardplanError("nothing to export: no layout fits", field="export")
     sw = system.software
     return TrainTarget(
-        plan=plan, model=model, seq_len=workload.seq_len, num_gpus=num_gpus, gpus_per_node=system.gpus_per_node,
+        plan=plan, model=model, seq_len=workload.seq_len, num_gpus=num_gpus,
+        gpus_per_node=system.gpus_per_tray or system.gpus_per_node,  # processes per host: an NVL72 tray has 4
         hardware=system.name, dtype=workload.dtype, grad_dtype=workload.grad_dtype,
         attention=str(workload.attention or sw.attention),
         dropout=workload.dropout if workload.dropout is not None else model.family in DROPOUT_FAMILIES,

@@ -25,11 +25,20 @@ def fmt_values(values: list[int], limit: int = 12) -> str:
 
 
 def check_gpus(system: SystemSpec, num_gpus: int) -> None:
-    """``num_gpus`` must be at most one node or whole nodes, within the system's size."""
+    """``num_gpus`` must be at most one node or whole nodes, within the system's size; on a rack-scale NVLink
+    system (``gpus_per_tray``), whole trays, and ``system`` laid out for the job (``hardware.domains.job_system``)
+    so that its node is the NVLink domain the job uses."""
     from pydantic import ValidationError
 
+    from shardplan.hardware.domains import job_system
     from shardplan.hardware.spec import Cluster
 
+    laid = job_system(system, num_gpus)
+    if laid.gpus_per_node != system.gpus_per_node:  # a caller that skipped the layout would cost the wrong fabric
+        d = laid.gpus_per_node
+        raise ShardplanError(f"gpus ({num_gpus}): {system.name} runs them as {num_gpus // d} NVLink domains of {d}, "
+                             f"which this command does not lay out (use ≤ {system.gpus_per_node} GPUs or whole "
+                             f"multiples of {system.gpus_per_node} here)", field="gpus")
     try:
         Cluster(system=system, num_gpus=num_gpus)
     except ValidationError as e:
