@@ -15,7 +15,20 @@ checkpoints quantise the KV cache too, and the 8B's measured 22.7k tokens/s at 1
 
 from __future__ import annotations
 
+from shardplan.models.spec import ModelSpec
 from shardplan.validation.runs import Case, load_records
+
+
+def bench_settings(model: ModelSpec, gpu_memory_bytes: float, tp: int, pp: int, isl: int, osl: int
+                   ) -> tuple[int, int]:
+    """trtllm-bench's ``(max_batch_size, max_num_tokens)`` for this run (``engines.trtllm_bench_settings``): FP8
+    weights and KV cache (1 byte each), KV heads at least one per TP rank."""
+    from shardplan.costmodel.serving.engines import trtllm_bench_settings
+
+    kv = 2 * model.num_attention_layers * max(tp, model.kv_heads) * model.head_size
+    return trtllm_bench_settings(gpu_memory_bytes=gpu_memory_bytes, gpus=tp * pp, pp=pp,
+                                 weight_bytes=float(model.total_params), kv_bytes_per_token=kv, input_len=isl,
+                                 output_len=osl)
 
 
 def serving_cases() -> list[Case]:
@@ -32,12 +45,12 @@ def serving_cases() -> list[Case]:
         def predict(r: dict = r) -> float:
             system, tp = get_system(r["hardware"]["system"]), int(r["parallel"]["tp"])
             d = engine_defaults(r["engine"], system.gpu)
-            w = r["workload"]
+            w, model, pp = r["workload"], get_model(r["model"]["name"]), int(r["parallel"]["pp"])
+            seqs, tokens = bench_settings(model, system.gpu.memory_bytes, tp, pp, w["input_len"], w["output_len"])
             work = InferWorkload(prompt_len=w["input_len"], gen_len=w["output_len"], dtype=w["dtype"], kv_dtype="fp8",
-                                 engine=r["engine"], max_num_batched_tokens=d.max_num_batched_tokens,
-                                 max_num_seqs=d.max_num_seqs, block_size=d.block_size)
-            plan = plan_inference(InferRequest(model=get_model(r["model"]["name"]), system=system, num_gpus=tp,
-                                               workload=work, tp=tp, pp=int(r["parallel"]["pp"])))
+                                 engine=r["engine"], max_num_batched_tokens=tokens, max_num_seqs=seqs,
+                                 block_size=d.block_size)
+            plan = plan_inference(InferRequest(model=model, system=system, num_gpus=tp, workload=work, tp=tp, pp=pp))
             if plan.metrics is None:
                 raise ValueError(plan.reason or "no plan")
             return plan.metrics.tokens_per_s

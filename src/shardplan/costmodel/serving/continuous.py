@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from shardplan.costmodel.serving import layers as O
-from shardplan.costmodel.serving.steps import PhaseTimes, StageShape, beat, phase_times
+from shardplan.costmodel.serving.steps import PhaseTimes, StageShape, beat, blend, phase_times
 from shardplan.models.spec import ModelSpec
 
 FIXED_POINT_ITERATIONS = 4  # r = λ·round(r)/m: the round changes by < 1e-3 after 3 iterations in practice
@@ -71,27 +71,53 @@ def wait_quantile(mean_wait: np.ndarray, rho: np.ndarray, q: float) -> np.ndarra
     return np.where(rho >= 1, np.inf, np.where(rho > 0, t, 0.0))
 
 
-def mixed_step(model: ModelSpec, r: np.ndarray, prompt: int, gen: int, k0: np.ndarray) -> O.Step:
-    """The average step: ``r·(G−1)`` decodes at the mean context and ``r·P`` prefill tokens of causal prompts.
+def mixed_step(model: ModelSpec, r: np.ndarray, prompt: int, gen: int, k0: np.ndarray,
+               prompts: np.ndarray | None = None) -> O.Step:
+    """A step with ``r·(G−1)`` decodes at the mean context and the prefill of ``prompts`` prompts' worth of tokens
+    (default ``r``: the average step) of causal prompts.
 
     Prefill chunks re-read the KV of their prompt's earlier chunks (``(k₀+1)/2`` reads per prompt token on
     average). MLA runs decode attention over the latent (``2·r_kv + d_rope`` per pair) and prefill over
     decompressed heads (``d_qk + d_v``): decode pairs are converted to prefill-equivalent pairs.
     """
+    n = r if prompts is None else prompts
     d = r * (gen - 1)
     ctx = prompt + gen / 2
     dec_pairs = d * ctx
     if model.mla is not None:
         m = model.mla
         dec_pairs = dec_pairs * (2 * m.kv_lora_rank + m.qk_rope_head_dim) / (m.qk_head_dim + m.v_head_dim)
-    pre_pairs = r * prompt * (prompt + 1) / 2
-    kv_read = d * ctx + r * prompt * (k0 + 1) / 2
-    return O.Step("prefill", d + r * prompt, dec_pairs + pre_pairs, kv_read, d + r)
+    pre_pairs = n * prompt * (prompt + 1) / 2
+    kv_read = d * ctx + n * prompt * (k0 + 1) / 2
+    return O.Step("prefill", d + n * prompt, dec_pairs + pre_pairs, kv_read, d + n)
+
+
+def prefill_steps(r: np.ndarray, prompt: int, gen: int, budget: int) -> tuple[np.ndarray, np.ndarray]:
+    """``(f, n)``: the share of steps that carry prefill and the prompts' worth of tokens each of them carries.
+
+    A step admits the prefill that is waiting, in chunks of at most the budget the decodes leave (``C − d``):
+    when ``r ≥ 1`` prompt arrives per step every step carries ``r`` prompts (``f = 1``, the average step);
+    when fewer do, the prompt of a request admitted as another finishes runs in its own steps, ``min(P, C − d)``
+    tokens each, and the other steps decode only (``f = r·P / min(P, C − d)``). Pricing the average of the
+    two kinds of step rather than one step of the average mix matters where they differ in kind: a 20,000-token
+    prompt is compute-bound while the decode steps around it stream weights and KV."""
+    room = np.maximum(budget - r * (gen - 1), 1.0)
+    chunk = np.minimum(room, np.maximum(float(prompt), r * prompt))
+    f = np.minimum(r * prompt / chunk, 1.0)
+    return f, chunk / prompt
 
 
 def _round(ctx: O.InferCtx, shapes: list[StageShape], tp: np.ndarray, pp: np.ndarray, micro: np.ndarray,
-           step: O.Step) -> tuple[PhaseTimes, np.ndarray, np.ndarray]:
-    ph = phase_times(ctx, step, shapes, tp, pp)
+           r: np.ndarray, prompt: int, gen: int, budget: int, k0: np.ndarray
+           ) -> tuple[PhaseTimes, np.ndarray, np.ndarray]:
+    f, n = prefill_steps(r, prompt, gen, budget)
+    avg = mixed_step(ctx.model, r, prompt, gen, k0)
+    with_prefill = phase_times(ctx, mixed_step(ctx.model, r, prompt, gen, k0, n), shapes, tp, pp)
+    if np.all(f >= 1.0):
+        ph = with_prefill
+    else:
+        decode_only = phase_times(ctx, mixed_step(ctx.model, r, prompt, gen, k0, 0.0 * r), shapes, tp, pp)
+        ph = blend(with_prefill, decode_only, f, avg)
     hop = np.where(pp > 1, ph.p2p_s, 0.0)
     pass_s = ph.total_s + (pp - 1) * hop
     rnd = np.maximum(ph.total_s + pp * hop, micro * (beat(ph, shapes) + hop))
@@ -106,7 +132,7 @@ def steady_state(ctx: O.InferCtx, shapes: list[StageShape], *, tp: np.ndarray, p
     slots = B / micro
     k0 = np.full_like(B, float(-(-prompt // budget)))
     r_sat = np.minimum(budget / (prompt + gen - 1), slots / (gen - 1 + k0))
-    ph, rnd, pass_s = _round(ctx, shapes, tp, ppf, micro, mixed_step(ctx.model, r_sat, prompt, gen, k0))
+    ph, rnd, pass_s = _round(ctx, shapes, tp, ppf, micro, r_sat, prompt, gen, budget, k0)
     capacity = micro * r_sat / rnd
     r = r_sat
     if request_rate is None:
@@ -119,7 +145,7 @@ def steady_state(ctx: O.InferCtx, shapes: list[StageShape], *, tp: np.ndarray, p
         rho = lam / capacity
         for _ in range(FIXED_POINT_ITERATIONS):
             r = np.minimum(lam * rnd / micro, r_sat)
-            ph, rnd, pass_s = _round(ctx, shapes, tp, ppf, micro, mixed_step(ctx.model, r, prompt, gen, k0))
+            ph, rnd, pass_s = _round(ctx, shapes, tp, ppf, micro, r, prompt, gen, budget, k0)
         with np.errstate(divide="ignore", invalid="ignore"):
             queue = np.where(rho < 1, rho / (2 * capacity * (1 - rho)), np.inf)
         tps = replicas * np.minimum(lam, capacity) * gen

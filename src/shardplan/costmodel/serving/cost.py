@@ -291,7 +291,7 @@ def infer_cost(model: ModelSpec, system: SystemSpec, work: InferWorkload, rows: 
     # so in the continuous steady state a sequence holds its prompt and, on average, half its output: the pool
     # carries B·(P + G/2) tokens (Little's law over staggered requests). Static batches hold all P + G. One whole
     # sequence must fit either way.
-    held = per_request(P_ + -(-G // 2)) if work.mode == "continuous" else blocks_per_seq
+    held = per_request(P_ + -(-G // 2)) if work.mode == "continuous" and work.engine != "trtllm" else blocks_per_seq
     max_batch = np.where(kv_blocks >= blocks_per_seq, np.floor(kv_blocks / held), 0.0)
 
     B = rows.batch.astype(float)
