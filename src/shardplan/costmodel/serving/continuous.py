@@ -108,7 +108,7 @@ def prefill_steps(r: np.ndarray, prompt: int, gen: int, budget: int) -> tuple[np
 
 
 def _round(ctx: O.InferCtx, shapes: list[StageShape], tp: np.ndarray, pp: np.ndarray, micro: np.ndarray,
-           r: np.ndarray, prompt: int, gen: int, budget: int, k0: np.ndarray
+           r: np.ndarray, prompt: int, gen: int, budget: int, k0: np.ndarray, host_s: float
            ) -> tuple[PhaseTimes, np.ndarray, np.ndarray]:
     f, n = prefill_steps(r, prompt, gen, budget)
     avg = mixed_step(ctx.model, r, prompt, gen, k0)
@@ -119,20 +119,22 @@ def _round(ctx: O.InferCtx, shapes: list[StageShape], tp: np.ndarray, pp: np.nda
         decode_only = phase_times(ctx, mixed_step(ctx.model, r, prompt, gen, k0, 0.0 * r), shapes, tp, pp)
         ph = blend(with_prefill, decode_only, f, avg)
     hop = np.where(pp > 1, ph.p2p_s, 0.0)
-    pass_s = ph.total_s + (pp - 1) * hop
-    rnd = np.maximum(ph.total_s + pp * hop, micro * (beat(ph, shapes) + hop))
+    pass_s = ph.total_s + (pp - 1) * hop + host_s
+    rnd = np.maximum(ph.total_s + pp * hop, micro * (beat(ph, shapes) + hop)) + micro * host_s
     return ph, rnd, pass_s
 
 
 def steady_state(ctx: O.InferCtx, shapes: list[StageShape], *, tp: np.ndarray, pp: np.ndarray, replicas: np.ndarray,
-                 batch: np.ndarray, budget: int, prompt: int, gen: int, request_rate: float | None) -> SteadyState:
-    """The steady state of every row (see the module doc); ``request_rate`` in requests/s over all replicas."""
+                 batch: np.ndarray, budget: int, prompt: int, gen: int, request_rate: float | None,
+                 host_s: float = 0.0) -> SteadyState:
+    """The steady state of every row (see the module doc); ``request_rate`` in requests/s over all replicas;
+    ``host_s`` the engine's host time per step that the GPU waits for (``engines.STEP_HOST_GAP_S``)."""
     B, ppf = batch.astype(float), pp.astype(float)
     micro = np.minimum(B, ppf)
     slots = B / micro
     k0 = np.full_like(B, float(-(-prompt // budget)))
     r_sat = np.minimum(budget / (prompt + gen - 1), slots / (gen - 1 + k0))
-    ph, rnd, pass_s = _round(ctx, shapes, tp, ppf, micro, r_sat, prompt, gen, budget, k0)
+    ph, rnd, pass_s = _round(ctx, shapes, tp, ppf, micro, r_sat, prompt, gen, budget, k0, host_s)
     capacity = micro * r_sat / rnd
     r = r_sat
     if request_rate is None:
@@ -145,7 +147,7 @@ def steady_state(ctx: O.InferCtx, shapes: list[StageShape], *, tp: np.ndarray, p
         rho = lam / capacity
         for _ in range(FIXED_POINT_ITERATIONS):
             r = np.minimum(lam * rnd / micro, r_sat)
-            ph, rnd, pass_s = _round(ctx, shapes, tp, ppf, micro, r, prompt, gen, budget, k0)
+            ph, rnd, pass_s = _round(ctx, shapes, tp, ppf, micro, r, prompt, gen, budget, k0, host_s)
         with np.errstate(divide="ignore", invalid="ignore"):
             queue = np.where(rho < 1, rho / (2 * capacity * (1 - rho)), np.inf)
         tps = replicas * np.minimum(lam, capacity) * gen

@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from shardplan.costmodel.core.shards import layer_shard
 from shardplan.costmodel.serving import layers as O
 from shardplan.costmodel.serving.continuous import SteadyState, steady_state
-from shardplan.costmodel.serving.engines import ENGINES, Engine, kv_pool_bytes
+from shardplan.costmodel.serving.engines import ENGINES, STEP_HOST_GAP_S, Engine, kv_pool_bytes
 from shardplan.costmodel.serving.kvcache import blocks_per_request, stage_pool
 from shardplan.costmodel.serving.steps import (
     PhaseTimes,
@@ -306,7 +306,8 @@ def infer_cost(model: ModelSpec, system: SystemSpec, work: InferWorkload, rows: 
         prefill = phase_times(ctx, O.Step("prefill", c * one, c * (c + 1) / 2 * one, c * one, one), shapes,
                               rows.tp, pp)
         st = steady_state(ctx, shapes, tp=rows.tp, pp=pp, replicas=rows.dp, batch=rows.batch,
-                          budget=work.max_num_batched_tokens, prompt=P_, gen=G, request_rate=work.request_rate)
+                          budget=work.max_num_batched_tokens, prompt=P_, gen=G, request_rate=work.request_rate,
+                          host_s=STEP_HOST_GAP_S[work.engine])
         e2e = st.ttft_s + (G - 1) * st.round_s
         return InferCost(prefill=prefill, decode=st.step, chunks=st.chunks, micro_batches=np.minimum(B, pp),
                          ttft_s=st.ttft_s, tpot_s=st.round_s, e2e_s=e2e, tokens_per_s=st.tokens_per_s, steady=st,
