@@ -5,9 +5,11 @@ Records (``shardplan/data/serving_runs.json``) are NVIDIA's TensorRT-LLM perform
 8B, Llama 3.3 70B (the Llama 3.1 70B architecture) and Llama 3.1 405B, ModelOpt FP8 checkpoints on H100/H200 at the
 published TP, ten input/output lengths each.
 
-The prediction runs ``plan_inference`` as a user would: continuous mode at saturation, ``--engine trtllm`` with its
-defaults (8192-token budget, 2048 sequences at most, 32-token blocks, KV pool 0.9 of free memory), the published TP
-pinned and PP 1, the batch chosen by the planner. FP8 weights with FP8 GEMMs and an FP8 KV cache: the ModelOpt FP8
+The prediction runs ``plan_inference`` as a user would: continuous mode at saturation, ``--engine trtllm`` (32-token
+blocks, KV pool 0.9 of free memory, GUARANTEED_NO_EVICT reservation of ISL + OSL per request) with the
+``max_batch_size`` and ``max_num_tokens`` trtllm-bench picks for the dataset when given neither (``bench_settings``;
+chunked prefill off, so a whole prompt fits a step), the published TP pinned and PP 1, the batch chosen by the
+planner. FP8 weights with FP8 GEMMs and an FP8 KV cache: the ModelOpt FP8
 checkpoints quantise the KV cache too, and the 8B's measured 22.7k tokens/s at 128/2048 on one H100 exceeds what a
 16-bit cache could stream (every decode step reads each sequence's cache: 3.35 TB/s / (1,152 positions · 128 KiB)
 ≈ 22k sequences·steps/s before any weights).

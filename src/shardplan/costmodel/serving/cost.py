@@ -289,7 +289,9 @@ def infer_cost(model: ModelSpec, system: SystemSpec, work: InferWorkload, rows: 
     blocks_per_seq = per_request(P_ + G)
     # Engines allocate KV blocks as tokens arrive (vLLM and SGLang preempt or retract when the pool runs out),
     # so in the continuous steady state a sequence holds its prompt and, on average, half its output: the pool
-    # carries B·(P + G/2) tokens (Little's law over staggered requests). Static batches hold all P + G. One whole
+    # carries B·(P + G/2) tokens (Little's law over staggered requests). Static batches hold all P + G, and so does
+    # TensorRT-LLM: its default GUARANTEED_NO_EVICT capacity scheduler admits a request only once blocks for its
+    # prompt and all its output tokens are reserved (``llmapi/llm_args.py`` ``SchedulerConfig``). One whole
     # sequence must fit either way.
     held = per_request(P_ + -(-G // 2)) if work.mode == "continuous" and work.engine != "trtllm" else blocks_per_seq
     max_batch = np.where(kv_blocks >= blocks_per_seq, np.floor(kv_blocks / held), 0.0)
