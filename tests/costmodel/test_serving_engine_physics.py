@@ -77,6 +77,8 @@ def test_long_prompts_cost_the_average_of_prefill_and_decode_steps() -> None:
     assert float(c.tpot_s[0]) == pytest.approx(float(f * t_pre[0] + (1 - f) * t_dec[0]), rel=1e-9)
     avg = phase_times(c.ctx, mixed_step(LLAMA8, r * one, 20000, 2000, k0), shapes, c.rows.tp, one).total_s
     assert float(c.tpot_s[0]) > float(avg[0])  # a compute-bound prompt cannot hide under the decode steps
+    # TTFT: half an average step in progress, then the prompt's own step (one chunk), which carries the prefill
+    assert float(c.ttft_s[0]) == pytest.approx(float(c.tpot_s[0] / 2 + t_pre[0]), rel=1e-9)
 
 
 def test_trtllm_step_pays_the_executor_host_gap() -> None:

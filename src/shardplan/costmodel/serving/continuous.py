@@ -14,14 +14,16 @@ the first output token comes from the last prefill chunk.
 - Offered load λ req/s (Poisson) per deployment, λ/replicas per replica: ``r = λ_r·round/m`` solved by
   fixed-point iteration from the saturated step (monotone from above, so the load is never under-stated).
 
-Every step is costed as one mixed forward pass (``Step`` with ``d + p`` tokens through the GEMMs, decode
-attention over the mean context ``P + G/2`` plus causal prefill pairs): decode steps are slowed by the prefill
-chunks they share and prefill chunks by the decodes. The mix is the long-run average composition of a step
-(the engine alternates fuller and emptier steps; the average under-states the cost of a convex step-time
-curve slightly).
+Every step is one mixed forward pass (``Step``): ``d`` decodes at the mean context ``P + G/2`` plus, in the steps
+that carry prefill, a prompt chunk (causal pairs) — decode steps are slowed by the chunks they share and chunks by
+the decodes. When at least one prompt arrives per step every step carries ``r`` prompts' tokens; when fewer do,
+a share ``f = r·P / min(P, C − d)`` of the steps carries a whole chunk and the rest decode only
+(``prefill_steps``), and the average step is priced as that mix of the two (``steps.blend``): a compute-bound
+prompt does not hide under the weight streaming of the decode steps around it.
 
-Per request: TPOT is one round (every micro-batch advances once); TTFT is waiting for the step in progress
-(half a round), ``k = ⌈P/(C − d)⌉`` prefill chunks (the last one passing through every stage), and — under
+Per request: TPOT is one average round (every micro-batch advances once); TTFT is waiting for the step in progress
+(half an average round), ``k = ⌈P/(C − d)⌉`` prefill chunks in steps that carry prefill (the last one passing
+through every stage), and — under
 an offered load — queueing for admission: an M/D/1 queue whose server is the replica's saturation capacity
 μ (requests/s), mean wait ``ρ/(2μ(1−ρ))`` with ``ρ = λ_r/μ`` (Pollaczek–Khinchine, deterministic service).
 **The TTFT/TPOT limits bound these means under Poisson arrivals** (``--slo-statistic p90`` bounds TTFT's 90th
@@ -107,21 +109,28 @@ def prefill_steps(r: np.ndarray, prompt: int, gen: int, budget: int) -> tuple[np
     return f, chunk / prompt
 
 
+def _times(ph: PhaseTimes, shapes: list[StageShape], pp: np.ndarray, micro: np.ndarray, host_s: float
+           ) -> tuple[np.ndarray, np.ndarray]:
+    """(round, pass) of a step: every micro-batch advancing once; one step from the first stage to the last."""
+    hop = np.where(pp > 1, ph.p2p_s, 0.0)
+    rnd = np.maximum(ph.total_s + pp * hop, micro * (beat(ph, shapes) + hop)) + micro * host_s
+    return rnd, ph.total_s + (pp - 1) * hop + host_s
+
+
 def _round(ctx: O.InferCtx, shapes: list[StageShape], tp: np.ndarray, pp: np.ndarray, micro: np.ndarray,
            r: np.ndarray, prompt: int, gen: int, budget: int, k0: np.ndarray, host_s: float
-           ) -> tuple[PhaseTimes, np.ndarray, np.ndarray]:
+           ) -> tuple[PhaseTimes, np.ndarray, np.ndarray, np.ndarray]:
+    """The average step (``blend`` of the steps with and without prefill), its round, and the round and pass of
+    a step that carries prefill (the steps a prompt's own chunks ride in)."""
     f, n = prefill_steps(r, prompt, gen, budget)
-    avg = mixed_step(ctx.model, r, prompt, gen, k0)
     with_prefill = phase_times(ctx, mixed_step(ctx.model, r, prompt, gen, k0, n), shapes, tp, pp)
+    rnd_pre, pass_pre = _times(with_prefill, shapes, pp, micro, host_s)
     if np.all(f >= 1.0):
-        ph = with_prefill
-    else:
-        decode_only = phase_times(ctx, mixed_step(ctx.model, r, prompt, gen, k0, 0.0 * r), shapes, tp, pp)
-        ph = blend(with_prefill, decode_only, f, avg)
-    hop = np.where(pp > 1, ph.p2p_s, 0.0)
-    pass_s = ph.total_s + (pp - 1) * hop + host_s
-    rnd = np.maximum(ph.total_s + pp * hop, micro * (beat(ph, shapes) + hop)) + micro * host_s
-    return ph, rnd, pass_s
+        return with_prefill, rnd_pre, rnd_pre, pass_pre
+    decode_only = phase_times(ctx, mixed_step(ctx.model, r, prompt, gen, k0, 0.0 * r), shapes, tp, pp)
+    ph = blend(with_prefill, decode_only, f, mixed_step(ctx.model, r, prompt, gen, k0))
+    rnd, _ = _times(ph, shapes, pp, micro, host_s)
+    return ph, rnd, rnd_pre, pass_pre
 
 
 def steady_state(ctx: O.InferCtx, shapes: list[StageShape], *, tp: np.ndarray, pp: np.ndarray, replicas: np.ndarray,
@@ -134,7 +143,7 @@ def steady_state(ctx: O.InferCtx, shapes: list[StageShape], *, tp: np.ndarray, p
     slots = B / micro
     k0 = np.full_like(B, float(-(-prompt // budget)))
     r_sat = np.minimum(budget / (prompt + gen - 1), slots / (gen - 1 + k0))
-    ph, rnd, pass_s = _round(ctx, shapes, tp, ppf, micro, r_sat, prompt, gen, budget, k0, host_s)
+    ph, rnd, rnd_pre, pass_s = _round(ctx, shapes, tp, ppf, micro, r_sat, prompt, gen, budget, k0, host_s)
     capacity = micro * r_sat / rnd
     r = r_sat
     if request_rate is None:
@@ -147,13 +156,14 @@ def steady_state(ctx: O.InferCtx, shapes: list[StageShape], *, tp: np.ndarray, p
         rho = lam / capacity
         for _ in range(FIXED_POINT_ITERATIONS):
             r = np.minimum(lam * rnd / micro, r_sat)
-            ph, rnd, pass_s = _round(ctx, shapes, tp, ppf, micro, r, prompt, gen, budget, k0, host_s)
+            ph, rnd, rnd_pre, pass_s = _round(ctx, shapes, tp, ppf, micro, r, prompt, gen, budget, k0,
+                                              host_s)
         with np.errstate(divide="ignore", invalid="ignore"):
             queue = np.where(rho < 1, rho / (2 * capacity * (1 - rho)), np.inf)
         tps = replicas * np.minimum(lam, capacity) * gen
     d = r * (gen - 1)
     chunks = np.maximum(np.ceil(prompt / np.maximum(budget - d, 1.0)), 1.0)
-    service = rnd / 2 + (chunks - 1) * rnd + pass_s
+    service = rnd / 2 + (chunks - 1) * rnd_pre + pass_s
     ttft = queue + service
     p90 = wait_quantile(queue, rho, 0.9) + service
     return SteadyState(step=ph, round_s=rnd, pass_s=pass_s, finishes=r, decodes=d, prefill_tokens=r * prompt,
