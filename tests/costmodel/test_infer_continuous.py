@@ -6,8 +6,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from shardplan.costmodel.serving.continuous import mixed_step
 from shardplan.costmodel.serving.cost import InferLayout, InferRows, InferWorkload, infer_cost
 from shardplan.costmodel.serving.engines import engine_defaults, sglang_mem_fraction_static
+from shardplan.costmodel.serving.steps import phase_times, stage_shapes
 from shardplan.hardware import get_gpu, get_system
 from shardplan.models import get_model
 from shardplan.planner.serving.solve import InferRequest, plan_inference
@@ -77,9 +79,20 @@ def test_saturation_throughput_and_ttft_follow_the_step() -> None:
     tau = float(c.tpot_s[0])
     assert float(st.finishes[0]) == pytest.approx(r_hand)
     assert float(c.tokens_per_s[0]) == pytest.approx(r_hand * 201 / tau)
-    # one chunk (1000 ≤ 2048 − 63.7 decodes): half a step of waiting, then its chunk's step
-    assert float(c.ttft_s[0]) == pytest.approx(1.5 * tau)
-    assert float(c.e2e_s[0]) == pytest.approx(1.5 * tau + 200 * tau)
+    # 0.318 prompts per step: a share 0.318 of the steps carries one whole 1000-token prompt, the rest decode only
+    one = np.ones(1)
+    shapes = stage_shapes(c.ctx.model, one.astype(np.int64))
+    k0 = one
+
+    def step(prompts: float) -> float:
+        s = mixed_step(c.ctx.model, r_hand * one, 1000, 201, k0, prompts * one)
+        return float(phase_times(c.ctx, s, shapes, c.rows.tp, one).total_s[0])
+
+    t_pre, t_dec = step(1.0), step(0.0)
+    assert tau == pytest.approx(r_hand * t_pre + (1 - r_hand) * t_dec)
+    # one chunk (1000 ≤ 2048 − 63.7 decodes): half an average step of waiting, then the step carrying its prompt
+    assert float(c.ttft_s[0]) == pytest.approx(0.5 * tau + t_pre)
+    assert float(c.e2e_s[0]) == pytest.approx(0.5 * tau + t_pre + 200 * tau)
 
 
 def test_offered_load_queues_as_md1_and_slows_steps_as_it_grows() -> None:
@@ -189,7 +202,7 @@ def test_p90_wait_follows_the_exponential_tail_and_is_zero_when_most_never_wait(
 
 def test_p90_limit_bounds_the_percentile_not_the_mean() -> None:
     base = dict(model=get_model("llama-3.1-8b"), system=H100, num_gpus=2,
-                workload=InferWorkload(prompt_len=1024, gen_len=256, request_rate=35.0, max_num_batched_tokens=8192,
+                workload=InferWorkload(prompt_len=1024, gen_len=256, request_rate=40.0, max_num_batched_tokens=8192,
                                        max_num_seqs=1024))
     mean = plan_inference(InferRequest(**base, max_ttft_s=1.0))
     p90 = plan_inference(InferRequest(**base, max_ttft_s=1.0, slo_statistic="p90"))

@@ -5,9 +5,11 @@ Records (``shardplan/data/serving_runs.json``) are NVIDIA's TensorRT-LLM perform
 8B, Llama 3.3 70B (the Llama 3.1 70B architecture) and Llama 3.1 405B, ModelOpt FP8 checkpoints on H100/H200 at the
 published TP, ten input/output lengths each.
 
-The prediction runs ``plan_inference`` as a user would: continuous mode at saturation, ``--engine trtllm`` with its
-defaults (8192-token budget, 2048 sequences at most, 32-token blocks, KV pool 0.9 of free memory), the published TP
-pinned and PP 1, the batch chosen by the planner. FP8 weights with FP8 GEMMs and an FP8 KV cache: the ModelOpt FP8
+The prediction runs ``plan_inference`` as a user would: continuous mode at saturation, ``--engine trtllm`` (32-token
+blocks, KV pool 0.9 of free memory, GUARANTEED_NO_EVICT reservation of ISL + OSL per request) with the
+``max_batch_size`` and ``max_num_tokens`` trtllm-bench picks for the dataset when given neither (``bench_settings``;
+chunked prefill off, so a whole prompt fits a step), the published TP pinned and PP 1, the batch chosen by the
+planner. FP8 weights with FP8 GEMMs and an FP8 KV cache: the ModelOpt FP8
 checkpoints quantise the KV cache too, and the 8B's measured 22.7k tokens/s at 128/2048 on one H100 exceeds what a
 16-bit cache could stream (every decode step reads each sequence's cache: 3.35 TB/s / (1,152 positions · 128 KiB)
 ≈ 22k sequences·steps/s before any weights).
@@ -15,7 +17,20 @@ checkpoints quantise the KV cache too, and the 8B's measured 22.7k tokens/s at 1
 
 from __future__ import annotations
 
+from shardplan.models.spec import ModelSpec
 from shardplan.validation.runs import Case, load_records
+
+
+def bench_settings(model: ModelSpec, gpu_memory_bytes: float, tp: int, pp: int, isl: int, osl: int
+                   ) -> tuple[int, int]:
+    """trtllm-bench's ``(max_batch_size, max_num_tokens)`` for this run (``engines.trtllm_bench_settings``): FP8
+    weights and KV cache (1 byte each), KV heads at least one per TP rank."""
+    from shardplan.costmodel.serving.engines import trtllm_bench_settings
+
+    kv = 2 * model.num_attention_layers * max(tp, model.kv_heads) * model.head_size
+    return trtllm_bench_settings(gpu_memory_bytes=gpu_memory_bytes, gpus=tp * pp, pp=pp,
+                                 weight_bytes=float(model.total_params), kv_bytes_per_token=kv, input_len=isl,
+                                 output_len=osl)
 
 
 def serving_cases() -> list[Case]:
@@ -32,12 +47,12 @@ def serving_cases() -> list[Case]:
         def predict(r: dict = r) -> float:
             system, tp = get_system(r["hardware"]["system"]), int(r["parallel"]["tp"])
             d = engine_defaults(r["engine"], system.gpu)
-            w = r["workload"]
+            w, model, pp = r["workload"], get_model(r["model"]["name"]), int(r["parallel"]["pp"])
+            seqs, tokens = bench_settings(model, system.gpu.memory_bytes, tp, pp, w["input_len"], w["output_len"])
             work = InferWorkload(prompt_len=w["input_len"], gen_len=w["output_len"], dtype=w["dtype"], kv_dtype="fp8",
-                                 engine=r["engine"], max_num_batched_tokens=d.max_num_batched_tokens,
-                                 max_num_seqs=d.max_num_seqs, block_size=d.block_size)
-            plan = plan_inference(InferRequest(model=get_model(r["model"]["name"]), system=system, num_gpus=tp,
-                                               workload=work, tp=tp, pp=int(r["parallel"]["pp"])))
+                                 engine=r["engine"], max_num_batched_tokens=tokens, max_num_seqs=seqs,
+                                 block_size=d.block_size)
+            plan = plan_inference(InferRequest(model=model, system=system, num_gpus=tp, workload=work, tp=tp, pp=pp))
             if plan.metrics is None:
                 raise ValueError(plan.reason or "no plan")
             return plan.metrics.tokens_per_s

@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from shardplan.costmodel.core.shards import layer_shard
 from shardplan.costmodel.serving import layers as O
 from shardplan.costmodel.serving.continuous import SteadyState, steady_state
-from shardplan.costmodel.serving.engines import ENGINES, Engine, kv_pool_bytes
+from shardplan.costmodel.serving.engines import ENGINES, STEP_HOST_GAP_S, Engine, kv_pool_bytes
 from shardplan.costmodel.serving.kvcache import blocks_per_request, stage_pool
 from shardplan.costmodel.serving.steps import (
     PhaseTimes,
@@ -289,9 +289,11 @@ def infer_cost(model: ModelSpec, system: SystemSpec, work: InferWorkload, rows: 
     blocks_per_seq = per_request(P_ + G)
     # Engines allocate KV blocks as tokens arrive (vLLM and SGLang preempt or retract when the pool runs out),
     # so in the continuous steady state a sequence holds its prompt and, on average, half its output: the pool
-    # carries B·(P + G/2) tokens (Little's law over staggered requests). Static batches hold all P + G. One whole
+    # carries B·(P + G/2) tokens (Little's law over staggered requests). Static batches hold all P + G, and so does
+    # TensorRT-LLM: its default GUARANTEED_NO_EVICT capacity scheduler admits a request only once blocks for its
+    # prompt and all its output tokens are reserved (``llmapi/llm_args.py`` ``SchedulerConfig``). One whole
     # sequence must fit either way.
-    held = per_request(P_ + -(-G // 2)) if work.mode == "continuous" else blocks_per_seq
+    held = per_request(P_ + -(-G // 2)) if work.mode == "continuous" and work.engine != "trtllm" else blocks_per_seq
     max_batch = np.where(kv_blocks >= blocks_per_seq, np.floor(kv_blocks / held), 0.0)
 
     B = rows.batch.astype(float)
@@ -306,7 +308,8 @@ def infer_cost(model: ModelSpec, system: SystemSpec, work: InferWorkload, rows: 
         prefill = phase_times(ctx, O.Step("prefill", c * one, c * (c + 1) / 2 * one, c * one, one), shapes,
                               rows.tp, pp)
         st = steady_state(ctx, shapes, tp=rows.tp, pp=pp, replicas=rows.dp, batch=rows.batch,
-                          budget=work.max_num_batched_tokens, prompt=P_, gen=G, request_rate=work.request_rate)
+                          budget=work.max_num_batched_tokens, prompt=P_, gen=G, request_rate=work.request_rate,
+                          host_s=STEP_HOST_GAP_S[work.engine])
         e2e = st.ttft_s + (G - 1) * st.round_s
         return InferCost(prefill=prefill, decode=st.step, chunks=st.chunks, micro_batches=np.minimum(B, pp),
                          ttft_s=st.ttft_s, tpot_s=st.round_s, e2e_s=e2e, tokens_per_s=st.tokens_per_s, steady=st,

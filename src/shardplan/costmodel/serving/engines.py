@@ -22,6 +22,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -32,6 +33,14 @@ from shardplan.units import GiB
 
 Engine = Literal["vllm", "sglang", "trtllm"]
 ENGINES: tuple[Engine, ...] = ("vllm", "sglang", "trtllm")
+
+
+# Host time per scheduler step that the GPU sits idle for, in continuous batching. TensorRT-LLM's PyTorch executor
+# (``PyExecutor._executor_loop_overlap``: scheduling, input preparation and sampler post-processing on one Python
+# thread, one step ahead) leaves ~580 µs per iteration of GPU idle on steady decode (TensorRT-LLM issue #13957,
+# nsys of Llama-3.1-8B-FP8). vLLM V1 and SGLang overlap the next step's scheduling with the GPU (async scheduling,
+# overlap scheduler) and publish no idle gap: 0.
+STEP_HOST_GAP_S: dict[str, float] = {"vllm": 0.0, "sglang": 0.0, "trtllm": 580e-6}
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,3 +115,43 @@ def kv_pool_bytes(engine: Engine, gpu: GpuSpec, *, fraction: float | None, weigh
     f = 0.9 if fraction is None else fraction
     free = cap - weights - activations - non_torch
     return f * free, (1 - f) * np.maximum(free, 0.0)
+
+
+# trtllm-bench (TensorRT-LLM ``tensorrt_llm/bench/build/tuning.py`` ``calc_engine_setting`` / ``finetune_setting``
+# and ``bench/benchmark/utils/general.py`` ``get_settings``, 2025): the throughput benchmark's own
+# ``max_batch_size`` and ``max_num_tokens`` when the user gives neither.
+BENCH_MAX_REQUESTS = 4096  # "Cap total batch size to avoid decoder buffer size becoming too large"
+BENCH_MAX_TOKENS = 32768  # "Cap num tokens to avoid TRT activation buffer becoming too large"
+BENCH_MIN_TOKENS = 2048  # "Set min to 2048 to ensure Ctx/Gen overlap efficiency"
+
+
+def trtllm_bench_settings(*, gpu_memory_bytes: float, gpus: int, pp: int, weight_bytes: float,
+                          kv_bytes_per_token: float, input_len: int, output_len: int, fraction: float = 0.9,
+                          chunked_prefill: bool = False) -> tuple[int, int]:
+    """``(max_batch_size, max_num_tokens)`` as trtllm-bench picks them for a dataset of ``input_len``/``output_len``.
+
+    Requests that fit: ``fraction · (gpus · memory − weights) / (kv_bytes_per_token · (ISL + OSL))`` (the KV bytes
+    per token of the whole model, every GPU's memory from NVML in GiB); the batch is that, capped at 4096 and
+    split over pp, rounded up (to 32 below 256 with a floor of 64, to 128 below 1024, else to 256); the token
+    budget is the batch times ``1 + ISL/OSL`` capped at 32768, rounded up (to 256 below 4096 with a floor of 2048,
+    to 512 below 8192, else to 1024). Without chunked prefill (trtllm-bench's default) the budget is raised to
+    ``ISL + max_batch_size`` so a whole prompt fits one step. ``fraction`` is ``--kv_cache_free_gpu_mem_fraction``
+    (0.90 by default)."""
+    requests = fraction * (gpus * gpu_memory_bytes - weight_bytes) / (kv_bytes_per_token * (input_len + output_len))
+    raw_bs = min(requests, BENCH_MAX_REQUESTS) / pp
+    raw_tokens = min(raw_bs * (1 + input_len / output_len), BENCH_MAX_TOKENS)
+    if raw_bs < 256:
+        bs = max(64, 32 * math.ceil(raw_bs / 32))
+    elif raw_bs < 1024:
+        bs = 128 * math.ceil(raw_bs / 128)
+    else:
+        bs = 256 * math.ceil(raw_bs / 256)
+    if raw_tokens < 4096:
+        tokens = max(BENCH_MIN_TOKENS, 256 * math.ceil(raw_tokens / 256))
+    elif raw_tokens < 8192:
+        tokens = 512 * math.ceil(raw_tokens / 512)
+    else:
+        tokens = 1024 * math.ceil(raw_tokens / 1024)
+    if not chunked_prefill:
+        tokens = max(tokens, input_len + bs)
+    return bs, tokens

@@ -40,6 +40,10 @@ from shardplan.units import DTYPE_BYTES
 
 ACT_BYTES = 2.0  # activations stay 16-bit in every datatype mode (fp8 GEMMs quantise their inputs on the fly)
 LOGIT_BYTES = 4.0  # vLLM upcasts logits to fp32 before sampling
+# Rows of one tensor-core MMA: Hopper's wgmma.mma_async has M = 64 in every shape (PTX ISA 8.0, "Matrix shape":
+# .m64nNk16 for f16/bf16, .m64nNk32 for e4m3/e5m2); Ampere's warp-level mma.sync m16n8k16 is tiled into the 64-row
+# CTA tiles of cuBLAS/CUTLASS's smallest GEMM kernels. A decode GEMM of M rows does ⌈M/64⌉·64 rows of work.
+MMA_TILE_M = 64
 # Weight-only int4/int8 (GPTQ/AWQ): one 16-bit scale per group of weights along the input dimension.
 QUANT_SCALE_BYTES = 2.0
 
@@ -139,7 +143,11 @@ class InferCtx:
             t = fused_moe_time(self.system.gpu, flops, nbytes, dtype, experts=self._col(g.experts),
                                imbalance=ep_imbalance(self.ep, self._col(g.m)))
             return [Op(g.name, GEMM, flops, nbytes, t)]
-        return [Op(g.name, GEMM, flops, nbytes, gemm_time(self.system.gpu, flops, nbytes, dtype, experts=g.experts))]
+        # The tensor cores run whole M tiles: a dense GEMM of M rows computes ⌈M/64⌉·64 (``MMA_TILE_M``).
+        m = self._col(g.m)
+        padded = flops * np.where(m > 0, np.ceil(m / MMA_TILE_M) * MMA_TILE_M / np.maximum(m, 1e-9), 1.0)
+        padded = np.where(np.asarray(g.experts, dtype=float) == 1.0, padded, flops)
+        return [Op(g.name, GEMM, flops, nbytes, gemm_time(self.system.gpu, padded, nbytes, dtype, experts=g.experts))]
 
     def elementwise(self, x: Elementwise, *, selective: bool = False) -> Op:
         nbytes = self._col(x.nbytes(ACT_BYTES))

@@ -66,7 +66,8 @@ class InferMemory(Out):
     optimizer_bytes: float = 0.0
     activations_bytes: float = Field(description="Peak workspace of the profile forward pass and sampler.")
     kv_cache_bytes: float = Field(description="KV-cache blocks the batch occupies (static: prompt + generated tokens; "
-                                  "continuous: prompt + half the output on average).")
+                                  "continuous: prompt + half the output on average; TensorRT-LLM reserves prompt + "
+                                  "output).")
     non_torch_bytes: float
     reserve_bytes: float = Field(description="What the engine keeps outside its budget (vLLM: (1 − "
                                  "gpu_memory_utilization) of the GPU; SGLang: 1 − mem_fraction_static, less "

@@ -8,7 +8,7 @@ import numpy as np
 
 from shardplan.costmodel.core import comm
 from shardplan.costmodel.core.layouts import StageShape, layer_kind_names, model_kind_counts, representative_stages
-from shardplan.costmodel.core.ops import PhaseCost
+from shardplan.costmodel.core.ops import Op, PhaseCost
 from shardplan.costmodel.serving import layers as O
 from shardplan.models.spec import ModelSpec
 
@@ -55,6 +55,20 @@ def phase_times(ctx: O.InferCtx, step: O.Step, shapes: list[StageShape], tp: np.
     crosses = tp * pp > ctx.system.gpus_per_node
     p2p = np.where(pp > 1, comm.p2p_time(ctx.system, O.ACT_BYTES * step.tokens * m.hidden_size, crosses), 0.0)
     return PhaseTimes(step, ops, sums, stage_s, total, p2p)
+
+
+def blend(a: PhaseTimes, b: PhaseTimes, f: np.ndarray, step: O.Step) -> PhaseTimes:
+    """The long-run average of two kinds of step: ``a`` in a share ``f`` of the steps, ``b`` in the rest (same
+    kinds and ops, every time, FLOP and byte count averaged); ``step`` is the average step it stands for."""
+    def mix(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        return f * x + (1 - f) * y
+
+    ops = {k: [Op(x.name, x.kind, mix(x.flops, y.flops), mix(x.nbytes, y.nbytes), mix(x.time, y.time), x.dim,
+                  x.selective) for x, y in zip(a.ops[k], b.ops[k], strict=True)] for k in a.ops}
+    sums = {k: PhaseCost(*(mix(getattr(a.sums[k], n), getattr(b.sums[k], n)) for n in PhaseCost.__dataclass_fields__))
+            for k in a.sums}
+    return PhaseTimes(step, ops, sums, [mix(x, y) for x, y in zip(a.stage_s, b.stage_s, strict=True)],
+                      mix(a.total_s, b.total_s), mix(a.p2p_s, b.p2p_s))
 
 
 def beat(ph: PhaseTimes, shapes: list[StageShape]) -> np.ndarray:
