@@ -40,6 +40,13 @@ DISTS = {"megatron": ["torch", "numpy"], "deepspeed": ["deepspeed", "torch", "py
          "flexgen": ["flexgen", "torch", "transformers"]}
 
 
+def _num_layers(argv: tuple[str, ...]) -> int:
+    """Transformer layers of the case's model (``-m``), from shardplan's catalog."""
+    from shardplan.models import resolve_model
+
+    return resolve_model(argv[argv.index("-m") + 1]).num_layers
+
+
 def generate(only: set[str]) -> list[dict]:
     """Run shardplan for every (case, format); write the export and the plan; return the manifest."""
     EXPORTS.mkdir(exist_ok=True)
@@ -61,6 +68,7 @@ def generate(only: set[str]) -> list[dict]:
             if r.returncode == 0:
                 result = json.loads(r.stdout)
                 entry["plan"] = result.get("plan")
+                entry["num_layers"] = _num_layers(case.argv)
                 entry["export"] = str(out.relative_to(HERE))
                 (EXPORTS / f"{stem}.plan.json").write_text(json.dumps(
                     {k: v for k, v in entry.items() if k != "export"}, indent=1) + "\n")

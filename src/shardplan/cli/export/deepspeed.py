@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from shardplan.cli.export.base import Export, TrainTarget
+from shardplan.cli.export.base import Export, TrainTarget, recompute_kind
 from shardplan.errors import ShardplanError
 
 
@@ -50,7 +50,7 @@ def _checkpointing(t: TrainTarget, notes: list[str]) -> dict[str, Any] | None:
         raise _refuse(f"keep {f_act:.0%} of the stored activations on the CPU with recompute {p.recompute} "
                       "(activation_checkpointing.cpu_checkpointing moves all checkpoints of a full recompute)",
                       "pin --recompute full with --offload-activations 100%, or --offload-activations 0")
-    if p.recompute == "none":
+    if recompute_kind(p) == "none":
         return None
     if p.recompute == "selective":
         notes.append("selective recompute (core attention only) is done by the model code, e.g. Megatron-DeepSpeed "

@@ -8,7 +8,7 @@ have no flag of their own and map to Megatron-FSDP (``--use-megatron-fsdp`` with
 
 from __future__ import annotations
 
-from shardplan.cli.export.base import Export, TrainTarget, layout_summary, torchrun_line
+from shardplan.cli.export.base import Export, TrainTarget, layout_summary, recompute_kind, torchrun_line
 from shardplan.cli.export.megatron_arch import mixer_args, rope_args, router_args
 from shardplan.errors import ShardplanError
 
@@ -103,6 +103,8 @@ def _batch(t: TrainTarget, args: Args) -> None:
 
 def _recompute(t: TrainTarget, args: Args, notes: list[str]) -> None:
     p = t.plan
+    if recompute_kind(p) == "none":
+        return  # Megatron's default: no recompute flags
     if p.recompute == "selective":
         args.append(("--recompute-granularity", "selective"))  # default --recompute-modules core_attn
     elif p.recompute == "full":
