@@ -27,6 +27,23 @@ def _cell(text: str) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
 
 
+def _detail(r: dict) -> str:
+    """What an accepted export was checked for, from the checker's fields."""
+    bits = []
+    for key, label in (("megatron_stage_layers", "layers per rank"), ("torchtitan_stage_layers", "layers per rank"),
+                       ("virtual_stages", "virtual stages"), ("virtual_pipeline_size", "VPP"),
+                       ("data_parallel_size", "DP"), ("world_size_dp", "DP"),
+                       ("gradient_accumulation_steps", "accumulation steps"), ("pp_microbatches", "PP microbatches"),
+                       ("zero_stage", "ZeRO"), ("platform", "platform"), ("stopped_at", "stopped at")):
+        if r.get(key) is not None:
+            bits.append(f"{label} {r[key]}")
+    if "engine" in r:
+        e = r["engine"]
+        bits.insert(0, f"engine config TP {e['tensor_parallel_size']} PP {e['pipeline_parallel_size']}, max_num_seqs "
+                    f"{e['max_num_seqs']}, max_model_len {e['max_model_len']}, KV {e['cache_dtype']}")
+    return (r.get("stage", "") + ": " if r.get("stage") else "") + "; ".join(bits)
+
+
 def markdown(data: dict) -> str:
     lines = [HEADER.format(generated=data["generated"]), "## Versions", ""]
     lines += [f"- **{fw}**: {_versions(fw, info)}" for fw, info in sorted(data["frameworks"].items())]
@@ -44,7 +61,7 @@ def markdown(data: dict) -> str:
     lines += ["", "## Results", "", "| framework | case | status | what was checked / the framework's message |",
               "|---|---|---|---|"]
     for r in data["results"]:
-        detail = r.get("message") or r.get("checked", "")
+        detail = r.get("message") or _detail(r)
         if r.get("stage") and r["status"] != "accepted":
             detail = f"{r['stage']}: {detail}"
         lines.append(f"| {r['format']} | {r['case']} | {r['status']} | {_cell(detail)} |")
