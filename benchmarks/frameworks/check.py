@@ -47,6 +47,13 @@ def _num_layers(argv: tuple[str, ...]) -> int:
     return resolve_model(argv[argv.index("-m") + 1]).num_layers
 
 
+def _stage_layers(plan: dict, num_layers: int) -> list[int]:
+    """Layers per pipeline rank the plan costs: its per-stage split, else the cost model's even split."""
+    from shardplan.costmodel.training.stage_split import uniform_split
+
+    return plan.get("stage_layers") or uniform_split(num_layers, plan["pp"])
+
+
 def generate(only: set[str]) -> list[dict]:
     """Run shardplan for every (case, format); write the export and the plan; return the manifest."""
     EXPORTS.mkdir(exist_ok=True)
@@ -69,6 +76,8 @@ def generate(only: set[str]) -> list[dict]:
                 result = json.loads(r.stdout)
                 entry["plan"] = result.get("plan")
                 entry["num_layers"] = _num_layers(case.argv)
+                if case.command == "train":
+                    entry["stage_layers"] = _stage_layers(entry["plan"], entry["num_layers"])
                 entry["export"] = str(out.relative_to(HERE))
                 (EXPORTS / f"{stem}.plan.json").write_text(json.dumps(
                     {k: v for k, v in entry.items() if k != "export"}, indent=1) + "\n")

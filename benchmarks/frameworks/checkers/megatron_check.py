@@ -111,7 +111,7 @@ def check(entry: dict) -> dict:
     out |= {"status": "accepted", "megatron_stage_layers": ranks,
             "virtual_pipeline_size": args.virtual_pipeline_model_parallel_size,
             "data_parallel_size": args.data_parallel_size}
-    want = plan.get("stage_layers")
+    want = entry.get("stage_layers") or plan.get("stage_layers")
     if want is not None and want != ranks:
         out |= {"status": "mismatch", "message": f"Megatron builds {ranks} layers per rank, the plan costs {want}"}
     elif args.data_parallel_size != plan["dp"]:

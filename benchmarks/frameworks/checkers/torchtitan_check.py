@@ -123,9 +123,10 @@ def check(entry: dict) -> dict:
             want = [f"layers.{i}" for i in range(entry["num_layers"])]
             assert sorted(n for n in names if n.startswith("layers.")) == sorted(want), "layers lost or repeated"
             out |= {"torchtitan_stage_layers": ranks, "virtual_stages": len(parts)}
-            if plan.get("stage_layers") is not None and ranks != plan["stage_layers"]:
+            want = entry.get("stage_layers") or plan.get("stage_layers")
+            if want is not None and ranks != want:
                 return out | {"status": "mismatch", "message": f"torchtitan builds {ranks} layers per rank, the plan "
-                              f"costs {plan['stage_layers']}"}
+                              f"costs {want}"}
             if len(parts) != dims.pp * plan["interleave"]:
                 return out | {"status": "mismatch", "message": f"torchtitan makes {len(parts)} virtual stages, the "
                               f"plan {dims.pp} × {plan['interleave']}"}

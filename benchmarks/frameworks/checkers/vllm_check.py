@@ -66,7 +66,7 @@ def _error(e: BaseException) -> str:
     return " ".join(msg.split())[:600]
 
 
-def _parser():  # noqa: ANN202
+def _parser():
     from vllm.entrypoints.cli.serve import ServeSubcommand
     from vllm.utils.argparse_utils import FlexibleArgumentParser
 
