@@ -49,9 +49,25 @@ def test_generation_and_calibrated_band() -> None:
     assert band(one_run) == shipped["train"]["calibrated"]
     memory_only = with_calibration(h100, Calibration(memory_overhead_bytes=2**30))
     assert band(memory_only) == shipped["train"]["h100"]
-    # a training calibration says nothing about offloaded generation; serving has no validation cases yet
+    # a training calibration says nothing about offloaded generation or serving; a job without cases has no band
     t4 = with_calibration(get_system("gcp-t4"), Calibration(gemm_scale=0.9, band_pct=4.0))
     assert band(t4, "offload") == shipped["offload"]["t4"] and band(h100, "infer") is None
+    assert band(with_loo, "serve") == band(h100, "serve") == shipped["serve"]["h100"]
+    assert band(get_system("hgx-h200"), "serve") == shipped["serve"]["h200"]
+
+
+def test_infer_report_carries_its_generations_serving_band() -> None:
+    from shardplan.costmodel.serving.cost import InferLayout, InferWorkload
+    from shardplan.costmodel.serving.report import estimate_inference
+    from shardplan.models import get_model
+
+    shipped = json.loads(resources.files("shardplan.data").joinpath("error_bands.json").read_text())["bands"]
+    w = shipped["serve"]["h200"]
+    rep = estimate_inference(get_model("llama-3.1-8b"), get_system("hgx-h200"), 1,
+                             InferWorkload(prompt_len=512, gen_len=128), InferLayout(tp=1, replicas=1, batch=8))
+    m = rep.metrics
+    assert m.band_pct == pytest.approx(100 * w)
+    assert m.tokens_per_s_range == pytest.approx([m.tokens_per_s / (1 + w), m.tokens_per_s * (1 + w)])
 
 
 @pytest.fixture(scope="module")
@@ -70,6 +86,11 @@ def test_shipped_table_matches_validation_and_covers_80_percent(report) -> None:
     cov = band_coverage(report)
     assert cov["train"]["inside_pct"] >= 80 and cov["projection"]["inside_pct"] >= 80
     assert cov["offload"]["inside_pct"] >= 80 and cov["offload"]["cases"] == 12
+    # serving: TensorRT-LLM's published tokens/s (60 cases, H100 and H200), each inside its generation's band
+    assert cov["serve"]["inside_pct"] >= 80 and cov["serve"]["cases"] == 60
+    # 30 cases at each generation's width 2w: the median lies halfway between the two
+    serve = shipped["bands"]["serve"]
+    assert cov["serve"]["median_width_pct"] == pytest.approx(100 * (serve["h100"] + serve["h200"]))
     assert cov["train"]["cases"] == sum(shipped["bands"]["train"]["cases"].values())
 
 

@@ -89,3 +89,24 @@ def test_memory_overhead_recovered_from_peak_memory() -> None:
     for r in res.runs:
         assert r.predicted_memory_after_gib == pytest.approx(r.measured_peak_memory_gib, rel=1e-9)
         assert r.predicted_memory_before_gib == pytest.approx(r.measured_peak_memory_gib - 3, rel=1e-9)
+
+
+def test_a_link_level_the_runs_never_use_keeps_its_prior() -> None:
+    from shardplan.calibration.fit import visible
+
+    # One node, TP 1..8: TP collectives on NVLink, nothing crosses the network (8 GPUs = one DGX H100 node).
+    tp_sweep = [("llama-3.1-8b", 8, 64, 8192, {"tp": t, "zero": 1, "sequence_parallel": t > 1}) for t in (1, 2, 4, 8)]
+    true = Calibration(intra_node_comm_scale=0.5, inter_node_comm_scale=0.4)
+    h100 = get_system("dgx-h100")
+    runs = [r for r, _ in load_runs(synthetic_runs(true, tp_sweep), h100)]
+    # no inter-node bytes: the network scale cannot move any of these runs (hand fact), so the fit must not see it
+    slow_net = with_calibration(h100, Calibration(inter_node_comm_scale=0.3))
+    for r in runs:
+        a = estimate_training(r.model, h100, r.gpus, r.workload, r.layout).metrics.step_time_s
+        assert estimate_training(r.model, slow_net, r.gpus, r.workload, r.layout).metrics.step_time_s == a
+    assert visible(h100, runs, "intra_node_comm_scale") and not visible(h100, runs, "inter_node_comm_scale")
+    res = calibrate("dgx-h100", synthetic_runs(true, tp_sweep))
+    assert "inter_node_comm_scale" not in res.fitted and res.calibration.inter_node_comm_scale == 1.0
+    assert res.calibration.intra_node_comm_scale == pytest.approx(0.5, rel=0.01)
+    # TP 1 alone: its only collective, the data-parallel gradient sync, hides behind the backward: NVLink unseen
+    assert not visible(h100, runs[:1], "intra_node_comm_scale")

@@ -33,6 +33,17 @@ def test_estimate_renders_tables(run_cli) -> None:
     assert "Prefill" in r.out and "engine step" in r.out and "TTFT" in r.out and "token slots" in r.out
 
 
+def test_tokens_per_s_band_in_json_and_summary(run_cli) -> None:
+    import json
+    from importlib import resources
+
+    w = json.loads(resources.files("shardplan.data").joinpath("error_bands.json").read_text())["bands"]["serve"]["h100"]
+    m = run_cli(*EST, "--json").json()["metrics"]
+    assert m["band_pct"] == pytest.approx(100 * w)
+    assert m["tokens_per_s_range"] == pytest.approx([m["tokens_per_s"] / (1 + w), m["tokens_per_s"] * (1 + w)])
+    assert f"±{100 * w:.0f}%" in run_cli(*EST).out
+
+
 def test_plan_json_contract_and_determinism(run_cli) -> None:
     r1 = run_cli(*PLAN, "--max-batch", "--json")
     r2 = run_cli(*PLAN, "--max-batch", "--json")

@@ -41,7 +41,13 @@ def test_overlapped_reduction_still_exposes_the_last_bucket() -> None:
     system = get_system("dgx-h100")
     last = float(comm.reduce_scatter_time(system, 40e6 * 4, 16, 1))  # fp32 gradients
     first = float(comm.all_gather_time(system, 40e6 * 2, 16, 1))  # bf16 parameters
-    assert rep.metrics.dp_exposed_s == pytest.approx(last + first, rel=1e-6)
+    # The hidden rest still slows the compute it overlaps by the measured 18.9% (Lee et al. 2025).
+    params = rep.memory.weights_bytes / 2
+    rs = float(comm.reduce_scatter_time(system, params * 4, 16, 1))
+    ag = float(comm.all_gather_time(system, params * 2, 16, 1))
+    hidden = (rs - last) + (ag - first)
+    assert system.software.overlap_slowdown == 0.189
+    assert rep.metrics.dp_exposed_s == pytest.approx(last + first + 0.189 * hidden, rel=1e-6)
 
 
 def test_framework_memory_counts_context_workspaces_and_one_nccl_communicator_per_group() -> None:
@@ -78,6 +84,8 @@ def test_saturated_reduction_exposes_what_the_last_backward_cannot_cover() -> No
     rs = float(comm.reduce_scatter_time(system, params * 4, 16, 1))
     ag = float(comm.all_gather_time(system, params * 2, 16, 1))
     assert rs > st.bwd_time_s  # saturated
-    expected = (rs - st.bwd_time_s * share) + max(ag - st.fwd_time_s * share, float(
-        comm.all_gather_time(system, 40e6 * 2, 16, 1)))
+    rs_exposed = rs - st.bwd_time_s * share
+    ag_exposed = max(ag - st.fwd_time_s * share, float(comm.all_gather_time(system, 40e6 * 2, 16, 1)))
+    # what hides slows the overlapped compute by the measured 18.9% (Lee et al. 2025)
+    expected = rs_exposed + ag_exposed + 0.189 * ((rs - rs_exposed) + (ag - ag_exposed))
     assert rep.metrics.dp_exposed_s == pytest.approx(expected, rel=1e-6)

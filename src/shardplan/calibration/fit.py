@@ -4,8 +4,10 @@ Residual of run i: ``ln(predicted_i / measured_i)``. Each parameter lives on [0,
 bounds (the scales on a log axis, the overheads linearly), so one Levenberg–Marquardt step size suits all;
 steps are projected back into the box. The subset of parameters is chosen automatically: ``gemm_scale``
 always, then — while there are more runs than parameters (up to four) — the candidate that lowers the
-residual most, as long as it lowers it by a meaningful share. ``memory_overhead_bytes`` is fitted apart,
-in closed form, from the runs that report peak memory (it is the only parameter that moves memory).
+residual most, as long as it lowers it by a meaningful share. A parameter the runs do not see (``visible``: a
+comm scale of a link level their exposed collectives never use) is never a candidate, so a projection onto that
+level keeps the base system's value instead of a residual the fit pushed onto it. ``memory_overhead_bytes`` is
+fitted apart, in closed form, from the runs that report peak memory (it is the only parameter that moves memory).
 """
 
 from __future__ import annotations
@@ -30,6 +32,10 @@ MAX_TIME_PARAMS = 4
 # and only while the residual is above the fit's resolution (0.1% RMS in step time).
 MIN_GAIN = 0.2
 RESOLUTION = 1e-3
+# A parameter the runs cannot see is not fitted: moving it by a tenth of its range (unit axis) must move some
+# run's predicted step time by at least this much (a comm scale: that link level's exposed collectives take
+# ≳ 7% of the step; otherwise the runs never crossed onto that level and its prior value stays).
+VISIBLE = 0.01
 
 
 def bounds(name: str) -> tuple[float, float]:
@@ -128,16 +134,27 @@ def max_time_params(n_runs: int) -> int:
     return 1 if n_runs <= 2 else min(n_runs - 1, MAX_TIME_PARAMS)
 
 
+def visible(system: SystemSpec, runs: Sequence[Run], name: str) -> bool:
+    """Whether ``runs`` see ``name``: a tenth of its range (towards the inside) moves some run's step time by at
+    least ``VISIBLE`` (log). Runs on one node never see ``inter_node_comm_scale``; runs whose collectives hide
+    behind compute see neither comm scale, and a projection to a layout that exposes them keeps the prior."""
+    u0 = to_unit(name, float(getattr(system.calibration, name)))
+    moved = from_unit(name, u0 - 0.1 if u0 >= 0.1 else u0 + 0.1)
+    base = predict_steps(system, runs, {})
+    return bool(np.max(np.abs(np.log(predict_steps(system, runs, {name: moved}) / base))) >= VISIBLE)
+
+
 def select_and_fit(system: SystemSpec, runs: Sequence[Run]) -> Fit:
-    """Forward selection: gemm_scale, then the parameter that lowers the residual most, while it helps."""
+    """Forward selection: gemm_scale, then the visible parameter that lowers the residual most, while it helps."""
     fit = fit_params(system, runs, ["gemm_scale"])
     limit = max_time_params(len(runs))
+    seen = [c for c in TIME_PARAMS[1:] if limit > 1 and visible(system, runs, c)]
     while len(fit.params) < limit:
         sse = float(fit.residuals @ fit.residuals)
         if math.sqrt(sse / len(runs)) < RESOLUTION:
             break
         best: Fit | None = None
-        for cand in TIME_PARAMS:
+        for cand in seen:
             if cand in fit.params:
                 continue
             trial = fit_params(system, runs, [*fit.params, cand], start=fit.values)

@@ -28,6 +28,11 @@ def render_layers(con: Console, rows: list[Any], title: str) -> None:
     con.print(t)
 
 
+def _band(m: Any) -> str:
+    band = getattr(m, "band_pct", None)
+    return f" ±{band:.0f}%" if band else ""
+
+
 def render_summary(con: Console, report: Any) -> None:
     m, mem = report.metrics, report.memory
     t = Table(title="Summary (memory per GPU)", title_justify="left", show_header=False)
@@ -44,7 +49,7 @@ def render_summary(con: Console, report: Any) -> None:
              + (f", queueing {format_seconds(m.queue_s)})" if m.request_rate is not None else ", from admission)")),
             ("TPOT (mean, mixed steps)", f"{format_seconds(m.tpot_s)} at {m.mean_context:g} tokens"),
             ("end-to-end latency", format_seconds(m.e2e_latency_s)),
-            ("output tokens/s (all GPUs)", f"{m.tokens_per_s:,.1f} ({m.tokens_per_s_per_gpu:,.1f} per GPU)"),
+            ("output tokens/s (all GPUs)", f"{m.tokens_per_s:,.1f}{_band(m)} ({m.tokens_per_s_per_gpu:,.1f} per GPU)"),
         ]
     else:
         rows = [
@@ -52,7 +57,7 @@ def render_summary(con: Console, report: Any) -> None:
             ("TPOT (decode step, mean context)", f"{format_seconds(m.tpot_s)} at {m.mean_context:g} tokens"
              + (f", {m.decode_micro_batches} micro-batches" if m.decode_micro_batches > 1 else "")),
             ("end-to-end latency", format_seconds(m.e2e_latency_s)),
-            ("output tokens/s (all GPUs)", f"{m.tokens_per_s:,.1f} ({m.tokens_per_s_per_gpu:,.1f} per GPU)"),
+            ("output tokens/s (all GPUs)", f"{m.tokens_per_s:,.1f}{_band(m)} ({m.tokens_per_s_per_gpu:,.1f} per GPU)"),
         ]
     rows += [
         ("weights", format_bytes(mem.weights_bytes)),

@@ -255,6 +255,11 @@ class SoftwareSpec(BaseModel):
         0.5, description="Share of sequence-parallel TP collectives hidden behind GEMMs (Transformer Engine "
         "userbuffer overlap, torchtitan async TP); 0 for blocking collectives."
     )
+    overlap_slowdown: Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)] = Field(
+        0.189, description="Compute time lost per second of communication hidden behind it: NCCL kernels take SMs "
+        "and share the power budget with the overlapped kernels. 0.189 is the mean slowdown of compute overlapped "
+        "with communication measured on A100, H100, MI250 and MI210 (Lee et al. 2025, arXiv 2507.03114)."
+    )
     step_overhead_fraction: NonNeg = Field(
         0.0, description="Unmodelled per-step time (data loading, logging, host sync) as a fraction."
     )

@@ -1,6 +1,6 @@
 """Error-band table and coverage from the validation groups (see ``costmodel.bands`` for the definition).
 
-``band_table()`` runs the training groups and the projection group and returns what
+``band_table()`` runs the training, offload, serving and projection groups and returns what
 ``shardplan/data/error_bands.json`` ships (``benchmarks/error_bands.py`` writes it). ``band_coverage()`` says
 what share of the measured values falls inside the band their prediction carries, and the median width.
 """
@@ -24,31 +24,42 @@ from shardplan.validation.runs import _MODERN_SYSTEMS, ValidationReport, load_re
 
 TRAIN_GROUPS = ("korthikanti-t5", "korthikanti-t4", "narayanan", "modern")
 OFFLOAD_GROUPS = ("flexgen",)
+SERVE_GROUPS = ("serving",)
 NOTE = (f"Half-widths w (fractions) of the error band: exp(q)-1, q = the {BAND_QUANTILE:.0%} quantile of "
         "|ln(measured/predicted)| over the `shardplan validate` cases of the job (train: korthikanti-t5, "
         f"korthikanti-t4, narayanan, modern) per GPU generation (own entry from {MIN_CASES} cases, else 'all'); "
         "'calibrated': the same over the projection group (prediction after calibrating on a series' smallest "
-        "runs); offload: the flexgen group. Recompute: .venv/bin/python benchmarks/error_bands.py")
+        "runs); offload: the flexgen group; serve: the serving group (infer's output tokens/s). "
+        "Recompute: .venv/bin/python benchmarks/error_bands.py")
 
 
 def case_generation(group: str, case_id: str) -> str:
     """The GPU generation a validation case ran on (the records' hardware, as the groups map it)."""
     if group in OFFLOAD_GROUPS:
         return generation(get_system("gcp-t4").gpu.name)  # FlexGen's machine (Sheng et al. 2023 §6)
+    if group in SERVE_GROUPS:
+        return _serving_generation()[case_id]
     if group != "modern":
         return generation("a100")  # Korthikanti 2022 and Narayanan 2021 ran on Selene (A100 80GB)
     gpu = {r["id"]: r["hardware"]["gpu"] for r in load_records("modern_training_runs")}[case_id]
     return generation(get_system(_MODERN_SYSTEMS[gpu]).gpu.name)
 
 
+def _serving_generation() -> dict[str, str]:
+    """Case id → generation of the serving group's records (their ``hardware.system`` preset)."""
+    return {r["id"].removeprefix("trtllm-"): generation(get_system(r["hardware"]["system"]).gpu.name)
+            for r in load_records("serving_runs")}
+
+
 def _report() -> ValidationReport:
-    return run_validation([*TRAIN_GROUPS, *OFFLOAD_GROUPS, "projection"])
+    return run_validation([*TRAIN_GROUPS, *OFFLOAD_GROUPS, *SERVE_GROUPS, "projection"])
 
 
 def band_table(report: ValidationReport | None = None) -> dict[str, Any]:
     report = report or _report()
     ok = [r for r in report.rows if r.predicted is not None and r.predicted > 0]
-    jobs = {**dict.fromkeys(TRAIN_GROUPS, "train"), **dict.fromkeys(OFFLOAD_GROUPS, "offload")}
+    jobs = {**dict.fromkeys(TRAIN_GROUPS, "train"), **dict.fromkeys(OFFLOAD_GROUPS, "offload"),
+            **dict.fromkeys(SERVE_GROUPS, "serve")}
     rows = [(jobs[r.group], case_generation(r.group, r.id), r.measured, r.predicted) for r in ok if r.group in jobs]
     proj = [math.log(r.measured / r.predicted) for r in ok if r.group == "projection"]
     return {"note": NOTE, "quantile": BAND_QUANTILE, "bands": compute_band_table(rows, projection=proj)}
@@ -68,6 +79,10 @@ def band_coverage(report: ValidationReport, table: dict[str, Any] | None = None)
         "offload": [(r.measured, r.predicted, off.get(case_generation(r.group, r.id), off["all"]))
                     for r in ok if r.group in OFFLOAD_GROUPS],
     }
+    serve = table.get("serve")
+    if serve is not None:
+        kinds["serve"] = [(r.measured, r.predicted, serve.get(case_generation(r.group, r.id), serve["all"]))
+                          for r in ok if r.group in SERVE_GROUPS]
     out = {}
     for kind, cases in kinds.items():
         if cases:

@@ -9,8 +9,10 @@ calibrated system uses the band measured on calibrated predictions instead: its 
 after calibrating on a series' one or two smallest runs). Calibration narrows the band only as far as those
 measurements show it does.
 
-Jobs with validation cases: ``train`` (step time, throughput) and ``offload`` (FlexGen generation
-throughput); serving (``infer``) has no throughput cases yet, so its predictions carry no band.
+Jobs with validation cases: ``train`` (step time, throughput), ``offload`` (FlexGen generation throughput) and
+``serve`` (``infer``'s output tokens/s: the ``serving`` group, TensorRT-LLM's published saturation throughput on
+H100/H200). The serving records publish throughput only, so TTFT and TPOT carry no band. A calibration is fitted
+to training step times, so serving and offload keep their generation's band on a calibrated system.
 
 The table lives in ``shardplan/data/error_bands.json``; ``compute_band_table`` recomputes it from validation
 rows (``benchmarks/error_bands.py`` writes it; a test checks the shipped file against a fresh run).

@@ -44,9 +44,10 @@ def members_per_node(system: SystemSpec, n: np.ndarray, stride: np.ndarray) -> n
     return np.minimum(n, per)
 
 
-def _bw(system: SystemSpec, level: str) -> float:
+def link_bandwidth(system: SystemSpec, level: str) -> float:
     """Achieved bandwidth of the ``intra``/``inter``-node link, with the calibration's collective-efficiency
-    scale (hardware.spec.Calibration); the efficiency never exceeds 1."""
+    scale (hardware.spec.Calibration); the efficiency never exceeds 1. Every collective, training's and
+    serving's, reads link rates here, so a calibrated system file moves both alike."""
     link: LinkSpec | None = system.intra_node if level == "intra" else system.inter_node
     if link is None:
         return np.inf
@@ -78,8 +79,8 @@ def all_reduce_time(system: SystemSpec, nbytes: np.ndarray, n: np.ndarray, strid
     n, k, nodes = _split(system, n, stride)
     s = np.asarray(nbytes, dtype=float)
     intra_bytes = 2 * (k - 1) / k * s
-    ring = intra_bytes / _bw(system, "intra")
-    inter = np.where(nodes > 1, 2 * (nodes - 1) / nodes * s / k / _bw(system, "inter"), 0.0)
+    ring = intra_bytes / link_bandwidth(system, "intra")
+    inter = np.where(nodes > 1, 2 * (nodes - 1) / nodes * s / k / link_bandwidth(system, "inter"), 0.0)
     hops = 2 * ((k - 1) * _lat(system.intra_node)
                 + np.ceil(np.log2(np.maximum(nodes, 1))) * _lat(system.inter_node))
     t = _nccl(np.maximum(ring, inter), hops)
@@ -96,8 +97,8 @@ def reduce_scatter_time(system: SystemSpec, nbytes: np.ndarray, n: np.ndarray, s
     """Reduce-scatter (or all-gather: same cost) of a ``nbytes`` buffer across ``n`` ranks (ring)."""
     n, k, nodes = _split(system, n, stride)
     s = np.asarray(nbytes, dtype=float)
-    intra = (k - 1) / k * s / _bw(system, "intra")
-    inter = np.where(nodes > 1, (nodes - 1) / nodes * s / k / _bw(system, "inter"), 0.0)
+    intra = (k - 1) / k * s / link_bandwidth(system, "intra")
+    inter = np.where(nodes > 1, (nodes - 1) / nodes * s / k / link_bandwidth(system, "inter"), 0.0)
     hops = (k - 1) * _lat(system.intra_node) + (nodes - 1) * _lat(system.inter_node)
     return np.where(n > 1, _nccl(np.maximum(intra, inter), hops), 0.0)
 
@@ -109,8 +110,8 @@ def all_to_all_time(system: SystemSpec, nbytes: np.ndarray, n: np.ndarray, strid
     """All-to-all where each GPU holds ``nbytes`` and keeps 1/n: intra share on the fabric, rest on the NIC."""
     n, k, _ = _split(system, n, stride)
     s = np.asarray(nbytes, dtype=float)
-    intra = (k - 1) / n * s / _bw(system, "intra")
-    inter = (n - k) / n * s / _bw(system, "inter")
+    intra = (k - 1) / n * s / link_bandwidth(system, "intra")
+    inter = (n - k) / n * s / link_bandwidth(system, "inter")
     hops = (k - 1) * _lat(system.intra_node) + np.where(n > k, _lat(system.inter_node), 0.0)
     return np.where(n > 1, _nccl(np.maximum(intra, inter), hops), 0.0)
 
@@ -118,6 +119,14 @@ def all_to_all_time(system: SystemSpec, nbytes: np.ndarray, n: np.ndarray, strid
 def p2p_time(system: SystemSpec, nbytes: np.ndarray, crosses_node: np.ndarray) -> np.ndarray:
     """Point-to-point send of ``nbytes`` to a neighbour, inside the node or across it (one hop)."""
     s = np.asarray(nbytes, dtype=float)
-    inter = _nccl(s / _bw(system, "inter"), np.asarray(_lat(system.inter_node)))
-    intra = _nccl(s / _bw(system, "intra"), np.asarray(_lat(system.intra_node)))
+    inter = _nccl(s / link_bandwidth(system, "inter"), np.asarray(_lat(system.inter_node)))
+    intra = _nccl(s / link_bandwidth(system, "intra"), np.asarray(_lat(system.intra_node)))
     return np.where(np.asarray(crosses_node, dtype=bool), inter, intra)
+
+
+def with_overlap_cost(system: SystemSpec, total_s: np.ndarray, exposed_s: np.ndarray) -> np.ndarray:
+    """Time a collective adds to the step when ``exposed_s`` of its ``total_s`` shows and the rest hides behind
+    compute: the exposed part plus the compute it slows while hidden (``SoftwareSpec.overlap_slowdown``: NCCL
+    kernels occupy SMs and share the power budget; Lee et al. 2025, arXiv 2507.03114)."""
+    hidden = np.maximum(np.asarray(total_s, dtype=float) - exposed_s, 0.0)
+    return exposed_s + system.software.overlap_slowdown * hidden

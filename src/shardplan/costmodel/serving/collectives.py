@@ -45,7 +45,7 @@ def nccl_ring_all_reduce_time(system: SystemSpec, nbytes: np.ndarray, n: np.ndar
     s, n = np.asarray(nbytes, dtype=float), np.asarray(n, dtype=float)
     fabric = "nvlink" if has_gpu_fabric(system) else "pci"
     protos = ("LL", "LL128", "Simple") if fabric == "nvlink" else ("LL", "Simple")
-    bw = system.intra_node.effective_bytes_per_s
+    bw = comm.link_bandwidth(system, "intra")
     steps = 2 * (n - 1)
     times = [NCCL_RING_BASE_LAT_S[p] + steps * NCCL_RING_HW_LAT_S[fabric][p]
              + steps / n * s / (bw * NCCL_PROTOCOL_BW_SHARE[p]) for p in protos]
@@ -56,7 +56,7 @@ def custom_all_reduce_time(system: SystemSpec, nbytes: np.ndarray, n: np.ndarray
     """One-shot or two-shot peer-to-peer all-reduce over the node fabric, whichever is faster."""
     s, n = np.asarray(nbytes, dtype=float), np.asarray(n, dtype=float)
     link = system.intra_node
-    bw, lat = link.effective_bytes_per_s, link.latency_s
+    bw, lat = comm.link_bandwidth(system, "intra"), link.latency_s
     return np.where(n > 1, np.minimum(lat + (n - 1) * s / bw, 2 * lat + 2 * (n - 1) / n * s / bw), 0.0)
 
 
@@ -77,8 +77,8 @@ def ep_all_to_all_time(system: SystemSpec, nbytes: np.ndarray, n: np.ndarray, st
     n = np.asarray(n, dtype=float)
     k = comm.members_per_node(system, n, stride).astype(float)
     s = np.asarray(nbytes, dtype=float)
-    intra = (k - 1) / n * s / system.intra_node.effective_bytes_per_s
+    intra = (k - 1) / n * s / comm.link_bandwidth(system, "intra")
     net = system.inter_node
-    inter = (n - k) / n * s / net.effective_bytes_per_s if net is not None else 0.0 * s
+    inter = (n - k) / n * s / comm.link_bandwidth(system, "inter") if net is not None else 0.0 * s
     lat = np.where(n > k, net.latency_s if net is not None else 0.0, system.intra_node.latency_s)
     return np.where(n > 1, np.maximum(intra, inter) + lat, 0.0)

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from shardplan.costmodel.core import comm
 from shardplan.costmodel.serving import layers as O
 from shardplan.costmodel.serving.cost import InferRows, InferWorkload, infer_cost
 from shardplan.costmodel.serving.steps import beat
@@ -56,8 +57,9 @@ def kv_transfer_s(model: ModelSpec, system: SystemSpec, work: InferWorkload, gpu
     """Seconds to ship one prompt's KV cache from a prefill worker of ``gpus`` GPUs (each on its own link)."""
     per_token = float(O.kv_layer_bytes_per_token(model, work.kv(), np.ones(1))[0]) * model.num_layers
     nbytes = work.prompt_len * per_token
-    link = system.intra_node if same_node or system.inter_node is None else system.inter_node
-    return nbytes / (np.asarray(gpus, dtype=float) * link.effective_bytes_per_s) + link.latency_s
+    level = "intra" if same_node or system.inter_node is None else "inter"
+    link = system.intra_node if level == "intra" else system.inter_node
+    return nbytes / (np.asarray(gpus, dtype=float) * comm.link_bandwidth(system, level)) + link.latency_s
 
 
 def prefill_workers(model: ModelSpec, system: SystemSpec, work: InferWorkload, rows: InferRows,

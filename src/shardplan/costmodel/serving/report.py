@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 from pydantic import Field
 
+from shardplan.costmodel.core import bands
 from shardplan.costmodel.core.kernels import compute_time, memory_time
 from shardplan.costmodel.core.layouts import check_gpus, divisors, fmt_values, model_kind_counts
 from shardplan.costmodel.core.ops import COMM, GEMM, Op
@@ -53,6 +54,9 @@ class InferMetrics(Out):
     goodput_tokens_per_s: float | None = Field(
         None, description="Output tokens/s of requests meeting the TTFT/TPOT limits (mean latencies under Poisson "
         "arrivals): tokens_per_s when the limits hold, else 0.")
+    band_pct: float | None = Field(None, description="Error band half-width (±%) of tokens_per_s from the serving "
+                                   "validation residuals of this GPU generation (costmodel.core.bands).")
+    tokens_per_s_range: list[float] | None = Field(None, description="[low, high] tokens/s within the band.")
 
 
 class InferMemory(Out):
@@ -205,11 +209,13 @@ def report_row(cost: InferCost, i: int, *, model: ModelSpec, system: SystemSpec,
         kv_cache_tokens=int(_f(cost.kv_tokens, i)), kv_cache_blocks=int(_f(cost.kv_blocks, i)),
         kv_bytes_per_token=_f(st.kv_token, i))
     tps = _f(cost.tokens_per_s, i)
+    half = bands.band(system, "serve")
     metrics = InferMetrics(
         ttft_s=_f(cost.ttft_s, i), tpot_s=_f(cost.tpot_s, i), tokens_per_s=tps,
         max_batch_size=int(_f(cost.max_batch, i)), e2e_latency_s=_f(cost.e2e_s, i),
         tokens_per_s_per_gpu=tps / num_gpus, prefill_chunks=int(_f(cost.chunks, i)),
         decode_micro_batches=int(_f(cost.micro_batches, i)), mean_context=work.prompt_len + work.gen_len / 2,
+        band_pct=None if half is None else 100 * half, tokens_per_s_range=bands.around(tps, half),
         **_steady_metrics(cost, i, work))
     prefill, decode = _layer_rows(cost, i)
     return InferReport(

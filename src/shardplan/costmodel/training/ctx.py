@@ -95,9 +95,14 @@ class Ctx:
                                                            experts=g.experts))]
         if self.mm_dtype in LOW_PRECISION:
             # tensorwise fp8: amax + cast of the input (2+2+1+1 B/elem) and of the weight (2+2+1 B/elem); NVFP4 the
-            # same passes writing 4.5-bit elements (block scales included)
+            # same passes writing 4.5-bit elements (block scales included). The weight is cast once per step and
+            # cached for the other microbatches (Transformer Engine ``Linear.forward(is_first_microbatch)``, which
+            # Megatron-Core's TE layers pass: megatron/core/extensions/transformer_engine.py).
             q = wbytes
-            cast = np.asarray((4.0 + 2 * q) * g.m * g.k + (4.0 + q) * g.k * g.n * g.experts, dtype=float)
+            r = self.rows
+            microbatches = np.maximum(r.gb / (r.dp * r.mb), 1.0)
+            cast = np.asarray((4.0 + 2 * q) * g.m * g.k + (4.0 + q) * g.k * g.n * g.experts / microbatches,
+                              dtype=float)
             ops.append(Op(f"{g.name}.{self.mm_dtype}_cast", MEM, np.zeros_like(cast), cast, self.mem_time(cast)))
         return ops
 
@@ -121,7 +126,8 @@ class Ctx:
         ops = [masked(op, ~self.flash) for op in unfused] + [masked(flash, self.flash)]
         r = self.rows
         ring = self.collective(f"{a.name}.cp_ring", "all_gather", a.kv_tokens * a.kv_token_bytes, "cp")
-        exposed = np.maximum(ring.time - flash.time * (r.cp - 1) / r.cp, 0.0)
+        exposed = comm.with_overlap_cost(self.system, ring.time,
+                                         np.maximum(ring.time - flash.time * (r.cp - 1) / r.cp, 0.0))
         ops.append(Op(ring.name, ring.kind, ring.flops, ring.nbytes, np.where(r.cp > 1, exposed, 0.0), dim="cp"))
         return ops
 
@@ -199,7 +205,7 @@ class Ctx:
         t = fn(s, nbytes, n, stride)
         if dim == "tp" and s.software.tp_comm_overlap:
             # TE/async-TP split GEMMs into chunks and overlap them with the SP all-gather/reduce-scatter.
-            t = np.where(r.sp == 1, t * (1 - s.software.tp_comm_overlap), t)
+            t = np.where(r.sp == 1, comm.with_overlap_cost(s, t, t * (1 - s.software.tp_comm_overlap)), t)
         return Op(name, COMM, np.zeros_like(nbytes), nbytes, t, dim=dim)
 
 

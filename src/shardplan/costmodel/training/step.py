@@ -263,7 +263,9 @@ def _data_parallel(ctx: Ctx, st: StageCost, m: np.ndarray) -> tuple[np.ndarray, 
     def exposed(t: np.ndarray, window: np.ndarray | float, edge: np.ndarray, on: bool) -> np.ndarray:
         # Buckets stream out while the window's compute produces (or consumes) them; the first bucket takes
         # its share of the window to fill, and the edge bucket waits for the window's end.
-        return np.maximum(t - window * (1 - bucket / np.maximum(st.params, 1.0)), edge) if on else t
+        if not on:
+            return t
+        return comm.with_overlap_cost(s, t, np.maximum(t - window * (1 - bucket / np.maximum(st.params, 1.0)), edge))
 
     rs_exposed = exposed(rs, last_bwd, rs_last, overlap)
     reduce = np.where(r.zero == 0, exposed(ar, last_bwd, ar_last, overlap), np.where(r.zero == 2, m, 1) * rs_exposed)
@@ -280,7 +282,8 @@ def _data_parallel(ctx: Ctx, st: StageCost, m: np.ndarray) -> tuple[np.ndarray, 
     z_rs = comm.reduce_scatter_time(s, st.params * z3_g_bytes, n, z_stride)
     bwd_comm = z_ag * (1 + (r.rc == 2)) + z_rs
     f = s.software.zero3_overlap_fraction if s.software.overlap_param_gather else 0.0
-    per_mb = z_ag - f * np.minimum(z_ag, st.fwd_s) + bwd_comm - f * np.minimum(bwd_comm, st.bwd_s)
+    per_mb = comm.with_overlap_cost(s, z_ag, z_ag - f * np.minimum(z_ag, st.fwd_s)) \
+        + comm.with_overlap_cost(s, bwd_comm, bwd_comm - f * np.minimum(bwd_comm, st.bwd_s))
     z3 = np.where(r.zero >= 3, m * per_mb, 0.0)
     return np.where((n > 1) & (r.zero < 3), sync, 0.0), np.where(n > 1, z3, 0.0)
 
