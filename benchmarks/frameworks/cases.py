@@ -93,3 +93,29 @@ CASES: tuple[Case, ...] = (
 )
 
 SUFFIX = {"megatron": "args", "deepspeed": "json", "torchtitan": "toml", "vllm": "sh", "flexgen": "sh"}
+
+
+
+@dataclass(frozen=True)
+class Control:
+    """A deliberately broken copy of one export: the check must not accept it (proof that it can fail)."""
+
+    name: str
+    source: str  # "<case>.<format>" of the export it copies
+    pattern: str  # a regular expression (multiline) ...
+    repl: str  # ... replaced by this (re.sub syntax)
+    expect: str  # the status the check must give
+    why: str
+
+
+CONTROLS: tuple[Control, ...] = (
+    Control("no-mtp-in-layout", "deepseek-v3-ep8-pp8.megatron", r"mL$", "L", "rejected",
+            "the layout without its MTP layer (what shardplan wrote before this check)"),
+    Control("titan-default-allowances", "llama70b-pp4-uniform.torchtitan",
+            r"^pipeline_parallel_(first|last)_stage_less_layers = \d+\n", "", "mismatch",
+            "torchtitan's default first/last allowances (1, 1) instead of the exported ones"),
+    Control("ds-batch-not-a-product", "llama8b-zero3.deepspeed", r'"train_batch_size": (\d+)',
+            r'"train_batch_size": 1\g<1>', "rejected", "a global batch that is not micro × accumulation × DP"),
+    Control("flexgen-split-activations", "opt30b-offload.flexgen", r"--percent (\d+) (\d+) (\d+) (\d+) \d+ \d+",
+            r"--percent \1 \2 \3 \4 50 50", "rejected", "activations split 50/50 between GPU and CPU"),
+)

@@ -49,6 +49,8 @@ def markdown(data: dict) -> str:
     lines += [f"- **{fw}**: {_versions(fw, info)}" for fw, info in sorted(data["frameworks"].items())]
     counts: dict[str, dict[str, int]] = {}
     for r in data["results"]:
+        if "control" in r:
+            continue
         counts.setdefault(r["format"], {}).setdefault(r["status"], 0)
         counts[r["format"]][r["status"]] += 1
     lines += ["", "## Summary", "", "| framework | " + " | ".join(("accepted", "rejected", "mismatch", "not exported",
@@ -61,10 +63,20 @@ def markdown(data: dict) -> str:
     lines += ["", "## Results", "", "| framework | case | status | what was checked / the framework's message |",
               "|---|---|---|---|"]
     for r in data["results"]:
+        if "control" in r:
+            continue
         detail = r.get("message") or _detail(r)
         if r.get("stage") and r["status"] != "accepted":
             detail = f"{r['stage']}: {detail}"
         lines.append(f"| {r['format']} | {r['case']} | {r['status']} | {_cell(detail)} |")
+    lines += ["", "## Controls", "", "Deliberately broken copies of exports (`cases.CONTROLS`, files in "
+              "`exports/controls/`): each must get the status expected, or the check above proves nothing.", "",
+              "| framework | control | expected | got | the framework's message |", "|---|---|---|---|---|"]
+    for r in data["results"]:
+        if "control" in r:
+            ok = "" if r["status"] == r["control"] else " **(not caught)**"
+            lines.append(f"| {r['format']} | {r['case'].removeprefix('control:')} | {r['control']} | {r['status']}{ok} "
+                         f"| {_cell(r.get('message', ''))} |")
     lines += ["", "## Exports", "", "| case | export | shardplan command | plan stage_layers |", "|---|---|---|---|"]
     for _key, e in sorted(data["exports"].items()):
         plan = e.get("plan") or {}
