@@ -112,7 +112,8 @@ CONTROLS: tuple[Control, ...] = (
     Control("no-mtp-in-layout", "deepseek-v3-ep8-pp8.megatron", r"mL$", "L", "rejected",
             "the layout without its MTP layer (what shardplan wrote before this check)"),
     Control("titan-default-allowances", "llama70b-pp4-uniform.torchtitan",
-            r"^pipeline_parallel_(first|last)_stage_less_layers = \d+\n", "", "mismatch",
+            r"^pipeline_parallel_(first|last)_stage_less_layers = \d+\n"
+            r"|--parallelism\.pipeline_parallel_(first|last)_stage_less_layers \d+ ?", "", "mismatch",
             "torchtitan's default first/last allowances (1, 1) instead of the exported ones"),
     Control("ds-batch-not-a-product", "llama8b-zero3.deepspeed", r'"train_batch_size": (\d+)',
             r'"train_batch_size": 1\g<1>', "rejected", "a global batch that is not micro × accumulation × DP"),
