@@ -72,7 +72,8 @@ def generate(only: set[str]) -> list[dict]:
             entry = {"case": case.name, "format": fmt, "why": case.why, "command":
                      " ".join(["shardplan", case.command, *case.argv, "--export", fmt]),
                      "shardplan_seconds": round(time.perf_counter() - t0, 2), "exit": r.returncode,
-                     "notes": [ln.removeprefix("shardplan: note: ") for ln in r.stderr.splitlines() if ln.strip()]}
+                     "notes": [ln.removeprefix("shardplan: note: ") for ln in r.stderr.splitlines()
+                               if ln.strip() and not ln.startswith("shardplan: wrote ")]}
             if r.returncode == 0:
                 result = json.loads(r.stdout)
                 entry["plan"] = result.get("plan")
