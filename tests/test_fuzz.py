@@ -190,6 +190,9 @@ def test_issue_reproductions_are_one_line_errors(run_cli, argv: list[str], words
     ["infer", "-m", "llama-2-7b", "-H", "dgx-h100", "-p", "128", "-n", "16", "--gpus", "64", "--time-limit", "0.01"],
     ["train", "-m", "deepseek-v3", "-H", "dgx-h100", "--gpus", "1024", "-b", "1024", "-s", "4096", "--time-limit",
      "0.01"],
+    # long fuzz job: step times of 10^10 µs over 7,078 rows made the objective sum pass 2^62 (OverflowError, exit 1)
+    ["train", "-m", "qwen3-30b-a3b", "-H", "gb200-nvl72", "-s", "8192", "-b", "16777216", "--time-limit", "0.01",
+     "--json"],
 ])
 def test_a_tiny_time_limit_is_a_plan_or_one_line(run_cli, argv: list[str]) -> None:
     """Issue 15: a --time-limit too short for a first solution once ended in an IndexError. Now the solver's
@@ -208,3 +211,19 @@ def test_unwritable_output_is_one_line(run_cli, target: str) -> None:
     r = run_cli("infer", "-m", "llama-2-7b", "-H", "dgx-h100", "-p", "128", "-n", "16", "--export", "vllm", "--output",
                 target)
     assert r.code == 2 and r.out == "" and r.err.count("\n") == 1 and "output" in r.err, r.err
+
+
+def test_an_infeasible_request_with_a_huge_space_answers_its_fix_search_in_seconds(run_cli) -> None:
+    """Issue 15 (> 180 s, 8.6 GB; then 32 s and 4 GB, stopped by --time-limit): deepseek-v3 at 1M tokens on 8 GPUs.
+    The search for the smallest GPU count now rejects every count up to 512 by a memory floor before costing it,
+    so it finishes well inside the default --time-limit with the brute-force search's answer: no count fits."""
+    import time
+
+    argv = ["train", "-m", "deepseek-v3", "-H", "dgx-h100", "--gpus", "8", "-b", "10000000", "-s", "1048576", "--json"]
+    t0 = time.process_time()
+    r = run_cli(*argv)
+    check_contract(r, argv)
+    plan = r.json()
+    assert plan["status"] == "infeasible"
+    assert plan["suggestions"] == ["no layout fits even on 512 GPUs: shorten --seq-len or use larger GPUs"]
+    assert time.process_time() - t0 < 30  # the default --time-limit, which stopped the search before

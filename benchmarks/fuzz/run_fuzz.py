@@ -40,6 +40,9 @@ HERE = Path(__file__).resolve().parent
 TIMEOUT_S = 10.0
 RSS_LIMIT_KIB = 2 * 1024**2  # the target: peak RSS < 2 GiB
 AS_LIMIT = 8 * 1024**3  # address-space cap for workers and children, so a runaway cannot take the shared machine
+# Runs start in a scratch folder: a relative --output or --plot target (e.g. "--plot megatron") lands there, not in the
+# checkout. Set by main().
+RUN_DIR: str | None = None
 
 MODELS = ["llama-2-7b", "llama-2-70b", "llama-3.1-405b", "gpt3-175b", "mixtral-8x7b", "qwen3-30b-a3b", "deepseek-v3",
           "opt-6.7b", "opt-30b", "opt-175b", "falcon-40b", "gemma-2-9b", "bloom-176b", "gpt-1.7b"]
@@ -375,7 +378,7 @@ def run_subprocess(argv: list[str]) -> dict[str, Any]:
         res = tf.name
     t0 = time.perf_counter()
     p = subprocess.Popen([sys.executable, __file__, "--child", res, "--", *argv], stdout=subprocess.PIPE,
-                         stderr=subprocess.PIPE)
+                         stderr=subprocess.PIPE, cwd=RUN_DIR)
     try:
         p.communicate(timeout=TIMEOUT_S + 2)  # + interpreter start-up
         timeout = False
@@ -403,7 +406,7 @@ def run_chunks(vecs: list[list[str]], chunk: int, log: Path) -> list[dict[str, A
         res = str(log) + ".part"
         Path(res).write_text("")
         p = subprocess.run([sys.executable, __file__, "--worker", cf.name, res], capture_output=True,
-                           timeout=len(part) * (TIMEOUT_S + 5) + 60, check=False)
+                           timeout=len(part) * (TIMEOUT_S + 5) + 60, check=False, cwd=RUN_DIR)
         os.unlink(cf.name)
         done = [json.loads(line) for line in Path(res).read_text().splitlines() if line.strip()]
         if len(done) < len(part):  # the worker died mid-chunk: record the run that killed it, go on after it
@@ -510,6 +513,7 @@ def main() -> None:
     ap.add_argument("--extra-log", type=Path, action="append", default=[],
                     help="with --report-only: logs of other processes over other index ranges")
     args = ap.parse_args()
+    args.log, args.out = args.log.resolve(), args.out.resolve()  # the runs start in a scratch folder
     t0 = time.perf_counter()
     side = args.log.with_suffix(".subprocess.json")
     if args.report_only:  # e.g. of a run stopped early: the generated runs logged so far
@@ -519,8 +523,10 @@ def main() -> None:
         report(gen, hostile, sample, seed=args.seed, elapsed=float("nan"), path=args.out)
         return
     args.log.write_text("")
+    global RUN_DIR
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
+        RUN_DIR = str(root)
         files = hostile_files(root / "files")
         (root / "out").mkdir()
         file_list = [v for k, v in files.items() if k not in ("folder",)]

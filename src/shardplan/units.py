@@ -72,7 +72,9 @@ def format_bytes(n: float) -> str:
         return "0 B"
     for unit, size in (("TiB", TiB), ("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
         if abs(n) >= size:
-            return f"{n / size:.3g} {unit}"
+            v = n / size
+            # 999.5–1023.9 of a unit (and ≥ 1000 TiB) would print as "1e+03": whole units instead
+            return f"{v:,.0f} {unit}" if abs(v) >= 999.5 else f"{v:.3g} {unit}"
     return f"{n:.0f} B"
 
 
@@ -80,7 +82,8 @@ def format_count(n: float) -> str:
     """A count with a metric suffix (``70.6B``, ``131M``)."""
     for unit, size in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
         if abs(n) >= size:
-            return f"{n / size:.4g}{unit}"
+            v = n / size
+            return f"{v:,.0f}{unit}" if abs(v) >= 9999.5 else f"{v:.4g}{unit}"  # never "1e+04T"
     return f"{n:.0f}"
 
 

@@ -36,3 +36,19 @@ def test_both_cores_block_every_row_and_the_filter_is_irreducible(seed: int) -> 
 def test_a_feasible_table_has_no_core() -> None:
     v = {"a": np.array([True, False]), "b": np.array([False, False])}
     assert _deletion_core(v) == [] and explain_infeasible(v) == []
+
+
+def test_objectives_whose_sum_passes_2_62_select_the_brute_force_order() -> None:
+    """Coefficients below 2^53 whose sum passes 2^62 (CP-SAT's overflow check) once raised OverflowError; CP-SAT now
+    gets each row's position in the exact order, and picks what sorting by (objective, rank) picks."""
+    from shardplan.planner.core.scaling import MAX_EXACT, MAX_OBJECTIVE_SUM
+    from shardplan.planner.core.select import brute_force, select
+
+    rng = np.random.default_rng(0)
+    n = 3000
+    primary = rng.integers(2**40, 2**41, size=n)
+    rank = rng.permutation(n)
+    top = int(primary.max()) * n + n
+    assert top < MAX_EXACT and top * n >= MAX_OBJECTIVE_SUM  # the case that overflowed
+    sel = select(primary, rank, k=3, time_limit_s=30)
+    assert sel.indices == brute_force(primary, rank, k=3)

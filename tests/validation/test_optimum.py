@@ -78,3 +78,21 @@ def test_a_gpu_without_a_preset_is_listed_not_evaluated_on_another_gpu() -> None
     """torchtitan's Grand Teton H100s (96 GB HBM2e, 500 W) are not the 700 W H100 SXM 80GB of dgx-h100."""
     rec = next(r for r in load_records("modern_training_runs") if r["id"] == "torchtitan-llama3.1-8b-8gpu-fsdp-bf16")
     assert parse_run(rec) == f"no system preset for {rec['hardware']['gpu']}"
+
+
+def test_stack_software_follows_the_recorded_container() -> None:
+    """Transformer Engine prefers cuDNN attention on Hopper from v1.8 (first in NeMo 24.07 containers): a NeMo
+    24.03 record runs flash-attn 2, a 24.09 one cuDNN; torchtitan runs flash-attn 2 and no userbuffers; a NeMo
+    config with ``ub_tp_comm_overlap false`` keeps the share rule."""
+    from shardplan.hardware.spec import AttentionKernel
+    from shardplan.validation.runs import stack_attention, stack_tp_overlap
+
+    def rec(container: str, notes: list[str] | None = None, title: str = "NeMo") -> dict:
+        return {"source": {"title": title, "url": "", "container_or_version": container}, "notes": notes or []}
+
+    assert stack_attention(rec("NeMo24.03.01.framework")) == AttentionKernel.FLASH2
+    assert stack_attention(rec("nvcr.io/nvidia/nemo:24.09")) == AttentionKernel.CUDNN
+    assert stack_attention(rec("", title="torchtitan benchmarks")) == AttentionKernel.FLASH2
+    assert stack_tp_overlap(rec("nemo:24.09")) == "userbuffers"
+    assert stack_tp_overlap(rec("nemo:24.09", ["ub_tp_comm_overlap false."])) == "share"
+    assert stack_tp_overlap(rec("", title="torchtitan benchmarks")) == "share"

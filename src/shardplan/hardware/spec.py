@@ -252,8 +252,13 @@ class SoftwareSpec(BaseModel):
         "False: one flat ring, each GPU's NIC carries the whole (n−1)/n of every gather."
     )
     tp_comm_overlap: Annotated[float, Field(ge=0.0, lt=1.0, allow_inf_nan=False)] = Field(
-        0.5, description="Share of sequence-parallel TP collectives hidden behind GEMMs (Transformer Engine "
-        "userbuffer overlap, torchtitan async TP); 0 for blocking collectives."
+        0.5, description="Sequence-parallel TP collectives overlap GEMMs when > 0 (0: blocking collectives); with "
+        "tp_overlap_method 'share', the share of them hidden (torchtitan async TP, Megatron without userbuffers)."
+    )
+    tp_overlap_method: Literal["userbuffers", "share"] = Field(
+        "userbuffers", description="How SP TP collectives overlap when tp_comm_overlap > 0: 'userbuffers' (Transformer "
+        "Engine comm+GEMM overlap: ring-exchange all-gathers, pipelined reduce-scatters, bulk overlap in backward, "
+        "each hidden as far as the GEMM beside it lasts) or 'share' (the fixed share tp_comm_overlap hides)."
     )
     overlap_slowdown: Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)] = Field(
         0.189, description="Compute time lost per second of communication hidden behind it: NCCL kernels take SMs "

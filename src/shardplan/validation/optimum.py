@@ -153,13 +153,15 @@ def _system(gpu_name: str) -> SystemSpec | None:
 
 def parse_run(record: dict[str, Any]) -> OptimumRun | str:
     """A record as a run the cost model can evaluate, or why it cannot be (model or machine not in the catalogs)."""
-    from shardplan.validation.runs import stack_attention
+    from shardplan.validation.runs import stack_attention, stack_tp_overlap
 
     model, system = _model(record), _system(record["hardware"]["gpu"])
     if model is None:
         return f"model {record['model']['name']} is not in the catalog"
     if system is None:
         return f"no system preset for {record['hardware']['gpu']}"
+    system = system.model_copy(update={"software": system.software.model_copy(
+        update={"tp_overlap_method": stack_tp_overlap(record)})})
     p, w, met = record["parallel"], record["workload"], record["metrics"]
     tp, pp, cp, ep = p.get("tp") or 1, p.get("pp") or 1, p.get("cp") or 1, p.get("ep") or 1
     if (ep > 1) != (model.moe is not None):

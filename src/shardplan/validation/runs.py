@@ -215,7 +215,24 @@ def stack_attention(r: dict[str, Any]) -> AttentionKernel:
     text = " ".join(str(r["source"].get(k, "")) for k in ("title", "url", "container_or_version")).lower()
     if any(s in text for s in ("torchtitan", "llm-foundry", "llmfoundry", "mosaicml")):
         return AttentionKernel.FLASH2
+    # Transformer Engine prefers cuDNN FusedAttention over flash-attn on Hopper from v1.8 (TE commit 43569381c,
+    # 2024-06-13, first tagged in v1.8 of 2024-07-24); NeMo containers before 24.07 ship an older TE that runs
+    # flash-attn 2.
+    version = re.search(r"nemo(?:[ :_-]|\.framework)?v?(\d\d)\.(\d\d)", text)
+    if version and (int(version.group(1)), int(version.group(2))) < (24, 7):
+        return AttentionKernel.FLASH2
     return AttentionKernel.CUDNN
+
+
+def stack_tp_overlap(r: dict[str, Any]) -> str:
+    """How a record's stack overlaps sequence-parallel TP collectives: Transformer Engine userbuffers for Megatron-LM,
+    NeMo and Megatron-Bridge unless the recorded config turns them off (``ub_tp_comm_overlap false``); a fixed share
+    for torchtitan (async TP) and llm-foundry."""
+    text = " ".join(str(r["source"].get(k, "")) for k in ("title", "url", "container_or_version")).lower()
+    notes = " ".join(map(str, r.get("notes", []))).lower()
+    if any(s in text for s in ("torchtitan", "llm-foundry", "llmfoundry", "mosaicml")):
+        return "share"
+    return "share" if "ub_tp_comm_overlap false" in notes else "userbuffers"
 
 
 def modern_setup(r: dict[str, Any]) -> tuple[ModelSpec, Any, int, TrainWorkload, TrainLayout, str, float] | None:
@@ -247,7 +264,7 @@ def modern_setup(r: dict[str, Any]) -> tuple[ModelSpec, Any, int, TrainWorkload,
     base = get_system(system_name)
     # software of today regardless of the preset's default (the A100 preset describes Selene 2021)
     sw = base.software.model_copy(update={"overlap_grad_reduce": True, "tp_comm_overlap": 0.5,
-                                          "zero3_rail_parallel": True})
+                                          "zero3_rail_parallel": True, "tp_overlap_method": stack_tp_overlap(r)})
     system = base.model_copy(update={"software": sw})
     work = TrainWorkload(seq_len=w["seq_len"], global_batch=batch,
                          dtype="fp8" if r["precision"] == "fp8" else "bf16", attention=stack_attention(r))

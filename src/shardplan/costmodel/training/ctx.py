@@ -202,10 +202,7 @@ class Ctx:
         fn = {"all_reduce": comm.all_reduce_time, "reduce_scatter": comm.reduce_scatter_time,
               "all_gather": comm.all_gather_time, "all_to_all": comm.all_to_all_time}[kind]
         nbytes = np.asarray(nbytes, dtype=float) + np.zeros_like(self.tokens)
-        t = fn(s, nbytes, n, stride)
-        if dim == "tp" and s.software.tp_comm_overlap:
-            # TE/async-TP split GEMMs into chunks and overlap them with the SP all-gather/reduce-scatter.
-            t = np.where(r.sp == 1, comm.with_overlap_cost(s, t, t * (1 - s.software.tp_comm_overlap)), t)
+        t = fn(s, nbytes, n, stride)  # whole: what TP overlap hides is taken off by ``tp_overlap.overlap_tp``
         return Op(name, COMM, np.zeros_like(nbytes), nbytes, t, dim=dim)
 
 

@@ -29,7 +29,7 @@ from shardplan.costmodel.training.stages import STAGES
 from shardplan.costmodel.training.step import TrainCost, param_memory, train_cost
 from shardplan.hardware.spec import SystemSpec
 from shardplan.models.spec import ModelSpec
-from shardplan.units import format_bytes
+from shardplan.units import format_bytes, format_seconds
 
 CATEGORIES = ("weights", "grads", "optimizer", "activations", "framework")
 
@@ -231,7 +231,7 @@ def estimate_training(model: ModelSpec, system: SystemSpec, num_gpus: int, work:
     if ok[0]:
         return report
     fixes = sorted((float(cost.step_time_s[j + 1]), text) for j, (text, _) in enumerate(variants) if ok[j + 1])
-    suggestions = [f"{text} (step {t:.3g} s)" for t, text in fixes[:4]]
+    suggestions = [f"{text} (step {format_seconds(t)})" for t, text in fixes[:4]]
     if not suggestions:
         suggestions = ["raise --tp or --pp, or use more GPUs (`shardplan train` finds the smallest layout that fits)"]
     return report.model_copy(update={"status": "infeasible", "reason": infeasibility(report),

@@ -28,6 +28,7 @@ from shardplan.costmodel.core.ops import Op, PhaseCost
 from shardplan.costmodel.training import layers as Lyr
 from shardplan.costmodel.training.ctx import Ctx, backward, selective_part
 from shardplan.costmodel.training.memory import LayerActivations, LayerParams, layer_activations, layer_params
+from shardplan.costmodel.training.tp_overlap import overlap_tp
 from shardplan.models.spec import ModelSpec
 
 STAGES = ("first", "middle", "last")
@@ -52,8 +53,9 @@ def kind_cost(ctx: Ctx, kind: str) -> KindCost:
     builder = {"attention": Lyr.attention_ops, "sliding": Lyr.sliding_ops, "chunked": Lyr.chunked_ops,
                "linear": Lyr.linear_ops, "mamba": Lyr.mamba_ops, "mlp": Lyr.mlp_ops, "moe": Lyr.moe_ops,
                "embedding": Lyr.embedding_ops, "head": Lyr.head_ops}[kind]
-    fwd = builder(ctx)
-    bwd = backward(ctx, fwd)
+    raw = builder(ctx)
+    fwd = overlap_tp(ctx, kind, raw, backward=False)
+    bwd = overlap_tp(ctx, kind, backward(ctx, raw), backward=True)
     like = ctx.tokens
     acts = layer_activations(ctx, kind) if kind in LAYER_KINDS else None
     return KindCost(kind, fwd, bwd, PhaseCost.of(fwd, like), PhaseCost.of(bwd, like),

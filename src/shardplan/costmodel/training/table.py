@@ -113,18 +113,20 @@ def build_train_table(model: ModelSpec, system: SystemSpec, work: TrainWorkload,
     ``partial_recompute=False`` keeps full recompute on every layer (the user pinned ``--recompute full``).
     """
     cap = gpu_capacity(system, work)
+    # Each pass's arrays are dropped before the next pass is costed: peak memory is one pass, not two.
     if partial_recompute:
-        first = train_cost(model, system, work, rows)
-        rows = rows.replace(rk=_recompute_layers(first, cap))
+        rows = rows.replace(rk=_recompute_layers(train_cost(model, system, work, rows), cap))
     cost = train_cost(model, system, work, rows)
     ok = fits(cost, system, work)
     if allow_offload and (~ok).any():
+        del cost  # costed again below, with the offload variants
         bad = np.flatnonzero(~ok)
         sub = train_cost(model, system, work, rows.take(bad))
         variants = []
         for order in itertools.permutations(OFFLOAD_CLASSES):
             f = _offload_fills(sub, cap, order)
             variants.append(sub.ctx.rows.replace(**f))
+        del sub
         extra = _concat(variants)
         # distinct variants only
         key = row_keys([extra.f_opt, extra.f_w, extra.f_act, np.tile(bad, len(variants))])

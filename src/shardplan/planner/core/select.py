@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from shardplan.errors import ShardplanError
-from shardplan.planner.core.scaling import MAX_EXACT, lexicographic
+from shardplan.planner.core.scaling import MAX_EXACT, MAX_OBJECTIVE_SUM, lexicographic
 
 
 @dataclass
@@ -50,12 +50,14 @@ def select(primary: np.ndarray, rank: np.ndarray, *, k: int = 1, time_limit_s: f
 
     t0 = time.perf_counter()
     exact = [int(p) * len(rank) + int(r) for p, r in zip(primary.tolist(), rank.tolist(), strict=True)]
-    by_position = max(exact, default=0) >= MAX_EXACT
+    top = max(exact, default=0)
+    by_position = top >= MAX_EXACT or top * len(exact) >= MAX_OBJECTIVE_SUM
     if not by_position:
         coeffs = lexicographic(primary, rank)
     else:
-        # Coefficients past 2^53 are not exact in CP-SAT's doubles (and past 2^63 invalid): give CP-SAT each row's
-        # position in the exact order instead (the same minimiser); objectives are reported in exact units.
+        # Coefficients past 2^53 are not exact in CP-SAT's doubles, and a sum past 2^62 fails CP-SAT's overflow check
+        # (MODEL_INVALID): give CP-SAT each row's position in the exact order instead (the same minimiser; positions
+        # sum to < R², far below either limit); objectives are reported in exact units.
         order = sorted(range(len(exact)), key=exact.__getitem__)
         coeffs = [0] * len(exact)
         for pos, i in enumerate(order):
@@ -119,9 +121,15 @@ def _deletion_core(violations: dict[str, np.ndarray]) -> list[str]:
 def explain_infeasible(violations: dict[str, np.ndarray], *, time_limit_s: float = 10.0) -> list[str]:
     """Requirements that together leave no row: ``violations[req][r]`` is True when row r breaks req.
 
-    One assumption literal per requirement; each row's pick implies the negation of every requirement it
-    breaks. CP-SAT's ``sufficient_assumptions_for_infeasibility`` names a subset that cannot all hold.
+    One assumption literal per requirement; each distinct violation pattern's pick implies the negation of every
+    requirement it breaks. CP-SAT's ``sufficient_assumptions_for_infeasibility`` names a subset that cannot all hold.
     """
+    if violations:
+        # rows breaking the same requirements are interchangeable picks: one of each pattern decides the same
+        # question (at most 2^k rows for k requirements), so the model stays small for any table
+        names = list(violations)
+        patterns = np.unique(np.stack([np.asarray(violations[r], dtype=bool) for r in names], axis=1), axis=0)
+        violations = {r: patterns[:, j] for j, r in enumerate(names)}
     n = len(next(iter(violations.values()))) if violations else 0
     if n > MAX_CORE_ROWS:
         return _deletion_core(violations)

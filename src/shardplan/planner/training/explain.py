@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 from typing import Any
@@ -16,7 +17,7 @@ from shardplan.planner.core.select import explain_infeasible
 from shardplan.planner.training.rank import tie_rank
 from shardplan.planner.training.request import TrainRequest, space_request
 from shardplan.planner.training.schema import Comparison, SolverOut, TrainPlan
-from shardplan.units import format_bytes
+from shardplan.units import format_bytes, format_seconds
 
 PIN_FLAGS = {"tp": "--tp", "pp": "--pp", "dp": "--dp", "ep": "--ep", "cp": "--cp", "microbatch": "--microbatch",
              "interleave": "--interleave", "recompute": "--recompute", "recompute_layers": "--recompute-layers",
@@ -152,7 +153,7 @@ def explanation(best: TrainReport, base: TrainReport | None, bare: TrainReport |
             lines.append(f"{what}: without it this layout needs {format_bytes(bare.memory.total_bytes)} per GPU > "
                          f"{format_bytes(usable)} usable.")
         elif bare is not None:
-            lines.append(f"{what}: without it this layout takes {bare.metrics.step_time_s:.4g} s per step.")
+            lines.append(f"{what}: without it this layout takes {format_seconds(bare.metrics.step_time_s)} per step.")
     if p.offload.optimizer or p.offload.weights or p.offload.activations:
         lines.append("CPU offload is the cheapest way found to fit this layout in GPU memory.")
     if base is not None:
@@ -163,26 +164,39 @@ def explanation(best: TrainReport, base: TrainReport | None, bare: TrainReport |
             lines.append(f"vs. the {name}, batch {base.plan.global_batch}: {m.tokens_per_s / tok:.2f}× the throughput "
                          f"({tok:,.0f} → {m.tokens_per_s:,.0f} tokens/s).")
         elif abs(t_base - m.step_time_s) > 1e-9 * m.step_time_s:
-            lines.append(f"vs. the {name}: {t_base / m.step_time_s:.2f}× faster ({t_base:.4g} s → "
-                         f"{m.step_time_s:.4g} s per step).")
+            lines.append(f"vs. the {name}: {t_base / m.step_time_s:.2f}× faster ({format_seconds(t_base)} → "
+                         f"{format_seconds(m.step_time_s)} per step).")
         else:
             lines.append(f"The {name} is already optimal.")
     return lines
 
 
-def _fits_on(req: TrainRequest, n: int) -> str | None:
-    """The fastest fitting layout on ``n`` GPUs, described, or None: the table only, no report."""
+def _fits_on(req: TrainRequest, n: int, *, prune: bool = True) -> str | None:
+    """The fastest fitting layout on ``n`` GPUs, described, or None: the table only, no report. ``prune`` costs
+    only the layouts that pass ``fit_bound.may_fit`` (the others cannot fit: the answer is the same)."""
+    from shardplan.costmodel.training.fit_bound import may_fit
     from shardplan.costmodel.training.space import enumerate_layouts
     from shardplan.costmodel.training.table import build_train_table
 
     sub = req.model_copy(update={"num_gpus": n})
-    space = enumerate_layouts(req.model, req.workload, space_request(sub))
-    if len(space.rows) == 0:
+    space_req = space_request(sub)
+    offload = req.offload != "off"
+    if prune:
+        # The bound ignores interleave and recompute and grows with the microbatch: if no layout with the smallest
+        # of each fits it, none does, and the full space (hundreds of thousands of rows) is never enumerated.
+        lean = dataclasses.replace(space_req, microbatch=req.microbatch or 1, interleave=req.interleave or 1,
+                                   recompute=req.recompute or Recompute.NONE)
+        lean_rows = enumerate_layouts(req.model, req.workload, lean).rows
+        if not may_fit(req.model, req.system, req.workload, lean_rows, allow_offload=offload).any():
+            return None
+    rows = enumerate_layouts(req.model, req.workload, space_req).rows
+    if prune and len(rows):
+        rows = rows.take(np.flatnonzero(may_fit(req.model, req.system, req.workload, rows, allow_offload=offload)))
+    if len(rows) == 0:
         return None
-    rows = space.rows
     if req.recompute_layers is not None:
         rows = rows.replace(rk=np.where(rows.rc == 2, req.recompute_layers, rows.rk))
-    table = build_train_table(req.model, req.system, req.workload, rows, allow_offload=req.offload != "off",
+    table = build_train_table(req.model, req.system, req.workload, rows, allow_offload=offload,
                               partial_recompute=req.recompute is None)
     if not table.fits.any():
         return None
@@ -191,22 +205,24 @@ def _fits_on(req: TrainRequest, n: int) -> str | None:
     return describe_row(table, _best(table, kept if (req.offload == "auto" and kept.any()) else table.fits))
 
 
-def _min_gpus(req: TrainRequest, deadline: float = float("inf")) -> tuple[int, str] | str | None:
+def _min_gpus(req: TrainRequest, deadline: float = float("inf"), *, prune: bool = True
+              ) -> tuple[int, str] | str | None:
     """The smallest GPU count (whole nodes, up to 64× the request) at which some layout fits; ``"time"`` when the
-    search passed ``deadline`` (``--time-limit`` bounds the search for fixes too) before finding one."""
+    search passed ``deadline`` (``--time-limit`` bounds the search for fixes too) before finding one. ``prune``:
+    GPU counts and layouts that provably cannot fit are not costed (``_fits_on``)."""
     node = req.system.gpus_per_node
     lo, n = req.num_gpus, max(2 * req.num_gpus, node)
     limit = 64 * max(req.num_gpus, node)
     while n <= limit and (req.system.max_nodes is None or n // node <= req.system.max_nodes):
         if time.perf_counter() > deadline:
             return "time"
-        found = _fits_on(req, n)
+        found = _fits_on(req, n, prune=prune)
         if found is not None:
             step = max(node, (n - lo) // 8 // node * node)
             for m in range(lo - lo % step + step, n, step):
                 if time.perf_counter() > deadline:
                     return n, found
-                smaller = _fits_on(req, m)
+                smaller = _fits_on(req, m, prune=prune)
                 if smaller is not None:
                     return m, smaller
             return n, found
@@ -223,7 +239,7 @@ def _pin_text(name: str, value: Any) -> str:
 
 def _fix_line(free: TrainPlan) -> str:
     assert free.plan is not None and free.metrics is not None
-    return f"{describe_plan(free.plan)} fits (step {free.metrics.step_time_s:.4g} s)"
+    return f"{describe_plan(free.plan)} fits (step {format_seconds(free.metrics.step_time_s)})"
 
 
 def _pin_fixes(req: TrainRequest, replan: Callable[[TrainRequest], TrainPlan]) -> tuple[list[str], list[str]]:

@@ -1,0 +1,67 @@
+"""How much of each sequence-parallel TP collective shows, given the GEMMs beside it.
+
+``Ctx.collective`` prices a TP all-gather or reduce-scatter whole; this pass, run on a layer's forward and backward
+operators, keeps what the overlap cannot hide plus the compute the hidden rest slows (``comm.with_overlap_cost``).
+
+- ``userbuffers`` (Transformer Engine comm+GEMM overlap as NeMo configures it on H100:
+  nemo/collections/llm/recipes/tp_overlap_configs/userbuffers.py at 26005325d0cf): in the forward pass the
+  all-gather before QKV/FC1 is a ring exchange (the GEMM runs in tp chunks; each peer's shard arrives while the
+  previous chunk computes: exposed ``max(t − g·(tp−1)/tp, 0)``) and the reduce-scatter after proj/FC2 is pipelined in
+  ``num_splits = 4`` chunks behind the GEMM that produces it (the last chunk shows: ``max(t − g·3/4, t/4)``); in the
+  backward pass both run as bulk overlap behind the layer's other gradient GEMM (``max(t − g, 0)``). Applies to the
+  dense layers TE builds (attention and MLP); other layers keep the share rule.
+- ``share``: a fixed share ``tp_comm_overlap`` hides (torchtitan async TP, Megatron without userbuffers).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from shardplan.costmodel.core import comm
+from shardplan.costmodel.core.ops import COMM, GEMM, Op
+from shardplan.costmodel.training.ctx import Ctx
+
+UB_KINDS = ("attention", "sliding", "chunked", "mlp")  # layers Transformer Engine's userbuffers cover
+UB_PIPELINE_SPLITS = 4  # PipelineOverlapCfg(num_splits=4) in every NeMo H100 config at 26005325
+
+
+def _sp_collective(op: Op) -> str | None:
+    if op.kind != COMM or op.dim != "tp":
+        return None
+    return "ag" if ".tp_allgather" in op.name else "rs" if ".tp_reducescatter" in op.name else None
+
+
+def _neighbour_gemm(ops: list[Op], i: int, after: bool) -> np.ndarray | float:
+    seq = ops[i + 1:] if after else reversed(ops[:i])
+    return next((op.time for op in seq if op.kind == GEMM), 0.0)
+
+
+def overlap_tp(ctx: Ctx, kind: str, ops: list[Op], *, backward: bool) -> list[Op]:
+    """The layer's operators with each SP collective's time cut to what shows (plus the compute it slows)."""
+    r, s = ctx.rows, ctx.system
+    sw = s.software
+    if not sw.tp_comm_overlap:
+        return ops
+    on = (r.sp == 1) & (r.tp > 1)
+    tp = r.tp.astype(float)
+    ub = sw.tp_overlap_method == "userbuffers" and kind in UB_KINDS
+    out: list[Op] = []
+    for i, op in enumerate(ops):
+        which = _sp_collective(op)
+        if which is None:
+            out.append(op)
+            continue
+        t = op.time
+        if not ub:
+            exposed = t * (1 - sw.tp_comm_overlap)
+        elif backward:
+            g = _neighbour_gemm(ops, i, after=which == "ag")
+            exposed = np.maximum(t - g, 0.0)
+        elif which == "ag":
+            exposed = np.maximum(t - _neighbour_gemm(ops, i, after=True) * (tp - 1) / tp, 0.0)
+        else:
+            k = UB_PIPELINE_SPLITS
+            exposed = np.maximum(t - _neighbour_gemm(ops, i, after=False) * (k - 1) / k, t / k)
+        shown = np.where(on, comm.with_overlap_cost(s, t, exposed), t)
+        out.append(Op(op.name, op.kind, op.flops, op.nbytes, shown, dim=op.dim, selective=op.selective))
+    return out
