@@ -107,3 +107,17 @@ def test_expert_parallel_note_names_deepspeeds_moe_layer() -> None:
     assert "num_experts=256" in ep[0] and "k=8" in ep[0]  # DeepSeek-V3 config.json: n_routed_experts, top-8
     assert "--moe-expert-parallel-size" in ep[0]
     assert not any("EP=" in n and "--tensor-model-parallel-size" in n for n in notes)
+
+
+def test_pipelined_plan_notes_what_the_pipeline_engine_cannot_take() -> None:
+    # DeepSpeed runtime/pipe/schedule.py TrainSchedule runs one chunk per stage; runtime/pipe/module.py
+    # PipelineModule._partition_layers knows uniform, parameters and type:REGEX only (found by benchmarks/frameworks)
+    t = target("llama-3.1-70b", num_gpus=64, seq_len=8192, tp=4, pp=4, dp=2, cp=2, microbatch_size=1,
+               num_microbatches=128, global_batch=256, interleave=2, zero_stage=1, sequence_parallel=True,
+               stage_layers=[19, 21, 21, 19])
+    notes = export_train("deepspeed", t).notes
+    assert any("2 interleaved chunks per stage" in n for n in notes)
+    assert any("[19, 21, 21, 19]" in n and "--uniform-stages" in n for n in notes)
+    even = target("llama-3.1-70b", num_gpus=64, seq_len=8192, tp=4, pp=4, dp=2, cp=2, microbatch_size=1,
+                  num_microbatches=128, global_batch=256, zero_stage=1, stage_layers=[20, 20, 20, 20])
+    assert not any("PipelineModule" in n or "chunk" in n for n in export_train("deepspeed", even).notes)

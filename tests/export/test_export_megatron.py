@@ -150,3 +150,18 @@ def test_interleave_with_too_few_microbatches_is_refused() -> None:
 def test_unknown_format_names_the_command_it_belongs_to() -> None:
     with pytest.raises(ShardplanError, match="shardplan infer"):
         export_train("vllm", GPT3)
+
+
+def test_layout_counts_the_mtp_layers_where_megatron_requires_them() -> None:
+    # Megatron's PipelineParallelLayerLayout.validate_layer_layout (commit d98e8a64): the layout holds exactly
+    # --mtp-num-layers "m" entries, after every decoder layer, all in the last virtual stage of one rank;
+    # the framework check (benchmarks/frameworks) found the layout without them rejected
+    t = CORNERS["deepseek-v3-ep"]  # 61 layers on PP 16: an uneven split, so the layout flag is written
+    args = dict((f, v) for f, v in parse(export_train("megatron", t).text))
+    assert args["--mtp-num-layers"] == [str(t.model.mtp_layers)] and t.model.mtp_layers == 1
+    stages = _megatron_parse_layout(args["--pipeline-model-parallel-layout"][0])
+    flat = "".join(stages)
+    assert flat.count("m") == 1 and flat.count("t") == 61
+    assert flat.index("m") > flat.rindex("t") and stages[-1].endswith("mL")
+    assert all("m" not in s for s in stages[:-1])
+    assert pipeline_layout(4, 2, 1, [2, 2]) == "Et*2|t*2L"  # no MTP: nothing added

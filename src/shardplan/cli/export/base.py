@@ -65,6 +65,12 @@ def train_target(plan: TrainPlanOut | None, *, model: ModelSpec, system: Any, nu
     )
 
 
+def recompute_kind(p: TrainPlanOut) -> str:
+    """The plan's recompute as a framework sees it: ``full`` of 0 layers per stage (a per-stage plan whose one
+    recompute count is 0) recomputes nothing, and exports as ``none``."""
+    return "none" if p.recompute == "full" and p.recompute_layers == 0 else str(p.recompute)
+
+
 def layout_summary(p: TrainPlanOut) -> str:
     """One line: degrees, microbatching, memory savers (for file headers)."""
     parts = [f"TP={p.tp} PP={p.pp} DP={p.dp} CP={p.cp}" + (f" EP={p.ep}" if p.ep > 1 else "")]
@@ -74,7 +80,7 @@ def layout_summary(p: TrainPlanOut) -> str:
     parts.append(f"ZeRO-{p.zero_stage}")
     if p.sequence_parallel:
         parts.append("sequence parallel")
-    rc = p.recompute + (f" ({p.recompute_layers} layers/stage)" if p.recompute_layers else "")
+    rc = recompute_kind(p) + (f" ({p.recompute_layers} layers/stage)" if p.recompute_layers else "")
     parts.append(f"recompute {rc}")
     off = [f"{name} {frac:.0%}" for name, frac in
            (("optimizer", p.offload.optimizer), ("weights", p.offload.weights), ("activations", p.offload.activations))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from shardplan.cli.export.base import Export, TrainTarget
+from shardplan.cli.export.base import Export, TrainTarget, recompute_kind
 from shardplan.errors import ShardplanError
 
 
@@ -50,7 +50,7 @@ def _checkpointing(t: TrainTarget, notes: list[str]) -> dict[str, Any] | None:
         raise _refuse(f"keep {f_act:.0%} of the stored activations on the CPU with recompute {p.recompute} "
                       "(activation_checkpointing.cpu_checkpointing moves all checkpoints of a full recompute)",
                       "pin --recompute full with --offload-activations 100%, or --offload-activations 0")
-    if p.recompute == "none":
+    if recompute_kind(p) == "none":
         return None
     if p.recompute == "selective":
         notes.append("selective recompute (core attention only) is done by the model code, e.g. Megatron-DeepSpeed "
@@ -65,6 +65,25 @@ def _checkpointing(t: TrainTarget, notes: list[str]) -> dict[str, Any] | None:
     return {"partition_activations": False, "cpu_checkpointing": f_act > 0,
             "contiguous_memory_optimization": False, "number_checkpoints": None,
             "synchronize_checkpoint_boundary": False, "profile": False}
+
+
+def _pipeline_notes(t: TrainTarget, notes: list[str]) -> None:
+    """What DeepSpeed's pipeline engine cannot take from a pipelined plan: model chunks and a per-stage split."""
+    from shardplan.cli.export.megatron import stage_layers
+
+    p = t.plan
+    if p.pp < 2:
+        return
+    if p.interleave > 1:
+        # runtime/pipe/schedule.py: TrainSchedule (1F1B) runs one model chunk per stage
+        notes.append(f"DeepSpeed's pipeline engine runs one model chunk per stage (TrainSchedule, 1F1B): the plan's "
+                     f"{p.interleave} interleaved chunks per stage need the model code's own schedule "
+                     "(or re-plan with --interleave 1)")
+    if p.stage_layers is not None and p.stage_layers != stage_layers(t.model.num_layers, p.pp):
+        # runtime/pipe/module.py PipelineModule._partition_layers: uniform, parameters or type:REGEX
+        notes.append(f"DeepSpeed's PipelineModule splits layers by partition_method (uniform, parameters or "
+                     f"type:REGEX), which cannot place the plan's per-stage split {p.stage_layers}: re-plan with "
+                     "--uniform-stages")
 
 
 def config(t: TrainTarget) -> tuple[dict[str, Any], list[str]]:
@@ -119,6 +138,7 @@ def config(t: TrainTarget) -> tuple[dict[str, Any], list[str]]:
                      f"deepspeed.moe.layer.MoE(..., num_experts={t.model.moe.num_experts if t.model.moe else '?'}, "
                      f"ep_size={p.ep}, k={t.model.moe.experts_per_token if t.model.moe else '?'}) in the model code "
                      "(Megatron-DeepSpeed: --num-experts and --moe-expert-parallel-size)")
+    _pipeline_notes(t, notes)
     if p.sequence_parallel:
         notes.append("sequence parallelism (Megatron-style, with TP) is set in the model code: --sequence-parallel")
     return cfg, notes

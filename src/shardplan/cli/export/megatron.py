@@ -8,7 +8,7 @@ have no flag of their own and map to Megatron-FSDP (``--use-megatron-fsdp`` with
 
 from __future__ import annotations
 
-from shardplan.cli.export.base import Export, TrainTarget, layout_summary, torchrun_line
+from shardplan.cli.export.base import Export, TrainTarget, layout_summary, recompute_kind, torchrun_line
 from shardplan.cli.export.megatron_arch import mixer_args, rope_args, router_args
 from shardplan.errors import ShardplanError
 
@@ -31,10 +31,11 @@ def _chunks(n: int, v: int) -> list[int]:
     return [n // v + (1 if c < n % v else 0) for c in range(v)]
 
 
-def pipeline_layout(num_layers: int, pp: int, v: int, counts: list[int] | None = None) -> str:
+def pipeline_layout(num_layers: int, pp: int, v: int, counts: list[int] | None = None, *, mtp: int = 0) -> str:
     """A ``--pipeline-model-parallel-layout`` string: virtual stage k = chunk·pp + rank, E = embedding,
-    t = transformer layer, L = loss (pipeline_parallel_layer_layout.py); ``counts``: layers per rank (a
-    per-stage plan), else the cost model's even split."""
+    t = transformer layer, m = MTP layer, L = loss (pipeline_parallel_layer_layout.py); ``counts``: layers per
+    rank (a per-stage plan), else the cost model's even split. ``mtp`` MTP layers go before the loss: Megatron
+    counts them in the layout and asserts the count equals ``--mtp-num-layers`` (``validate_layer_layout``)."""
     per_rank = [_chunks(n, v) for n in (counts or stage_layers(num_layers, pp))]
     entries = []
     for c in range(v):
@@ -42,7 +43,7 @@ def pipeline_layout(num_layers: int, pp: int, v: int, counts: list[int] | None =
             n = per_rank[r][c]
             body = "t" if n == 1 else (f"t*{n}" if n else "")
             first, last = c == 0 and r == 0, c == v - 1 and r == pp - 1
-            entries.append(("E" if first else "") + body + ("L" if last else ""))
+            entries.append(("E" if first else "") + body + ("m" * mtp + "L" if last else ""))
     return "|".join(entries)
 
 
@@ -80,7 +81,8 @@ def _parallel(t: TrainTarget, args: Args, notes: list[str]) -> None:
     per_stage = p.stage_layers is not None and p.stage_layers != stage_layers(m.num_layers, p.pp)
     if p.pp > 1 and (not even or per_stage):
         args.append(("--pipeline-model-parallel-layout",
-                     pipeline_layout(m.num_layers, p.pp, p.interleave, p.stage_layers if per_stage else None)))
+                     pipeline_layout(m.num_layers, p.pp, p.interleave, p.stage_layers if per_stage else None,
+                                     mtp=m.mtp_layers)))
     elif p.interleave > 1:
         args.append(("--num-layers-per-virtual-pipeline-stage", str(m.num_layers // (p.pp * p.interleave))))
     if p.interleave > 1 and p.num_microbatches % p.pp:
@@ -101,6 +103,8 @@ def _batch(t: TrainTarget, args: Args) -> None:
 
 def _recompute(t: TrainTarget, args: Args, notes: list[str]) -> None:
     p = t.plan
+    if recompute_kind(p) == "none":
+        return  # Megatron's default: no recompute flags
     if p.recompute == "selective":
         args.append(("--recompute-granularity", "selective"))  # default --recompute-modules core_attn
     elif p.recompute == "full":

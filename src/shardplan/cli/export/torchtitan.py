@@ -12,7 +12,7 @@ ZeRO-2); ZeRO-0 is ``data_parallel_replicate_degree`` (DDP).
 
 from __future__ import annotations
 
-from shardplan.cli.export.base import Export, TrainTarget, layout_summary, torchrun_line
+from shardplan.cli.export.base import Export, TrainTarget, layout_summary, recompute_kind, torchrun_line
 from shardplan.cli.export.titan_split import pipeline_settings
 from shardplan.errors import ShardplanError
 from shardplan.models.spec import ModelSpec
@@ -95,7 +95,7 @@ def _parallelism(t: TrainTarget, notes: list[str]) -> dict[str, Value]:
 
 def _checkpointing(t: TrainTarget, notes: list[str]) -> dict[str, Value]:
     p = t.plan
-    if p.recompute == "none":
+    if recompute_kind(p) == "none":
         return {"mode": "none"}
     if p.recompute == "selective":
         notes.append("torchtitan's per-op selective recompute saves matmul outputs and recomputes the rest; "

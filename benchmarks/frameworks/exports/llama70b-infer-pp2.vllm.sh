@@ -1,0 +1,11 @@
+vllm serve meta-llama/Llama-3.1-70B \
+  --tensor-parallel-size 2 \
+  --pipeline-parallel-size 2 \
+  --data-parallel-size 2 \
+  --max-num-seqs 256 \
+  --max-num-batched-tokens 2048 \
+  --max-model-len 1152 \
+  --gpu-memory-utilization 0.9 \
+  --kv-cache-dtype auto \
+  --block-size 16 \
+  --dtype bfloat16

@@ -1,0 +1,12 @@
+vllm serve mistralai/Mixtral-8x7B-v0.1 \
+  --tensor-parallel-size 1 \
+  --pipeline-parallel-size 1 \
+  --data-parallel-size 4 \
+  --enable-expert-parallel \
+  --max-num-seqs 646 \
+  --max-num-batched-tokens 8192 \
+  --max-model-len 1280 \
+  --gpu-memory-utilization 0.9 \
+  --kv-cache-dtype fp8 \
+  --block-size 16 \
+  --dtype bfloat16
