@@ -22,17 +22,21 @@ from shardplan.planner.training.solve import TrainRequest, plan_training
 LAYOUT_RE = re.compile(
     r"TP=(\d+) PP=(\d+) DP=(\d+) CP=(\d+) EP=(\d+), microbatch (\d+), interleave (\d+), recompute (none|selective|full)"
     r"(?: on (\d+) layers?/stage)?, SP (on|off), ZeRO-(\d), (no offload|offload [^:)]*?)(?=\)|:|$| fits)")
+ETP_RE = re.compile(r"EP=\d+ ETP=(\d+),")
 
 
 def parse(text: str) -> TrainLayout:
     """A layout from its printed name."""
+    etp = ETP_RE.search(text)
+    text = ETP_RE.sub(lambda x: x.group(0).split(" ETP=")[0] + ",", text)
     m = LAYOUT_RE.search(text)
     assert m, f"layout not named in full: {text!r}"
     tp, pp, dp, cp, ep, mb, v = (int(x) for x in m.groups()[:7])
     off = {"optimizer": 0.0, "weights": 0.0, "activations": 0.0}
     for name, pct in re.findall(r"(optimizer|weights|activations) (\d+)%", m.group(12)):
         off[name] = int(pct) / 100
-    return TrainLayout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, microbatch=mb, interleave=v, recompute=Recompute(m.group(8)),
+    return TrainLayout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=int(etp.group(1)) if etp else None, microbatch=mb,
+                       interleave=v, recompute=Recompute(m.group(8)),
                        recompute_layers=int(m.group(9)) if m.group(9) else None, sequence_parallel=m.group(10) == "on",
                        zero_stage=int(m.group(11)), offload_optimizer=off["optimizer"], offload_weights=off["weights"],
                        offload_activations=off["activations"])
@@ -262,3 +266,24 @@ def test_recompute_sentence_is_the_estimate_without_recompute() -> None:
     assert m and rep.status == "infeasible", line
     assert float(m.group(1)) * 2**30 == pytest.approx(rep.memory.total_bytes, rel=5e-3)
     assert float(m.group(2)) * 2**30 == pytest.approx(rep.memory.capacity_bytes - rep.memory.headroom_bytes, rel=5e-3)
+
+
+def test_folded_expert_tp_survives_the_explanations() -> None:
+    """A plan whose experts fold to an expert TP other than tp (Nemotron-3-Nano on 8 H100: EP 8 needs etp·ep | 8)
+    is explained and named with that expert TP; before, the no-recompute comparison dropped it and the request
+    failed with the planner's own layout rejected."""
+    req = TrainRequest(model=get_model("nemotron-3-nano-30b-a3b"), system=get_system("dgx-h100"), num_gpus=8,
+                       workload=TrainWorkload(seq_len=4096, global_batch=512))
+    plan = plan_training(req)
+    assert plan.plan is not None and plan.metrics is not None
+    p = plan.plan
+    assert (p.etp or p.tp) * p.ep <= p.tp * p.cp * p.dp
+    work = req.workload.model_copy(update={"global_batch": p.global_batch})
+    again = estimate_training(req.model, req.system, 8, work,
+                              TrainLayout(tp=p.tp, pp=p.pp, dp=p.dp, ep=p.ep, cp=p.cp, etp=p.etp,
+                                          microbatch=p.microbatch_size, interleave=p.interleave,
+                                          recompute=Recompute(p.recompute), recompute_layers=p.recompute_layers,
+                                          sequence_parallel=p.sequence_parallel, zero_stage=p.zero_stage))
+    assert again.metrics.step_time_s == pytest.approx(plan.metrics.step_time_s, rel=5e-3)
+    if p.etp is not None and p.etp != p.tp:
+        assert f"EP={p.ep} ETP={p.etp}," in describe_plan(p)

@@ -34,7 +34,8 @@ def describe(lay: TrainLayout, layers_per_stage: int | None = None) -> str:
         rc += f" on {lay.recompute_layers} layer{'s' if lay.recompute_layers > 1 else ''}/stage"
     offload = [f"{name} {v:.0%}" for name, v in (("optimizer", lay.offload_optimizer), ("weights",
                lay.offload_weights), ("activations", lay.offload_activations)) if v > 0]
-    return (f"TP={lay.tp} PP={lay.pp} DP={lay.dp} CP={lay.cp} EP={lay.ep}, microbatch {lay.microbatch}, "
+    etp = f" ETP={lay.expert_tp}" if lay.ep > 1 and lay.expert_tp != lay.tp else ""  # folded experts' own TP
+    return (f"TP={lay.tp} PP={lay.pp} DP={lay.dp} CP={lay.cp} EP={lay.ep}{etp}, microbatch {lay.microbatch}, "
             f"interleave {lay.interleave}, recompute {rc}, SP {'on' if lay.sequence_parallel else 'off'}, "
             f"ZeRO-{lay.zero_stage}, " + (f"offload {', '.join(offload)}" if offload else "no offload"))
 
@@ -47,8 +48,8 @@ def describe_row(table: TrainTable, i: int) -> str:
 
 def describe_plan(plan: TrainPlanOut) -> str:
     """A reported plan named in full (the same words as ``describe``)."""
-    lay = TrainLayout(tp=plan.tp, pp=plan.pp, dp=plan.dp, ep=plan.ep, cp=plan.cp, microbatch=plan.microbatch_size,
-                      interleave=plan.interleave, recompute=Recompute(plan.recompute),
+    lay = TrainLayout(tp=plan.tp, pp=plan.pp, dp=plan.dp, ep=plan.ep, cp=plan.cp, etp=plan.etp,
+                      microbatch=plan.microbatch_size, interleave=plan.interleave, recompute=Recompute(plan.recompute),
                       recompute_layers=plan.recompute_layers, sequence_parallel=plan.sequence_parallel,
                       zero_stage=plan.zero_stage, offload_optimizer=plan.offload.optimizer,
                       offload_weights=plan.offload.weights, offload_activations=plan.offload.activations)

@@ -83,7 +83,7 @@ def _without_recompute(req: TrainRequest, best: TrainReport) -> TrainReport | No
     if best.plan is None or best.plan.recompute == "none":
         return None
     p = best.plan
-    lay = TrainLayout(tp=p.tp, pp=p.pp, dp=p.dp, ep=p.ep, cp=p.cp, microbatch=p.microbatch_size,
+    lay = TrainLayout(tp=p.tp, pp=p.pp, dp=p.dp, ep=p.ep, cp=p.cp, etp=p.etp, microbatch=p.microbatch_size,
                       interleave=p.interleave, sequence_parallel=p.sequence_parallel, zero_stage=p.zero_stage,
                       offload_optimizer=p.offload.optimizer, offload_weights=p.offload.weights,
                       offload_activations=p.offload.activations)
