@@ -13,6 +13,7 @@ import errno
 import json
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -86,19 +87,23 @@ def read_text(path: Path, *, field: str, limit: int = MAX_FILE_BYTES) -> str:
         raise ConfigFileError(f"'{path}' is not UTF-8 text (byte {e.start})", field=field) from None
 
 
-def check_size(data: Any, *, where: str, field: str) -> None:
+def check_size(data: Any, *, where: str, field: str, children: Callable[[Any], list[Any] | None] | None = None
+               ) -> None:
     """Refuse data nested deeper than ``MAX_DEPTH`` or holding more than ``MAX_VALUES`` values.
 
     Shared sub-objects (YAML aliases) count once per reference, as the copies a reader would make; the walk
     stops as soon as a limit is passed, so it never expands anything. A self-referencing structure is refused.
+    ``children`` lists a container's children (None for a leaf); by default dicts (keys and values) and lists.
     """
+    kids = children or _data_children
     sizes: dict[int, int] = {}
     active: set[int] = set()
 
     def size(obj: Any, depth: int) -> int:
         if depth > MAX_DEPTH:
             raise ConfigFileError(f"{where} is nested deeper than {MAX_DEPTH} levels", field=field)
-        if not isinstance(obj, dict | list):
+        inner = kids(obj)
+        if inner is None:
             return 1
         key = id(obj)
         if key in sizes:
@@ -107,8 +112,7 @@ def check_size(data: Any, *, where: str, field: str) -> None:
             raise ConfigFileError(f"{where} refers to itself (a recursive YAML alias)", field=field)
         active.add(key)
         total = 1
-        children = list(obj.keys()) + list(obj.values()) if isinstance(obj, dict) else obj
-        for child in children:
+        for child in inner:
             total += size(child, depth + 1)
             if total > MAX_VALUES:
                 raise ConfigFileError(f"{where} holds more than {MAX_VALUES:,} values (YAML aliases count once "
@@ -118,6 +122,12 @@ def check_size(data: Any, *, where: str, field: str) -> None:
         return total
 
     size(data, 0)
+
+
+def _data_children(obj: Any) -> list[Any] | None:
+    if isinstance(obj, dict):
+        return list(obj.keys()) + list(obj.values())
+    return obj if isinstance(obj, list) else None
 
 
 def load_json(text: str, *, where: str, field: str) -> Any:
@@ -178,29 +188,9 @@ def _check_nodes(root: Any, *, where: str, field: str) -> None:
     """``check_size`` on YAML nodes: a mapping's or sequence's ``value`` lists its children."""
     import yaml
 
-    sizes: dict[int, int] = {}
-    active: set[int] = set()
-
-    def size(node: Any, depth: int) -> int:
-        if depth > MAX_DEPTH:
-            raise ConfigFileError(f"{where} is nested deeper than {MAX_DEPTH} levels", field=field)
+    def children(node: Any) -> list[Any] | None:
         if isinstance(node, yaml.ScalarNode):
-            return 1
-        key = id(node)
-        if key in sizes:
-            return sizes[key]
-        if key in active:
-            raise ConfigFileError(f"{where} refers to itself (a recursive YAML alias)", field=field)
-        active.add(key)
-        children = [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else node.value
-        total = 1
-        for child in children:
-            total += size(child, depth + 1)
-            if total > MAX_VALUES:
-                raise ConfigFileError(f"{where} holds more than {MAX_VALUES:,} values (YAML aliases count once "
-                                      "per use)", field=field)
-        active.discard(key)
-        sizes[key] = total
-        return total
+            return None
+        return [n for pair in node.value for n in pair] if isinstance(node, yaml.MappingNode) else node.value
 
-    size(root, 0)
+    check_size(root, where=where, field=field, children=children)
