@@ -17,13 +17,13 @@ import io
 import json
 import os
 import sys
-import traceback
 
 os.environ.setdefault("DS_ACCELERATOR", "cpu")
 os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT="29533", RANK="0", WORLD_SIZE="1", LOCAL_RANK="0")
 
 import deepspeed
 import torch.distributed
+from common import framework_error, run
 from deepspeed.runtime.config import DeepSpeedConfig
 
 
@@ -61,11 +61,7 @@ def _source_line(path: str, needle: str) -> str:
 
 
 def _error(e: BaseException) -> str:
-    msg = f"{type(e).__name__}: {e}".strip()
-    if isinstance(e, AssertionError) or not str(e):
-        tb = traceback.extract_tb(e.__traceback__)[-1]
-        msg += f" (at {os.path.basename(tb.filename)}:{tb.lineno}: {tb.line})"
-    return " ".join(msg.split())[:600]
+    return framework_error(e, ("",))  # the innermost frame, whichever file
 
 
 def check(entry: dict) -> dict:
@@ -95,13 +91,7 @@ def main() -> None:
     with contextlib.redirect_stdout(io.StringIO()):
         torch.distributed.init_process_group("gloo", rank=0, world_size=1)
         deepspeed.init_distributed(dist_backend="gloo")
-    results = []
-    for entry in entries:
-        try:
-            results.append(check(entry))
-        except Exception as e:
-            results.append({"case": entry["case"], "format": "deepspeed", "status": "error", "message": _error(e)})
-    print(json.dumps(results))
+    run(check, "deepspeed", _error, entries)
 
 
 if __name__ == "__main__":

@@ -14,19 +14,15 @@ import argparse
 import contextlib
 import importlib.util
 import io
-import json
 import os
 import shlex
-import sys
 import traceback
+
+from common import framework_error, run
 
 
 def _error(e: BaseException) -> str:
-    msg = f"{type(e).__name__}: {e}".strip()
-    frames = [f for f in traceback.extract_tb(e.__traceback__) if "flexgen" in f.filename]
-    if frames and (isinstance(e, AssertionError | NotImplementedError) or not str(e)):
-        msg += f" (at {os.path.basename(frames[-1].filename)}:{frames[-1].lineno}: {frames[-1].line})"
-    return " ".join(msg.split())[:600]
+    return framework_error(e, ("flexgen",), kinds=(AssertionError, NotImplementedError))
 
 
 def check(entry: dict) -> dict:
@@ -84,13 +80,7 @@ def check(entry: dict) -> dict:
 
 
 def main() -> None:
-    results = []
-    for entry in json.load(sys.stdin):
-        try:
-            results.append(check(entry))
-        except Exception as e:
-            results.append({"case": entry["case"], "format": "flexgen", "status": "error", "message": _error(e)})
-    print(json.dumps(results))
+    run(check, "flexgen", _error)
 
 
 if __name__ == "__main__":

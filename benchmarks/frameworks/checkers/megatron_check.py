@@ -15,15 +15,14 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import os
 import re
 import shlex
 import sys
-import traceback
 import types
 
 import torch
+from common import framework_error, run
 
 USER_ARGS = ["--train-iters", "100", "--lr", "1e-4", "--min-lr", "1e-5", "--lr-decay-style", "cosine",
              "--mock-data", "--tokenizer-type", "NullTokenizer", "--vocab-size", "128256"]
@@ -49,12 +48,7 @@ def _stand_in_transformer_engine() -> None:
 
 
 def _error(e: BaseException) -> str:
-    msg = f"{type(e).__name__}: {e}".strip()
-    frames = [f for f in traceback.extract_tb(e.__traceback__) if "megatron" in f.filename]
-    if frames:
-        tb = frames[-1]
-        msg += f" (at {os.path.basename(tb.filename)}:{tb.lineno}: {tb.line})"
-    return msg[:600]
+    return framework_error(e, ("megatron",), always=True)
 
 
 def _ranks(args) -> list[int]:
@@ -120,13 +114,7 @@ def check(entry: dict) -> dict:
 
 
 def main() -> None:
-    results = []
-    for entry in json.load(sys.stdin):
-        try:
-            results.append(check(entry))
-        except Exception as e:
-            results.append({"case": entry["case"], "format": "megatron", "status": "error", "message": _error(e)})
-    print(json.dumps(results))
+    run(check, "megatron", _error)
 
 
 if __name__ == "__main__":

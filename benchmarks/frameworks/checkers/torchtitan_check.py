@@ -20,15 +20,12 @@ from __future__ import annotations
 import contextlib
 import inspect
 import io
-import json
 import logging
-import os
 import shlex
-import sys
 import textwrap
-import traceback
 import types
 
+from common import framework_error, run
 from torchtitan.config import ConfigManager
 from torchtitan.distributed import pipeline_parallel
 from torchtitan.distributed.parallel_dims import ParallelDims
@@ -37,12 +34,7 @@ logging.disable(logging.WARNING)
 
 
 def _error(e: BaseException) -> str:
-    msg = f"{type(e).__name__}: {e}".strip()
-    frames = [f for f in traceback.extract_tb(e.__traceback__) if "torchtitan" in f.filename or "<split>" in
-              f.filename]
-    if frames and (isinstance(e, AssertionError) or not str(e)):
-        msg += f" (at {os.path.basename(frames[-1].filename)}:{frames[-1].lineno})"
-    return " ".join(msg.split())[:600]
+    return framework_error(e, ("torchtitan", "<split>"))
 
 
 def _split_fn():
@@ -139,13 +131,7 @@ def check(entry: dict) -> dict:
 
 
 def main() -> None:
-    results = []
-    for entry in json.load(sys.stdin):
-        try:
-            results.append(check(entry))
-        except Exception as e:
-            results.append({"case": entry["case"], "format": "torchtitan", "status": "error", "message": _error(e)})
-    print(json.dumps(results))
+    run(check, "torchtitan", _error)
 
 
 if __name__ == "__main__":

@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import logging
 import os
 import shlex
-import sys
-import traceback
+
+from common import framework_error, run
 
 os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -59,11 +58,7 @@ def _stand_in_h100s() -> None:
 
 
 def _error(e: BaseException) -> str:
-    msg = f"{type(e).__name__}: {e}".strip()
-    frames = [f for f in traceback.extract_tb(e.__traceback__) if "vllm" in f.filename]
-    if frames and (isinstance(e, AssertionError) or not str(e)):
-        msg += f" (at {os.path.basename(frames[-1].filename)}:{frames[-1].lineno})"
-    return " ".join(msg.split())[:600]
+    return framework_error(e, ("vllm",))
 
 
 def _parser():
@@ -128,13 +123,7 @@ def check(entry: dict) -> dict:
 def main() -> None:
     logging.disable(logging.WARNING)
     _stand_in_h100s()
-    results = []
-    for entry in json.load(sys.stdin):
-        try:
-            results.append(check(entry))
-        except Exception as e:
-            results.append({"case": entry["case"], "format": "vllm", "status": "error", "message": _error(e)})
-    print(json.dumps(results, default=str))
+    run(check, "vllm", _error)
 
 
 if __name__ == "__main__":
