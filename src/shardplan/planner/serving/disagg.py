@@ -1,8 +1,9 @@
 """``plan_disaggregated``: prefill and decode workers chosen by CP-SAT, beside the best aggregated plan.
 
 Rows: every worker layout (``tp`` within a node unless cross-node TP is allowed, ``pp`` a power of two,
-``tp·pp < --gpus``) × a batch grid, costed by ``costmodel.serving.disagg``; numpy drops rows that do not fit or
-break the TTFT (prefill rows: prefill + KV transfer) or TPOT (decode rows) limit, then keeps, per worker size
+``ep`` a divisor of the expert count for MoE models (the worker is ``ep`` replicas of ``tp·pp`` GPUs, one EP
+group), ``tp·pp·ep < --gpus``) × a batch grid, costed by ``costmodel.serving.disagg``; numpy drops rows that do
+not fit or break the TTFT (prefill rows: prefill + KV transfer) or TPOT (decode rows) limit, then keeps, per worker size
 (GPUs), the row serving the most requests/s — the objective depends on a worker only through its GPUs and
 capacity, so the others are dominated.
 
@@ -31,7 +32,7 @@ from shardplan.costmodel.core.layouts import check_gpus
 from shardplan.costmodel.core.result import Out, ResultHead, Status
 from shardplan.costmodel.serving.cost import InferRows, infer_cost
 from shardplan.costmodel.serving.disagg import WorkerTable, decode_workers, prefill_workers
-from shardplan.costmodel.serving.report import InferMetrics, InferPlanOut, valid_tp
+from shardplan.costmodel.serving.report import InferMetrics, InferPlanOut, valid_ep, valid_tp
 from shardplan.errors import ShardplanError
 from shardplan.planner.core.scaling import objective_unit
 from shardplan.planner.serving.request import InferRequest
@@ -44,9 +45,11 @@ PP_CHOICES = (1, 2, 4, 8, 16)
 class WorkerOut(Out):
     tp: int
     pp: int
-    ep: int = 1
+    ep: int = Field(1, description="Expert parallelism: the worker is ep attention-DP replicas of tp·pp GPUs sharing "
+                    "the routed experts (one EP group); 1 for dense models.")
     workers: int
-    batch_size: int = Field(description="Prefill: prompts per batch; decode: sequences in flight per worker.")
+    batch_size: int = Field(description="Per replica (ep of them per worker): prefill: prompts per batch; decode: "
+                            "sequences in flight.")
 
 
 class DisaggPlanOut(Out):
@@ -60,7 +63,7 @@ class DisaggMetrics(Out):
     tokens_per_s: float = Field(description="Output tokens/s: min(prefill, decode capacity) · gen.")
     tokens_per_s_per_gpu: float = Field(description="Per GPU used (the objective).")
     requests_per_s: float
-    max_batch_size: int = Field(description="Largest batch a decode worker's KV cache holds.")
+    max_batch_size: int = Field(description="Largest batch a decode worker's replica's KV cache holds.")
     e2e_latency_s: float
     kv_transfer_s: float
     gpus_used: int
@@ -94,28 +97,33 @@ class InferDisaggPlan(ResultHead):
     explanation: list[str] = Field(default_factory=list)
 
 
+def worker_eps(req: InferRequest) -> list[int]:
+    """EP degrees a worker may take: a worker of ``ep`` replicas is one EP group, so ``valid_ep`` over ``ep``
+    replicas must allow ``ep`` itself (the divisors of the expert count; 1 for dense models)."""
+    m = req.model
+    return valid_ep(m, m.moe.num_experts if m.moe else 1)
+
+
 def worker_rows(req: InferRequest, kind: str) -> InferRows:
-    """Worker layouts × batches (a grid up to each layout's largest batch)."""
+    """Worker layouts (tp, pp, ep; ep replicas of tp·pp GPUs) × batches (a grid up to each layout's largest)."""
     m, n = req.model, req.num_gpus
     max_tp = n if req.cross_node_tp else min(n, req.system.gpus_per_node)
-    lays = [(tp, pp) for tp in valid_tp(m) for pp in PP_CHOICES
-            if tp <= max_tp and pp <= m.num_layers and tp * pp < n]
+    lays = [(tp, pp, ep) for tp in valid_tp(m) for pp in PP_CHOICES for ep in worker_eps(req)
+            if tp <= max_tp and pp <= m.num_layers and tp * pp * ep < n]
     if not lays:
         raise ShardplanError("--disaggregate needs at least 2 GPUs (one prefill and one decode worker)", field="gpus")
-    base = InferRows(*(np.array(c, dtype=np.int64) for c in zip(*lays, strict=True)),
-                     ep=np.ones(len(lays), dtype=np.int64), dp=np.ones(len(lays), dtype=np.int64),
-                     batch=np.ones(len(lays), dtype=np.int64))
+    tp0, pp0, ep0 = (np.array(c, dtype=np.int64) for c in zip(*lays, strict=True))
+    base = InferRows(tp0, pp0, ep0, ep0, np.ones(len(lays), dtype=np.int64))
     w = req.workload.model_copy(update={"gen_len": 1} if kind == "prefill" else {})
     max_b = infer_cost(m, req.system, w.model_copy(update={"mode": "static"}), base).max_batch.astype(np.int64)
-    cols: list[list[np.ndarray]] = [[], [], []]
-    for (tp, pp), mb in zip(lays, max_b, strict=True):
+    cols: list[list[np.ndarray]] = [[], [], [], []]
+    for (tp, pp, ep), mb in zip(lays, max_b, strict=True):
         bs = batch_grid(min(int(mb), req.workload.max_num_seqs), 24)  # the engine's cap on sequences in flight
-        cols[0].append(np.full(len(bs), tp))
-        cols[1].append(np.full(len(bs), pp))
-        cols[2].append(bs)
-    tp_, pp_, b_ = (np.concatenate(c).astype(np.int64) for c in cols)
-    one = np.ones(len(tp_), dtype=np.int64)
-    return InferRows(tp_, pp_, one, one, b_)
+        for col, v in zip(cols, (tp, pp, ep), strict=False):
+            col.append(np.full(len(bs), v))
+        cols[3].append(bs)
+    tp_, pp_, ep_, b_ = (np.concatenate(c).astype(np.int64) for c in cols)
+    return InferRows(tp_, pp_, ep_, ep_, b_)
 
 
 def _table(req: InferRequest, kind: str, rows: InferRows) -> WorkerTable:
@@ -126,9 +134,9 @@ def _table(req: InferRequest, kind: str, rows: InferRows) -> WorkerTable:
 
 
 def best_per_size(t: WorkerTable, ok: np.ndarray) -> WorkerTable:
-    """Per worker size (GPUs), the admissible row with the largest capacity (ties: smaller pp, tp, batch)."""
+    """Per worker size (GPUs), the admissible row with the largest capacity (ties: smaller pp, ep, tp, batch)."""
     idx = np.flatnonzero(ok)
-    order = idx[np.lexsort((t.batch[idx], t.tp[idx], t.pp[idx], -t.capacity_rps[idx], t.gpus[idx]))]
+    order = idx[np.lexsort((t.batch[idx], t.tp[idx], t.ep[idx], t.pp[idx], -t.capacity_rps[idx], t.gpus[idx]))]
     _, first = np.unique(t.gpus[order], return_index=True)
     return t.take(order[first])
 
@@ -267,17 +275,20 @@ def _report(req: InferRequest, bp: WorkerTable, bd: WorkerTable, i: int, j: int,
     rps = min(cap_p, cap_d) if not w.request_rate else w.request_rate
     gpus = a * int(bp.gpus[i]) + b * int(bd.gpus[j])
     one = np.ones(1, dtype=np.int64)
-    dec_rows = InferRows(bd.tp[j:j + 1], bd.pp[j:j + 1], one, one, one)
+    dec_rows = InferRows(bd.tp[j:j + 1], bd.pp[j:j + 1], bd.ep[j:j + 1], bd.ep[j:j + 1], one)
     max_b = int(infer_cost(req.model, req.system, w.model_copy(update={"mode": "static"}), dec_rows).max_batch[0])
     ttft, tpot = float(bp.latency_s[i]), float(bd.latency_s[j])
-    plan = DisaggPlanOut(prefill=WorkerOut(tp=int(bp.tp[i]), pp=int(bp.pp[i]), workers=a, batch_size=int(bp.batch[i])),
-                         decode=WorkerOut(tp=int(bd.tp[j]), pp=int(bd.pp[j]), workers=b, batch_size=int(bd.batch[j])))
+    plan = DisaggPlanOut(prefill=_worker(bp, i, a), decode=_worker(bd, j, b))
     metrics = DisaggMetrics(ttft_s=ttft, tpot_s=tpot, tokens_per_s=rps * w.gen_len,
                             tokens_per_s_per_gpu=rps * w.gen_len / gpus, requests_per_s=rps, max_batch_size=max_b,
                             e2e_latency_s=ttft + (w.gen_len - 1) * tpot, kv_transfer_s=float(bp.transfer_s[i]),
                             gpus_used=gpus, prefill_capacity_requests_per_s=cap_p,
                             decode_capacity_requests_per_s=cap_d)
     return plan, metrics
+
+
+def _worker(t: WorkerTable, i: int, workers: int) -> WorkerOut:
+    return WorkerOut(tp=int(t.tp[i]), pp=int(t.pp[i]), ep=int(t.ep[i]), workers=workers, batch_size=int(t.batch[i]))
 
 
 def _aggregated(req: InferRequest) -> AggregatedOut | None:
