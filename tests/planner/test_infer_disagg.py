@@ -174,4 +174,6 @@ def test_disaggregate_export_writes_each_workers_expert_parallel_flags(run_cli) 
         flags = {a for a in argv if a.startswith("--")}
         assert flags <= set(VLLM_FLAGS["flags"])
         assert f"{kind}: start {w['workers']} such instance(s)" in e.err
+        assert f"--disaggregation-mode {kind} --tp-size {w['tp'] * w['ep']} --pp-size {w['pp']}" in e.err
     assert plan["decode"]["ep"] > 1
+    assert f"--dp-size {plan['decode']['ep']} --enable-dp-attention" in e.err

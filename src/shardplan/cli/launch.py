@@ -179,6 +179,11 @@ def disagg_vllm_argvs(res: Any, *, spec: Any, work: Any, system: Any) -> tuple[l
         cmds.append(argv)
         notes += [f"{kind}: {n}" for n in more]
         notes.append(f"{kind}: start {w.workers} such instance(s) of {w.tp * w.pp * w.ep} GPU(s)")
+        # SGLang's names (python/sglang/srt/server_args.py, ServerArgs.add_cli_args): DP attention over ep ranks
+        # of tp GPUs each, experts over all tp·ep GPUs of the instance.
+        ep_flags = f" --dp-size {w.ep} --enable-dp-attention --ep-size {w.tp * w.ep}" if w.ep > 1 else ""
+        notes.append(f"{kind} with SGLang instead: python -m sglang.launch_server --model-path {hf_repo(spec)} "
+                     f"--disaggregation-mode {kind} --tp-size {w.tp * w.ep} --pp-size {w.pp}{ep_flags}")
     notes.append("route each request to a prefill instance, then to a decode instance (vLLM's disaggregated "
                  "serving proxy, examples/online_serving/disaggregated_serving, or llm-d / Dynamo); NixlConnector "
                  "needs the nixl package")
