@@ -20,9 +20,11 @@ _OFFLOAD_MODULES_MOE = ("expert_fc1", "moe_act")
 
 # The cost model's attention kernel → Megatron's --attention-backend (AttnBackend in megatron/core/transformer/
 # enums.py; the NVTE_* variables each sets: megatron/core/models/common/language_module/language_module.py, both at
-# Megatron-LM d98e8a64): auto lets Transformer Engine pick its fused IO-aware kernel (what "flash" means), fused is
-# cuDNN FusedAttention, flash is flash-attn through TE, unfused is Megatron's softmax path with the s² scores in HBM.
-MEGATRON_ATTENTION_BACKEND = {"flash": "auto", "cudnn": "fused", "flash2": "flash", "flash3": "flash",
+# Megatron-LM d98e8a64): auto lets Transformer Engine pick its fused IO-aware kernel (what "flash" means), and TE
+# >= 1.8 picks cuDNN FusedAttention on Hopper and later (TE commit 43569381c) — what "cudnn" is costed as — while
+# falling back where cuDNN lacks a shape ("fused" would fail there); flash is flash-attn through TE; unfused is
+# Megatron's softmax path with the s² scores in HBM.
+MEGATRON_ATTENTION_BACKEND = {"flash": "auto", "cudnn": "auto", "flash2": "flash", "flash3": "flash",
                               "unfused": "unfused"}
 
 
