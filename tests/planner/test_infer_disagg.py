@@ -41,7 +41,8 @@ def test_dinkelbach_equals_brute_force(pre, dec, n, need) -> None:
         assert out is None
         return
     assert out is not None
-    i, j, a, b, r, u, _ = out
+    i, j, a, b, r, u, _, proven = out
+    assert proven
     assert r == min(a * mp[i], b * md[j]) and u == a * gp[i] + b * gd[j] <= n and r >= need
     assert Fraction(r, u) == ratio  # the best goodput per GPU
     assert r == r_best  # then the most goodput
@@ -177,3 +178,27 @@ def test_disaggregate_export_writes_each_workers_expert_parallel_flags(run_cli) 
         assert f"--disaggregation-mode {kind} --tp-size {w['tp'] * w['ep']} --pp-size {w['pp']}" in e.err
     assert plan["decode"]["ep"] > 1
     assert f"--dp-size {plan['decode']['ep']} --enable-dp-attention" in e.err
+
+
+@pytest.mark.parametrize(("model", "system", "gpus", "tpot"), [
+    ("llama-3.1-8b", "dgx-h100", 4, None),  # two rows per kind: presolve once sent the search bisecting R for 10 s
+    ("qwen3-235b-a22b", "gb200-nvl72", 72, 0.03),  # EP up to 32 per worker; once ended FEASIBLE at the time limit
+])
+def test_real_tables_solve_to_proven_optimality_and_equal_brute_force(model, system, gpus, tpot) -> None:
+    req = InferRequest(model=get_model(model), system=get_system(system), num_gpus=gpus,
+                       workload=InferWorkload(prompt_len=1024, gen_len=256), max_tpot_s=tpot)
+    pre = _table(req, "prefill", worker_rows(req, "prefill"))
+    dec = _table(req, "decode", worker_rows(req, "decode"))
+    bp = best_per_size(pre, pre.fits)
+    bd = best_per_size(dec, dec.fits & (dec.latency_s <= (tpot or np.inf)))
+    unit = 1e-6  # requests/s per integer unit: these tables stay far below 2^53 at this resolution
+    mp = [int(v) for v in np.floor(bp.capacity_rps / unit)]
+    md = [int(v) for v in np.floor(bd.capacity_rps / unit)]
+    gp, gd = [int(g) for g in bp.gpus], [int(g) for g in bd.gpus]
+    ratio, r_best = brute_force_disagg(gp, mp, gd, md, gpus)
+    out = solve_disagg(gp, mp, gd, md, gpus, time_limit_s=10.0)
+    assert out is not None
+    i, j, a, b, r, u, _, proven = out
+    assert proven and Fraction(r, u) == ratio and r == r_best == min(a * mp[i], b * md[j])
+    res = plan_disaggregated(req)
+    assert res.status == "optimal" and res.solver.wall_time_s < 5.0

@@ -10,9 +10,12 @@ capacity, so the others are dominated.
 CP-SAT model (one prefill row i, one decode row j, worker counts ``n_p``, ``n_d``; ``μ`` in integer units of
 ``RATE_UNIT`` requests/s rounded down, GPUs exact):
 
-    R ≤ n_p·Σ_i x_i μ_i,   R ≤ n_d·Σ_j y_j μ_j           served requests/s (AddMultiplicationEquality)
-    U = n_p·Σ_i x_i g_i + n_d·Σ_j y_j g_j ≤ --gpus        GPUs used
+    R ≤ Σ_i μ_i a_i,   R ≤ Σ_j μ_j b_j                   served requests/s
+    U = Σ_i g_i a_i + Σ_j g_j b_j ≤ --gpus                GPUs used
     R ≥ ⌈--request-rate⌉                                  when an offered load is given
+
+with ``a_i`` the prefill workers of row i, nonzero for exactly one row (likewise ``b_j``): linear, so every
+Dinkelbach step is a small integer linear program (``solve_disagg`` encodes the counts).
 
 Goodput per GPU ``R/U`` is a ratio: Dinkelbach's method maximises ``R·U_k − R_k·U`` from the incumbent
 ``(R_k, U_k)`` until no plan beats its ratio (exact: each step strictly improves an integer ratio over a finite
@@ -40,6 +43,7 @@ from shardplan.planner.serving.solve import batch_grid, plan_inference
 
 RATE_UNIT = 1e-6  # requests/s resolution of worker capacities (coarsened if the model's sums would overflow)
 PP_CHOICES = (1, 2, 4, 8, 16)
+COUNT_LITERALS = 128  # (row, worker count) literals per kind up to which solve_disagg enumerates the counts
 
 
 class WorkerOut(Out):
@@ -160,30 +164,37 @@ def brute_force_disagg(gp: list[int], mp: list[int], gd: list[int], md: list[int
 
 
 def solve_disagg(gp: list[int], mp: list[int], gd: list[int], md: list[int], n: int, need: int = 0,
-                 time_limit_s: float = 10.0) -> tuple[int, int, int, int, int, int, int] | None:
-    """CP-SAT (Dinkelbach) over the integer model: (i, j, n_p, n_d, R, U, steps), or None if infeasible."""
+                 time_limit_s: float = 10.0) -> tuple[int, int, int, int, int, int, int, bool] | None:
+    """CP-SAT (Dinkelbach) over the integer model: (i, j, n_p, n_d, R, U, steps, proven optimal), or None if
+    infeasible.
+
+    GPUs and capacities are linear in the worker counts. Up to ``COUNT_LITERALS`` literals per kind every
+    (row, count) pair is a literal (exactly one per kind), which CP-SAT proves in milliseconds; beyond, one integer
+    count per row (``a_i ≤ ⌊n/g_i⌋·x_i``, ``a_i ≥ x_i``), solved without presolve (which turns that form into a
+    search bisecting R's domain for seconds)."""
     from ortools.sat.python import cp_model
 
     top = max(max(mp), max(md)) * n
     model = cp_model.CpModel()
-    x = [model.new_bool_var(f"prefill[{i}]") for i in range(len(gp))]
-    y = [model.new_bool_var(f"decode[{j}]") for j in range(len(gd))]
-    model.add_exactly_one(x)
-    model.add_exactly_one(y)
-    n_p, n_d = model.new_int_var(1, n, "n_p"), model.new_int_var(1, n, "n_d")
-    g_p, g_d = model.new_int_var(1, n, "g_p"), model.new_int_var(1, n, "g_d")
-    model.add(g_p == sum(g * v for g, v in zip(gp, x, strict=True)))
-    model.add(g_d == sum(g * v for g, v in zip(gd, y, strict=True)))
-    m_p = model.new_int_var(0, max(mp), "mu_p")
-    m_d = model.new_int_var(0, max(md), "mu_d")
-    model.add(m_p == sum(m * v for m, v in zip(mp, x, strict=True)))
-    model.add(m_d == sum(m * v for m, v in zip(md, y, strict=True)))
-    u_p, u_d = model.new_int_var(1, n, "u_p"), model.new_int_var(1, n, "u_d")
-    model.add_multiplication_equality(u_p, [n_p, g_p])
-    model.add_multiplication_equality(u_d, [n_d, g_d])
-    c_p, c_d = model.new_int_var(0, top, "cap_p"), model.new_int_var(0, top, "cap_d")
-    model.add_multiplication_equality(c_p, [n_p, m_p])
-    model.add_multiplication_equality(c_d, [n_d, m_d])
+    small = sum(n // g for g in gp) <= COUNT_LITERALS and sum(n // g for g in gd) <= COUNT_LITERALS
+
+    def kind(name: str, g: list[int], m: list[int]) -> tuple[list, cp_model.LinearExpr, cp_model.LinearExpr]:
+        """Per row its worker count (an expression), and the kind's GPUs and capacity."""
+        if small:
+            lits = [[model.new_bool_var(f"{name}[{i}]x{k}") for k in range(1, n // gi + 1)] for i, gi in enumerate(g)]
+            model.add_exactly_one([v for row in lits for v in row])
+            cnt = [sum(k * v for k, v in enumerate(row, start=1)) for row in lits]
+        else:
+            sel = [model.new_bool_var(f"{name}[{i}]") for i in range(len(g))]
+            cnt = [model.new_int_var(0, n // gi, f"{name}_workers[{i}]") for i, gi in enumerate(g)]
+            model.add_exactly_one(sel)
+            for c, v, gi in zip(cnt, sel, g, strict=True):
+                model.add(c <= (n // gi) * v)
+                model.add(c >= v)
+        return cnt, sum(gi * c for gi, c in zip(g, cnt, strict=True)), sum(mi * c for mi, c in zip(m, cnt, strict=True))
+
+    a, u_p, c_p = kind("prefill", gp, mp)
+    b, u_d, c_d = kind("decode", gd, md)
     r = model.new_int_var(max(need, 1), top, "R")
     model.add(r <= c_p)
     model.add(r <= c_d)
@@ -193,24 +204,38 @@ def solve_disagg(gp: list[int], mp: list[int], gd: list[int], md: list[int], n: 
     solver.parameters.num_workers = 1
     solver.parameters.random_seed = 0
     solver.parameters.max_time_in_seconds = time_limit_s
+    solver.parameters.cp_model_presolve = small
+    proven = True
+
+    def run() -> bool:
+        nonlocal proven
+        status = solver.solve(model)
+        proven = proven and status == cp_model.OPTIMAL
+        return status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
+
+    def snapshot() -> tuple[int, int, int, int, int, int]:
+        i = next(k for k, c in enumerate(a) if solver.value(c) > 0)
+        j = next(k for k, c in enumerate(b) if solver.value(c) > 0)
+        return i, j, solver.value(a[i]), solver.value(b[j]), solver.value(r), solver.value(u)
+
     model.maximize(r)  # a first incumbent
-    if solver.solve(model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+    if not run():
         return None
-    rk, uk, steps = solver.value(r), solver.value(u), 1
+    best = snapshot()
+    steps = 1
     while True:
-        model.maximize(r * uk - u * rk)
-        if solver.solve(model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        model.maximize(r * best[5] - u * best[4])
+        if not run():
             break
         steps += 1
         if solver.objective_value <= 0:
             break
-        rk, uk = solver.value(r), solver.value(u)
-    model.add(r * uk - u * rk >= 0)  # keep the best ratio, then serve the most
+        best = snapshot()
+    model.add(r * best[5] - u * best[4] >= 0)  # keep the best ratio, then serve the most
     model.maximize(r * (n + 1) - u)
-    solver.solve(model)
-    i = next(k for k, v in enumerate(x) if solver.boolean_value(v))
-    j = next(k for k, v in enumerate(y) if solver.boolean_value(v))
-    return i, j, solver.value(n_p), solver.value(n_d), solver.value(r), solver.value(u), steps + 1
+    if run():
+        best = snapshot()
+    return (*best, steps + 1, proven)
 
 
 def plan_disaggregated(req: InferRequest) -> InferDisaggPlan:
@@ -240,7 +265,8 @@ def plan_disaggregated(req: InferRequest) -> InferDisaggPlan:
     mp, md = _units(bp.capacity_rps, unit), _units(bd.capacity_rps, unit)
     need = int(np.ceil(round(w.request_rate / unit, 6))) if w.request_rate else 0
     out = solve_disagg([int(g) for g in bp.gpus], mp, [int(g) for g in bd.gpus], md, n, need, req.time_limit_s)
-    solver = DisaggSolverOut(status="optimal" if out else "infeasible", wall_time_s=0.0,
+    status = "infeasible" if out is None else "optimal" if out[7] else "feasible"
+    solver = DisaggSolverOut(status=status, wall_time_s=0.0,
                              candidates=len(pre) + len(dec), kept=len(bp) + len(bd),
                              dinkelbach_steps=out[6] if out else 0)
     if out is None:
@@ -248,7 +274,7 @@ def plan_disaggregated(req: InferRequest) -> InferDisaggPlan:
         return InferDisaggPlan(status="infeasible", reason=f"request rate: no split of {n} GPUs serves "
                                f"{w.request_rate:g} requests/s under the limits", solver=solver, aggregated=agg,
                                suggestions=["lower --request-rate, or use more GPUs"], **common)
-    i, j, a, b, _r, u, _ = out
+    i, j, a, b, _r, u, _, _ = out
     plan, metrics = _report(req, bp, bd, i, j, a, b)
     winner = "disaggregated" if agg is None or metrics.tokens_per_s_per_gpu > agg.tokens_per_s_per_gpu \
         else "aggregated"
@@ -263,7 +289,7 @@ def plan_disaggregated(req: InferRequest) -> InferDisaggPlan:
                         if winner == "disaggregated" else " (one pool shares prefill and decode without idle GPUs "
                         "or KV transfers)."))
     solver = solver.model_copy(update={"wall_time_s": time.perf_counter() - t0})
-    return InferDisaggPlan(status="optimal", plan=plan, metrics=metrics, aggregated=agg, winner=winner,
+    return InferDisaggPlan(status=status, plan=plan, metrics=metrics, aggregated=agg, winner=winner,
                            solver=solver, explanation=lines, **common)
 
 
