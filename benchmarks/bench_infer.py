@@ -49,6 +49,7 @@ DISAGG = [
      {"max_ttft_s": 2.0, "max_tpot_s": 0.05}),
     ("DeepSeek-V3, 64 H200, TPOT ≤ 50 ms", "deepseek-v3", "hgx-h200", 64, 4096, 512, {"max_tpot_s": 0.05}),
     ("Mixtral-8x22B, 64 H100", "mixtral-8x22b", "dgx-h100", 64, 2048, 512, {}),
+    ("Qwen3-235B-A22B, 72 GB200, TPOT ≤ 30 ms", "qwen3-235b-a22b", "gb200-nvl72", 72, 1024, 256, {"max_tpot_s": 0.03}),
 ]
 
 
