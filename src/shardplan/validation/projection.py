@@ -9,8 +9,9 @@ NeMo 24.07 GPT-3 175B, NeMo AutoModel DeepSeek-V3; the torchtitan Llama 3.1 8B p
 (Table 1–2 microbatch and interleave chosen by the planner on the uncalibrated system, then pinned), with one
 rule for every record: a knob its source does not state (a modern record's microbatch or virtual-pipeline size)
 is the planner's choice on the uncalibrated system with everything stated pinned, as a tuned benchmark would
-run it, instead of the ``modern`` group's 1 (with PP 16 and 16 microbatches, interleave 1 against the planner's
-7 moves the Llama 3 405B bubble from 48% to 13% of the pipeline: the series' two points differ in exactly that).
+run it, instead of the ``modern`` group's 1. Llama 3 405B's two points differ in exactly that: PP 16 with 32 then
+16 microbatches per pipeline puts 32% then 48% of the pipeline in the bubble at interleave 1, 6% then 12% at the
+planner's 7; the paper measured a 7% drop per GPU (430 to 400 TFLOP/s) and blames the bubble.
 Each projected point is a case: step time predicted after calibrating on the series' smallest point(s).
 """
 
