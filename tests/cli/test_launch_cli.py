@@ -104,5 +104,5 @@ def test_vllm_export_notes_a_multi_node_launch(run_cli) -> None:
     assert r.code == 0, r.err
     assert _flags(r.out)["--distributed-executor-backend"] == "ray" and "ray start" in r.err
     r = run_cli("infer", "--model", "llama-3.1-8b", "--hardware", "dgx-h100", "--gpus", "16", "--prompt-len", "1024",
-                "--gen-len", "256", "--tp", "1", "--export", "vllm")
+                "--gen-len", "256", "--tp", "1", "--pp", "1", "--export", "vllm")
     assert r.code == 0 and "--data-parallel-size-local 8" in r.err and "--headless" in r.err

@@ -171,7 +171,8 @@ def test_fused_moe_streams_the_touched_experts_once_at_transfer_bandwidth() -> N
     assert float(fc1.nbytes[0]) == pytest.approx(weights + 2 * 32 * 8 * (h + 2 * f), rel=1e-9)
     gpu = H100.gpu
     bw = gpu.memory_bandwidth_bytes_per_s * float(interp_efficiency(gpu.memory_efficiency, fc1.nbytes[0]))
-    assert float(fc1.time[0]) == pytest.approx(float(fc1.nbytes[0]) / bw, rel=1e-9)  # memory-bound, one kernel
+    # memory-bound, one kernel: the bytes plus the fixed time every kernel pays
+    assert float(fc1.time[0]) == pytest.approx(float(fc1.nbytes[0]) / bw + gpu.kernel_fixed_s, rel=1e-9)
     # busiest of 8 EP ranks with 1000 token copies each: 1 + √(2 ln 8 / 1000)
     busiest = float(ep_imbalance(np.array([8.0]), np.array([1000.0]))[0])
     assert busiest == pytest.approx(1 + np.sqrt(2 * np.log(8) / 1000))
@@ -202,7 +203,7 @@ def test_p90_wait_follows_the_exponential_tail_and_is_zero_when_most_never_wait(
 
 def test_p90_limit_bounds_the_percentile_not_the_mean() -> None:
     base = dict(model=get_model("llama-3.1-8b"), system=H100, num_gpus=2,
-                workload=InferWorkload(prompt_len=1024, gen_len=256, request_rate=40.0, max_num_batched_tokens=8192,
+                workload=InferWorkload(prompt_len=1024, gen_len=256, request_rate=38.0, max_num_batched_tokens=8192,
                                        max_num_seqs=1024))
     mean = plan_inference(InferRequest(**base, max_ttft_s=1.0))
     p90 = plan_inference(InferRequest(**base, max_ttft_s=1.0, slo_statistic="p90"))

@@ -96,3 +96,20 @@ def test_four_b200_nodes_all_reduce_is_set_by_the_network_phase() -> None:
     nic = system.inter_node.effective_bytes_per_s
     assert busbw == pytest.approx(nic * 31 / 3, rel=0.01)  # busbw·(N−1)/(n−1) = NIC rate
     assert 1.0 < busbw / 381.8e9 < 1.2
+
+
+def test_fixed_per_kernel_time_adds_to_the_work_and_the_floor_still_holds() -> None:
+    gpu = GPU.model_copy(update={"kernel_fixed_s": 3e-6, "kernel_launch_s": 4e-6})
+    # memory-bound 1e8 bytes at 0.5 TB/s = 200 µs, plus 3 µs paid by every kernel
+    assert float(kernel_time(gpu, 1e6, 1e8, "bf16")) == pytest.approx(2e-4 + 3e-6)
+    # 10 bytes: 20 ps of work + 3 µs is under the 4 µs floor
+    assert float(kernel_time(gpu, 10.0, 10.0, "bf16")) == pytest.approx(4e-6)
+    # twelve 1 µs kernels cost 12·(1 + 3) µs, not twelve floors of 4 µs
+    assert 12 * float(kernel_time(gpu, 0.0, 5e5, "bf16")) == pytest.approx(12 * (1e-6 + 3e-6))
+
+
+def test_catalog_gpus_pay_their_launch_time_on_every_kernel() -> None:
+    from shardplan.hardware.gpus import GPUS
+
+    for g in GPUS.values():
+        assert g.kernel_fixed_s == g.kernel_launch_s > 0, g.name

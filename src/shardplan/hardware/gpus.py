@@ -57,6 +57,12 @@ BLACKWELL_MATMUL: Curve = scaled_curve(HOPPER_MATMUL_ISOLATED, 0.776 * IN_JOB_OF
 CDNA3_MATMUL: Curve = scaled_curve(HOPPER_MATMUL_ISOLATED, 0.47 * IN_JOB_OF_ISOLATED)
 CDNA3_MEMORY: Curve = scaled_curve(HBM_MEMORY, 0.72)
 
+# Fixed time every kernel pays beside its work, = the 4 µs launch floor (GpuSpec.kernel_launch_s): submitting one
+# kernel through the CUDA runtime and driver takes ~4-6 µs (measured on an RTX 5070 Ti, "pegainfer (3): From Launch
+# Overhead to CUDA Graph", susun-blog.com/blog/pegainfer-3-cuda-graph), and an engine without CUDA graphs (TensorRT-LLM's
+# C++ runtime of 2024, NIM) submits a decode step's small dependent kernels one by one, so each one costs at least that.
+KERNEL_FIXED_S = 4e-6
+
 # --- NVIDIA Ampere ------------------------------------------------------------------------------
 A100_80GB = GpuSpec(
     name="a100-sxm-80gb",
@@ -68,6 +74,7 @@ A100_80GB = GpuSpec(
     elementwise_efficiency=EAGER_ELEMENTWISE,
     attention_efficiency=0.55,
     kernel_launch_s=4e-6,
+    kernel_fixed_s=KERNEL_FIXED_S,
     tdp_w=400,
     source="NVIDIA A100 datasheet r4 (published_calibration.json: hw-a100-sxm-80gb)",
 )
@@ -89,6 +96,7 @@ A10G = GpuSpec(
     matmul_efficiency=AMPERE_MATMUL,
     memory_efficiency=HBM_MEMORY,
     elementwise_efficiency=EAGER_ELEMENTWISE,  # GDDR6 streaming measured near HBM fractions; no A10G curve of its own
+    kernel_fixed_s=KERNEL_FIXED_S,
     tdp_w=300,
     source="Baseten 'NVIDIA A10 vs A10G for ML model inference' spec table; AWS EC2 G5 "
     "(published_calibration.json: hw-a10g, confidence C)",
@@ -102,6 +110,7 @@ RTX3090 = GpuSpec(
     matmul_efficiency=AMPERE_MATMUL,
     memory_efficiency=HBM_MEMORY,
     elementwise_efficiency=EAGER_ELEMENTWISE,
+    kernel_fixed_s=KERNEL_FIXED_S,
     tdp_w=350,
     source="NVIDIA Ampere GA102 GPU Architecture whitepaper, Appendix A (GeForce RTX 3090)",
 )
@@ -114,6 +123,7 @@ RTX_A6000 = GpuSpec(
     matmul_efficiency=AMPERE_MATMUL,
     memory_efficiency=HBM_MEMORY,
     elementwise_efficiency=EAGER_ELEMENTWISE,
+    kernel_fixed_s=KERNEL_FIXED_S,
     tdp_w=300,
     source="NVIDIA RTX A6000 datasheet; GA102 whitepaper Appendix A (RTX A6000 column)",
 )
@@ -134,6 +144,7 @@ H100_SXM = GpuSpec(
     # bf16 794.5 TFLOP/s = 0.803 of 989.4, fp8 1402.6 = 0.709 of 1978.9 (torch 2.7.0+cu126).
     matmul_peak_fraction={"bf16": 0.803, "fp8": 0.709},
     kernel_launch_s=4e-6,
+    kernel_fixed_s=KERNEL_FIXED_S,
     tdp_w=700,
     source="NVIDIA H100 datasheet (published_calibration.json: hw-h100-sxm)",
 )
@@ -148,6 +159,7 @@ H100_PCIE = GpuSpec(
     memory_efficiency=HBM_MEMORY,
     elementwise_efficiency=EAGER_ELEMENTWISE,
     attention_efficiency=0.6,
+    kernel_fixed_s=KERNEL_FIXED_S,
     tdp_w=350,
     source="NVIDIA H100 datasheet, PCIe column (published_calibration.json: hw-h100-pcie)",
 )
@@ -205,6 +217,7 @@ B200 = GpuSpec(
     attention_efficiency=0.6,
     # best-shape matmul (ml-engineering at 744d01e): bf16 1745.0 = 0.776, fp8 3432.5 = 0.763 (torch 2.7.1+cu128)
     matmul_peak_fraction={"bf16": 0.776, "fp8": 0.763},
+    kernel_fixed_s=KERNEL_FIXED_S,
     tdp_w=1000,
     source="NVIDIA DGX/HGX B200 datasheet, Blackwell technical brief (published_calibration.json: hw-b200-hgx)",
 )
@@ -262,6 +275,7 @@ L40S = GpuSpec(
     matmul_efficiency=AMPERE_MATMUL,
     memory_efficiency=HBM_MEMORY,
     elementwise_efficiency=EAGER_ELEMENTWISE,
+    kernel_fixed_s=KERNEL_FIXED_S,
     tdp_w=350,
     source="NVIDIA L40S datasheet (published_calibration.json: hw-l40s)",
 )
@@ -275,6 +289,7 @@ L4 = GpuSpec(
     matmul_efficiency=AMPERE_MATMUL,  # 72 W cap: like the T4, real GEMMs may sit well below this
     memory_efficiency=HBM_MEMORY,
     elementwise_efficiency=EAGER_ELEMENTWISE,
+    kernel_fixed_s=KERNEL_FIXED_S,
     tdp_w=72,
     source="NVIDIA L4 datasheet (published_calibration.json: hw-l4)",
 )
@@ -288,6 +303,7 @@ RTX4090 = GpuSpec(
     matmul_efficiency=AMPERE_MATMUL,
     memory_efficiency=HBM_MEMORY,
     elementwise_efficiency=EAGER_ELEMENTWISE,
+    kernel_fixed_s=KERNEL_FIXED_S,
     tdp_w=450,
     source="NVIDIA Ada Lovelace architecture whitepaper, Appendix (published_calibration.json: hw-rtx4090)",
 )
@@ -301,6 +317,7 @@ T4 = GpuSpec(
     elementwise_efficiency=EAGER_ELEMENTWISE,
     attention_efficiency=0.3,
     kernel_launch_s=6e-6,
+    kernel_fixed_s=6e-6,  # the T4 launch floor above, paid by every kernel
     tdp_w=70,
     source="NVIDIA T4 datasheet (published_calibration.json: hw-t4); 70 W cap keeps GEMMs below half of peak",
 )
@@ -314,6 +331,7 @@ V100_SXM2 = GpuSpec(
     memory_efficiency=HBM_MEMORY,
     elementwise_efficiency=EAGER_ELEMENTWISE,
     attention_efficiency=0.3,
+    kernel_fixed_s=KERNEL_FIXED_S,
     tdp_w=300,
     source="NVIDIA Tesla V100 datasheet, SXM2 32GB (published_calibration.json: hw-v100-sxm2)",
 )
@@ -331,6 +349,7 @@ MI250X = GpuSpec(
     matmul_efficiency=CDNA3_MATMUL,
     memory_efficiency=CDNA3_MEMORY,
     attention_efficiency=0.35,
+    kernel_fixed_s=KERNEL_FIXED_S,
     tdp_w=280,
     source="AMD Instinct MI250X data sheet, per GCD = package / 2 (published_calibration.json: hw-mi250x)",
 )
@@ -349,6 +368,7 @@ MI300X = GpuSpec(
     matmul_efficiency=CDNA3_MATMUL,
     memory_efficiency=CDNA3_MEMORY,
     attention_efficiency=0.35,
+    kernel_fixed_s=KERNEL_FIXED_S,
     tdp_w=750,
     source="AMD Instinct MI300X data sheet (published_calibration.json: hw-mi300x); curves: torchao roofline_utils",
 )
@@ -372,6 +392,7 @@ MI355X = GpuSpec(
     matmul_efficiency=CDNA3_MATMUL,
     memory_efficiency=CDNA3_MEMORY,
     attention_efficiency=0.35,
+    kernel_fixed_s=KERNEL_FIXED_S,
     tdp_w=1400,
     source="AMD Instinct MI355X data sheet / CDNA 4 whitepaper (published_calibration.json: hw-mi355x)",
 )

@@ -181,6 +181,8 @@ class GpuSpec(BaseModel):
         default_factory=list, description="Measured attention-kernel throughput (flash2/cudnn/flash3); a kernel "
         "without curves falls back to attention_efficiency.")
     kernel_launch_s: Seconds = Field(4e-6, description="Floor on any one kernel's time (launch + tail).")
+    kernel_fixed_s: Seconds = Field(0.0, description="Time every kernel pays on top of its compute or memory time "
+                                    "(launch, first memory round trips, last wave's drain); 0 = the floor alone.")
     tdp_w: Annotated[float, Field(ge=0.0, le=1e5, allow_inf_nan=False)] = Field(0.0,
         description="Board power, for reference.")
     source: str = Field("", description="Datasheet or measurement the numbers come from.")

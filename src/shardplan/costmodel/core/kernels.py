@@ -1,5 +1,6 @@
-"""Time of one kernel by roofline: max(compute, memory traffic, launch floor), with achievable
-fractions of peak that depend on the kernel's size (data in the GPU preset).
+"""Time of one kernel by roofline: the slower of compute and memory traffic, plus the fixed time every kernel pays
+(``GpuSpec.kernel_fixed_s``: launch, first memory round trips, last wave's drain), never below the launch floor;
+achievable fractions of peak depend on the kernel's size (data in the GPU preset).
 
 Every function takes numpy arrays (or scalars) and broadcasts.
 """
@@ -54,21 +55,29 @@ def _bandwidth_fraction(gpu: GpuSpec, curve: list[tuple[float, float]], nbytes: 
     return np.minimum(interp_efficiency(curve, nbytes) * gpu.scales.elementwise, 1.0)
 
 
+def with_launch(gpu: GpuSpec, work_s: np.ndarray) -> np.ndarray:
+    """A kernel's time from its work: the work plus the fixed per-kernel time, at least the launch floor. A chain
+    of small dependent kernels pays the fixed time once per kernel however little each one moves (a max with the
+    floor alone would let a decode layer's dozen tiny kernels cost no more than one)."""
+    return np.maximum(np.asarray(work_s, dtype=float) + gpu.kernel_fixed_s, gpu.kernel_launch_s)
+
+
 def elementwise_time(gpu: GpuSpec, nbytes: np.ndarray) -> np.ndarray:
     """A framework elementwise kernel (norm, activation, dropout, softmax): bytes at its own achieved rate,
     with the launch floor."""
     nbytes = np.asarray(nbytes, dtype=float)
     curve = gpu.elementwise_efficiency or gpu.memory_efficiency
     t = nbytes / (gpu.memory_bandwidth_bytes_per_s * _bandwidth_fraction(gpu, curve, nbytes))
-    return np.maximum(t, gpu.kernel_launch_s)
+    return with_launch(gpu, t)
 
 
 def kernel_time(gpu: GpuSpec, flops: np.ndarray, nbytes: np.ndarray, dtype: str, *,
                 efficiency: np.ndarray | float | None = None) -> np.ndarray:
-    """Roofline time of one kernel (torchao roofline_utils: max of compute, memory and launch floor)."""
+    """Roofline time of one kernel (torchao roofline_utils: max of compute and memory) with the per-kernel fixed
+    time and launch floor (``with_launch``)."""
     t_c = compute_time(gpu, flops, dtype, efficiency=efficiency)
     t_m = memory_time(gpu, nbytes)
-    return np.maximum(np.maximum(t_c, t_m), gpu.kernel_launch_s)
+    return with_launch(gpu, np.maximum(t_c, t_m))
 
 
 def gemm_time(gpu: GpuSpec, flops: np.ndarray, nbytes: np.ndarray, dtype: str, *,

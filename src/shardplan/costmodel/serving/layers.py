@@ -30,6 +30,7 @@ from shardplan.costmodel.core.kernels import (
     interp_efficiency,
     kernel_time,
     memory_time,
+    with_launch,
 )
 from shardplan.costmodel.core.operators import Attention, Elementwise, Gemm, distinct_experts, kv_heads_per_rank
 from shardplan.costmodel.core.ops import ATTN, COMM, GEMM, MEM, Op
@@ -218,7 +219,7 @@ def fused_moe_time(gpu: GpuSpec, flops: np.ndarray, nbytes: np.ndarray, dtype: s
     experts = np.maximum(experts, 1e-9)
     t_c = compute_time(gpu, flops * imbalance, dtype, efficiency=interp_efficiency(gpu.matmul_efficiency,
                                                                                   flops / experts))
-    return np.maximum(np.maximum(t_c, memory_time(gpu, nbytes)), gpu.kernel_launch_s)
+    return with_launch(gpu, np.maximum(t_c, memory_time(gpu, nbytes)))
 
 
 def kv_layer_bytes_per_token(model: ModelSpec, kv_dtype: str, tp: np.ndarray) -> np.ndarray:
