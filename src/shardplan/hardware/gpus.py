@@ -59,8 +59,9 @@ CDNA3_MEMORY: Curve = scaled_curve(HBM_MEMORY, 0.72)
 
 # Fixed time every kernel pays beside its work, = the 4 µs launch floor (GpuSpec.kernel_launch_s): submitting one
 # kernel through the CUDA runtime and driver takes ~4-6 µs (measured on an RTX 5070 Ti, "pegainfer (3): From Launch
-# Overhead to CUDA Graph", susun-blog.com/blog/pegainfer-3-cuda-graph), and an engine without CUDA graphs (TensorRT-LLM's
-# C++ runtime of 2024, NIM) submits a decode step's small dependent kernels one by one, so each one costs at least that.
+# Overhead to CUDA Graph", susun-blog.com/blog/pegainfer-3-cuda-graph), and an engine without CUDA graphs
+# (TensorRT-LLM's C++ runtime of 2024, NIM) submits a decode step's small dependent kernels one by one, so each one
+# costs at least that.
 KERNEL_FIXED_S = 4e-6
 
 # --- NVIDIA Ampere ------------------------------------------------------------------------------
