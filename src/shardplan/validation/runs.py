@@ -236,6 +236,14 @@ def stack_tp_overlap(r: dict[str, Any]) -> str:
     return "share" if "ub_tp_comm_overlap false" in notes else "userbuffers"
 
 
+def stack_moe(r: dict[str, Any]) -> dict[str, Any]:
+    """The MoE communication settings a record's stack ran with (``SoftwareSpec.ep_dispatcher``/``ep_comm_overlap``),
+    as its ``software`` entry gives them with their source (the recipe at the container's commit); none given:
+    Megatron-Core's defaults (alltoall, no overlap)."""
+    sw = r.get("software") or {}
+    return {k: sw[k] for k in ("ep_dispatcher", "ep_comm_overlap") if k in sw}
+
+
 def modern_setup(r: dict[str, Any]) -> tuple[ModelSpec, Any, int, TrainWorkload, TrainLayout, str, float] | None:
     """A modern record as (model, system with today's software, gpus, workload, layout as published, measured
     quantity, value); None for a model or GPU the catalog lacks. FSDP is ZeRO-3."""
@@ -265,7 +273,8 @@ def modern_setup(r: dict[str, Any]) -> tuple[ModelSpec, Any, int, TrainWorkload,
     base = get_system(system_name)
     # software of today regardless of the preset's default (the A100 preset describes Selene 2021)
     sw = base.software.model_copy(update={"overlap_grad_reduce": True, "tp_comm_overlap": 0.5,
-                                          "zero3_rail_parallel": True, "tp_overlap_method": stack_tp_overlap(r)})
+                                          "zero3_rail_parallel": True, "tp_overlap_method": stack_tp_overlap(r),
+                                          **stack_moe(r)})
     system = job_system(base.model_copy(update={"software": sw}), n)
     work = TrainWorkload(seq_len=w["seq_len"], global_batch=batch,
                          dtype="fp8" if r["precision"] == "fp8" else "bf16", attention=stack_attention(r))
