@@ -132,3 +132,44 @@ def test_overlap_needs_what_megatron_requires(layout: TrainLayout) -> None:
     off, _ = _ep_ops("dgx-h100", layout, WORK)
     on, _ = _ep_ops("dgx-h100", layout, WORK, ep_comm_overlap=True)
     assert float(on.step_time_s[0]) == pytest.approx(float(off.step_time_s[0]), rel=1e-12)
+
+
+# --- MoE activation memory: fp8 GEMM inputs and Megatron's recompute modules -----------------------------------
+def _acts(model, dtype: str, recompute: Recompute = Recompute.NONE, **software):
+    work = TrainWorkload(seq_len=4096, global_batch=64, dtype=dtype, attention="flash")
+    lay = TrainLayout(tp=1, pp=1, dp=8, ep=8, recompute=recompute, zero_stage=1)
+    cost, _ = _ep_ops("dgx-h100", lay, work, model, **software)
+    return cost.kinds
+
+
+def test_fp8_keeps_gemm_inputs_in_one_byte() -> None:
+    """Qwen3-30B-A3B, 4096 tokens: under fp8 Transformer Engine keeps each GEMM's input as its fp8 copy, so per
+    token the 8 routed copies' FC1 input (h 2048) and FC2 input (768) and attention's QKV input (2048) and
+    output-projection input (32 heads · 128) shrink from 2 bytes to 1; the router and activation inputs stay 16-bit."""
+    bf16, fp8 = _acts(QWEN, "bf16"), _acts(QWEN, "fp8")
+    T = 4096
+    moe = float(bf16["moe"].acts.none[0] - fp8["moe"].acts.none[0])
+    assert moe == pytest.approx(T * 8 * (2048 + 768), rel=1e-12)
+    attn = float(bf16["attention"].acts.none[0] - fp8["attention"].acts.none[0])
+    assert attn == pytest.approx(T * (2048 + 32 * 128), rel=1e-12)
+
+
+def test_moe_act_recompute_drops_the_fc2_input() -> None:
+    """recompute_modules moe_act: the experts' activation output (FC2 input, 768 per copy, 8 copies) is not kept
+    and the activation kernel reruns in the backward."""
+    k = _acts(QWEN, "bf16", Recompute.SELECTIVE, recompute_modules=("core_attn", "moe_act"))
+    assert float(k["moe"].acts.none[0] - k["moe"].acts.selective[0]) == pytest.approx(4096 * 8 * 768 * 2.0)
+    act = next(op for op in k["moe"].fwd_ops if op.name == "moe.experts.act")
+    assert float(k["moe"].selective.time[0]) == pytest.approx(float(act.time[0]), rel=1e-12)
+
+
+def test_mla_up_proj_recompute_drops_q_k_v() -> None:
+    """DeepSeek-V3 with mla_up_proj: the 128 heads' Q and K (192) and V (128) are rebuilt from the latents."""
+    dflt = _acts(DSV3, "bf16", Recompute.SELECTIVE)
+    mla = _acts(DSV3, "bf16", Recompute.SELECTIVE, recompute_modules=("mla_up_proj",))
+    assert float(dflt["attention"].acts.selective[0] - mla["attention"].acts.selective[0]) == pytest.approx(
+        4096 * 2.0 * 128 * (192 + 192 + 128))
+    ups = ("attn.q_up", "attn.kv_up", "attn.rope")
+    up = sum(float(op.time[0]) for op in mla["attention"].fwd_ops if op.name in ups)
+    assert float(mla["attention"].selective.time[0]) == pytest.approx(up, rel=1e-12)
+    assert float(dflt["attention"].selective.time[0]) == 0.0  # flash attention: core_attn has nothing to rerun

@@ -60,7 +60,7 @@ def kind_cost(ctx: Ctx, kind: str) -> KindCost:
     like = ctx.tokens
     acts = layer_activations(ctx, kind) if kind in LAYER_KINDS else None
     return KindCost(kind, fwd, bwd, PhaseCost.of(fwd, like), PhaseCost.of(bwd, like),
-                    PhaseCost.of(selective_part(fwd), like), layer_params(ctx, kind), acts)
+                    PhaseCost.of(selective_part(ctx, fwd), like), layer_params(ctx, kind), acts)
 
 
 def kind_costs(ctx: Ctx) -> dict[str, KindCost]:
