@@ -236,6 +236,23 @@ def stack_tp_overlap(r: dict[str, Any]) -> str:
     return "share" if "ub_tp_comm_overlap false" in notes else "userbuffers"
 
 
+def stack_moe(r: dict[str, Any]) -> dict[str, Any]:
+    """The stack settings a record's recipe ran with (``SoftwareSpec.ep_dispatcher``, ``ep_comm_overlap``,
+    ``recompute_modules``), as its ``software`` entry gives them with their source (the recipe at the container's
+    commit); none given: Megatron-Core's defaults (alltoall, no overlap, core_attn)."""
+    sw = r.get("software") or {}
+    out = {k: sw[k] for k in ("ep_dispatcher", "ep_comm_overlap") if k in sw}
+    if sw.get("recompute_modules"):
+        out["recompute_modules"] = tuple(sw["recompute_modules"])
+    return out
+
+
+def stack_recompute(r: dict[str, Any], rc_text: str) -> Recompute:
+    """A record's recompute short of full: selective where its text says so or its recipe names recompute_modules
+    (Megatron-Bridge set_recompute_overrides sets them on selective granularity), else none."""
+    return Recompute.SELECTIVE if "selective" in rc_text or stack_moe(r).get("recompute_modules") else Recompute.NONE
+
+
 def modern_setup(r: dict[str, Any]) -> tuple[ModelSpec, Any, int, TrainWorkload, TrainLayout, str, float] | None:
     """A modern record as (model, system with today's software, gpus, workload, layout as published, measured
     quantity, value); None for a model or GPU the catalog lacks. FSDP is ZeRO-3."""
@@ -247,7 +264,7 @@ def modern_setup(r: dict[str, Any]) -> tuple[ModelSpec, Any, int, TrainWorkload,
     n = r["hardware"]["num_gpus"]
     rc_text = str(p.get("recompute") or "").lower()
     recompute = (Recompute.FULL if "full" in rc_text or "activation_checkpointing: true" in rc_text
-                 else Recompute.SELECTIVE if "selective" in rc_text else Recompute.NONE)
+                 else stack_recompute(r, rc_text))
     # Llama 3 keeps parameters unsharded after the forward pass: ZeRO-1/2, not ZeRO-3 (paper §3.3.1).
     zero = 3 if p.get("fsdp") and not r["id"].startswith("llama3-paper") and pp == 1 else 1
     batch = w["global_batch_sequences"]
@@ -265,7 +282,8 @@ def modern_setup(r: dict[str, Any]) -> tuple[ModelSpec, Any, int, TrainWorkload,
     base = get_system(system_name)
     # software of today regardless of the preset's default (the A100 preset describes Selene 2021)
     sw = base.software.model_copy(update={"overlap_grad_reduce": True, "tp_comm_overlap": 0.5,
-                                          "zero3_rail_parallel": True, "tp_overlap_method": stack_tp_overlap(r)})
+                                          "zero3_rail_parallel": True, "tp_overlap_method": stack_tp_overlap(r),
+                                          **stack_moe(r)})
     system = job_system(base.model_copy(update={"software": sw}), n)
     work = TrainWorkload(seq_len=w["seq_len"], global_batch=batch,
                          dtype="fp8" if r["precision"] == "fp8" else "bf16", attention=stack_attention(r))

@@ -24,9 +24,10 @@ from shardplan.costmodel.core.layouts import (
     model_kind_counts,
     representative_stages,
 )
-from shardplan.costmodel.core.ops import Op, PhaseCost
+from shardplan.costmodel.core.ops import COMM, Op, PhaseCost
 from shardplan.costmodel.training import layers as Lyr
 from shardplan.costmodel.training.ctx import Ctx, backward, selective_part
+from shardplan.costmodel.training.ep_overlap import overlap_ep
 from shardplan.costmodel.training.memory import LayerActivations, LayerParams, layer_activations, layer_params
 from shardplan.costmodel.training.tp_overlap import overlap_tp
 from shardplan.models.spec import ModelSpec
@@ -59,14 +60,32 @@ def kind_cost(ctx: Ctx, kind: str) -> KindCost:
     like = ctx.tokens
     acts = layer_activations(ctx, kind) if kind in LAYER_KINDS else None
     return KindCost(kind, fwd, bwd, PhaseCost.of(fwd, like), PhaseCost.of(bwd, like),
-                    PhaseCost.of(selective_part(fwd), like), layer_params(ctx, kind), acts)
+                    PhaseCost.of(selective_part(ctx, fwd), like), layer_params(ctx, kind), acts)
 
 
 def kind_costs(ctx: Ctx) -> dict[str, KindCost]:
     """Every layer kind the model has (``core.layouts.layer_kind_names``), with the embedding and the head; full
     attention and the dense MLP always (the MFU convention and reports refer to them)."""
     kinds = ["embedding", *dict.fromkeys(["attention", "mlp", *layer_kind_names(ctx.model)]), "head"]
-    return {k: kind_cost(ctx, k) for k in kinds}
+    costs = {k: kind_cost(ctx, k) for k in kinds}
+    if "moe" in costs and ctx.system.software.ep_comm_overlap:
+        costs["moe"] = _moe_overlapped(ctx, costs)
+    return costs
+
+
+def _moe_overlapped(ctx: Ctx, costs: dict[str, KindCost]) -> KindCost:
+    """The MoE layer with its EP all-to-alls hidden behind the paired microbatch's layer (``ep_overlap``); the
+    token mixer beside it is the mean of the model's mixer kinds."""
+    mixers = [k for k in layer_kind_names(ctx.model) if k not in ("mlp", "moe")]
+
+    def compute(c: KindCost) -> np.ndarray:
+        return sum((op.time for op in c.fwd_ops + c.bwd_ops if op.kind != COMM), start=np.zeros_like(ctx.tokens))
+
+    mixer_s = sum((compute(costs[k]) for k in mixers), start=np.zeros_like(ctx.tokens)) / max(len(mixers), 1)
+    c = costs["moe"]
+    fwd, bwd = overlap_ep(ctx, c.fwd_ops, c.bwd_ops, mixer_s)
+    like = ctx.tokens
+    return KindCost(c.kind, fwd, bwd, PhaseCost.of(fwd, like), PhaseCost.of(bwd, like), c.selective, c.params, c.acts)
 
 
 def layer_sum(k: dict[str, KindCost], counts: dict[str, np.ndarray | float], value: Callable[[KindCost], Any]
