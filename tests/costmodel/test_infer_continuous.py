@@ -209,3 +209,25 @@ def test_p90_limit_bounds_the_percentile_not_the_mean() -> None:
     p90 = plan_inference(InferRequest(**base, max_ttft_s=1.0, slo_statistic="p90"))
     assert mean.metrics.ttft_s <= 1.0 < mean.metrics.ttft_p90_s  # the mean-bounded plan misses a p90 bound
     assert p90.metrics.ttft_p90_s <= 1.0 and p90.metrics.ttft_p90_s >= p90.metrics.ttft_s
+
+
+def test_decode_attention_without_split_kv_streams_each_head_on_one_sm() -> None:
+    """Llama-3.1-8B, one H100, context 7000: a block per (sequence, query head) reads its KV head's 7000·2·128·2 bytes
+    at one SM's share of the L2 read bandwidth (5120 B/clk · 1755 MHz / 132 SMs); 32 blocks fit one wave, 8
+    sequences' 256 blocks take two. With split-KV the kernel is bandwidth-bound, several times faster."""
+    from shardplan.costmodel.serving.layers import InferCtx, Step, attention_ops
+
+    m, gpu = get_model("llama-3.1-8b"), H100.gpu
+    per_sm = 5120 * 1.755e9 / 132
+    one = np.ones(1)
+
+    def core(split: bool, b: float) -> float:
+        c = InferCtx(model=m, system=H100, tp=one, pp=one, ep=one, weight_dtype="bf16", kv_dtype="bf16",
+                     gemm_dtype="bf16", decode_split_kv=split)
+        step = Step("decode", b * one, b * 7000 * one, b * 7000 * one, b * one, context=7000.0)
+        return float(next(o.time[0] for o in attention_ops(c, step) if o.name == "attn.core"))
+
+    head_bytes = 7000 * 2 * 128 * 2
+    assert core(False, 1) == pytest.approx(head_bytes / per_sm + gpu.kernel_fixed_s, rel=1e-9)
+    assert core(False, 8) == pytest.approx(2 * head_bytes / per_sm + gpu.kernel_fixed_s, rel=1e-9)
+    assert core(True, 1) < core(False, 1) / 3

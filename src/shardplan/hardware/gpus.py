@@ -63,6 +63,10 @@ CDNA3_MEMORY: Curve = scaled_curve(HBM_MEMORY, 0.72)
 # (TensorRT-LLM's C++ runtime of 2024, NIM) submits a decode step's small dependent kernels one by one, so each one
 # costs at least that.
 KERNEL_FIXED_S = 4e-6
+# L2 read bandwidth 5120 B/clk on A100 and H100 (A100 whitepaper; PMC10448217 Table 3: 7219 GB/s at 1410 MHz on A100,
+# 8986 GB/s at 1755 MHz on H100), shared out per enabled SM: what one SM streams when it works almost alone.
+A100_SM_STREAM = 5120 * 1.41e9 / 108
+H100_SM_STREAM = 5120 * 1.755e9 / 132
 
 # --- NVIDIA Ampere ------------------------------------------------------------------------------
 A100_80GB = GpuSpec(
@@ -75,6 +79,8 @@ A100_80GB = GpuSpec(
     elementwise_efficiency=EAGER_ELEMENTWISE,
     attention_efficiency=0.55,
     kernel_launch_s=4e-6,
+    sm_count=108,  # A100 whitepaper: 108 SMs enabled of GA100's 128
+    sm_stream_bytes_per_s=A100_SM_STREAM,
     kernel_fixed_s=KERNEL_FIXED_S,
     tdp_w=400,
     source="NVIDIA A100 datasheet r4 (published_calibration.json: hw-a100-sxm-80gb)",
@@ -145,6 +151,8 @@ H100_SXM = GpuSpec(
     # bf16 794.5 TFLOP/s = 0.803 of 989.4, fp8 1402.6 = 0.709 of 1978.9 (torch 2.7.0+cu126).
     matmul_peak_fraction={"bf16": 0.803, "fp8": 0.709},
     kernel_launch_s=4e-6,
+    sm_count=132,  # H100 whitepaper: H100 SXM5 has 132 SMs
+    sm_stream_bytes_per_s=H100_SM_STREAM,
     kernel_fixed_s=KERNEL_FIXED_S,
     tdp_w=700,
     source="NVIDIA H100 datasheet (published_calibration.json: hw-h100-sxm)",
@@ -198,6 +206,7 @@ H20 = H100_SXM.model_copy(
         "tdp_w": 400,
         "matmul_peak_fraction": {},  # unmeasured
         "attention_curves": [],  # the H100 curves are absolute TFLOP/s of 132 SMs at 1830 MHz, not this part's
+        "sm_count": None, "sm_stream_bytes_per_s": None,  # SM count unpublished
         "source": "NVIDIA H20 product brief (FP8 296 TFLOPS, BF16 148 TFLOPS, 96 GB HBM3, 4.0 TB/s, NVLink 900 GB/s)",
     }
 )

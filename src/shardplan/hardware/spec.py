@@ -181,6 +181,10 @@ class GpuSpec(BaseModel):
         default_factory=list, description="Measured attention-kernel throughput (flash2/cudnn/flash3); a kernel "
         "without curves falls back to attention_efficiency.")
     kernel_launch_s: Seconds = Field(4e-6, description="Floor on any one kernel's time (launch + tail).")
+    sm_count: Annotated[int, Field(ge=1)] | None = Field(None, description="Streaming multiprocessors enabled.")
+    sm_stream_bytes_per_s: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = Field(
+        None, description="Memory bandwidth one SM streams when few SMs are busy (its share of the L2's read "
+        "bandwidth); None: no per-SM limit is modelled.")
     kernel_fixed_s: Seconds = Field(0.0, description="Time every kernel pays on top of its compute or memory time "
                                     "(launch, first memory round trips, last wave's drain); 0 = the floor alone.")
     tdp_w: Annotated[float, Field(ge=0.0, le=1e5, allow_inf_nan=False)] = Field(0.0,

@@ -21,8 +21,11 @@ concurrency 1: one request in flight, so TTFT is one prompt's prefill and TPOT (
 latency, ``(latency − TTFT)/(output − 1)``) a batch-1 decode step. The prediction evaluates exactly that layout
 (``estimate_inference``, static mode, batch 1, ``--engine trtllm`` with trtllm-build's default token budget
 ``max_num_tokens`` 8192 and ``max_batch_size`` 256; the KV cache in 16 bits, trtllm-build's default — the dataset
-does not say). Concurrency above 1 is left out: GenAI-Perf's closed loop with fixed lengths sends requests in
-synchronised waves, which is neither an engine's steady state nor one static batch.
+does not say), and decode attention without split-KV: an older NIM's TensorRT-LLM engines, built when
+``--multi_block_mode`` was off by default, run one thread block per (sequence, head) — the measured TPOT grows with
+the context by the same time per layer at TP 1, 2, 4 and 8, as blocks that each stream one head's KV do, where a
+bandwidth-bound kernel would slow down 1/TP as much. Concurrency above 1 is left out: GenAI-Perf's closed loop
+with fixed lengths sends requests in synchronised waves, which is neither an engine's steady state nor one static batch.
 """
 
 from __future__ import annotations
@@ -91,7 +94,7 @@ def _latency(record_id: str) -> tuple[float, float]:
     r = next(x for x in load_records("serving_latency_runs") if x["id"] == record_id)
     system, tp, w = get_system(r["hardware"]["system"]), int(r["parallel"]["tp"]), r["workload"]
     work = InferWorkload(prompt_len=w["input_len"], gen_len=w["output_len"], dtype=w["dtype"], engine=r["engine"],
-                         mode="static", max_num_batched_tokens=TRTLLM_BUILD_MAX_NUM_TOKENS,
+                         mode="static", decode_split_kv=False, max_num_batched_tokens=TRTLLM_BUILD_MAX_NUM_TOKENS,
                          max_num_seqs=TRTLLM_BUILD_MAX_BATCH_SIZE,
                          block_size=engine_defaults(r["engine"], system.gpu).block_size)
     layout = InferLayout(tp=tp, pp=int(r["parallel"]["pp"]), replicas=1, batch=int(w["concurrency"]))

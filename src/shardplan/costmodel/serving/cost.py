@@ -94,6 +94,10 @@ class InferWorkload(BaseModel):
     mode: Literal["continuous", "static"] = Field(
         "continuous", description="continuous: engine steady state (chunked prefill mixed with decodes); static: "
         "one batch arriving together.")
+    decode_split_kv: bool = Field(
+        True, description="Decode attention splits a sequence's KV over several thread blocks when batch × heads "
+        "leaves SMs idle (flash-decoding: vLLM, SGLang/FlashInfer, TensorRT-LLM multi_block_mode); False: one "
+        "block per (sequence, head) streams it alone (TensorRT-LLM engines built without --multi_block_mode).")
     request_rate: Annotated[float, Field(gt=0)] | None = Field(
         None, description="Offered load, requests/s over the whole deployment (Poisson); None: saturation.")
 
@@ -272,7 +276,7 @@ def infer_cost(model: ModelSpec, system: SystemSpec, work: InferWorkload, rows: 
     """Time and memory of every row (the vectorised reference; one row is ``estimate_inference``)."""
     ctx = O.InferCtx(model=model, system=system, tp=rows.tp, pp=rows.pp, ep=rows.ep, weight_dtype=work.weights(model),
                      kv_dtype=work.kv(), gemm_dtype=work.gemm_dtype(model), quant_group_size=work.quant_group_size,
-                     expert_weight_dtype=work.expert_weights(model))
+                     expert_weight_dtype=work.expert_weights(model), decode_split_kv=work.decode_split_kv)
     shapes = stage_shapes(model, rows.pp)
     kv_layer = O.kv_layer_bytes_per_token(model, work.kv(), rows.tp)
     memory = [stage_memory(model, system, work, rows, sh, kv_layer) for sh in shapes]

@@ -107,6 +107,7 @@ class InferCtx:
     kv_cache: bool = True
     capacity_factor: float = 1.0  # engines route dropless
     expert_weight_dtype: str | None = None  # routed experts' datatype when the checkpoint stores them apart
+    decode_split_kv: bool = True  # decode attention splits a sequence's KV over blocks (``unsplit_decode_time``)
 
     def gemm_dtype_for(self, weight_dtype: str) -> str:
         """FP4 weights run FP4 GEMMs where the GPU has an fp4 peak (Blackwell), else they are dequantised to 16-bit
@@ -238,8 +239,30 @@ def core_attention(c: InferCtx, s: Step, mixer: str = "attention") -> Attention:
                      kv_token_bytes=kv_layer_bytes_per_token(c.model, c.kv_dtype, c.tp))
 
 
+def unsplit_decode_time(c: InferCtx, a: Attention, seqs: np.ndarray) -> np.ndarray:
+    """A decode attention kernel without split-KV: one thread block per (sequence, query head) — FasterTransformer /
+    TensorRT-LLM masked MHA, ``dim3 grid(num_heads, batch)`` — streams that sequence's K and V of its head alone.
+    With fewer blocks than SMs each block runs on its own SM at ``sm_stream_bytes_per_s``; more blocks run in waves
+    of ``sm_count``. TensorRT-LLM's ``--multi_block_mode`` (default off in its 2023-24 build scripts, e.g.
+    examples/gptj/build.py: "It is beneficial when batch×num_heads cannot fully utilize GPU") splits it instead.
+    0 where the GPU states no per-SM rate."""
+    gpu = c.system.gpu
+    if gpu.sm_stream_bytes_per_s is None or gpu.sm_count is None:
+        return np.zeros_like(c.t)
+    kv_heads = kv_heads_per_rank(c.model, c.tp) if c.model.mla is None else np.ones_like(c.t)  # MLA: one latent
+    per_block = c._col(a.kv_tokens * a.kv_token_bytes) / np.maximum(c._col(seqs) * kv_heads, 1e-9)
+    waves = np.ceil(c._col(seqs) * c._col(a.heads) / gpu.sm_count)
+    return waves * per_block / gpu.sm_stream_bytes_per_s + gpu.kernel_fixed_s
+
+
 def attention_ops(c: InferCtx, s: Step, mixer: str = "attention") -> list[Op]:
-    return inv.attention_block(c.model, c, s.tokens, s.tokens, core_attention(c, s, mixer))
+    core = core_attention(c, s, mixer)
+    ops = inv.attention_block(c.model, c, s.tokens, s.tokens, core)
+    if s.phase != "decode" or c.decode_split_kv:
+        return ops
+    floor = unsplit_decode_time(c, core, s.tokens)
+    return [Op(o.name, o.kind, o.flops, o.nbytes, np.maximum(o.time, floor), o.dim, o.selective)
+            if o.name == core.name else o for o in ops]
 
 
 def sliding_ops(c: InferCtx, s: Step) -> list[Op]:
