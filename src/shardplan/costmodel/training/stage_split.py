@@ -97,12 +97,12 @@ def layout_kinds(model: ModelSpec, system: SystemSpec, work: TrainWorkload, layo
     return kind_costs(Ctx(model, system, work, LayoutArrays.from_layouts([layout], work.global_batch)))
 
 
-def kinds_of_row(kinds: dict[str, KindCost], j: int, n: int) -> dict[str, KindCost]:
-    """Row ``j`` of per-kind costs computed for ``n`` rows at once (operator lists dropped: not needed here)."""
+def take_kinds(kinds: dict[str, KindCost], idx: np.ndarray, n: int) -> dict[str, KindCost]:
+    """Rows ``idx`` of per-kind costs computed for ``n`` rows at once (operator lists dropped: not needed here)."""
 
     def pick(x):
         if isinstance(x, np.ndarray):
-            return x[j:j + 1] if x.ndim == 1 and len(x) == n else x
+            return x[idx] if x.ndim == 1 and len(x) == n else x
         if isinstance(x, list):
             return []
         if dataclasses.is_dataclass(x) and not isinstance(x, type):
@@ -110,6 +110,11 @@ def kinds_of_row(kinds: dict[str, KindCost], j: int, n: int) -> dict[str, KindCo
         return x
 
     return {k: pick(v) for k, v in kinds.items()}
+
+
+def kinds_of_row(kinds: dict[str, KindCost], j: int, n: int) -> dict[str, KindCost]:
+    """Row ``j`` of per-kind costs computed for ``n`` rows at once (operator lists dropped)."""
+    return take_kinds(kinds, np.array([j]), n)
 
 
 def rank_costs(model: ModelSpec, system: SystemSpec, work: TrainWorkload, layout: TrainLayout,

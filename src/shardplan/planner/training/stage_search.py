@@ -92,8 +92,10 @@ def search_stages(req: TrainRequest, table: TrainTable, rows: np.ndarray, best_r
     lb = average_lower_bounds(model, system, work, r.take(deep), free_recompute=free) * overhead
     lb = lb / np.where(per_seq, r.gb[deep], 1)
     hope = np.flatnonzero(lb < incumbent * (1 - 1e-9))
-    fine = stage_lower_bounds(model, system, work, r.take(deep[hope]), free_recompute=free, allow_offload=allow)
-    lb[hope] = np.maximum(lb[hope], fine * overhead / np.where(per_seq, r.gb[deep[hope]], 1))
+    per = np.where(per_seq, r.gb[deep[hope]], 1)
+    fine = stage_lower_bounds(model, system, work, r.take(deep[hope]), free_recompute=free, allow_offload=allow,
+                              cutoff=incumbent * (1 - 1e-9) * per / overhead)
+    lb[hope] = np.maximum(lb[hope], fine * overhead / per)
     order = np.argsort(lb, kind="stable")
     # Per-kind costs of every row that may need solving, in one vectorized pass.
     maybe = order[lb[order] < incumbent * (1 - 1e-9)]
