@@ -23,8 +23,8 @@ import numpy as np
 from shardplan.costmodel.training.ctx import Ctx
 from shardplan.costmodel.training.evaluate import gpu_capacity
 from shardplan.costmodel.training.layout import LayoutArrays, TrainWorkload
-from shardplan.costmodel.training.stage_split import min_first_layers, rank_shape, take_kinds
-from shardplan.costmodel.training.stages import KindCost, kind_costs
+from shardplan.costmodel.training.stage_split import min_first_layers, rank_shape
+from shardplan.costmodel.training.stages import KindCost, kind_costs, take_kinds
 from shardplan.costmodel.training.step import _data_parallel, _optimizer_time, _stage, fsdp_under_pp, tail_floor
 from shardplan.hardware.spec import SystemSpec
 from shardplan.models.spec import ModelSpec
@@ -60,7 +60,7 @@ def stage_lower_bounds(model: ModelSpec, system: SystemSpec, work: TrainWorkload
     # nothing recomputed where recompute is free; the row's own count where it is pinned
     ctx_fix = Ctx(model, system, work, sub.replace(rk=np.where(recompute, 0, sub.rk),
                                                   f_act=np.ones(len(row)) if allow_offload else sub.f_act))
-    kinds = kind_costs(ctx_fix)
+    kinds = kind_costs(ctx_fix, ops=False)
     a0, a1 = stage(ctx_fix, lo), stage(ctx_fix, lo + 1)
     r1 = stage(ctx_all, lo + 1)  # every layer recomputed (where free)
     t0 = a0.fwd_s + a0.bwd_s
@@ -243,7 +243,7 @@ def average_lower_bounds(model: ModelSpec, system: SystemSpec, work: TrainWorklo
     recompute = (rows.rc == 2) & free_recompute
     fast = rows.replace(rk=np.where(recompute, 0, rows.rk), f_act=np.zeros(n))
     ctx = Ctx(model, system, work, fast)
-    kinds = kind_costs(ctx)
+    kinds = kind_costs(ctx, ops=False)
     p, v = rows.pp.astype(float), rows.v.astype(float)
     m = (rows.gb / (rows.dp * rows.mb)).astype(float)
 

@@ -11,6 +11,7 @@ can hold, so its memory is an upper bound.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -62,11 +63,56 @@ def kind_cost(ctx: Ctx, kind: str) -> KindCost:
                     PhaseCost.of(selective_part(fwd), like), layer_params(ctx, kind), acts)
 
 
-def kind_costs(ctx: Ctx) -> dict[str, KindCost]:
+# The row columns a layer's costs depend on (parallel shapes, microbatch, batch). Recompute, interleaving, ZeRO
+# and offload act only where ``step._stage`` composes stages, so rows differing only in those share per-kind costs.
+KIND_COLUMNS = ("tp", "pp", "dp", "ep", "cp", "mb", "sp", "gb", "etp")
+
+
+def kind_costs(ctx: Ctx, *, ops: bool = True) -> dict[str, KindCost]:
     """Every layer kind the model has (``core.layouts.layer_kind_names``), with the embedding and the head; full
-    attention and the dense MLP always (the MFU convention and reports refer to them)."""
+    attention and the dense MLP always (the MFU convention and reports refer to them).
+
+    ``ops=False``: the sums only (operator lists left empty), each distinct ``KIND_COLUMNS`` row costed once."""
+    if not ops and len(ctx.rows) > 1:
+        r = ctx.rows
+        _, first, inverse = np.unique(_row_codes([getattr(r, c) for c in KIND_COLUMNS]), return_index=True,
+                                      return_inverse=True)
+        if len(first) < len(r):
+            distinct = kind_costs(Ctx(ctx.model, ctx.system, ctx.work, r.take(first)))
+            return take_kinds(distinct, inverse.ravel(), len(first))
     kinds = ["embedding", *dict.fromkeys(["attention", "mlp", *layer_kind_names(ctx.model)]), "head"]
-    return {k: kind_cost(ctx, k) for k in kinds}
+    out = {k: kind_cost(ctx, k) for k in kinds}
+    return out if ops else take_kinds(out, slice(None), len(ctx.rows))
+
+
+def _row_codes(columns: list[np.ndarray]) -> np.ndarray:
+    """One int64 per row, equal exactly when the rows are equal in every (integer) column: mixed radix over each
+    column's range, or over the ranks of its distinct values when the ranges would overflow."""
+    key = np.zeros(len(columns[0]), dtype=np.int64)
+    radix = 1
+    for col in columns:
+        lo, hi = int(col.min()), int(col.max())
+        if radix * (hi - lo + 1) >= 2**62:
+            values = np.unique(np.stack(columns, axis=1), axis=0, return_inverse=True)[1]
+            return values.astype(np.int64).ravel()
+        key += (col.astype(np.int64) - lo) * radix
+        radix *= hi - lo + 1
+    return key
+
+
+def take_kinds(kinds: dict[str, KindCost], idx: np.ndarray | slice, n: int) -> dict[str, KindCost]:
+    """Rows ``idx`` of per-kind costs computed for ``n`` rows at once (operator lists dropped)."""
+
+    def pick(x: Any) -> Any:
+        if isinstance(x, np.ndarray):
+            return x[idx] if x.ndim == 1 and len(x) == n else x
+        if isinstance(x, list):
+            return []
+        if dataclasses.is_dataclass(x) and not isinstance(x, type):
+            return dataclasses.replace(x, **{f.name: pick(getattr(x, f.name)) for f in dataclasses.fields(x)})
+        return x
+
+    return {k: pick(v) for k, v in kinds.items()}
 
 
 def layer_sum(k: dict[str, KindCost], counts: dict[str, np.ndarray | float], value: Callable[[KindCost], Any]

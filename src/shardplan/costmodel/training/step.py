@@ -385,10 +385,12 @@ def _flops(ctx: Ctx, k: dict[str, KindCost], m: np.ndarray) -> tuple[np.ndarray,
     return model, model + rc, executed
 
 
-def train_cost(model: ModelSpec, system: SystemSpec, work: TrainWorkload, rows: LayoutArrays) -> TrainCost:
-    """Time and memory of every layout row (layouts are assumed valid: see ``space.validate_layout``)."""
+def train_cost(model: ModelSpec, system: SystemSpec, work: TrainWorkload, rows: LayoutArrays, *,
+               ops: bool = True) -> TrainCost:
+    """Time and memory of every layout row (layouts are assumed valid: see ``space.validate_layout``);
+    ``ops=False`` keeps only the per-kind sums (``stages.kind_costs``), not the operator lists reports show."""
     ctx = Ctx(model, system, work, rows)
-    k = kind_costs(ctx)
+    k = kind_costs(ctx, ops=ops)
     m = (rows.gb / (rows.dp * rows.mb)).astype(float)
     stages = [_stage(ctx, k, shape, m) for shape in stage_shapes(ctx)]
     per_mb = np.max(np.stack([np.where(s.shape.exists, s.per_microbatch_s, 0.0) for s in stages]), axis=0)

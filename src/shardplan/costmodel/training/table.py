@@ -115,13 +115,13 @@ def build_train_table(model: ModelSpec, system: SystemSpec, work: TrainWorkload,
     cap = gpu_capacity(system, work)
     # Each pass's arrays are dropped before the next pass is costed: peak memory is one pass, not two.
     if partial_recompute:
-        rows = rows.replace(rk=_recompute_layers(train_cost(model, system, work, rows), cap))
-    cost = train_cost(model, system, work, rows)
+        rows = rows.replace(rk=_recompute_layers(train_cost(model, system, work, rows, ops=False), cap))
+    cost = train_cost(model, system, work, rows, ops=False)
     ok = fits(cost, system, work)
     if allow_offload and (~ok).any():
         del cost  # costed again below, with the offload variants
         bad = np.flatnonzero(~ok)
-        sub = train_cost(model, system, work, rows.take(bad))
+        sub = train_cost(model, system, work, rows.take(bad), ops=False)
         variants = []
         for order in itertools.permutations(OFFLOAD_CLASSES):
             f = _offload_fills(sub, cap, order)
@@ -134,7 +134,7 @@ def build_train_table(model: ModelSpec, system: SystemSpec, work: TrainWorkload,
         extra = extra.take(np.sort(uniq))
         changed = (extra.f_opt + extra.f_w + extra.f_act) > 0
         rows = _concat([rows, extra.take(np.flatnonzero(changed))])
-        cost = train_cost(model, system, work, rows)
+        cost = train_cost(model, system, work, rows, ops=False)
         ok = fits(cost, system, work)
     return TrainTable(cost=cost, fits=ok, gpu_over=cost.peak_memory - cap, capacity=cap,
                       host_over=cost.host_bytes_per_node - host_capacity(system, work))

@@ -99,7 +99,7 @@ def search_stages(req: TrainRequest, table: TrainTable, rows: np.ndarray, best_r
     order = np.argsort(lb, kind="stable")
     # Per-kind costs of every row that may need solving, in one vectorized pass.
     maybe = order[lb[order] < incumbent * (1 - 1e-9)]
-    batch = kind_costs(Ctx(model, system, work, r.take(deep[maybe])))
+    batch = kind_costs(Ctx(model, system, work, r.take(deep[maybe])), ops=False)
     slot = {int(j): q for q, j in enumerate(maybe)}
     solved = bounded = 0
     status = "optimal"
