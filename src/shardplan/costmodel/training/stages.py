@@ -29,6 +29,7 @@ from shardplan.costmodel.core.ops import Op, PhaseCost
 from shardplan.costmodel.training import layers as Lyr
 from shardplan.costmodel.training.ctx import Ctx, backward, selective_part
 from shardplan.costmodel.training.memory import LayerActivations, LayerParams, layer_activations, layer_params
+from shardplan.costmodel.training.space import row_keys
 from shardplan.costmodel.training.tp_overlap import overlap_tp
 from shardplan.models.spec import ModelSpec
 
@@ -75,7 +76,7 @@ def kind_costs(ctx: Ctx, *, ops: bool = True) -> dict[str, KindCost]:
     ``ops=False``: the sums only (operator lists left empty), each distinct ``KIND_COLUMNS`` row costed once."""
     if not ops and len(ctx.rows) > 1:
         r = ctx.rows
-        _, first, inverse = np.unique(_row_codes([getattr(r, c) for c in KIND_COLUMNS]), return_index=True,
+        _, first, inverse = np.unique(row_keys([getattr(r, c) for c in KIND_COLUMNS]), return_index=True,
                                       return_inverse=True)
         if len(first) < len(r):
             distinct = kind_costs(Ctx(ctx.model, ctx.system, ctx.work, r.take(first)))
@@ -83,21 +84,6 @@ def kind_costs(ctx: Ctx, *, ops: bool = True) -> dict[str, KindCost]:
     kinds = ["embedding", *dict.fromkeys(["attention", "mlp", *layer_kind_names(ctx.model)]), "head"]
     out = {k: kind_cost(ctx, k) for k in kinds}
     return out if ops else take_kinds(out, slice(None), len(ctx.rows))
-
-
-def _row_codes(columns: list[np.ndarray]) -> np.ndarray:
-    """One int64 per row, equal exactly when the rows are equal in every (integer) column: mixed radix over each
-    column's range, or over the ranks of its distinct values when the ranges would overflow."""
-    key = np.zeros(len(columns[0]), dtype=np.int64)
-    radix = 1
-    for col in columns:
-        lo, hi = int(col.min()), int(col.max())
-        if radix * (hi - lo + 1) >= 2**62:
-            values = np.unique(np.stack(columns, axis=1), axis=0, return_inverse=True)[1]
-            return values.astype(np.int64).ravel()
-        key += (col.astype(np.int64) - lo) * radix
-        radix *= hi - lo + 1
-    return key
 
 
 def take_kinds(kinds: dict[str, KindCost], idx: np.ndarray | slice, n: int) -> dict[str, KindCost]:

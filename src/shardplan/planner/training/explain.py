@@ -86,7 +86,8 @@ def comparisons(table: TrainTable, chosen: int, eligible: np.ndarray, report: Ca
     fit. A pair that fits only with CPU offload (which the solver sets aside by default) says so. ``delta_pct``
     compares time per sequence (step time when the batch is fixed)."""
     r = table.rows
-    pairs = sorted({(int(a), int(b)) for a, b in zip(r.tp, r.pp, strict=True)})
+    radix = int(r.pp.max(initial=0)) + 1
+    pairs = [(int(c) // radix, int(c) % radix) for c in np.unique(r.tp.astype(np.int64) * radix + r.pp)]
     best = report(chosen)
 
     def delta(rep: TrainReport) -> float:
