@@ -165,3 +165,14 @@ def test_layout_counts_the_mtp_layers_where_megatron_requires_them() -> None:
     assert flat.index("m") > flat.rindex("t") and stages[-1].endswith("mL")
     assert all("m" not in s for s in stages[:-1])
     assert pipeline_layout(4, 2, 1, [2, 2]) == "Et*2|t*2L"  # no MTP: nothing added
+
+
+@pytest.mark.parametrize(("kernel", "backend"), [("flash", "auto"), ("cudnn", "auto"), ("flash2", "flash"),
+                                                 ("flash3", "flash"), ("unfused", "unfused")])
+def test_attention_backend_is_the_kernel_the_plan_was_costed_with(kernel: str, backend: str) -> None:
+    # Megatron-LM enums.py AttnBackend / language_module.py: flash = flash-attn via TE, auto = TE's choice (cuDNN on
+    # Hopper+ from TE 1.8); a cuDNN-costed H100 plan must never run Megatron's unfused s² softmax path.
+    t = target("llama-3.1-8b", num_gpus=8, seq_len=8192, attention=kernel, hardware="dgx-h100", tp=1, pp=1, dp=8,
+               microbatch_size=1, num_microbatches=4, global_batch=32)
+    args = export_train("megatron", t).text.split()
+    assert args[args.index("--attention-backend") + 1] == backend

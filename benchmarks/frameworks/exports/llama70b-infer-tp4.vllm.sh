@@ -1,7 +1,7 @@
 vllm serve meta-llama/Llama-3.1-70B \
-  --tensor-parallel-size 1 \
-  --pipeline-parallel-size 8 \
-  --max-num-seqs 600 \
+  --tensor-parallel-size 2 \
+  --pipeline-parallel-size 4 \
+  --max-num-seqs 621 \
   --max-num-batched-tokens 8192 \
   --max-model-len 2304 \
   --gpu-memory-utilization 0.9 \

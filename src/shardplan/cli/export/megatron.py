@@ -18,6 +18,15 @@ Args = list[tuple[str, str | None]]
 _OFFLOAD_MODULES = ("attn_norm", "qkv_linear", "core_attn", "attn_proj", "mlp_norm")
 _OFFLOAD_MODULES_MOE = ("expert_fc1", "moe_act")
 
+# The cost model's attention kernel → Megatron's --attention-backend (AttnBackend in megatron/core/transformer/
+# enums.py; the NVTE_* variables each sets: megatron/core/models/common/language_module/language_module.py, both at
+# Megatron-LM d98e8a64): auto lets Transformer Engine pick its fused IO-aware kernel (what "flash" means), and TE
+# >= 1.8 picks cuDNN FusedAttention on Hopper and later (TE commit 43569381c) — what "cudnn" is costed as — while
+# falling back where cuDNN lacks a shape ("fused" would fail there); flash is flash-attn through TE; unfused is
+# Megatron's softmax path with the s² scores in HBM.
+MEGATRON_ATTENTION_BACKEND = {"flash": "auto", "cudnn": "auto", "flash2": "flash", "flash3": "flash",
+                              "unfused": "unfused"}
+
 
 def stage_layers(num_layers: int, pp: int) -> list[int]:
     """Transformer layers per pipeline stage as the cost model splits them evenly (``uniform_split``)."""
@@ -183,9 +192,7 @@ def _precision(t: TrainTarget, args: Args) -> None:
         args += [("--fp4-format", "e2m1"), ("--fp4-recipe", "nvfp4")]
     if t.grad_dtype == "bf16" and t.dtype in ("bf16", "fp8", "fp4"):
         args.append(("--grad-reduce-in-bf16", None))
-    # auto lets Transformer Engine pick its fused IO-aware kernel (flash-attn or cuDNN), which is what the cost
-    # model's "flash" means; unfused is Megatron's own softmax path with the s² scores in memory
-    args.append(("--attention-backend", "auto" if t.attention == "flash" else "unfused"))
+    args.append(("--attention-backend", MEGATRON_ATTENTION_BACKEND[t.attention]))
 
 
 def _model(t: TrainTarget, args: Args, notes: list[str]) -> None:
