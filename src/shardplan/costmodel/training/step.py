@@ -387,8 +387,7 @@ def _flops(ctx: Ctx, k: dict[str, KindCost], m: np.ndarray) -> tuple[np.ndarray,
 
 def train_cost(model: ModelSpec, system: SystemSpec, work: TrainWorkload, rows: LayoutArrays, *,
                ops: bool = True) -> TrainCost:
-    """Time and memory of every layout row (layouts are assumed valid: see ``space.validate_layout``);
-    ``ops=False`` keeps only the per-kind sums (``stages.kind_costs``), not the operator lists reports show."""
+    """Time and memory of every layout row (valid: ``space.validate_layout``); ``ops``: see ``kind_costs``."""
     ctx = Ctx(model, system, work, rows)
     k = kind_costs(ctx, ops=ops)
     m = (rows.gb / (rows.dp * rows.mb)).astype(float)
@@ -399,8 +398,7 @@ def train_cost(model: ModelSpec, system: SystemSpec, work: TrainWorkload, rows: 
     p, v = rows.pp.astype(float), rows.v.astype(float)
     bubble = (p - 1) / v * per_mb
     pipeline = m * per_mb + bubble
-    first = stages[0]
-    dp_exposed, z3 = _data_parallel(ctx, first, m)
+    dp_exposed, z3 = _data_parallel(ctx, first := stages[0], m)
     opt = _optimizer_time(ctx, first)
     base = pipeline + dp_exposed + z3 + opt
     step = base * (1 + system.software.step_overhead_fraction) + cal.step_overhead_s
