@@ -61,10 +61,8 @@ def stage_lower_bounds(model: ModelSpec, system: SystemSpec, work: TrainWorkload
     ctx_fix = Ctx(model, system, work, sub.replace(rk=np.where(recompute, 0, sub.rk),
                                                   f_act=np.ones(len(row)) if allow_offload else sub.f_act))
     kinds = kind_costs(ctx_fix, ops=False)
-    a0, a1 = stage(ctx_fix, lo), stage(ctx_fix, lo + 1)
     r1 = stage(ctx_all, lo + 1)  # every layer recomputed (where free)
-    t0 = a0.fwd_s + a0.bwd_s
-    slope = (a1.fwd_s + a1.bwd_s) - t0
+    a0, a1 = (stage(ctx_fix, lo), stage(ctx_fix, lo + 1)) if allow_offload else (None, None)
     cap = gpu_capacity(system, work)
     # ZeRO-3 without PP gathers one unit at a time (a buffer not affine in layers); under PP it keeps the stage
     gathers = (sub.zero >= 3) & ~fsdp_under_pp(sub)
@@ -78,11 +76,21 @@ def stage_lower_bounds(model: ModelSpec, system: SystemSpec, work: TrainWorkload
         return most, m_lo <= cap * (1 + 1e-12)
 
     most, rank_ok = most_layers(stage(ctx_all, lo).total, r1.total)
-    if allow_offload:
+    if a0 is not None and a1 is not None:
         most_f, ok_f = most_layers(a0.total, a1.total)
         most, rank_ok = np.where(ok_f & (~rank_ok | (most_f > most)), most_f, most), rank_ok | ok_f
     fit = np.bincount(row, weights=~rank_ok, minlength=n_rows) == 0
     fit &= np.bincount(row, weights=np.where(rank_ok, most, 0), minlength=n_rows) >= L
+    if not fit.all():  # rows that cannot fit are bounded out: the rest (independent per row) on the fitting rows only
+        out, keep = np.full(n_rows, np.inf), np.flatnonzero(fit)
+        if len(keep):
+            out[keep] = stage_lower_bounds(model, system, work, rows.take(keep), free_recompute=free_recompute,
+                                           allow_offload=allow_offload, cutoff=None if cutoff is None else cutoff[keep])
+        return out
+    if a0 is None or a1 is None:
+        a0, a1 = stage(ctx_fix, lo), stage(ctx_fix, lo + 1)
+    t0 = a0.fwd_s + a0.bwd_s
+    slope = (a1.fwd_s + a1.bwd_s) - t0
     # Recompute term: exact only without offload, without ZeRO-3's gathered unit, off rank 0 of dense-first.
     exact = recompute & (not allow_offload) & ~gathers & ~((rank == 0) & (min_first_layers(model) > 0))
     r = np.where(exact, ((r1.fwd_s + r1.bwd_s) - (a1.fwd_s + a1.bwd_s)) / (lo + 1), 0.0)
