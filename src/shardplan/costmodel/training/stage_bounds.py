@@ -10,8 +10,15 @@ continuous: a relaxation), found by bisection. Where the recompute term is not e
 activation offload can replace recompute, ZeRO-3's gathered unit (without PP) is not affine in layers, and rank 0's
 dense-first layers make its per-layer averages vary.
 
-Each rank also holds at most the layers that fit its memory with the fewest-memory choices.
-``pipeline ≥ (m + (p−1)/v)·T`` and rank 0's tail ≥ ``step.tail_floor`` of its fewest layers.
+A rank already over memory ``C`` at its fewest layers pays the recompute its excess needs from there on (``g``
+jumps at ``lo_i``). Each rank also holds at most the layers that fit its memory with the fewest-memory choices.
+``pipeline ≥ (m + (p−1)/v)·T`` and rank 0's tail ≥ ``step.tail_floor`` of its fewest layers (the balance bound).
+
+Rank 0's tail (gradient sync, ZeRO-3 gathers, optimizer step) grows with its layers while the others' time falls,
+so rows the balance bound leaves below the incumbent also get the joint bound ``min over n₀ of
+(m + (p−1)/v)·max(g₀(n₀), R(L − n₀)) + tail₀(n₀)``: ``R(K)`` the smallest time at which ranks 1… hold ``K``
+layers, ``tail₀(n₀)`` rank 0's tail with ``n₀`` layers and the longest backward its recompute allows (the
+exposed gradient reduction never grows with the backward it hides behind).
 """
 
 from __future__ import annotations
