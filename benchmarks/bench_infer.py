@@ -45,6 +45,11 @@ DISAGG = [
     ("Llama-3.1-8B, 16 H100", "llama-3.1-8b", "dgx-h100", 16, 2048, 256, {}),
     ("Llama-3.1-70B, 64 H100, TPOT ≤ 40 ms", "llama-3.1-70b", "dgx-h100", 64, 4096, 512, {"max_tpot_s": 0.04}),
     ("Qwen3-30B-A3B, 8 H200", "qwen3-30b-a3b", "hgx-h200", 8, 1024, 1024, {}),
+    ("DeepSeek-V3, 16 H200, TTFT ≤ 2 s, TPOT ≤ 50 ms", "deepseek-v3", "hgx-h200", 16, 4096, 512,
+     {"max_ttft_s": 2.0, "max_tpot_s": 0.05}),
+    ("DeepSeek-V3, 64 H200, TPOT ≤ 50 ms", "deepseek-v3", "hgx-h200", 64, 4096, 512, {"max_tpot_s": 0.05}),
+    ("Mixtral-8x22B, 64 H100", "mixtral-8x22b", "dgx-h100", 64, 2048, 512, {}),
+    ("Qwen3-235B-A22B, 72 GB200, TPOT ≤ 30 ms", "qwen3-235b-a22b", "gb200-nvl72", 72, 1024, 256, {"max_tpot_s": 0.03}),
 ]
 
 
@@ -92,9 +97,9 @@ def main() -> None:
             print(f"| {name} | {wall:.2f} | infeasible | | | | {agg} | aggregated |")
             continue
         pf, dc, m = res.plan.prefill, res.plan.decode, res.metrics
-        print(f"| {name} | {wall:.2f} | {pf.workers}× TP{pf.tp} PP{pf.pp} batch {pf.batch_size} | {dc.workers}× "
-              f"TP{dc.tp} PP{dc.pp} batch {dc.batch_size} | {m.gpus_used} | {m.tokens_per_s_per_gpu:,.1f} | {agg} "
-              f"| {res.winner} |")
+        print(f"| {name} | {wall:.2f} | {pf.workers}× TP{pf.tp} PP{pf.pp} EP{pf.ep} batch {pf.batch_size} | "
+              f"{dc.workers}× TP{dc.tp} PP{dc.pp} EP{dc.ep} batch {dc.batch_size} | {m.gpus_used} | "
+              f"{m.tokens_per_s_per_gpu:,.1f} | {agg} | {res.winner} |")
 
 
 if __name__ == "__main__":

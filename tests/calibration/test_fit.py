@@ -110,3 +110,23 @@ def test_a_link_level_the_runs_never_use_keeps_its_prior() -> None:
     assert res.calibration.intra_node_comm_scale == pytest.approx(0.5, rel=0.01)
     # TP 1 alone: its only collective, the data-parallel gradient sync, hides behind the backward: NVLink unseen
     assert not visible(h100, runs[:1], "intra_node_comm_scale")
+
+
+# ZeRO-3 across nodes with a small batch per GPU (Narayanan et al. 2021 Table 2's regime): most of the step is
+# exposed inter-node gathers and reduce-scatters, so a GEMM scale cannot explain a slower network.
+ZERO3_SWEEP = [("llama-3.1-70b", g, g, 1024, {"zero": 3, "recompute": "full"}) for g in (64, 128, 256)]
+
+
+@pytest.mark.parametrize(("true", "param"), [(Calibration(inter_node_comm_scale=0.6), "inter_node_comm_scale"),
+                                             (Calibration(gemm_scale=0.8), "gemm_scale")])
+def test_two_comm_bound_runs_fit_the_rate_that_explains_them(true: Calibration, param: str) -> None:
+    from shardplan.calibration.fit import predict_steps, select_and_fit
+
+    h100 = get_system("dgx-h100")
+    runs = [r for r, _ in load_runs(synthetic_runs(true, ZERO3_SWEEP), h100)]
+    exposed = [estimate_training(r.model, h100, r.gpus, r.workload, r.layout).metrics for r in runs]
+    assert all(m.zero3_exposed_s > 0.3 * m.step_time_s for m in exposed)  # the regime: comm-bound steps
+    fit = select_and_fit(h100, runs[:2])
+    assert fit.params == (param,) and fit.values[param] == pytest.approx(getattr(true, param), rel=0.01)
+    # the third, larger run is then projected exactly (the truth is one parameter of the model)
+    assert predict_steps(h100, runs[2:], fit.values)[0] == pytest.approx(runs[2].step_time_s, rel=2e-3)

@@ -2,9 +2,12 @@
 
 Residual of run i: ``ln(predicted_i / measured_i)``. Each parameter lives on [0, 1] between its physical
 bounds (the scales on a log axis, the overheads linearly), so one Levenberg–Marquardt step size suits all;
-steps are projected back into the box. The subset of parameters is chosen automatically: ``gemm_scale``
-always, then — while there are more runs than parameters (up to four) — the candidate that lowers the
-residual most, as long as it lowers it by a meaningful share. A parameter the runs do not see (``visible``: a
+steps are projected back into the box. The subset of parameters is chosen automatically: first one rate
+that every run exercises — ``gemm_scale``, or a link level's collective efficiency when the runs' steps are
+mostly exposed collectives on it and it explains them by a meaningful share better (ZeRO-3 on 384–2240 A100s:
+30–80% of the step is inter-node gathers, and a GEMM scale pinned at its bound cannot explain that) — then,
+while there are more runs than parameters (up to four), the candidate that lowers the residual most, as long
+as it lowers it by a meaningful share. A parameter the runs do not see (``visible``: a
 comm scale of a link level their exposed collectives never use) is never a candidate, so a projection onto that
 level keeps the base system's value instead of a residual the fit pushed onto it. ``memory_overhead_bytes`` is
 fitted apart, in closed form, from the runs that report peak memory (it is the only parameter that moves memory).
@@ -23,9 +26,14 @@ from shardplan.costmodel.training.evaluate import estimate_training
 from shardplan.hardware.spec import Calibration, SystemSpec, with_calibration
 
 GiB = 2**30
-# Time parameters the fit may choose from, after gemm_scale, in order of preference on ties.
+# Time parameters the fit may choose from, after the first, in order of preference on ties.
 TIME_PARAMS = ("gemm_scale", "step_overhead_s", "inter_node_comm_scale", "intra_node_comm_scale",
                "attention_scale", "elementwise_scale", "microbatch_overhead_s")
+# The first parameter: a rate every run's work goes through (GEMMs, or one link level's collectives), gemm_scale
+# unless a visible comm scale beats it by MIN_GAIN. A fixed overhead or a minor kernel class fitted alone
+# extrapolated worse on the ``projection`` group (mean |error| 7.6% for step_overhead_s, 7.3% when
+# attention/elementwise could open, 6.1% for these three).
+FIRST_PARAMS = ("gemm_scale", "inter_node_comm_scale", "intra_node_comm_scale")
 LOG_PARAMS = {"gemm_scale", "attention_scale", "elementwise_scale", "intra_node_comm_scale", "inter_node_comm_scale"}
 MAX_TIME_PARAMS = 4
 # A further parameter is kept only if it removes at least this share of the remaining squared residual,
@@ -128,9 +136,9 @@ def fit_params(system: SystemSpec, runs: Sequence[Run], params: Sequence[str],
 
 
 def max_time_params(n_runs: int) -> int:
-    """Fewer parameters than runs (at most four); one run still fits gemm_scale. Two runs fit gemm_scale only:
-    an exact two-parameter fit extrapolated worse on the ``projection`` validation group (median |error| 11%
-    against 5% with gemm_scale alone)."""
+    """Fewer parameters than runs (at most four); one run still fits one rate (``FIRST_PARAMS``). Two runs fit one
+    parameter only: an exact two-parameter fit extrapolated worse on the ``projection`` validation group (median
+    |error| 11% against 5% with gemm_scale alone)."""
     return 1 if n_runs <= 2 else min(n_runs - 1, MAX_TIME_PARAMS)
 
 
@@ -145,10 +153,19 @@ def visible(system: SystemSpec, runs: Sequence[Run], name: str) -> bool:
 
 
 def select_and_fit(system: SystemSpec, runs: Sequence[Run]) -> Fit:
-    """Forward selection: gemm_scale, then the visible parameter that lowers the residual most, while it helps."""
+    """Forward selection: the first rate (``FIRST_PARAMS``), then the visible parameter that lowers the residual
+    most, while it helps."""
     fit = fit_params(system, runs, ["gemm_scale"])
+    seen = [c for c in TIME_PARAMS[1:] if visible(system, runs, c)]
+    for cand in (c for c in FIRST_PARAMS[1:] if c in seen):
+        sse = float(fit.residuals @ fit.residuals)
+        if math.sqrt(sse / len(runs)) < RESOLUTION:  # gemm_scale already explains the runs
+            break
+        trial = fit_params(system, runs, [cand])
+        if float(trial.residuals @ trial.residuals) < (1 - MIN_GAIN) * sse:
+            fit = trial
     limit = max_time_params(len(runs))
-    seen = [c for c in TIME_PARAMS[1:] if limit > 1 and visible(system, runs, c)]
+    seen = seen if limit > 1 else []
     while len(fit.params) < limit:
         sse = float(fit.residuals @ fit.residuals)
         if math.sqrt(sse / len(runs)) < RESOLUTION:

@@ -203,7 +203,7 @@ def infer(
                        slo_statistic=_statistic(slo_statistic))
     check_outputs(export, output, as_json, plot=plot, pareto=pareto)
     if disaggregate:
-        _disaggregated(req, as_json=as_json, export=export, pareto=pareto)
+        _disaggregated(req, as_json=as_json, export=export, output=output, pareto=pareto)
         return
     plan = plan_inference(req)
     argv, notes = None, []
@@ -218,16 +218,22 @@ def infer(
             plot_written=written)
 
 
-def _disaggregated(req: Any, *, as_json: bool, export: Any, pareto: bool) -> None:
-    from shardplan.cli.launch import deliver
+def _disaggregated(req: Any, *, as_json: bool, export: Any, output: Any, pareto: bool) -> None:
+    from shardplan.cli.launch import deliver, disagg_vllm_argvs
     from shardplan.cli.render_infer import render_disagg
     from shardplan.errors import ShardplanError
     from shardplan.planner.serving.disagg import plan_disaggregated
 
-    if export is not None or pareto:
-        raise ShardplanError("is not available with --disaggregate", field="export" if export else "pareto")
+    if pareto:
+        raise ShardplanError("is not available with --disaggregate", field="pareto")
     if req.tp or req.pp or req.ep or req.batch or req.max_batch:
         raise ShardplanError("pins are not available with --disaggregate (each worker kind picks its own)",
                              field="disaggregate")
     result = plan_disaggregated(req)
-    deliver(result, lambda con: render_disagg(con, result), as_json=as_json, argv=None, output=None, notes=[])
+    commands, notes = None, []
+    if export and result.plan is None:
+        notes.append("nothing exported: no disaggregated plan meets the limits")
+    elif export:
+        commands, notes = disagg_vllm_argvs(result, spec=req.model, work=req.workload, system=req.system)
+    deliver(result, lambda con: render_disagg(con, result), as_json=as_json, argv=None, output=output, notes=notes,
+            commands=commands)

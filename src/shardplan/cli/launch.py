@@ -81,12 +81,16 @@ def hf_repo(spec: Any) -> str:
 
 
 def deliver(result: Any, render: Callable[[Any], None], *, as_json: bool, argv: list[str] | None,
-            output: Path | None, notes: list[str], plot_written: Path | None = None) -> None:
-    """Print the JSON, the export (no --output) or the tables; write the export file; notes to stderr."""
+            output: Path | None, notes: list[str], plot_written: Path | None = None,
+            commands: list[list[str]] | None = None) -> None:
+    """Print the JSON, the export (no --output) or the tables; write the export file; notes to stderr.
+    ``commands``: several launch commands (a disaggregated plan's instances), one after another."""
     from shardplan.cli.export import shell_join
 
     messages = [f"note: {n}" for n in notes]
     text = shell_join(argv) + "\n" if argv is not None else None
+    if commands:
+        text = "\n\n".join(shell_join(c) for c in commands) + "\n"
     if text is not None and output is not None:
         from shardplan.cli.common import write_output
 
@@ -105,7 +109,8 @@ def deliver(result: Any, render: Callable[[Any], None], *, as_json: bool, argv: 
         print(f"shardplan: {line}", file=sys.stderr)
 
 
-def vllm_argv(plan: Any, *, spec: Any, work: Any, system: Any) -> tuple[list[str], list[str]]:
+def vllm_argv(plan: Any, *, spec: Any, work: Any, system: Any, kv_transfer_config: str | None = None
+              ) -> tuple[list[str], list[str]]:
     """``vllm serve`` argv of a serving plan, and notes on what vLLM needs beyond flags.
 
     Expert parallelism: vLLM's ``--enable-expert-parallel`` spreads whole experts over every TP×DP rank of one
@@ -152,8 +157,37 @@ def vllm_argv(plan: Any, *, spec: Any, work: Any, system: Any) -> tuple[list[str
                      gpu_memory_utilization=work.gpu_memory_utilization,
                      kv_cache_dtype=getattr(work, "kv_dtype", None) or "auto", dtype=work.dtype, quantization=quant,
                      enable_expert_parallel=p.ep > 1, block_size=work.block_size, data_parallel_size=dp,
-                     max_num_batched_tokens=work.max_num_batched_tokens, distributed_executor_backend=backend)
+                     max_num_batched_tokens=work.max_num_batched_tokens, distributed_executor_backend=backend,
+                     kv_transfer_config=kv_transfer_config)
     return argv, [n for n in notes if n]
+
+
+def disagg_vllm_argvs(res: Any, *, spec: Any, work: Any, system: Any) -> tuple[list[list[str]], list[str]]:
+    """``vllm serve`` commands of a disaggregated plan: one prefill and one decode instance (each worker is one
+    deployment: ``--data-parallel-size ep --enable-expert-parallel`` where ep > 1), with the NixlConnector, and
+    notes on how many of each to start and how to route requests."""
+    from types import SimpleNamespace
+
+    from shardplan.cli.export.vllm import KV_TRANSFER_NIXL
+
+    cmds: list[list[str]] = []
+    notes: list[str] = []
+    for kind in ("prefill", "decode"):
+        w = getattr(res.plan, kind)
+        plan = SimpleNamespace(plan=SimpleNamespace(tp=w.tp, pp=w.pp, ep=w.ep, replicas=w.ep, batch_size=w.batch_size))
+        argv, more = vllm_argv(plan, spec=spec, work=work, system=system, kv_transfer_config=KV_TRANSFER_NIXL)
+        cmds.append(argv)
+        notes += [f"{kind}: {n}" for n in more]
+        notes.append(f"{kind}: start {w.workers} such instance(s) of {w.tp * w.pp * w.ep} GPU(s)")
+        # SGLang's names (python/sglang/srt/server_args.py, ServerArgs.add_cli_args): DP attention over ep ranks
+        # of tp GPUs each, experts over all tp·ep GPUs of the instance.
+        ep_flags = f" --dp-size {w.ep} --enable-dp-attention --ep-size {w.tp * w.ep}" if w.ep > 1 else ""
+        notes.append(f"{kind} with SGLang instead: python -m sglang.launch_server --model-path {hf_repo(spec)} "
+                     f"--disaggregation-mode {kind} --tp-size {w.tp * w.ep} --pp-size {w.pp}{ep_flags}")
+    notes.append("route each request to a prefill instance, then to a decode instance (vLLM's disaggregated "
+                 "serving proxy, examples/online_serving/disaggregated_serving, or llm-d / Dynamo); NixlConnector "
+                 "needs the nixl package")
+    return cmds, notes
 
 
 def flexgen_argv(plan: Any, *, spec: Any, prompt_len: int, gen_len: int, module: str = "flexgen") -> list[str]:

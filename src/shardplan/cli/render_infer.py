@@ -167,10 +167,11 @@ def render_disagg(con: Console, res: Any) -> None:
         return
     p, m = res.plan, res.metrics
     t = Table(title="Workers", title_justify="left")
-    for col in ("kind", "TP", "PP", "workers", "batch", "GPUs"):
+    for col in ("kind", "TP", "PP", "EP", "workers", "batch/replica", "GPUs"):
         t.add_column(col, justify="left" if col == "kind" else "right")
     for kind, w in (("prefill", p.prefill), ("decode", p.decode)):
-        t.add_row(kind, str(w.tp), str(w.pp), str(w.workers), str(w.batch_size), str(w.tp * w.pp * w.workers))
+        t.add_row(kind, str(w.tp), str(w.pp), str(w.ep), str(w.workers), str(w.batch_size),
+                  str(w.tp * w.pp * w.ep * w.workers))
     con.print(t)
     con.print(f"TTFT {format_seconds(m.ttft_s)} (KV transfer {format_seconds(m.kv_transfer_s)}), TPOT "
               f"{format_seconds(m.tpot_s)}, {m.tokens_per_s:,.0f} tokens/s on {m.gpus_used} GPUs "

@@ -19,7 +19,7 @@ from shardplan.validation.runs import (
     narayanan,
     vllm_kv,
 )
-from shardplan.validation.serving import serving_cases
+from shardplan.validation.serving import latency_cases, serving_cases
 
 
 def optimum() -> list[Case]:
@@ -47,6 +47,8 @@ GROUPS: dict[str, Callable[[], list[Case]]] = {
     "flexgen": flexgen,
     "projection": projection,
     "serving": serving_cases,
+    "serving-ttft": lambda: latency_cases("ttft_s"),
+    "serving-tpot": lambda: latency_cases("tpot_s"),
 }
 
 

@@ -13,9 +13,21 @@ planner. FP8 weights with FP8 GEMMs and an FP8 KV cache: the ModelOpt FP8
 checkpoints quantise the KV cache too, and the 8B's measured 22.7k tokens/s at 128/2048 on one H100 exceeds what a
 16-bit cache could stream (every decode step reads each sequence's cache: 3.35 TB/s / (1,152 positions · 128 KiB)
 ≈ 22k sequences·steps/s before any weights).
+
+The ``serving-ttft`` and ``serving-tpot`` groups: per-request latency (``shardplan/data/serving_latency_runs.json``)
+from GenAI-Perf runs against NVIDIA NIM (TensorRT-LLM backend) of Llama 3 8B and 70B Instruct (the Llama 3.1
+architectures) on A100-SXM4-80GB and H100-SXM at TP 1, 2, 4 and 8, 16-bit and FP8, six input/output lengths, at
+concurrency 1: one request in flight, so TTFT is one prompt's prefill and TPOT (GenAI-Perf's inter-token
+latency, ``(latency − TTFT)/(output − 1)``) a batch-1 decode step. The prediction evaluates exactly that layout
+(``estimate_inference``, static mode, batch 1, ``--engine trtllm`` with trtllm-build's default token budget
+``max_num_tokens`` 8192 and ``max_batch_size`` 256; the KV cache in 16 bits, trtllm-build's default — the dataset
+does not say). Concurrency above 1 is left out: GenAI-Perf's closed loop with fixed lengths sends requests in
+synchronised waves, which is neither an engine's steady state nor one static batch.
 """
 
 from __future__ import annotations
+
+from functools import cache
 
 from shardplan.models.spec import ModelSpec
 from shardplan.validation.runs import Case, load_records
@@ -60,3 +72,37 @@ def serving_cases() -> list[Case]:
         out.append(Case("serving", r["id"].removeprefix("trtllm-"), "tokens_per_s",
                         float(r["metrics"]["output_tokens_per_s"]), predict))
     return out
+
+
+# trtllm-build defaults (tensorrt_llm/commands/build.py): max_num_tokens 8192, max_batch_size 256.
+TRTLLM_BUILD_MAX_NUM_TOKENS = 8192
+TRTLLM_BUILD_MAX_BATCH_SIZE = 256
+
+
+@cache
+def _latency(record_id: str) -> tuple[float, float]:
+    """(TTFT, TPOT) in seconds of one latency record's layout, evaluated by the cost model."""
+    from shardplan.costmodel.serving.cost import InferLayout, InferWorkload
+    from shardplan.costmodel.serving.engines import engine_defaults
+    from shardplan.costmodel.serving.report import estimate_inference
+    from shardplan.hardware import get_system
+    from shardplan.models import get_model
+
+    r = next(x for x in load_records("serving_latency_runs") if x["id"] == record_id)
+    system, tp, w = get_system(r["hardware"]["system"]), int(r["parallel"]["tp"]), r["workload"]
+    work = InferWorkload(prompt_len=w["input_len"], gen_len=w["output_len"], dtype=w["dtype"], engine=r["engine"],
+                         mode="static", max_num_batched_tokens=TRTLLM_BUILD_MAX_NUM_TOKENS,
+                         max_num_seqs=TRTLLM_BUILD_MAX_BATCH_SIZE,
+                         block_size=engine_defaults(r["engine"], system.gpu).block_size)
+    layout = InferLayout(tp=tp, pp=int(r["parallel"]["pp"]), replicas=1, batch=int(w["concurrency"]))
+    rep = estimate_inference(get_model(r["model"]["name"]), system, tp * layout.pp, work, layout)
+    if rep.status == "infeasible":
+        raise ValueError(rep.reason or "the published layout does not fit")
+    return rep.metrics.ttft_s, rep.metrics.tpot_s
+
+
+def latency_cases(quantity: str) -> list[Case]:
+    """One case per latency record: ``ttft_s`` (group serving-ttft) or ``tpot_s`` (serving-tpot)."""
+    group, key, col = {"ttft_s": ("serving-ttft", "ttft_ms", 0), "tpot_s": ("serving-tpot", "itl_ms", 1)}[quantity]
+    return [Case(group, r["id"].removeprefix("nim-"), quantity, float(r["metrics"][key]) / 1e3,
+                 lambda rid=r["id"]: _latency(rid)[col]) for r in load_records("serving_latency_runs")]

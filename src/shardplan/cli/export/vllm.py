@@ -23,17 +23,22 @@ QUANTIZATION = ("fp8", "awq", "awq_marlin", "gptq", "gptq_marlin", "bitsandbytes
 
 BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
 
+KV_TRANSFER_NIXL = '{"kv_connector":"NixlConnector","kv_role":"kv_both"}'
+"""``--kv-transfer-config`` of every prefill and decode instance with vLLM's NixlConnector
+(docs.vllm.ai/en/stable/features/nixl_connector_usage.html; the option is ``EngineArgs.kv_transfer_config``)."""
+
 
 def vllm_args(*, model: str, tp: int, pp: int, max_num_seqs: int, max_model_len: int,
               gpu_memory_utilization: float, kv_cache_dtype: str = "auto", dtype: str = "auto",
               quantization: str | None = None, enable_expert_parallel: bool = False, block_size: int = 16,
               data_parallel_size: int = 1, max_num_batched_tokens: int | None = None,
-              distributed_executor_backend: str | None = None) -> list[str]:
+              distributed_executor_backend: str | None = None, kv_transfer_config: str | None = None) -> list[str]:
     """``vllm serve`` argv for one serving layout (``replicas`` > 1: pass ``data_parallel_size``).
 
     ``model`` is a Hugging Face id or a local path; ``max_model_len`` is prompt + generated tokens;
     ``max_num_seqs`` is the planned batch (concurrent sequences per replica); ``max_num_batched_tokens`` the
-    step's token budget the plan was priced with; ``distributed_executor_backend="ray"`` for TP·PP over nodes.
+    step's token budget the plan was priced with; ``distributed_executor_backend="ray"`` for TP·PP over nodes;
+    ``kv_transfer_config`` the JSON of a disaggregated prefill/decode instance (``KV_TRANSFER_NIXL``).
 
     >>> vllm_args(model="meta-llama/Llama-3.1-70B-Instruct", tp=4, pp=1, max_num_seqs=128, max_model_len=4096,
     ...           gpu_memory_utilization=0.9)[:5]
@@ -75,4 +80,6 @@ def vllm_args(*, model: str, tp: int, pp: int, max_num_seqs: int, max_model_len:
              "--dtype", DTYPES[dtype]]
     if quantization is not None:
         argv += ["--quantization", quantization]
+    if kv_transfer_config is not None:
+        argv += ["--kv-transfer-config", kv_transfer_config]
     return argv

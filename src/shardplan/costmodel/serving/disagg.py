@@ -15,7 +15,12 @@ worker through each of its GPUs' own links in parallel (NVLink inside one node, 
 vLLM's NixlConnector / SGLang's Mooncake transfer engine do, in ``bytes/(tp·pp·link bandwidth) + latency``.
 The first token reaches the user after the transfer (the decode worker emits it), so TTFT = ``T_p`` + transfer.
 
-Expert parallelism inside a worker is not modelled (``ep = 1``): EP groups span replicas in this cost model.
+**Expert parallelism** (MoE): as in the aggregated cost model, an EP group spans replicas, so a worker of EP degree
+``ep`` is ``ep`` attention-data-parallel replicas of ``tp·pp`` GPUs sharing the routed experts (vLLM
+``--data-parallel-size ep --enable-expert-parallel``; SGLang ``--enable-dp-attention --ep-size``): ``tp·pp·ep``
+GPUs, ``batch`` per replica, and every MoE layer's dispatch/combine priced by ``collectives.ep_all_to_all_time``
+(low-latency all-to-all) in ``infer_cost``. A request lives in one replica, so its KV cache leaves through that
+replica's ``tp·pp`` links.
 """
 
 from __future__ import annotations
@@ -38,7 +43,8 @@ class WorkerTable:
 
     tp: np.ndarray
     pp: np.ndarray
-    batch: np.ndarray
+    ep: np.ndarray  # EP degree = attention-DP replicas in the worker
+    batch: np.ndarray  # sequences per replica
     gpus: np.ndarray
     latency_s: np.ndarray  # prefill: TTFT incl. transfer; decode: TPOT
     capacity_rps: np.ndarray  # requests/s one worker serves
@@ -64,22 +70,26 @@ def kv_transfer_s(model: ModelSpec, system: SystemSpec, work: InferWorkload, gpu
 
 def prefill_workers(model: ModelSpec, system: SystemSpec, work: InferWorkload, rows: InferRows,
                     same_node: bool) -> WorkerTable:
-    """Rows (replicas = 1, ep = 1) as prefill workers running ``batch`` prompts at a time."""
+    """Rows (replicas = ep) as prefill workers, each replica running ``batch`` prompts at a time."""
     w = work.model_copy(update={"gen_len": 1, "mode": "static", "request_rate": None})
     c = infer_cost(model, system, w, rows)
     pp = rows.pp.astype(float)
     hop = np.where(pp > 1, c.prefill.p2p_s, 0.0)
     period = np.where(pp > 1, c.chunks * (beat(c.prefill, c.shapes) + hop), c.ttft_s)
-    gpus = rows.tp * rows.pp
-    transfer = kv_transfer_s(model, system, work, gpus, same_node)
-    return WorkerTable(rows.tp, rows.pp, rows.batch, gpus, c.ttft_s + transfer, rows.batch / period, transfer,
-                       c.fits)
+    transfer = kv_transfer_s(model, system, work, rows.tp * rows.pp, same_node)
+    return WorkerTable(rows.tp, rows.pp, rows.ep, rows.batch, worker_gpus(rows), c.ttft_s + transfer,
+                       rows.dp * rows.batch / period, transfer, c.fits)
 
 
 def decode_workers(model: ModelSpec, system: SystemSpec, work: InferWorkload, rows: InferRows) -> WorkerTable:
-    """Rows (replicas = 1, ep = 1) as decode workers keeping ``batch`` sequences in flight."""
+    """Rows (replicas = ep) as decode workers, each replica keeping ``batch`` sequences in flight."""
     w = work.model_copy(update={"mode": "static", "request_rate": None})
     c = infer_cost(model, system, w, rows)
-    gpus = rows.tp * rows.pp
-    cap = rows.batch / ((work.gen_len - 1) * c.tpot_s)
-    return WorkerTable(rows.tp, rows.pp, rows.batch, gpus, c.tpot_s, cap, np.zeros(len(rows)), c.fits)
+    cap = rows.dp * rows.batch / ((work.gen_len - 1) * c.tpot_s)
+    return WorkerTable(rows.tp, rows.pp, rows.ep, rows.batch, worker_gpus(rows), c.tpot_s, cap, np.zeros(len(rows)),
+                       c.fits)
+
+
+def worker_gpus(rows: InferRows) -> np.ndarray:
+    """GPUs of one worker: its replicas (one EP group) of ``tp·pp`` GPUs each."""
+    return rows.tp * rows.pp * rows.dp

@@ -1,17 +1,21 @@
 """``plan_disaggregated``: prefill and decode workers chosen by CP-SAT, beside the best aggregated plan.
 
 Rows: every worker layout (``tp`` within a node unless cross-node TP is allowed, ``pp`` a power of two,
-``tp·pp < --gpus``) × a batch grid, costed by ``costmodel.serving.disagg``; numpy drops rows that do not fit or
-break the TTFT (prefill rows: prefill + KV transfer) or TPOT (decode rows) limit, then keeps, per worker size
+``ep`` a divisor of the expert count for MoE models (the worker is ``ep`` replicas of ``tp·pp`` GPUs, one EP
+group), ``tp·pp·ep < --gpus``) × a batch grid, costed by ``costmodel.serving.disagg``; numpy drops rows that do
+not fit or break the TTFT (prefill rows: prefill + KV transfer) or TPOT (decode rows) limit, then keeps, per worker size
 (GPUs), the row serving the most requests/s — the objective depends on a worker only through its GPUs and
 capacity, so the others are dominated.
 
 CP-SAT model (one prefill row i, one decode row j, worker counts ``n_p``, ``n_d``; ``μ`` in integer units of
 ``RATE_UNIT`` requests/s rounded down, GPUs exact):
 
-    R ≤ n_p·Σ_i x_i μ_i,   R ≤ n_d·Σ_j y_j μ_j           served requests/s (AddMultiplicationEquality)
-    U = n_p·Σ_i x_i g_i + n_d·Σ_j y_j g_j ≤ --gpus        GPUs used
+    R ≤ Σ_i μ_i a_i,   R ≤ Σ_j μ_j b_j                   served requests/s
+    U = Σ_i g_i a_i + Σ_j g_j b_j ≤ --gpus                GPUs used
     R ≥ ⌈--request-rate⌉                                  when an offered load is given
+
+with ``a_i`` the prefill workers of row i, nonzero for exactly one row (likewise ``b_j``): linear, so every
+Dinkelbach step is a small integer linear program (``solve_disagg`` encodes the counts).
 
 Goodput per GPU ``R/U`` is a ratio: Dinkelbach's method maximises ``R·U_k − R_k·U`` from the incumbent
 ``(R_k, U_k)`` until no plan beats its ratio (exact: each step strictly improves an integer ratio over a finite
@@ -31,7 +35,7 @@ from shardplan.costmodel.core.layouts import check_gpus
 from shardplan.costmodel.core.result import Out, ResultHead, Status
 from shardplan.costmodel.serving.cost import InferRows, infer_cost
 from shardplan.costmodel.serving.disagg import WorkerTable, decode_workers, prefill_workers
-from shardplan.costmodel.serving.report import InferMetrics, InferPlanOut, valid_tp
+from shardplan.costmodel.serving.report import InferMetrics, InferPlanOut, valid_ep, valid_tp
 from shardplan.errors import ShardplanError
 from shardplan.planner.core.scaling import objective_unit
 from shardplan.planner.serving.request import InferRequest
@@ -39,14 +43,17 @@ from shardplan.planner.serving.solve import batch_grid, plan_inference
 
 RATE_UNIT = 1e-6  # requests/s resolution of worker capacities (coarsened if the model's sums would overflow)
 PP_CHOICES = (1, 2, 4, 8, 16)
+COUNT_LITERALS = 128  # (row, worker count) literals per kind up to which solve_disagg enumerates the counts
 
 
 class WorkerOut(Out):
     tp: int
     pp: int
-    ep: int = 1
+    ep: int = Field(1, description="Expert parallelism: the worker is ep attention-DP replicas of tp·pp GPUs sharing "
+                    "the routed experts (one EP group); 1 for dense models.")
     workers: int
-    batch_size: int = Field(description="Prefill: prompts per batch; decode: sequences in flight per worker.")
+    batch_size: int = Field(description="Per replica (ep of them per worker): prefill: prompts per batch; decode: "
+                            "sequences in flight.")
 
 
 class DisaggPlanOut(Out):
@@ -60,7 +67,7 @@ class DisaggMetrics(Out):
     tokens_per_s: float = Field(description="Output tokens/s: min(prefill, decode capacity) · gen.")
     tokens_per_s_per_gpu: float = Field(description="Per GPU used (the objective).")
     requests_per_s: float
-    max_batch_size: int = Field(description="Largest batch a decode worker's KV cache holds.")
+    max_batch_size: int = Field(description="Largest batch a decode worker's replica's KV cache holds.")
     e2e_latency_s: float
     kv_transfer_s: float
     gpus_used: int
@@ -94,28 +101,33 @@ class InferDisaggPlan(ResultHead):
     explanation: list[str] = Field(default_factory=list)
 
 
+def worker_eps(req: InferRequest) -> list[int]:
+    """EP degrees a worker may take: a worker of ``ep`` replicas is one EP group, so ``valid_ep`` over ``ep``
+    replicas must allow ``ep`` itself (the divisors of the expert count; 1 for dense models)."""
+    m = req.model
+    return valid_ep(m, m.moe.num_experts if m.moe else 1)
+
+
 def worker_rows(req: InferRequest, kind: str) -> InferRows:
-    """Worker layouts × batches (a grid up to each layout's largest batch)."""
+    """Worker layouts (tp, pp, ep; ep replicas of tp·pp GPUs) × batches (a grid up to each layout's largest)."""
     m, n = req.model, req.num_gpus
     max_tp = n if req.cross_node_tp else min(n, req.system.gpus_per_node)
-    lays = [(tp, pp) for tp in valid_tp(m) for pp in PP_CHOICES
-            if tp <= max_tp and pp <= m.num_layers and tp * pp < n]
+    lays = [(tp, pp, ep) for tp in valid_tp(m) for pp in PP_CHOICES for ep in worker_eps(req)
+            if tp <= max_tp and pp <= m.num_layers and tp * pp * ep < n]
     if not lays:
         raise ShardplanError("--disaggregate needs at least 2 GPUs (one prefill and one decode worker)", field="gpus")
-    base = InferRows(*(np.array(c, dtype=np.int64) for c in zip(*lays, strict=True)),
-                     ep=np.ones(len(lays), dtype=np.int64), dp=np.ones(len(lays), dtype=np.int64),
-                     batch=np.ones(len(lays), dtype=np.int64))
+    tp0, pp0, ep0 = (np.array(c, dtype=np.int64) for c in zip(*lays, strict=True))
+    base = InferRows(tp0, pp0, ep0, ep0, np.ones(len(lays), dtype=np.int64))
     w = req.workload.model_copy(update={"gen_len": 1} if kind == "prefill" else {})
     max_b = infer_cost(m, req.system, w.model_copy(update={"mode": "static"}), base).max_batch.astype(np.int64)
-    cols: list[list[np.ndarray]] = [[], [], []]
-    for (tp, pp), mb in zip(lays, max_b, strict=True):
+    cols: list[list[np.ndarray]] = [[], [], [], []]
+    for (tp, pp, ep), mb in zip(lays, max_b, strict=True):
         bs = batch_grid(min(int(mb), req.workload.max_num_seqs), 24)  # the engine's cap on sequences in flight
-        cols[0].append(np.full(len(bs), tp))
-        cols[1].append(np.full(len(bs), pp))
-        cols[2].append(bs)
-    tp_, pp_, b_ = (np.concatenate(c).astype(np.int64) for c in cols)
-    one = np.ones(len(tp_), dtype=np.int64)
-    return InferRows(tp_, pp_, one, one, b_)
+        for col, v in zip(cols, (tp, pp, ep), strict=False):
+            col.append(np.full(len(bs), v))
+        cols[3].append(bs)
+    tp_, pp_, ep_, b_ = (np.concatenate(c).astype(np.int64) for c in cols)
+    return InferRows(tp_, pp_, ep_, ep_, b_)
 
 
 def _table(req: InferRequest, kind: str, rows: InferRows) -> WorkerTable:
@@ -126,9 +138,9 @@ def _table(req: InferRequest, kind: str, rows: InferRows) -> WorkerTable:
 
 
 def best_per_size(t: WorkerTable, ok: np.ndarray) -> WorkerTable:
-    """Per worker size (GPUs), the admissible row with the largest capacity (ties: smaller pp, tp, batch)."""
+    """Per worker size (GPUs), the admissible row with the largest capacity (ties: smaller pp, ep, tp, batch)."""
     idx = np.flatnonzero(ok)
-    order = idx[np.lexsort((t.batch[idx], t.tp[idx], t.pp[idx], -t.capacity_rps[idx], t.gpus[idx]))]
+    order = idx[np.lexsort((t.batch[idx], t.tp[idx], t.ep[idx], t.pp[idx], -t.capacity_rps[idx], t.gpus[idx]))]
     _, first = np.unique(t.gpus[order], return_index=True)
     return t.take(order[first])
 
@@ -152,30 +164,37 @@ def brute_force_disagg(gp: list[int], mp: list[int], gd: list[int], md: list[int
 
 
 def solve_disagg(gp: list[int], mp: list[int], gd: list[int], md: list[int], n: int, need: int = 0,
-                 time_limit_s: float = 10.0) -> tuple[int, int, int, int, int, int, int] | None:
-    """CP-SAT (Dinkelbach) over the integer model: (i, j, n_p, n_d, R, U, steps), or None if infeasible."""
+                 time_limit_s: float = 10.0) -> tuple[int, int, int, int, int, int, int, bool] | None:
+    """CP-SAT (Dinkelbach) over the integer model: (i, j, n_p, n_d, R, U, steps, proven optimal), or None if
+    infeasible.
+
+    GPUs and capacities are linear in the worker counts. Up to ``COUNT_LITERALS`` literals per kind every
+    (row, count) pair is a literal (exactly one per kind), which CP-SAT proves in milliseconds; beyond, one integer
+    count per row (``a_i ≤ ⌊n/g_i⌋·x_i``, ``a_i ≥ x_i``), solved without presolve (which turns that form into a
+    search bisecting R's domain for seconds)."""
     from ortools.sat.python import cp_model
 
     top = max(max(mp), max(md)) * n
     model = cp_model.CpModel()
-    x = [model.new_bool_var(f"prefill[{i}]") for i in range(len(gp))]
-    y = [model.new_bool_var(f"decode[{j}]") for j in range(len(gd))]
-    model.add_exactly_one(x)
-    model.add_exactly_one(y)
-    n_p, n_d = model.new_int_var(1, n, "n_p"), model.new_int_var(1, n, "n_d")
-    g_p, g_d = model.new_int_var(1, n, "g_p"), model.new_int_var(1, n, "g_d")
-    model.add(g_p == sum(g * v for g, v in zip(gp, x, strict=True)))
-    model.add(g_d == sum(g * v for g, v in zip(gd, y, strict=True)))
-    m_p = model.new_int_var(0, max(mp), "mu_p")
-    m_d = model.new_int_var(0, max(md), "mu_d")
-    model.add(m_p == sum(m * v for m, v in zip(mp, x, strict=True)))
-    model.add(m_d == sum(m * v for m, v in zip(md, y, strict=True)))
-    u_p, u_d = model.new_int_var(1, n, "u_p"), model.new_int_var(1, n, "u_d")
-    model.add_multiplication_equality(u_p, [n_p, g_p])
-    model.add_multiplication_equality(u_d, [n_d, g_d])
-    c_p, c_d = model.new_int_var(0, top, "cap_p"), model.new_int_var(0, top, "cap_d")
-    model.add_multiplication_equality(c_p, [n_p, m_p])
-    model.add_multiplication_equality(c_d, [n_d, m_d])
+    small = sum(n // g for g in gp) <= COUNT_LITERALS and sum(n // g for g in gd) <= COUNT_LITERALS
+
+    def kind(name: str, g: list[int], m: list[int]) -> tuple[list, cp_model.LinearExpr, cp_model.LinearExpr]:
+        """Per row its worker count (an expression), and the kind's GPUs and capacity."""
+        if small:
+            lits = [[model.new_bool_var(f"{name}[{i}]x{k}") for k in range(1, n // gi + 1)] for i, gi in enumerate(g)]
+            model.add_exactly_one([v for row in lits for v in row])
+            cnt = [sum(k * v for k, v in enumerate(row, start=1)) for row in lits]
+        else:
+            sel = [model.new_bool_var(f"{name}[{i}]") for i in range(len(g))]
+            cnt = [model.new_int_var(0, n // gi, f"{name}_workers[{i}]") for i, gi in enumerate(g)]
+            model.add_exactly_one(sel)
+            for c, v, gi in zip(cnt, sel, g, strict=True):
+                model.add(c <= (n // gi) * v)
+                model.add(c >= v)
+        return cnt, sum(gi * c for gi, c in zip(g, cnt, strict=True)), sum(mi * c for mi, c in zip(m, cnt, strict=True))
+
+    a, u_p, c_p = kind("prefill", gp, mp)
+    b, u_d, c_d = kind("decode", gd, md)
     r = model.new_int_var(max(need, 1), top, "R")
     model.add(r <= c_p)
     model.add(r <= c_d)
@@ -185,24 +204,38 @@ def solve_disagg(gp: list[int], mp: list[int], gd: list[int], md: list[int], n: 
     solver.parameters.num_workers = 1
     solver.parameters.random_seed = 0
     solver.parameters.max_time_in_seconds = time_limit_s
+    solver.parameters.cp_model_presolve = small
+    proven = True
+
+    def run() -> bool:
+        nonlocal proven
+        status = solver.solve(model)
+        proven = proven and status == cp_model.OPTIMAL
+        return status in (cp_model.OPTIMAL, cp_model.FEASIBLE)
+
+    def snapshot() -> tuple[int, int, int, int, int, int]:
+        i = next(k for k, c in enumerate(a) if solver.value(c) > 0)
+        j = next(k for k, c in enumerate(b) if solver.value(c) > 0)
+        return i, j, solver.value(a[i]), solver.value(b[j]), solver.value(r), solver.value(u)
+
     model.maximize(r)  # a first incumbent
-    if solver.solve(model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+    if not run():
         return None
-    rk, uk, steps = solver.value(r), solver.value(u), 1
+    best = snapshot()
+    steps = 1
     while True:
-        model.maximize(r * uk - u * rk)
-        if solver.solve(model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        model.maximize(r * best[5] - u * best[4])
+        if not run():
             break
         steps += 1
         if solver.objective_value <= 0:
             break
-        rk, uk = solver.value(r), solver.value(u)
-    model.add(r * uk - u * rk >= 0)  # keep the best ratio, then serve the most
+        best = snapshot()
+    model.add(r * best[5] - u * best[4] >= 0)  # keep the best ratio, then serve the most
     model.maximize(r * (n + 1) - u)
-    solver.solve(model)
-    i = next(k for k, v in enumerate(x) if solver.boolean_value(v))
-    j = next(k for k, v in enumerate(y) if solver.boolean_value(v))
-    return i, j, solver.value(n_p), solver.value(n_d), solver.value(r), solver.value(u), steps + 1
+    if run():
+        best = snapshot()
+    return (*best, steps + 1, proven)
 
 
 def plan_disaggregated(req: InferRequest) -> InferDisaggPlan:
@@ -232,7 +265,8 @@ def plan_disaggregated(req: InferRequest) -> InferDisaggPlan:
     mp, md = _units(bp.capacity_rps, unit), _units(bd.capacity_rps, unit)
     need = int(np.ceil(round(w.request_rate / unit, 6))) if w.request_rate else 0
     out = solve_disagg([int(g) for g in bp.gpus], mp, [int(g) for g in bd.gpus], md, n, need, req.time_limit_s)
-    solver = DisaggSolverOut(status="optimal" if out else "infeasible", wall_time_s=0.0,
+    status = "infeasible" if out is None else "optimal" if out[7] else "feasible"
+    solver = DisaggSolverOut(status=status, wall_time_s=0.0,
                              candidates=len(pre) + len(dec), kept=len(bp) + len(bd),
                              dinkelbach_steps=out[6] if out else 0)
     if out is None:
@@ -240,7 +274,7 @@ def plan_disaggregated(req: InferRequest) -> InferDisaggPlan:
         return InferDisaggPlan(status="infeasible", reason=f"request rate: no split of {n} GPUs serves "
                                f"{w.request_rate:g} requests/s under the limits", solver=solver, aggregated=agg,
                                suggestions=["lower --request-rate, or use more GPUs"], **common)
-    i, j, a, b, _r, u, _ = out
+    i, j, a, b, _r, u, _, _ = out
     plan, metrics = _report(req, bp, bd, i, j, a, b)
     winner = "disaggregated" if agg is None or metrics.tokens_per_s_per_gpu > agg.tokens_per_s_per_gpu \
         else "aggregated"
@@ -255,7 +289,7 @@ def plan_disaggregated(req: InferRequest) -> InferDisaggPlan:
                         if winner == "disaggregated" else " (one pool shares prefill and decode without idle GPUs "
                         "or KV transfers)."))
     solver = solver.model_copy(update={"wall_time_s": time.perf_counter() - t0})
-    return InferDisaggPlan(status="optimal", plan=plan, metrics=metrics, aggregated=agg, winner=winner,
+    return InferDisaggPlan(status=status, plan=plan, metrics=metrics, aggregated=agg, winner=winner,
                            solver=solver, explanation=lines, **common)
 
 
@@ -267,17 +301,20 @@ def _report(req: InferRequest, bp: WorkerTable, bd: WorkerTable, i: int, j: int,
     rps = min(cap_p, cap_d) if not w.request_rate else w.request_rate
     gpus = a * int(bp.gpus[i]) + b * int(bd.gpus[j])
     one = np.ones(1, dtype=np.int64)
-    dec_rows = InferRows(bd.tp[j:j + 1], bd.pp[j:j + 1], one, one, one)
+    dec_rows = InferRows(bd.tp[j:j + 1], bd.pp[j:j + 1], bd.ep[j:j + 1], bd.ep[j:j + 1], one)
     max_b = int(infer_cost(req.model, req.system, w.model_copy(update={"mode": "static"}), dec_rows).max_batch[0])
     ttft, tpot = float(bp.latency_s[i]), float(bd.latency_s[j])
-    plan = DisaggPlanOut(prefill=WorkerOut(tp=int(bp.tp[i]), pp=int(bp.pp[i]), workers=a, batch_size=int(bp.batch[i])),
-                         decode=WorkerOut(tp=int(bd.tp[j]), pp=int(bd.pp[j]), workers=b, batch_size=int(bd.batch[j])))
+    plan = DisaggPlanOut(prefill=_worker(bp, i, a), decode=_worker(bd, j, b))
     metrics = DisaggMetrics(ttft_s=ttft, tpot_s=tpot, tokens_per_s=rps * w.gen_len,
                             tokens_per_s_per_gpu=rps * w.gen_len / gpus, requests_per_s=rps, max_batch_size=max_b,
                             e2e_latency_s=ttft + (w.gen_len - 1) * tpot, kv_transfer_s=float(bp.transfer_s[i]),
                             gpus_used=gpus, prefill_capacity_requests_per_s=cap_p,
                             decode_capacity_requests_per_s=cap_d)
     return plan, metrics
+
+
+def _worker(t: WorkerTable, i: int, workers: int) -> WorkerOut:
+    return WorkerOut(tp=int(t.tp[i]), pp=int(t.pp[i]), ep=int(t.ep[i]), workers=workers, batch_size=int(t.batch[i]))
 
 
 def _aggregated(req: InferRequest) -> AggregatedOut | None:
