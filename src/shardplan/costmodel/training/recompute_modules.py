@@ -26,13 +26,17 @@ and residual (GEMMs, activation, TP collectives), ``moe_act`` ``moe.experts.act`
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import numpy as np
 
-from shardplan.costmodel.core.ops import Op
+from shardplan.costmodel.core.ops import COMM, Op
 from shardplan.costmodel.training.ctx import Ctx
+from shardplan.costmodel.training.knobs import RECOMPUTE_MODULES
 from shardplan.costmodel.training.memory import layer_activations
 
-MODULES = ("core_attn", "layernorm", "mlp", "moe_act", "shared_experts", "moe")
+MODULES = RECOMPUTE_MODULES
 ATTENTION_KINDS = ("attention", "sliding", "chunked")
 
 
@@ -83,3 +87,60 @@ def module_times(kind: str, fwd: list[Op], modules: dict[str, np.ndarray]) -> di
     """Seconds one layer of ``kind`` spends rerunning each module of ``modules`` in backward (its forward ops)."""
     zero = np.zeros(np.shape(fwd[0].time)) if fwd else np.zeros(1)
     return {mod: zero + sum((op.time for op in _module_ops(kind, mod, fwd)), start=zero) for mod in modules}
+
+
+@dataclass(frozen=True, slots=True)
+class ModuleCost:
+    """One module of one layer, one microbatch, one GPU: bytes its recompute frees, forward seconds and FLOPs it
+    reruns."""
+
+    freed: np.ndarray
+    time: np.ndarray
+    flops: np.ndarray
+
+
+def module_costs(ctx: Ctx, kind: str, fwd: list[Op]) -> dict[str, ModuleCost]:
+    """Every module a layer of ``kind`` has, costed (the layer's forward operators ``fwd``)."""
+    freed = module_bytes(ctx, kind)
+    zero = np.zeros(np.shape(fwd[0].time)) if fwd else np.zeros(1)
+    out = {}
+    for mod, nbytes in freed.items():
+        ops = _module_ops(kind, mod, fwd)
+        out[mod] = ModuleCost(nbytes, zero + sum((op.time for op in ops), start=zero),
+                              zero + sum((op.flops for op in ops if op.kind != COMM), start=zero))
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class SelectiveTerms:
+    """A stage's selective recompute with a row's module set, against Megatron's default (core_attn alone, the
+    cost model's ``selective`` terms): extra seconds and FLOPs rerun per microbatch, extra bytes freed per
+    microbatch in flight, and the largest recomputed module's activations (live during its backward)."""
+
+    time: np.ndarray
+    flops: np.ndarray
+    freed: np.ndarray
+    transient: np.ndarray
+
+
+def selective_terms(kinds: dict[str, Any], counts: dict[str, Any], sel: np.ndarray) -> SelectiveTerms:
+    """``SelectiveTerms`` of a stage holding ``counts[kind]`` layers of each kind (``stages.KindCost`` in
+    ``kinds``, each with ``modules``), for rows with module bit mask ``sel``. With the default set every term is 0,
+    so the default keeps the cost model's selective recompute exactly."""
+    zero = np.zeros(np.shape(sel), dtype=float)
+    time, flops, freed, transient = zero, zero, zero, zero
+    for i, mod in enumerate(MODULES):
+        on = (np.asarray(sel) >> i & 1) == 1
+        present = [(n, kinds[k].modules[mod]) for k, n in counts.items() if k in kinds and mod in kinds[k].modules]
+        if not present:
+            continue
+        t = sum((n * c.time for n, c in present), start=zero)
+        f = sum((n * c.flops for n, c in present), start=zero)
+        b = sum((n * c.freed for n, c in present), start=zero)
+        if mod == "core_attn":  # in the default: dropping it stores the scores again and saves their rerun
+            time, flops, freed = time - np.where(on, 0.0, t), flops - np.where(on, 0.0, f), freed - np.where(on, 0.0, b)
+            continue
+        time, flops, freed = time + np.where(on, t, 0.0), flops + np.where(on, f, 0.0), freed + np.where(on, b, 0.0)
+        one = np.max(np.stack([np.where(np.asarray(n) > 0, c.freed, 0.0) + zero for n, c in present]), axis=0)
+        transient = np.maximum(transient, np.where(on, one, 0.0))
+    return SelectiveTerms(time, flops, freed, transient)

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from shardplan.costmodel.core.layouts import divisors, fmt_values
+from shardplan.costmodel.training.knobs import RECOMPUTE_MODULES, modules_mask
 from shardplan.costmodel.training.layout import RECOMPUTE_CODE, LayoutArrays, Recompute, TrainLayout, TrainWorkload
 from shardplan.errors import ShardplanError
 from shardplan.hardware.spec import GpuSpec
@@ -100,6 +101,15 @@ def validate_layout(model: ModelSpec, num_gpus: int, work: TrainWorkload, lay: T
             raise ShardplanError("recompute-layers needs --recompute full", field="recompute_layers")
         if lay.recompute_layers < 1:
             raise ShardplanError(f"must be ≥ 1 (got {lay.recompute_layers})", field="recompute_layers")
+    if lay.recompute_modules is not None:
+        if lay.recompute != Recompute.SELECTIVE:
+            raise ShardplanError("recompute-modules needs --recompute selective", field="recompute_modules")
+        bad = [n for n in lay.recompute_modules if n not in RECOMPUTE_MODULES]
+        moe_only = [n for n in lay.recompute_modules if n in ("moe_act", "shared_experts", "moe") and model.moe is None]
+        if bad or moe_only or not lay.recompute_modules:
+            raise ShardplanError(f"must be a non-empty set of {', '.join(RECOMPUTE_MODULES)} (moe_act, "
+                                 f"shared_experts and moe need an MoE model); got {','.join(lay.recompute_modules)}",
+                                 field="recompute_modules")
     for name in ("offload_optimizer", "offload_weights", "offload_activations"):
         v = getattr(lay, name)
         if not 0.0 <= v <= 1.0:
@@ -230,7 +240,7 @@ def enumerate_layouts(model: ModelSpec, work: TrainWorkload, req: SpaceRequest) 
     rows = LayoutArrays(tp=arr["tp"], pp=arr["pp"], dp=arr["dp"], ep=arr["ep"], cp=arr["cp"], mb=arr["mb"],
                         v=arr["v"], rc=arr["rc"], rk=np.full(size, 10**9, dtype=np.int64), sp=arr["sp"],
                         zero=arr["zero"], f_opt=zeros_f, f_w=zeros_f.copy(), f_act=zeros_f.copy(), gb=arr["gb"],
-                        etp=arr["etp"])
+                        etp=arr["etp"], sel=np.full(size, modules_mask(None), dtype=np.int64))
     return Space(rows, pruned)
 
 

@@ -29,6 +29,7 @@ from shardplan.costmodel.core.ops import Op, PhaseCost
 from shardplan.costmodel.training import layers as Lyr
 from shardplan.costmodel.training.ctx import Ctx, backward, selective_part
 from shardplan.costmodel.training.memory import LayerActivations, LayerParams, layer_activations, layer_params
+from shardplan.costmodel.training.recompute_modules import ModuleCost, module_costs
 from shardplan.costmodel.training.space import row_keys
 from shardplan.costmodel.training.tp_overlap import overlap_tp
 from shardplan.models.spec import ModelSpec
@@ -48,6 +49,7 @@ class KindCost:
     selective: PhaseCost  # what selective recompute reruns (zero with flash attention)
     params: LayerParams
     acts: LayerActivations | None
+    modules: dict[str, ModuleCost]  # selective recompute modules of this kind (``recompute_modules``)
 
 
 def kind_cost(ctx: Ctx, kind: str) -> KindCost:
@@ -61,7 +63,8 @@ def kind_cost(ctx: Ctx, kind: str) -> KindCost:
     like = ctx.tokens
     acts = layer_activations(ctx, kind) if kind in LAYER_KINDS else None
     return KindCost(kind, fwd, bwd, PhaseCost.of(fwd, like), PhaseCost.of(bwd, like),
-                    PhaseCost.of(selective_part(fwd), like), layer_params(ctx, kind), acts)
+                    PhaseCost.of(selective_part(fwd), like), layer_params(ctx, kind), acts,
+                    module_costs(ctx, kind, fwd) if kind in LAYER_KINDS else {})
 
 
 # The row columns a layer's costs depend on (parallel shapes, microbatch, batch). Recompute, interleaving, ZeRO
@@ -94,6 +97,8 @@ def take_kinds(kinds: dict[str, KindCost], idx: np.ndarray | slice, n: int) -> d
             return x[idx] if x.ndim == 1 and len(x) == n else x
         if isinstance(x, list):
             return []
+        if isinstance(x, dict):
+            return {k: pick(v) for k, v in x.items()}
         if dataclasses.is_dataclass(x) and not isinstance(x, type):
             return dataclasses.replace(x, **{f.name: pick(getattr(x, f.name)) for f in dataclasses.fields(x)})
         return x
