@@ -81,3 +81,39 @@ def test_deepseek_moe_modules() -> None:
     # the whole layer reruns its all-to-alls too: more than its expert GEMMs
     gemms = sum(float(op.time[0]) for op in k.fwd_ops if op.name in ("moe.experts.fc1", "moe.experts.fc2"))
     assert times["moe"][0] > gemms + float(act.time[0])
+
+
+def test_pinned_module_set_moves_memory_and_time_by_the_module_terms() -> None:
+    """GPT-3 TP8 PP8 (12 layers per stage), selective with core_attn + mlp against the default: the first stage
+    stores 12 layers' MLP activations less per microbatch in flight, holds one layer's as a transient during its
+    backward, and reruns 12 MLP forwards per microbatch."""
+    from shardplan.costmodel.training.space import validate_layout
+    from shardplan.costmodel.training.step import train_cost
+    from shardplan.errors import ShardplanError
+    from shardplan.models import get_model as gm
+
+    spec, system = gm("gpt3-175b"), get_system("dgx-a100-80gb")
+    work = TrainWorkload(seq_len=2048, global_batch=64)
+    base = TrainLayout(tp=8, pp=8, dp=1, recompute="selective", sequence_parallel=True)
+    mods = TrainLayout(tp=8, pp=8, dp=1, recompute="selective", sequence_parallel=True,
+                       recompute_modules=("core_attn", "mlp"))
+    validate_layout(spec, 64, work, mods)
+    rows = LayoutArrays.from_layouts([base, mods], 64)
+    assert rows.row(0).recompute_modules is None and rows.row(1).recompute_modules == ("core_attn", "mlp")
+    cost = train_cost(spec, system, work, rows)
+    first = cost.stages[0]
+    ctx = Ctx(spec, system, work, rows.take(np.array([1])))
+    mlp_bytes = float(module_bytes(ctx, "mlp")["mlp"][0])
+    mlp_time = float(module_times("mlp", kind_cost(ctx, "mlp").fwd_ops, {"mlp": np.zeros(1)})["mlp"][0])
+    inflight = float(first.inflight[0])  # 1F1B: min(m, p) = 8 microbatches on the first stage
+    assert inflight == 8
+    assert first.activations[0] - first.activations[1] == pytest.approx(12 * mlp_bytes * inflight - mlp_bytes,
+                                                                        rel=1e-9)
+    assert first.recompute_s[1] - first.recompute_s[0] == pytest.approx(12 * mlp_time, rel=1e-9)
+    assert cost.step_time_s[1] > cost.step_time_s[0]
+    with pytest.raises(ShardplanError, match="needs --recompute selective"):
+        validate_layout(spec, 64, work, TrainLayout(tp=8, pp=8, dp=1, recompute="full", recompute_modules=("mlp",)))
+    with pytest.raises(ShardplanError, match="MoE model") as err:
+        validate_layout(spec, 64, work, TrainLayout(tp=8, pp=8, dp=1, recompute="selective",
+                                                    recompute_modules=("moe_act",)))
+    assert err.value.field == "recompute_modules"
