@@ -38,6 +38,9 @@ from shardplan.costmodel.training.memory import layer_activations
 
 MODULES = RECOMPUTE_MODULES
 ATTENTION_KINDS = ("attention", "sliding", "chunked")
+# "moe" reruns the whole MoE MLP, its experts' activation and its shared experts included: with it, moe_act and
+# shared_experts would count the same bytes twice, so a set takes either.
+NESTED = {"moe": ("moe_act", "shared_experts")}
 
 
 def module_bytes(ctx: Ctx, kind: str) -> dict[str, np.ndarray]:
@@ -131,6 +134,8 @@ def selective_terms(kinds: dict[str, Any], counts: dict[str, Any], sel: np.ndarr
     time, flops, freed, transient = zero, zero, zero, zero
     for i, mod in enumerate(MODULES):
         on = (np.asarray(sel) >> i & 1) == 1
+        if on.all() if mod == "core_attn" else not on.any():
+            continue  # as in the default for every row
         present = [(n, kinds[k].modules[mod]) for k, n in counts.items() if k in kinds and mod in kinds[k].modules]
         if not present:
             continue
