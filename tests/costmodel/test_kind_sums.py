@@ -24,10 +24,13 @@ def _arrays(x, path=""):
                 yield from _arrays(getattr(x, f.name), f"{path}.{f.name}")
 
 
-@pytest.mark.parametrize(("model", "hw", "gpus", "dtype"), [("mixtral-8x7b", "dgx-h100", 32, "fp8"),
-                                                            ("llama-3.1-8b", "dgx-a100-80gb", 16, "bf16")])
-def test_distinct_shapes_equal_per_row(model: str, hw: str, gpus: int, dtype: str) -> None:
+@pytest.mark.parametrize(("model", "hw", "gpus", "dtype", "ep_overlap"),
+                         [("mixtral-8x7b", "dgx-h100", 32, "fp8", False),
+                          ("mixtral-8x7b", "dgx-h100", 32, "bf16", True),  # EP overlap: depends on v and rc too
+                          ("llama-3.1-8b", "dgx-a100-80gb", 16, "bf16", False)])
+def test_distinct_shapes_equal_per_row(model: str, hw: str, gpus: int, dtype: str, ep_overlap: bool) -> None:
     spec, system = get_model(model), get_system(hw)
+    system = system.model_copy(update={"software": system.software.model_copy(update={"ep_comm_overlap": ep_overlap})})
     work = TrainWorkload(seq_len=4096, global_batch=64, dtype=dtype)
     rows = enumerate_layouts(spec, work, SpaceRequest(num_gpus=gpus, batches=[32, 64])).rows
     rng = np.random.default_rng(0)

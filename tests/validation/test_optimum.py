@@ -135,3 +135,18 @@ def test_stack_software_follows_the_recorded_container() -> None:
     assert stack_tp_overlap(rec("nemo:24.09")) == "userbuffers"
     assert stack_tp_overlap(rec("nemo:24.09", ["ub_tp_comm_overlap false."])) == "share"
     assert stack_tp_overlap(rec("", title="torchtitan benchmarks")) == "share"
+
+
+def test_moe_recipe_settings_reach_the_stack() -> None:
+    """Megatron-Bridge v0.1.0rc4 ran DeepSeek-V3 on H100 with DeepEP, the combined-1F1B all-to-all overlap and
+    recompute_modules ['mla_up_proj', 'mlp'] (scripts/performance/run_script.py); a record without settings keeps
+    Megatron-Core's defaults."""
+    run = parse_run(_tuned("mbridge-25.09-deepseek-v3-1024gpu-h100-fp8"))
+    assert isinstance(run, OptimumRun)
+    sw = run.system.software
+    assert (sw.ep_dispatcher, sw.ep_comm_overlap) == ("deepep", True)
+    assert str(run.layout.recompute) == "selective" and run.layout.recompute_modules == ("mla_up_proj", "mlp")
+    plain = parse_run(_tuned("mbridge-25.09-qwen3-235b-a22b-256gpu-h100-fp8"))
+    assert isinstance(plain, OptimumRun)
+    sw = plain.system.software
+    assert (sw.ep_dispatcher, sw.ep_comm_overlap, plain.layout.recompute_modules) == ("alltoall", False, None)

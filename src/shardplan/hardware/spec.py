@@ -268,6 +268,17 @@ class SoftwareSpec(BaseModel):
     step_overhead_fraction: NonNeg = Field(
         0.0, description="Unmodelled per-step time (data loading, logging, host sync) as a fraction."
     )
+    ep_comm_overlap: bool = Field(
+        False, description="MoE expert-parallel all-to-alls hide behind another microbatch's compute (Megatron-Core "
+        "overlap_moe_expert_parallel_comm: the combined 1F1B schedule pairs one microbatch's forward with another's "
+        "backward; needs PP 1 or interleaving, no full recompute). Off: Megatron-Core's default "
+        "(megatron/core/model_parallel_config.py at d98e8a6), every all-to-all exposed."
+    )
+    ep_dispatcher: Literal["alltoall", "deepep"] = Field(
+        "alltoall", description="How MoE tokens travel: 'alltoall' (one copy per routed expert, NCCL all-to-all: "
+        "Megatron's alltoall dispatcher) or 'deepep' (Megatron's flex dispatcher with DeepEP/HybridEP: a token "
+        "crosses the network once per destination node and NVLink fans it out to the ranks there, one copy per rank)."
+    )
 
 
 class SystemSpec(BaseModel):

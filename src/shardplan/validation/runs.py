@@ -236,6 +236,27 @@ def stack_tp_overlap(r: dict[str, Any]) -> str:
     return "share" if "ub_tp_comm_overlap false" in notes else "userbuffers"
 
 
+def stack_moe(r: dict[str, Any]) -> dict[str, Any]:
+    """The stack settings a record's recipe ran with (``SoftwareSpec.ep_dispatcher``, ``ep_comm_overlap``), as its
+    ``software`` entry gives them with their source (the recipe at the container's commit); none given:
+    Megatron-Core's defaults (alltoall, no overlap)."""
+    sw = r.get("software") or {}
+    return {k: sw[k] for k in ("ep_dispatcher", "ep_comm_overlap") if k in sw}
+
+
+def stack_modules(r: dict[str, Any]) -> tuple[str, ...] | None:
+    """The selective recompute modules a record's recipe names (``TrainLayout.recompute_modules``); None: Megatron's
+    default (core_attn)."""
+    mods = (r.get("software") or {}).get("recompute_modules")
+    return tuple(mods) if mods else None
+
+
+def stack_recompute(r: dict[str, Any], rc_text: str) -> Recompute:
+    """A record's recompute short of full: selective where its text says so or its recipe names recompute_modules
+    (Megatron-Bridge set_recompute_overrides sets them on selective granularity), else none."""
+    return Recompute.SELECTIVE if "selective" in rc_text or stack_modules(r) else Recompute.NONE
+
+
 def modern_setup(r: dict[str, Any]) -> tuple[ModelSpec, Any, int, TrainWorkload, TrainLayout, str, float] | None:
     """A modern record as (model, system with today's software, gpus, workload, layout as published, measured
     quantity, value); None for a model or GPU the catalog lacks. FSDP is ZeRO-3."""
@@ -247,7 +268,7 @@ def modern_setup(r: dict[str, Any]) -> tuple[ModelSpec, Any, int, TrainWorkload,
     n = r["hardware"]["num_gpus"]
     rc_text = str(p.get("recompute") or "").lower()
     recompute = (Recompute.FULL if "full" in rc_text or "activation_checkpointing: true" in rc_text
-                 else Recompute.SELECTIVE if "selective" in rc_text else Recompute.NONE)
+                 else stack_recompute(r, rc_text))
     # Llama 3 keeps parameters unsharded after the forward pass: ZeRO-1/2, not ZeRO-3 (paper §3.3.1).
     zero = 3 if p.get("fsdp") and not r["id"].startswith("llama3-paper") and pp == 1 else 1
     batch = w["global_batch_sequences"]
@@ -261,11 +282,13 @@ def modern_setup(r: dict[str, Any]) -> tuple[ModelSpec, Any, int, TrainWorkload,
     etp = p.get("etp") or (fits[0] if fits else None)
     layout = TrainLayout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, microbatch=mb, interleave=p.get("vp") or 1,
                          recompute=recompute, recompute_layers=int(layers.group(1)) if layers else None,
-                         sequence_parallel=tp > 1, zero_stage=zero)
+                         sequence_parallel=tp > 1, zero_stage=zero,
+                         recompute_modules=stack_modules(r) if recompute == Recompute.SELECTIVE else None)
     base = get_system(system_name)
     # software of today regardless of the preset's default (the A100 preset describes Selene 2021)
     sw = base.software.model_copy(update={"overlap_grad_reduce": True, "tp_comm_overlap": 0.5,
-                                          "zero3_rail_parallel": True, "tp_overlap_method": stack_tp_overlap(r)})
+                                          "zero3_rail_parallel": True, "tp_overlap_method": stack_tp_overlap(r),
+                                          **stack_moe(r)})
     system = job_system(base.model_copy(update={"software": sw}), n)
     work = TrainWorkload(seq_len=w["seq_len"], global_batch=batch,
                          dtype="fp8" if r["precision"] == "fp8" else "bf16", attention=stack_attention(r))

@@ -110,8 +110,17 @@ def all_to_all_time(system: SystemSpec, nbytes: np.ndarray, n: np.ndarray, strid
     """All-to-all where each GPU holds ``nbytes`` and keeps 1/n: intra share on the fabric, rest on the NIC."""
     n, k, _ = _split(system, n, stride)
     s = np.asarray(nbytes, dtype=float)
-    intra = (k - 1) / n * s / link_bandwidth(system, "intra")
-    inter = (n - k) / n * s / link_bandwidth(system, "inter")
+    return two_level_all_to_all_time(system, (k - 1) / n * s, (n - k) / n * s, n, stride)
+
+
+def two_level_all_to_all_time(system: SystemSpec, intra_bytes: np.ndarray, inter_bytes: np.ndarray, n: np.ndarray,
+                              stride: np.ndarray) -> np.ndarray:
+    """An all-to-all over ``n`` ranks that sends ``intra_bytes`` per GPU over the node fabric and ``inter_bytes``
+    over its own NIC; both levels stream at once (NCCL's peer-to-peer channels, DeepEP's NVLink forwarding of
+    what arrives by RDMA), so the slower level sets the time. One NVLink hop per node peer, one network hop."""
+    n, k, _ = _split(system, n, stride)
+    intra = np.asarray(intra_bytes, dtype=float) / link_bandwidth(system, "intra")
+    inter = np.where(n > k, np.asarray(inter_bytes, dtype=float) / link_bandwidth(system, "inter"), 0.0)
     hops = (k - 1) * _lat(system.intra_node) + np.where(n > k, _lat(system.inter_node), 0.0)
     return np.where(n > 1, _nccl(np.maximum(intra, inter), hops), 0.0)
 

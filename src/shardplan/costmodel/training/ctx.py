@@ -22,7 +22,14 @@ from shardplan.costmodel.core.kernels import (
     gemm_time,
     kernel_time,
 )
-from shardplan.costmodel.core.operators import Attention, Elementwise, Gemm, attention_dims, unfused_attention
+from shardplan.costmodel.core.operators import (
+    Attention,
+    Elementwise,
+    Gemm,
+    attention_dims,
+    routed_blocks,
+    unfused_attention,
+)
 from shardplan.costmodel.core.ops import ATTN, COMM, GEMM, MEM, Op
 from shardplan.costmodel.training.layout import LayoutArrays, TrainWorkload
 from shardplan.hardware.spec import AttentionKernel, GpuSpec, SystemSpec
@@ -176,7 +183,31 @@ class Ctx:
         return [masked(op, (r.etp > 1) & (r.sp == 1))]
 
     def ep_all_to_all(self, name: str, elements: np.ndarray | float) -> Op:
-        return self.collective(name, "all_to_all", elements * self.act_bytes, "ep")
+        """Token dispatch or combine over the EP group (``elements``: the token copies' values leaving this GPU).
+        The alltoall dispatcher sends one copy per routed expert; DeepEP/HybridEP (``SoftwareSpec.ep_dispatcher``)
+        send a token once to each node holding one of its experts (RDMA, one NIC per GPU) and once to each rank
+        there (NVLink forwarding; DeepEP README "normal kernels"), so the network carries the distinct remote
+        nodes and the fabric the distinct other ranks (``core.operators.routed_blocks``: group-limited routing
+        bounds the nodes, DeepSeek-V3's 4 of 8)."""
+        op = self.collective(name, "all_to_all", elements * self.act_bytes, "ep")
+        if self.system.software.ep_dispatcher != "deepep" or self.model.moe is None:
+            return op
+        r = self.rows
+        n, stride = r.ep.astype(float), self._ep_stride()
+        k = comm.members_per_node(self.system, n, stride).astype(float)
+        token = np.asarray(elements, dtype=float) * self.act_bytes / (self.model.moe.experts_per_token
+                                                                      * self.capacity_factor)
+        ranks, nodes = routed_blocks(self.model.moe, n), routed_blocks(self.model.moe, n / k)
+        intra, inter = token * ranks * (n - 1) / n, token * nodes * (n / k - 1) / (n / k)
+        t = comm.two_level_all_to_all_time(self.system, intra, inter, n, stride)
+        return Op(name, COMM, np.zeros_like(op.nbytes), intra + inter + np.zeros_like(self.tokens), t, dim="ep")
+
+    def _ep_stride(self) -> np.ndarray:
+        """Rank stride of the EP group: EP inside data parallelism (stride tp·cp) unless folded (Megatron-Core's
+        expert rank order etp-ep-edp: stride etp)."""
+        r = self.rows
+        legacy = (r.etp == r.tp) & ((r.dp * r.cp) % r.ep == 0)
+        return np.broadcast_to(np.where(legacy, r.tp * r.cp, r.etp), np.shape(r.ep))
 
     def moe_exit(self, prefix: str, elements: np.ndarray | float) -> list[Op]:
         return []
@@ -194,9 +225,7 @@ class Ctx:
         ranks sit inside data parallelism (stride tp·cp) unless folded (Megatron-Core's expert rank order
         etp-ep-edp: stride etp); expert-TP traffic is accounted as TP."""
         r, s = self.rows, self.system
-        legacy = (r.etp == r.tp) & ((r.dp * r.cp) % r.ep == 0)
-        n, stride = {"tp": (r.tp, 1), "etp": (r.etp, 1), "cp": (r.cp, r.tp),
-                     "ep": (r.ep, np.where(legacy, r.tp * r.cp, r.etp))}[dim]
+        n, stride = {"tp": (r.tp, 1), "etp": (r.etp, 1), "cp": (r.cp, r.tp), "ep": (r.ep, self._ep_stride())}[dim]
         dim = "tp" if dim == "etp" else dim
         stride = np.broadcast_to(np.asarray(stride), np.shape(n))
         fn = {"all_reduce": comm.all_reduce_time, "reduce_scatter": comm.reduce_scatter_time,
@@ -249,5 +278,6 @@ def backward(ctx: Ctx, fwd: list[Op]) -> list[Op]:
 
 
 def selective_part(fwd: list[Op]) -> list[Op]:
-    """The forward ops selective recompute reruns: core attention of the unfused path."""
+    """The forward ops selective recompute reruns by default (Megatron's core_attn): core attention of the unfused
+    path. Other modules: ``recompute_modules``."""
     return [op for op in fwd if op.selective]

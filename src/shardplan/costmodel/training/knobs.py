@@ -23,7 +23,7 @@ RECOMPUTE_OF_CODE = {v: k for k, v in RECOMPUTE_CODE.items()}
 # Megatron-LM's selective recompute modules the cost model prices (``--recompute-modules``; d98e8a6
 # megatron/core/transformer/transformer_config.py ``recompute_modules``; the default is core_attn alone). A row of
 # layouts carries the set as a bit mask (bit i: ``RECOMPUTE_MODULES[i]``).
-RECOMPUTE_MODULES = ("core_attn", "layernorm", "mlp", "moe_act", "shared_experts", "moe")
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "mlp", "moe_act", "shared_experts", "moe", "mla_up_proj")
 DEFAULT_RECOMPUTE_MODULES = ("core_attn",)
 
 

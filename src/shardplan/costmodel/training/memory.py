@@ -53,6 +53,10 @@ def layer_activations(ctx: Ctx, kind: str) -> LayerActivations:
     sp = r.sp == 1
     h = m.hidden_size
     drop = 1.0 if ctx.dropout else 0.0
+    # A GEMM input kept for the weight gradient: under fp8 Transformer Engine keeps its fp8 (columnwise) copy, 1 byte
+    # (TransformerEngine@d0067d0 module/grouped_linear.py, linear.py: inputmat.update_usage(rowwise_usage=False,
+    # columnwise_usage=True); MXFP8's one scale byte per 32 values is left out); else the 16-bit activation.
+    q = 1.0 if ctx.work.dtype == "fp8" else e
 
     def shard(unsplit: np.ndarray | float) -> np.ndarray:
         """Per-token bytes outside TP regions: sharded only under sequence parallelism."""
@@ -84,9 +88,12 @@ def layer_activations(ctx: Ctx, kind: str) -> LayerActivations:
             d_qk = d_v = m.head_size
             kv_heads = m.kv_heads
         kv = np.maximum(kv_heads / t, 1.0)
-        # norm input, QKV input, dropout mask | Q, K (for QKᵀ), V, output-projection input (÷t)
-        unsplit = (2 * e + drop) * h
-        split = e * (m.num_heads / t * d_qk + kv * d_qk + kv * d_v + m.num_heads / t * d_v)
+        # norm input, QKV input, dropout mask | Q, K (for QKᵀ), V, output-projection input (÷t); MLA: the latents
+        # its up-projections keep for their weight gradients
+        unsplit = (e + q + drop) * h
+        qkv = e * (m.num_heads / t * d_qk + kv * d_qk + kv * d_v)
+        latents = q * (m.mla.q_lora_rank + m.mla.kv_lora_rank) if m.mla is not None else 0.0
+        split = qkv + latents + q * m.num_heads / t * d_v
         # softmax output (e), dropout mask (1) and dropout output (e) per score, unfused only
         scores = np.where(ctx.flash, 0.0, (m.num_heads / t) * ctx.work.seq_len * (e + drop * (1 + e)))
         lse = np.where(ctx.flash, (m.num_heads / t) * 4.0, 0.0)  # flash keeps fp32 log-sum-exp per head
@@ -95,17 +102,19 @@ def layer_activations(ctx: Ctx, kind: str) -> LayerActivations:
     if kind == "mlp":
         g = 2 if m.mlp.gated else 1
         f = m.ffn_hidden_size / t
-        base = T * (shard((2 * e + drop) * h) + e * f * (g + 1))
+        base = T * (shard((e + q + drop) * h) + f * (g * e + q))
         return LayerActivations(none=base, selective=base, full=np.zeros_like(base))  # input kept by attention
     if kind == "moe":
         assert m.moe is not None
         moe = m.moe
         g = 2 if m.mlp.gated else 1
         copies = moe.experts_per_token * moe.capacity_factor
-        experts = copies * (e * h / t + e * moe.expert_ffn_hidden_size / t * (g + 1))
-        shared = moe.num_shared_experts * e * moe.shared_ffn / t * (g + 1)
+        f = moe.expert_ffn_hidden_size / t
+        # per routed copy: FC1 input, FC1 output (the activation's input), FC2 input (the activation's output)
+        experts = copies * (q * h / t + f * (g * e + q))
+        shared = moe.num_shared_experts * moe.shared_ffn / t * (g * e + q)
         router = shard(moe.num_experts * 4.0 + copies * 8.0)
-        base = T * (shard((2 * e + drop) * h) + experts + shared + router)
+        base = T * (shard((2 * e + drop) * h) + experts + shared + router)  # norm input, router input (16-bit)
         return LayerActivations(none=base, selective=base, full=np.zeros_like(base))
     raise ValueError(f"unknown layer kind {kind}")
 

@@ -4,8 +4,8 @@ Megatron-LM (d98e8a6, megatron/core/transformer/transformer_config.py ``recomput
 every layer of every stage under ``--recompute-granularity selective``, from ``core_attn`` (the default),
 ``layernorm`` (input_layernorm and pre_mlp_layernorm), ``mlp`` (the dense MLP submodule), ``moe_act`` (the
 grouped-GEMM experts' activation function), ``shared_experts``, ``moe`` (the whole MoE layer) and
-``mla_up_proj`` (not modelled here). A recomputed module keeps its input (checkpointed) and drops what it stores
-for backward; in backward its forward runs again.
+``mla_up_proj`` (MLA's query and key-value up-projections). A recomputed module keeps its input (checkpointed)
+and drops what it stores for backward; in backward its forward runs again.
 
 Bytes are ``memory.layer_activations``'s terms (Korthikanti et al. 2022 §4 generalised), split by module:
 
@@ -16,12 +16,17 @@ Bytes are ``memory.layer_activations``'s terms (Korthikanti et al. 2022 §4 gene
 - ``mlp``: the FC1 output(s) and activation output: ``s·b·(g + 1)·f·2/t`` (``g = 2`` gated, FC1 input kept);
 - ``moe_act``: each routed copy's activation output, the FC2 input: ``s·b·k·c·F·2/t`` (top-k, capacity factor);
 - ``shared_experts``: the shared experts' FC1 output(s) and activation output;
-- ``moe``: everything the MoE MLP stores beyond its input (dispatched copies, expert and shared activations, router).
+- ``moe``: everything the MoE MLP stores beyond its input (dispatched copies, expert and shared activations, router);
+- ``mla_up_proj``: MLA's Q, K and V after the up-projections (the latents stay for the weight gradients).
+
+Under fp8 Transformer Engine keeps a GEMM input for the weight gradient as its 1-byte copy: the norm before a GEMM
+then frees nothing, the FC2 input and MLP activations count 1 byte (``memory.layer_activations``' ``q``).
 
 Recompute time is the forward time of the module's operators in the layer's inventory (``core.operators``):
 ``core_attn`` the selective ops, ``layernorm`` the ``.norm`` ops, ``mlp`` the dense MLP's ops between its norm
 and residual (GEMMs, activation, TP collectives), ``moe_act`` ``moe.experts.act``, ``shared_experts``
-``moe.shared.*``, ``moe`` the MoE's ops between its norm and residual (all-to-alls included).
+``moe.shared.*``, ``moe`` the MoE's ops between its norm and residual (all-to-alls included), ``mla_up_proj``
+the ``q_up``/``kv_up`` GEMMs (with their casts) and the rotary.
 """
 
 from __future__ import annotations
@@ -45,27 +50,40 @@ NESTED = {"moe": ("moe_act", "shared_experts")}
 
 def module_bytes(ctx: Ctx, kind: str) -> dict[str, np.ndarray]:
     """Bytes one layer of ``kind`` stops storing per microbatch on one GPU when each module is recomputed (only
-    the modules the kind has)."""
+    the modules the kind has). Under fp8 a GEMM input kept for the weight gradient is Transformer Engine's 1-byte
+    copy (``memory.layer_activations``' ``q``): recomputing the norm before it frees nothing, and the MLP's
+    checkpointed input is its 16-bit original."""
     m, r, e = ctx.model, ctx.rows, ctx.act_bytes
     T, t = ctx.tokens, r.tp.astype(float)
-    norm_out = T * np.where(r.sp == 1, e * m.hidden_size / t, e * m.hidden_size)
+    q = 1.0 if ctx.work.dtype == "fp8" else e
+
+    def shard(unsplit: float) -> np.ndarray:
+        return np.where(r.sp == 1, unsplit / t, unsplit)
+
+    norm_out = T * shard(e * m.hidden_size) * (q == e)  # the next GEMM's 16-bit input (under fp8 its fp8 copy stays)
     g = 2 if m.mlp.gated else 1
     if kind in ATTENTION_KINDS:
         acts = layer_activations(ctx, kind)
-        return {"core_attn": acts.none - acts.selective, "layernorm": norm_out}
+        out = {"core_attn": acts.none - acts.selective, "layernorm": norm_out}
+        if m.mla is not None:  # Q, K and V after the up-projections (their latents stay for the weight gradients)
+            d_qk, d_v, heads = m.mla.qk_head_dim, m.mla.v_head_dim, m.num_heads
+            out["mla_up_proj"] = T * e * (heads / t * d_qk + np.maximum(heads / t, 1.0) * (d_qk + d_v))
+        return out
     if kind == "mlp":
-        return {"layernorm": norm_out, "mlp": T * e * m.ffn_hidden_size / t * (g + 1)}
+        f = m.ffn_hidden_size / t
+        # FC1 output(s) and the FC2 input go; the checkpointed input is the 16-bit one where fp8 kept a 1-byte copy
+        return {"layernorm": norm_out, "mlp": T * (f * (g * e + q) - shard((e - q) * m.hidden_size))}
     if kind == "moe":
         assert m.moe is not None
         moe = m.moe
         copies = moe.experts_per_token * moe.capacity_factor
         acts = layer_activations(ctx, kind)
         unsplit = (2 * e + (1.0 if ctx.dropout else 0.0)) * m.hidden_size  # norm input, MoE input, dropout mask
-        outside = T * np.where(r.sp == 1, unsplit / t, unsplit)
-        out = {"layernorm": norm_out, "moe_act": T * copies * e * moe.expert_ffn_hidden_size / t,
-               "moe": acts.none - outside}
+        out = {"layernorm": T * shard(e * m.hidden_size),  # the router's input is 16-bit
+               "moe_act": T * copies * q * moe.expert_ffn_hidden_size / t,  # each routed copy's FC2 input
+               "moe": acts.none - T * shard(unsplit)}
         if moe.num_shared_experts:
-            out["shared_experts"] = T * moe.num_shared_experts * e * moe.shared_ffn / t * (g + 1)
+            out["shared_experts"] = T * moe.num_shared_experts * moe.shared_ffn / t * (g * e + q)
         return out
     return {}
 
@@ -81,6 +99,9 @@ def _module_ops(kind: str, module: str, fwd: list[Op]) -> list[Op]:
         return inner if kind == module else []
     if module == "moe_act":
         return [op for op in fwd if op.name == "moe.experts.act"]
+    if module == "mla_up_proj":  # the up-projections (and their fp8 casts) and the rotary on their output
+        return [op for op in fwd
+                if op.name.split(".fp8")[0].split(".fp4")[0] in ("attn.q_up", "attn.kv_up", "attn.rope")]
     if module == "shared_experts":
         return [op for op in fwd if op.name.startswith("moe.shared.")]
     raise ValueError(f"unknown recompute module {module}")

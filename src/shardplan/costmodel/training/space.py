@@ -105,7 +105,9 @@ def validate_layout(model: ModelSpec, num_gpus: int, work: TrainWorkload, lay: T
         if lay.recompute != Recompute.SELECTIVE:
             raise ShardplanError("recompute-modules needs --recompute selective", field="recompute_modules")
         bad = [n for n in lay.recompute_modules if n not in RECOMPUTE_MODULES]
-        moe_only = [n for n in lay.recompute_modules if n in ("moe_act", "shared_experts", "moe") and model.moe is None]
+        moe_only = [n for n in lay.recompute_modules
+                    if (n in ("moe_act", "shared_experts", "moe") and model.moe is None)
+                    or (n == "mla_up_proj" and model.mla is None)]
         if "moe" in lay.recompute_modules and {"moe_act", "shared_experts"} & set(lay.recompute_modules):
             raise ShardplanError("moe recomputes the whole MoE MLP: drop moe_act and shared_experts with it",
                                  field="recompute_modules")

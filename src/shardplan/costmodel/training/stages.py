@@ -25,9 +25,10 @@ from shardplan.costmodel.core.layouts import (
     model_kind_counts,
     representative_stages,
 )
-from shardplan.costmodel.core.ops import Op, PhaseCost
+from shardplan.costmodel.core.ops import COMM, Op, PhaseCost
 from shardplan.costmodel.training import layers as Lyr
 from shardplan.costmodel.training.ctx import Ctx, backward, selective_part
+from shardplan.costmodel.training.ep_overlap import overlap_ep
 from shardplan.costmodel.training.memory import LayerActivations, LayerParams, layer_activations, layer_params
 from shardplan.costmodel.training.recompute_modules import ModuleCost, module_costs
 from shardplan.costmodel.training.space import row_keys
@@ -79,14 +80,17 @@ def kind_costs(ctx: Ctx, *, ops: bool = True) -> dict[str, KindCost]:
     ``ops=False``: the sums only (operator lists left empty), each distinct ``KIND_COLUMNS`` row costed once."""
     if not ops and len(ctx.rows) > 1:
         r = ctx.rows
-        _, first, inverse = np.unique(row_keys([getattr(r, c) for c in KIND_COLUMNS]), return_index=True,
-                                      return_inverse=True)
+        # the EP all-to-all overlap of the combined 1F1B schedule depends on interleaving and recompute too
+        cols = KIND_COLUMNS + (("v", "rc") if ctx.system.software.ep_comm_overlap else ())
+        _, first, inverse = np.unique(row_keys([getattr(r, c) for c in cols]), return_index=True, return_inverse=True)
         if len(first) < len(r):
             distinct = kind_costs(Ctx(ctx.model, ctx.system, ctx.work, r.take(first)))
             return take_kinds(distinct, inverse.ravel(), len(first))
     kinds = ["embedding", *dict.fromkeys(["attention", "mlp", *layer_kind_names(ctx.model)]), "head"]
-    out = {k: kind_cost(ctx, k) for k in kinds}
-    return out if ops else take_kinds(out, slice(None), len(ctx.rows))
+    costs = {k: kind_cost(ctx, k) for k in kinds}
+    if "moe" in costs and ctx.system.software.ep_comm_overlap:
+        costs["moe"] = _moe_overlapped(ctx, costs)
+    return costs if ops else take_kinds(costs, slice(None), len(ctx.rows))
 
 
 def take_kinds(kinds: dict[str, KindCost], idx: np.ndarray | slice, n: int) -> dict[str, KindCost]:
@@ -104,6 +108,22 @@ def take_kinds(kinds: dict[str, KindCost], idx: np.ndarray | slice, n: int) -> d
         return x
 
     return {k: pick(v) for k, v in kinds.items()}
+
+
+def _moe_overlapped(ctx: Ctx, costs: dict[str, KindCost]) -> KindCost:
+    """The MoE layer with its EP all-to-alls hidden behind the paired microbatch's layer (``ep_overlap``); the
+    token mixer beside it is the mean of the model's mixer kinds."""
+    mixers = [k for k in layer_kind_names(ctx.model) if k not in ("mlp", "moe")]
+
+    def compute(c: KindCost) -> np.ndarray:
+        return sum((op.time for op in c.fwd_ops + c.bwd_ops if op.kind != COMM), start=np.zeros_like(ctx.tokens))
+
+    mixer_s = sum((compute(costs[k]) for k in mixers), start=np.zeros_like(ctx.tokens)) / max(len(mixers), 1)
+    c = costs["moe"]
+    fwd, bwd = overlap_ep(ctx, c.fwd_ops, c.bwd_ops, mixer_s)
+    like = ctx.tokens
+    return KindCost(c.kind, fwd, bwd, PhaseCost.of(fwd, like), PhaseCost.of(bwd, like), c.selective, c.params, c.acts,
+                    module_costs(ctx, c.kind, fwd))
 
 
 def layer_sum(k: dict[str, KindCost], counts: dict[str, np.ndarray | float], value: Callable[[KindCost], Any]

@@ -1,0 +1,174 @@
+"""MoE token traffic: where routed tokens land (checked by enumeration), DeepEP's per-node deduplication over the
+network (hand counts), and the combined-1F1B overlap of the all-to-alls (Megatron-Core's schedule rules)."""
+
+from itertools import combinations
+
+import numpy as np
+import pytest
+
+from shardplan.costmodel.core import comm
+from shardplan.costmodel.core.operators import routed_blocks
+from shardplan.costmodel.training.layout import LayoutArrays, Recompute, TrainLayout, TrainWorkload
+from shardplan.costmodel.training.step import train_cost
+from shardplan.hardware import get_system
+from shardplan.models import get_model
+from shardplan.models.parts import MoESpec
+
+DSV3 = get_model("deepseek-v3")
+QWEN = get_model("qwen3-30b-a3b")
+
+
+def _enumerated_blocks(experts: int, k: int, blocks: int) -> float:
+    """Mean distinct blocks over every top-k subset (uniform routing), experts split into contiguous blocks."""
+    size = experts // blocks
+    subsets = list(combinations(range(experts), k))
+    return sum(len({e // size for e in s}) for s in subsets) / len(subsets)
+
+
+@pytest.mark.parametrize(("experts", "k", "blocks"), [(8, 2, 4), (12, 3, 3), (16, 4, 8), (10, 1, 5)])
+def test_routed_blocks_match_enumeration(experts: int, k: int, blocks: int) -> None:
+    moe = MoESpec(num_experts=experts, experts_per_token=k, expert_ffn_hidden_size=8)
+    assert float(routed_blocks(moe, blocks)) == pytest.approx(_enumerated_blocks(experts, k, blocks), rel=1e-12)
+
+
+def test_group_limited_routing_bounds_nodes_by_enumeration() -> None:
+    """16 experts in 4 groups, each token within 2 groups, 4 experts (each chosen group used): over every pair of
+    groups and every 4 experts of their 8, the blocks of 8 experts (2 groups) and of 2 experts (half a group)."""
+    moe = MoESpec(num_experts=16, experts_per_token=4, expert_ffn_hidden_size=8, num_groups=4, topk_groups=2)
+    for size in (8, 2):
+        seen, count = 0, 0
+        for groups in combinations(range(4), 2):
+            pool = [e for g in groups for e in range(4 * g, 4 * g + 4)]
+            for s in combinations(pool, 4):
+                if {e // 4 for e in s} != set(groups):
+                    continue  # DeepSeek-V3 picks groups by their best experts: every chosen group is used
+                seen += len({e // size for e in s})
+                count += 1
+        want = seen / count
+        got = float(routed_blocks(moe, 16 // size))
+        if size == 8:  # whole groups: exact
+            assert got == pytest.approx(want, rel=1e-12)
+        else:  # inside a group: the formula lets a chosen group go unused, so it may only undercount
+            assert got <= want and got == pytest.approx(want, rel=0.1)
+
+
+def test_deepseek_v3_reaches_four_nodes() -> None:
+    """EP 64 on 8 nodes of 8: a node's 32 experts are one of the 8 groups and a token uses 4 groups, so every
+    token reaches 4 nodes (DeepSeek-V3 §2.1.2 node-limited routing)."""
+    assert float(routed_blocks(DSV3.moe, 8)) == pytest.approx(4.0, rel=1e-12)
+
+
+def _ep_ops(system_name: str, layout: TrainLayout, work: TrainWorkload, model=DSV3, **software):
+    system = get_system(system_name)
+    system = system.model_copy(update={"software": system.software.model_copy(update=software)})
+    rows = LayoutArrays.from_layouts([layout], work.global_batch)
+    cost = train_cost(model, system, work, rows)
+    return cost, {op.name: op for op in cost.kinds["moe"].fwd_ops if op.dim == "ep"}
+
+
+WORK = TrainWorkload(seq_len=4096, global_batch=512, dtype="bf16", attention="flash")
+EP64 = TrainLayout(tp=1, pp=4, dp=64, ep=64, interleave=8, recompute=Recompute.NONE, zero_stage=1)
+
+
+def test_deepep_sends_a_token_once_per_remote_node() -> None:
+    """DeepSeek-V3, EP 64 over 8 nodes, 4096 tokens of h 7168 in bf16: the alltoall dispatcher's NIC carries the
+    8 copies' 56/64 that leave the node; DeepEP one copy per remote node, 4 nodes of which 4·7/8 are remote."""
+    token = 4096 * 7168 * 2.0
+    _, a2a = _ep_ops("dgx-h100", EP64, WORK)
+    _, deep = _ep_ops("dgx-h100", EP64, WORK, ep_dispatcher="deepep")
+    system = get_system("dgx-h100")
+    inter = comm.link_bandwidth(system, "inter")
+    n, stride = np.array([64.0]), np.array([1.0])
+    plain = comm.all_to_all_time(system, np.array([8 * token]), n, stride)
+    assert float(a2a["moe.ep_dispatch"].time[0]) == pytest.approx(float(plain[0]), rel=1e-12)
+    # the network phase binds: its bytes over the NIC, plus NCCL's base and hop latencies
+    net = float(deep["moe.ep_dispatch"].time[0])
+    assert net == pytest.approx(token * 4 * 7 / 8 / inter, rel=0.02)
+    assert float(a2a["moe.ep_dispatch"].time[0]) / net == pytest.approx(8 * 56 / 64 / (4 * 7 / 8), rel=0.02)
+
+
+def test_deepep_inside_a_node_sends_once_per_rank() -> None:
+    """Qwen3-30B-A3B (128 experts, top-8) on EP 8 in one node: distinct ranks per token 8·(1 − C(112,8)/C(128,8));
+    NVLink carries the 7/8 of them that are other ranks, against 8·7/8 copies with the alltoall dispatcher."""
+    work = TrainWorkload(seq_len=4096, global_batch=64, dtype="bf16", attention="flash")
+    lay = TrainLayout(tp=1, pp=1, dp=8, ep=8, recompute=Recompute.NONE, zero_stage=1)
+    _, a2a = _ep_ops("dgx-h100", lay, work, QWEN)
+    _, deep = _ep_ops("dgx-h100", lay, work, QWEN, ep_dispatcher="deepep")
+    miss = np.prod([(112 - i) / (128 - i) for i in range(8)])
+    ranks = 8 * (1 - miss)
+    token = 4096 * QWEN.hidden_size * 2.0
+    assert float(deep["moe.ep_dispatch"].nbytes[0]) == pytest.approx(token * ranks * 7 / 8, rel=1e-9)
+    assert float(a2a["moe.ep_dispatch"].nbytes[0]) == pytest.approx(token * 8, rel=1e-9)
+
+
+@pytest.mark.parametrize("dispatcher", ["alltoall", "deepep"])
+def test_combined_1f1b_hides_all_to_alls_behind_the_paired_layer(dispatcher: str) -> None:
+    """PP 4 with interleave 8 and 128 microbatches: 2·3 + 7·4 + 1 = 35 of the 1024 virtual microbatches have no
+    partner and show their all-to-alls whole; in the rest they hide behind the paired layer's compute (attention and
+    MoE, forward and backward), what exceeds it shows and the hidden part costs the overlap slowdown. The alltoall
+    dispatcher's traffic outlasts the compute here; DeepEP's fits under it."""
+    work = TrainWorkload(seq_len=4096, global_batch=8192, dtype="bf16", attention="flash")
+    off, _ = _ep_ops("dgx-h100", EP64, work, ep_dispatcher=dispatcher)
+    on, _ = _ep_ops("dgx-h100", EP64, work, ep_dispatcher=dispatcher, ep_comm_overlap=True)
+    a2a = float(off.kinds["moe"].fwd.comm_ep[0] + off.kinds["moe"].bwd.comm_ep[0])
+    compute = sum(float(op.time[0]) for c in ("moe", "attention") for op in
+                  off.kinds[c].fwd_ops + off.kinds[c].bwd_ops if op.kind != "comm")
+    assert (compute < a2a) == (dispatcher == "alltoall")
+    u = 35 / 1024
+    slowdown = get_system("dgx-h100").software.overlap_slowdown
+    hidden = min(compute, a2a)
+    paired = a2a - hidden + slowdown * hidden
+    shown = float(on.kinds["moe"].fwd.comm_ep[0] + on.kinds["moe"].bwd.comm_ep[0])
+    assert shown == pytest.approx(u * a2a + (1 - u) * paired, rel=1e-9)
+    assert float(on.step_time_s[0]) < float(off.step_time_s[0])
+
+
+@pytest.mark.parametrize("layout", [
+    TrainLayout(tp=1, pp=4, dp=64, ep=64, recompute=Recompute.NONE, zero_stage=1),  # PP without interleaving
+    TrainLayout(tp=1, pp=4, dp=64, ep=64, interleave=8, recompute=Recompute.FULL, zero_stage=1),  # full recompute
+])
+def test_overlap_needs_what_megatron_requires(layout: TrainLayout) -> None:
+    """Megatron-Core asserts interleaving under PP and no full recompute for the overlap: elsewhere nothing hides."""
+    off, _ = _ep_ops("dgx-h100", layout, WORK)
+    on, _ = _ep_ops("dgx-h100", layout, WORK, ep_comm_overlap=True)
+    assert float(on.step_time_s[0]) == pytest.approx(float(off.step_time_s[0]), rel=1e-12)
+
+
+# --- MoE activation memory: fp8 GEMM inputs and Megatron's recompute modules -----------------------------------
+def _acts(model, dtype: str, recompute: Recompute = Recompute.NONE, **software):
+    work = TrainWorkload(seq_len=4096, global_batch=64, dtype=dtype, attention="flash")
+    lay = TrainLayout(tp=1, pp=1, dp=8, ep=8, recompute=recompute, zero_stage=1)
+    cost, _ = _ep_ops("dgx-h100", lay, work, model, **software)
+    return cost.kinds
+
+
+def test_fp8_keeps_gemm_inputs_in_one_byte() -> None:
+    """Qwen3-30B-A3B, 4096 tokens: under fp8 Transformer Engine keeps each GEMM's input as its fp8 copy, so per
+    token the 8 routed copies' FC1 input (h 2048) and FC2 input (768) and attention's QKV input (2048) and
+    output-projection input (32 heads · 128) shrink from 2 bytes to 1; the router and activation inputs stay 16-bit."""
+    bf16, fp8 = _acts(QWEN, "bf16"), _acts(QWEN, "fp8")
+    T = 4096
+    moe = float(bf16["moe"].acts.none[0] - fp8["moe"].acts.none[0])
+    assert moe == pytest.approx(T * 8 * (2048 + 768), rel=1e-12)
+    attn = float(bf16["attention"].acts.none[0] - fp8["attention"].acts.none[0])
+    assert attn == pytest.approx(T * (2048 + 32 * 128), rel=1e-12)
+
+
+def test_moe_act_recompute_drops_the_fc2_input() -> None:
+    """recompute_modules moe_act: the experts' activation output (FC2 input, 768 per copy, 8 copies) is not kept
+    and the activation kernel reruns in the backward (``recompute_modules.module_costs``)."""
+    k = _acts(QWEN, "bf16", Recompute.SELECTIVE)
+    assert float(k["moe"].modules["moe_act"].freed[0]) == pytest.approx(4096 * 8 * 768 * 2.0)
+    act = next(op for op in k["moe"].fwd_ops if op.name == "moe.experts.act")
+    assert float(k["moe"].modules["moe_act"].time[0]) == pytest.approx(float(act.time[0]), rel=1e-12)
+
+
+def test_mla_up_proj_recompute_drops_q_k_v() -> None:
+    """DeepSeek-V3 with mla_up_proj: the 128 heads' Q and K (192) and V (128) are rebuilt from the latents."""
+    dflt = _acts(DSV3, "bf16", Recompute.SELECTIVE)
+    mla = dflt["attention"].modules["mla_up_proj"]
+    assert float(mla.freed[0]) == pytest.approx(4096 * 2.0 * 128 * (192 + 192 + 128))
+    ups = ("attn.q_up", "attn.kv_up", "attn.rope")
+    up = sum(float(op.time[0]) for op in dflt["attention"].fwd_ops if op.name in ups)
+    assert float(mla.time[0]) == pytest.approx(up, rel=1e-12)
+    assert float(dflt["attention"].selective.time[0]) == 0.0  # flash attention: core_attn has nothing to rerun
