@@ -6,12 +6,13 @@ For each published case, ``plan_training`` twice with the pipeline depth pinned:
 (today's even split) and with the per-stage search (the default). Reported: both step times (each the cost
 model's evaluation of the returned plan), the gain, the chosen split and recompute counts, how the global
 layouts were accounted for (solved per stage / bounded out / no pipeline), the per-stage search time and the
-whole planning time (median of 3 runs, in-process after imports), and the statuses. Targets (the issue):
-≤ 1 s up to 1,024 GPUs, ≤ 5 s for the large cases.
+whole planning time (median of 5 runs, in-process after imports; the load average is printed), and the
+statuses. Targets (the issue): ≤ 1 s up to 1,024 GPUs, ≤ 5 s for the large cases.
 """
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from typing import Any
@@ -20,6 +21,8 @@ from shardplan.costmodel.training.layout import TrainWorkload
 from shardplan.hardware import get_system
 from shardplan.models import get_model
 from shardplan.planner.training.solve import TrainRequest, plan_training
+
+RUNS = 5  # timed runs per case; the median is reported
 
 CASES: list[tuple[str, str, str, int, int, int, dict[str, Any]]] = [
     # name, model, system, GPUs, global batch, sequence, pins
@@ -60,13 +63,14 @@ def _request(model: str, system: str, gpus: int, batch: int, seq: int, pins: dic
 
 
 def main() -> None:
+    print(f"load average before: {os.getloadavg()[0]:.2f}")
     print("| case | uniform step s | per-stage step s | gain | layout | stage layers | recompute per stage | "
           "solved / bounded / no PP | per-stage s | plan s | status |")
     print("|---|---:|---:|---:|---|---|---|---|---:|---:|---|")
     for name, model, system, gpus, batch, seq, pins in CASES:
         uni = plan_training(_request(model, system, gpus, batch, seq, pins, uniform=True))
         times, stage_times, plan = [], [], None
-        for _ in range(3):
+        for _ in range(RUNS):
             t0 = time.perf_counter()
             plan = plan_training(_request(model, system, gpus, batch, seq, pins, uniform=False))
             times.append(time.perf_counter() - t0)
@@ -89,3 +93,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    print(f"load average after: {os.getloadavg()[0]:.2f}")

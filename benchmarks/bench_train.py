@@ -2,7 +2,8 @@
 
     .venv/bin/python benchmarks/bench_train.py            # all cases, a markdown table on stdout
 
-For each case of the training-planner issue: the planner's wall time (in-process, after imports), its
+For each case of the training-planner issue: the planner's wall time (in-process, after imports, median of
+``RUNS``; the load average is printed before and after), its
 CP-SAT status, the candidate count, and a side-by-side with a brute-force enumerator that evaluates
 every costed layout one at a time through ``estimate_training`` (timed on a sample of 200 layouts,
 extrapolated), which is how a per-layout search such as Calculon's works. Then the cost model's own
@@ -11,6 +12,7 @@ speed: one evaluation of a 126-layer model, and the vectorised table builder's l
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 
@@ -25,6 +27,8 @@ from shardplan.hardware import get_system
 from shardplan.models import get_model
 from shardplan.planner.training.request import TrainRequest, space_request
 from shardplan.planner.training.solve import plan_training
+
+RUNS = 5  # timed runs per case; the median is reported
 
 CASES = [
     # name, model, system, GPUs, global batch (None: choose ≤ max), seq, max batch
@@ -51,7 +55,7 @@ def bench_planner() -> list[str]:
         req = _request(*args)
         plan_training(req)  # warm caches (numpy, ortools import)
         walls = []
-        for _ in range(3):
+        for _ in range(RUNS):
             t = time.perf_counter()
             plan = plan_training(req)
             walls.append(time.perf_counter() - t)
@@ -93,6 +97,8 @@ def bench_cost_model() -> list[str]:
 
 
 if __name__ == "__main__":
+    print(f"load average before: {os.getloadavg()[0]:.2f}")
     print("\n".join(bench_planner()))
+    print(f"load average after the planner cases: {os.getloadavg()[0]:.2f}")
     print()
     print("\n".join(bench_cost_model()))

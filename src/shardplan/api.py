@@ -104,12 +104,14 @@ def estimate_training(model: str | ModelSpec, hardware: str | SystemSpec, *, glo
                       offload_optimizer: float = 0.0, offload_weights: float = 0.0, offload_activations: float = 0.0,
                       dtype: str = "bf16", grad_dtype: str = "fp32", attention: str | None = None,
                       stage_layers: list[int] | None = None,
-                      stage_recompute_layers: list[int] | None = None) -> TrainReport:
+                      stage_recompute_layers: list[int] | None = None,
+                      recompute_modules: list[str] | None = None) -> TrainReport:
     """Time and memory of one pinned training layout, as ``shardplan estimate train`` prints it.
 
     ``dp`` defaults to gpus / (tp·pp·cp); offload fractions are 0–1 of each class kept on the CPU;
     ``stage_layers`` pins the layers per pipeline rank (``--stage-layers``), ``stage_recompute_layers`` the
-    fully recomputed layers per rank under ``recompute="full"``. A layout
+    fully recomputed layers per rank under ``recompute="full"``, ``recompute_modules`` Megatron's selective
+    module set under ``recompute="selective"`` (``--recompute-modules``; default core_attn). A layout
     that does not fit is a result with ``status == "infeasible"``, a ``reason`` and ``suggestions``.
 
     >>> r = estimate_training("gpt3-175b", "dgx-a100-80gb", gpus=64, global_batch=64, seq_len=2048, tp=8, pp=8,
@@ -133,7 +135,8 @@ def estimate_training(model: str | ModelSpec, hardware: str | SystemSpec, *, glo
     layout = TrainLayout(tp=tp, pp=pp, dp=dp, ep=ep, cp=cp, microbatch=microbatch, interleave=interleave,
                          recompute=rc, recompute_layers=recompute_layers, sequence_parallel=sequence_parallel,
                          zero_stage=zero_stage, offload_optimizer=offload_optimizer,
-                         offload_weights=offload_weights, offload_activations=offload_activations)
+                         offload_weights=offload_weights, offload_activations=offload_activations,
+                         recompute_modules=None if recompute_modules is None else tuple(recompute_modules))
     work = _workload(seq_len, global_batch, {"dtype": dtype, "grad_dtype": grad_dtype, "attention": attention})
     if stage_layers is not None:
         from shardplan.costmodel.training.stage_report import estimate_split

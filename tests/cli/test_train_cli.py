@@ -120,3 +120,18 @@ def test_recompute_layers_without_full_recompute_is_bad_input(run_cli) -> None:
                 "--recompute", "selective", "--recompute-layers", "4")
     assert r.code == 2 and "recompute-layers" in r.err
     assert len(r.err.strip().splitlines()) == 1
+
+
+def test_estimate_train_takes_recompute_modules(run_cli) -> None:
+    """``--recompute-modules`` pins Megatron's selective module set: the plan names it, the MLP's activations go
+    and its forward is rerun (less memory, more time than the default core_attn); bad names exit 2 in one line."""
+    base = run_cli(*EST, "--json").json()
+    r = run_cli(*EST, "--recompute-modules", "core_attn,mlp", "--json")
+    assert r.code == 0, r.err
+    d = r.json()
+    assert base["plan"]["recompute_modules"] == ["core_attn"]
+    assert d["plan"]["recompute_modules"] == ["core_attn", "mlp"]
+    assert d["memory"]["activations_bytes"] < base["memory"]["activations_bytes"]
+    assert d["metrics"]["step_time_s"] > base["metrics"]["step_time_s"]
+    bad = run_cli(*EST, "--recompute-modules", "attention")
+    assert bad.code == 2 and bad.err.count("\n") == 1 and "recompute_modules" in bad.err

@@ -156,20 +156,19 @@ def test_fp8_keeps_gemm_inputs_in_one_byte() -> None:
 
 def test_moe_act_recompute_drops_the_fc2_input() -> None:
     """recompute_modules moe_act: the experts' activation output (FC2 input, 768 per copy, 8 copies) is not kept
-    and the activation kernel reruns in the backward."""
-    k = _acts(QWEN, "bf16", Recompute.SELECTIVE, recompute_modules=("core_attn", "moe_act"))
-    assert float(k["moe"].acts.none[0] - k["moe"].acts.selective[0]) == pytest.approx(4096 * 8 * 768 * 2.0)
+    and the activation kernel reruns in the backward (``recompute_modules.module_costs``)."""
+    k = _acts(QWEN, "bf16", Recompute.SELECTIVE)
+    assert float(k["moe"].modules["moe_act"].freed[0]) == pytest.approx(4096 * 8 * 768 * 2.0)
     act = next(op for op in k["moe"].fwd_ops if op.name == "moe.experts.act")
-    assert float(k["moe"].selective.time[0]) == pytest.approx(float(act.time[0]), rel=1e-12)
+    assert float(k["moe"].modules["moe_act"].time[0]) == pytest.approx(float(act.time[0]), rel=1e-12)
 
 
 def test_mla_up_proj_recompute_drops_q_k_v() -> None:
     """DeepSeek-V3 with mla_up_proj: the 128 heads' Q and K (192) and V (128) are rebuilt from the latents."""
     dflt = _acts(DSV3, "bf16", Recompute.SELECTIVE)
-    mla = _acts(DSV3, "bf16", Recompute.SELECTIVE, recompute_modules=("mla_up_proj",))
-    assert float(dflt["attention"].acts.selective[0] - mla["attention"].acts.selective[0]) == pytest.approx(
-        4096 * 2.0 * 128 * (192 + 192 + 128))
+    mla = dflt["attention"].modules["mla_up_proj"]
+    assert float(mla.freed[0]) == pytest.approx(4096 * 2.0 * 128 * (192 + 192 + 128))
     ups = ("attn.q_up", "attn.kv_up", "attn.rope")
-    up = sum(float(op.time[0]) for op in mla["attention"].fwd_ops if op.name in ups)
-    assert float(mla["attention"].selective.time[0]) == pytest.approx(up, rel=1e-12)
+    up = sum(float(op.time[0]) for op in dflt["attention"].fwd_ops if op.name in ups)
+    assert float(mla.time[0]) == pytest.approx(up, rel=1e-12)
     assert float(dflt["attention"].selective.time[0]) == 0.0  # flash attention: core_attn has nothing to rerun

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pytest
@@ -176,3 +177,15 @@ def test_attention_backend_is_the_kernel_the_plan_was_costed_with(kernel: str, b
                microbatch_size=1, num_microbatches=4, global_batch=32)
     args = export_train("megatron", t).text.split()
     assert args[args.index("--attention-backend") + 1] == backend
+
+
+def test_recompute_modules_are_written_as_megatron_takes_them() -> None:
+    """A plan's selective module set becomes ``--recompute-modules`` (a list argument at d98e8a6); Megatron's
+    default set (core_attn) writes nothing beyond ``--recompute-granularity selective``."""
+    plan = CORNERS["mixtral-offload"].plan.model_copy(update={"recompute_modules": ["core_attn", "layernorm",
+                                                                                     "moe_act"]})
+    args = dict(parse(export_train("megatron", dataclasses.replace(CORNERS["mixtral-offload"], plan=plan)).text))
+    assert args["--recompute-granularity"] == ["selective"]
+    assert args["--recompute-modules"] == ["core_attn", "layernorm", "moe_act"]
+    assert FLAGS["flags"]["--recompute-modules"] == "list"
+    assert "--recompute-modules" not in dict(parse(export_train("megatron", GPT3).text))

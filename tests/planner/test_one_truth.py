@@ -22,13 +22,15 @@ from shardplan.planner.training.solve import TrainRequest, plan_training
 LAYOUT_RE = re.compile(
     r"TP=(\d+) PP=(\d+) DP=(\d+) CP=(\d+) EP=(\d+), microbatch (\d+), interleave (\d+), recompute (none|selective|full)"
     r"(?: on (\d+) layers?/stage)?, SP (on|off), ZeRO-(\d), (no offload|offload [^:)]*?)(?=\)|:|$| fits)")
+MODULES_RE = re.compile(r"recompute selective modules ([a-z_+]+),")
 ETP_RE = re.compile(r"EP=\d+ ETP=(\d+),")
 
 
 def parse(text: str) -> TrainLayout:
     """A layout from its printed name."""
-    etp = ETP_RE.search(text)
+    etp, mods = ETP_RE.search(text), MODULES_RE.search(text)
     text = ETP_RE.sub(lambda x: x.group(0).split(" ETP=")[0] + ",", text)
+    text = MODULES_RE.sub("recompute selective,", text)
     m = LAYOUT_RE.search(text)
     assert m, f"layout not named in full: {text!r}"
     tp, pp, dp, cp, ep, mb, v = (int(x) for x in m.groups()[:7])
@@ -39,7 +41,8 @@ def parse(text: str) -> TrainLayout:
                        interleave=v, recompute=Recompute(m.group(8)),
                        recompute_layers=int(m.group(9)) if m.group(9) else None, sequence_parallel=m.group(10) == "on",
                        zero_stage=int(m.group(11)), offload_optimizer=off["optimizer"], offload_weights=off["weights"],
-                       offload_activations=off["activations"])
+                       offload_activations=off["activations"],
+                       recompute_modules=tuple(mods.group(1).split("+")) if mods else None)
 
 
 def _gpt22b():
@@ -260,7 +263,8 @@ def test_recompute_sentence_is_the_estimate_without_recompute() -> None:
                                       zero_stage=1))
     assert plan.plan.recompute != "none"
     line = next(x for x in plan.explanation if x.startswith("Recompute"))
-    bare = dataclasses.replace(parse(describe_plan(plan.plan)), recompute=Recompute.NONE, recompute_layers=None)
+    bare = dataclasses.replace(parse(describe_plan(plan.plan)), recompute=Recompute.NONE, recompute_layers=None,
+                               recompute_modules=None)
     rep = _estimate(model, system, 64, work, bare, plan.plan.global_batch)
     m = re.search(r"needs ([\d.]+) GiB per GPU > ([\d.]+) GiB usable", line)
     assert m and rep.status == "infeasible", line

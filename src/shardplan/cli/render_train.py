@@ -41,6 +41,8 @@ def layout_line(plan: Any) -> str:
         parts.append("layers/stage=" + ",".join(map(str, p.stage_layers)))
         if p.stage_recompute_layers is not None:
             rc = f"{p.recompute}({','.join(map(str, p.stage_recompute_layers))} layers/stage)"
+    if getattr(p, "recompute_modules", None) not in (None, ["core_attn"]):
+        rc += "(" + "+".join(p.recompute_modules) + ")"  # Megatron's --recompute-modules, when not its default
     parts += [f"recompute={rc}", f"SP={'on' if p.sequence_parallel else 'off'}", f"ZeRO={p.zero_stage}"]
     for name, v in (("optimizer", off.optimizer), ("weights", off.weights), ("activations", off.activations)):
         if v:

@@ -80,6 +80,9 @@ StageLayersOpt = Annotated[str | None, typer.Option(
     "--stage-layers", help="Layers per pipeline rank, e.g. 7,8,8,7 (must sum to the model's layers).")]
 StageRcOpt = Annotated[str | None, typer.Option(
     "--stage-recompute-layers", help="With --recompute full and --stage-layers: fully recomputed layers per rank.")]
+RcModulesOpt = Annotated[str | None, typer.Option(
+    "--recompute-modules", help="With --recompute selective: the modules recomputed in every layer, comma-separated "
+    "(Megatron's --recompute-modules: core_attn, layernorm, mlp, moe_act, shared_experts, moe; default core_attn).")]
 UniformOpt = Annotated[bool, typer.Option(
     "--uniform-stages", help="Split layers evenly over pipeline stages with one recompute count (no per-stage "
     "optimisation; for comparison).")]
@@ -215,7 +218,7 @@ def estimate_train(
     optimizer: Optimizer = "adam", memory_headroom: HeadroomOpt = None,
     attention: Attention = None, as_json: JsonOpt = False, export: ExportOpt = None, output: OutputOpt = None,
     plot: PlotOpt = None, plot_kind: PlotKindOpt = None, stage_layers: StageLayersOpt = None,
-    stage_recompute_layers: StageRcOpt = None,
+    stage_recompute_layers: StageRcOpt = None, recompute_modules: RcModulesOpt = None,
 ) -> None:
     """Per-layer and per-stage time and memory of one pinned training layout.
 
@@ -244,6 +247,8 @@ def estimate_train(
         offload_optimizer=parse_fraction(offload_optimizer, field="offload-optimizer"),
         offload_weights=parse_fraction(offload_weights, field="offload-weights"),
         offload_activations=parse_fraction(offload_activations, field="offload-activations"),
+        recompute_modules=None if recompute_modules is None
+        else tuple(m.strip() for m in recompute_modules.split(",") if m.strip()),
     )
     work = _workload(seq_len, global_batch, dtype, grad_dtype, attention, optimizer,
                      parse_headroom(memory_headroom, system.gpu.memory_bytes))
@@ -317,6 +322,7 @@ def train(
         time_limit_s=time_limit, uniform_stages=uniform_stages,
         single_recompute_count=export is not None,  # Megatron and torchtitan take one recompute count
         zero3_with_pp=export is None or export == "torchtitan",  # only torchtitan runs FSDP under PP
+        module_sets=export is None or export == "megatron",  # --recompute-modules is Megatron's
     )
     with solving(f"planning {spec.name} on {n} GPUs…", enabled=not as_json):
         plan = plan_training(req)

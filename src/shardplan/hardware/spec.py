@@ -280,12 +280,6 @@ class SoftwareSpec(BaseModel):
         "backward; needs PP 1 or interleaving, no full recompute). Off: Megatron-Core's default "
         "(megatron/core/model_parallel_config.py at d98e8a6), every all-to-all exposed."
     )
-    recompute_modules: tuple[Literal["core_attn", "moe_act", "mla_up_proj", "layernorm", "mlp"], ...] = Field(
-        ("core_attn",), description="What selective recompute reruns (Megatron-Core recompute_modules; default "
-        "['core_attn'], transformer_config.py at d98e8a6): core_attn the unfused attention core, moe_act the routed "
-        "experts' activation, mla_up_proj MLA's query/key-value up-projections (Q, K, V not kept), layernorm the "
-        "pre-attention and pre-MLP norms, mlp the dense MLP layers whole."
-    )
     ep_dispatcher: Literal["alltoall", "deepep"] = Field(
         "alltoall", description="How MoE tokens travel: 'alltoall' (one copy per routed expert, NCCL all-to-all: "
         "Megatron's alltoall dispatcher) or 'deepep' (Megatron's flex dispatcher with DeepEP/HybridEP: a token "

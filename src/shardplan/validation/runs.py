@@ -237,20 +237,24 @@ def stack_tp_overlap(r: dict[str, Any]) -> str:
 
 
 def stack_moe(r: dict[str, Any]) -> dict[str, Any]:
-    """The stack settings a record's recipe ran with (``SoftwareSpec.ep_dispatcher``, ``ep_comm_overlap``,
-    ``recompute_modules``), as its ``software`` entry gives them with their source (the recipe at the container's
-    commit); none given: Megatron-Core's defaults (alltoall, no overlap, core_attn)."""
+    """The stack settings a record's recipe ran with (``SoftwareSpec.ep_dispatcher``, ``ep_comm_overlap``), as its
+    ``software`` entry gives them with their source (the recipe at the container's commit); none given:
+    Megatron-Core's defaults (alltoall, no overlap)."""
     sw = r.get("software") or {}
-    out = {k: sw[k] for k in ("ep_dispatcher", "ep_comm_overlap") if k in sw}
-    if sw.get("recompute_modules"):
-        out["recompute_modules"] = tuple(sw["recompute_modules"])
-    return out
+    return {k: sw[k] for k in ("ep_dispatcher", "ep_comm_overlap") if k in sw}
+
+
+def stack_modules(r: dict[str, Any]) -> tuple[str, ...] | None:
+    """The selective recompute modules a record's recipe names (``TrainLayout.recompute_modules``); None: Megatron's
+    default (core_attn)."""
+    mods = (r.get("software") or {}).get("recompute_modules")
+    return tuple(mods) if mods else None
 
 
 def stack_recompute(r: dict[str, Any], rc_text: str) -> Recompute:
     """A record's recompute short of full: selective where its text says so or its recipe names recompute_modules
     (Megatron-Bridge set_recompute_overrides sets them on selective granularity), else none."""
-    return Recompute.SELECTIVE if "selective" in rc_text or stack_moe(r).get("recompute_modules") else Recompute.NONE
+    return Recompute.SELECTIVE if "selective" in rc_text or stack_modules(r) else Recompute.NONE
 
 
 def modern_setup(r: dict[str, Any]) -> tuple[ModelSpec, Any, int, TrainWorkload, TrainLayout, str, float] | None:
@@ -278,7 +282,8 @@ def modern_setup(r: dict[str, Any]) -> tuple[ModelSpec, Any, int, TrainWorkload,
     etp = p.get("etp") or (fits[0] if fits else None)
     layout = TrainLayout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, microbatch=mb, interleave=p.get("vp") or 1,
                          recompute=recompute, recompute_layers=int(layers.group(1)) if layers else None,
-                         sequence_parallel=tp > 1, zero_stage=zero)
+                         sequence_parallel=tp > 1, zero_stage=zero,
+                         recompute_modules=stack_modules(r) if recompute == Recompute.SELECTIVE else None)
     base = get_system(system_name)
     # software of today regardless of the preset's default (the A100 preset describes Selene 2021)
     sw = base.software.model_copy(update={"overlap_grad_reduce": True, "tp_comm_overlap": 0.5,

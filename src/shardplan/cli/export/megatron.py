@@ -116,6 +116,9 @@ def _recompute(t: TrainTarget, args: Args, notes: list[str]) -> None:
         return  # Megatron's default: no recompute flags
     if p.recompute == "selective":
         args.append(("--recompute-granularity", "selective"))  # default --recompute-modules core_attn
+        modules = list(p.recompute_modules or ["core_attn"])
+        if modules != ["core_attn"]:  # a list argument (d98e8a6: ArgumentGroupFactory(TransformerConfig))
+            args.append(("--recompute-modules", " ".join(modules)))
     elif p.recompute == "full":
         counts = p.stage_recompute_layers or []
         partial = {k for k, n in zip(counts, p.stage_layers or [], strict=False) if k < n}

@@ -277,21 +277,7 @@ def backward(ctx: Ctx, fwd: list[Op]) -> list[Op]:
     return out
 
 
-# The forward ops each selective-recompute module reruns (``SoftwareSpec.recompute_modules``; Megatron-Core
-# transformer_layer.py, experts.py and multi_latent_attention.py checkpoint these submodules): the unfused attention
-# core; the routed experts' activation; MLA's up-projections and the rotary on their output; the two pre-norms;
-# the dense MLP with its TP collectives (the norm before it and the residual stay outside).
-_MODULE_OPS = {
-    "moe_act": lambda name: name == "moe.experts.act",
-    "mla_up_proj": lambda name: name.split(".fp8")[0].split(".fp4")[0] in ("attn.q_up", "attn.kv_up", "attn.rope"),
-    "layernorm": lambda name: name in ("attn.norm", "mlp.norm", "moe.norm"),
-    "mlp": lambda name: name.startswith("mlp.") and name not in ("mlp.norm", "mlp.residual"),
-}
-
-
-def selective_part(ctx: Ctx, fwd: list[Op]) -> list[Op]:
-    """The forward ops selective recompute reruns: core attention of the unfused path (``core_attn``), and the
-    ops of the other modules the stack recomputes."""
-    mods = ctx.system.software.recompute_modules
-    picks = [_MODULE_OPS[m] for m in mods if m in _MODULE_OPS]
-    return [op for op in fwd if (op.selective and "core_attn" in mods) or any(p(op.name) for p in picks)]
+def selective_part(fwd: list[Op]) -> list[Op]:
+    """The forward ops selective recompute reruns by default (Megatron's core_attn): core attention of the unfused
+    path. Other modules: ``recompute_modules``."""
+    return [op for op in fwd if op.selective]

@@ -14,6 +14,7 @@ import numpy as np
 
 from shardplan.costmodel.core import bands
 from shardplan.costmodel.core.layouts import check_gpus
+from shardplan.costmodel.training.knobs import DEFAULT_RECOMPUTE_MODULES
 from shardplan.costmodel.training.layout import LayoutArrays, Recompute, TrainLayout, TrainWorkload
 from shardplan.costmodel.training.report import (
     LayerRow,
@@ -82,6 +83,8 @@ def report_row(cost: TrainCost, i: int, *, model: ModelSpec, system: SystemSpec,
         offload=OffloadOut(weights=lay.offload_weights, optimizer=lay.offload_optimizer,
                            activations=lay.offload_activations),
         etp=lay.expert_tp if model.moe is not None else None,
+        recompute_modules=list(lay.recompute_modules or DEFAULT_RECOMPUTE_MODULES)
+        if lay.recompute == Recompute.SELECTIVE else None,
     )
     metrics = TrainMetrics(
         step_time_s=step, tokens_per_s=gb * w.seq_len / step,

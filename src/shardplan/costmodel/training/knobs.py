@@ -18,3 +18,20 @@ class Recompute(StrEnum):
 
 RECOMPUTE_CODE = {Recompute.NONE: 0, Recompute.SELECTIVE: 1, Recompute.FULL: 2}
 RECOMPUTE_OF_CODE = {v: k for k, v in RECOMPUTE_CODE.items()}
+
+
+# Megatron-LM's selective recompute modules the cost model prices (``--recompute-modules``; d98e8a6
+# megatron/core/transformer/transformer_config.py ``recompute_modules``; the default is core_attn alone). A row of
+# layouts carries the set as a bit mask (bit i: ``RECOMPUTE_MODULES[i]``).
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "mlp", "moe_act", "shared_experts", "moe", "mla_up_proj")
+DEFAULT_RECOMPUTE_MODULES = ("core_attn",)
+
+
+def modules_mask(names: tuple[str, ...] | None) -> int:
+    """Bit mask of a module set (None: Megatron's default, core_attn)."""
+    return sum(1 << RECOMPUTE_MODULES.index(n) for n in set(DEFAULT_RECOMPUTE_MODULES if names is None else names))
+
+
+def modules_of_mask(mask: int) -> tuple[str, ...]:
+    """The module set of a bit mask, in ``RECOMPUTE_MODULES`` order."""
+    return tuple(n for i, n in enumerate(RECOMPUTE_MODULES) if mask >> i & 1)

@@ -12,7 +12,14 @@ from typing import Annotated, Literal, Self
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from shardplan.costmodel.training.knobs import RECOMPUTE_CODE, RECOMPUTE_OF_CODE, Recompute
+from shardplan.costmodel.training.knobs import (
+    DEFAULT_RECOMPUTE_MODULES,
+    RECOMPUTE_CODE,
+    RECOMPUTE_OF_CODE,
+    Recompute,
+    modules_mask,
+    modules_of_mask,
+)
 from shardplan.hardware.spec import AttentionKernel
 
 # fp32 master weights (4 B) plus the moments: Adam m and v in fp32 (8 B; Rajbhandari et al. 2020, K = 12);
@@ -118,6 +125,9 @@ class TrainLayout:
     etp: int | None = None
     """Expert tensor parallelism (MoE parallel folding, Liu et al. 2025, arXiv 2504.14960): None = tp (Megatron's
     default ``--expert-tensor-parallel-size``). Expert-data-parallel ranks follow: edp = tp·cp·dp / (etp·ep)."""
+    recompute_modules: tuple[str, ...] | None = None
+    """Under ``--recompute selective``: the modules recomputed in every layer (``knobs.RECOMPUTE_MODULES``,
+    Megatron's ``--recompute-modules``); None = Megatron's default, core_attn."""
 
     @property
     def expert_tp(self) -> int:
@@ -148,6 +158,7 @@ class LayoutArrays:
     f_act: np.ndarray  # fraction of stored activations kept on the CPU
     gb: np.ndarray  # global batch (sequences per step) of the row
     etp: np.ndarray  # expert tensor parallelism (tp unless folded)
+    sel: np.ndarray  # selective recompute modules, a bit mask over knobs.RECOMPUTE_MODULES (rc == 1)
 
     @property
     def edp(self) -> np.ndarray:
@@ -171,6 +182,7 @@ class LayoutArrays:
             f_opt=col(lambda x: x.offload_optimizer, float), f_w=col(lambda x: x.offload_weights, float),
             f_act=col(lambda x: x.offload_activations, float),
             gb=np.full(len(layouts), global_batch, dtype=np.int64), etp=col(lambda x: x.expert_tp),
+            sel=col(lambda x: modules_mask(x.recompute_modules)),
         )
 
     def row(self, i: int) -> TrainLayout:
@@ -182,6 +194,8 @@ class LayoutArrays:
             zero_stage=int(self.zero[i]), offload_optimizer=float(self.f_opt[i]),
             offload_weights=float(self.f_w[i]), offload_activations=float(self.f_act[i]),
             etp=None if int(self.etp[i]) == int(self.tp[i]) else int(self.etp[i]),
+            recompute_modules=None if (mods := modules_of_mask(int(self.sel[i]))) == DEFAULT_RECOMPUTE_MODULES
+            else mods,
         )
 
     def take(self, idx: np.ndarray) -> LayoutArrays:

@@ -57,7 +57,6 @@ def layer_activations(ctx: Ctx, kind: str) -> LayerActivations:
     # (TransformerEngine@d0067d0 module/grouped_linear.py, linear.py: inputmat.update_usage(rowwise_usage=False,
     # columnwise_usage=True); MXFP8's one scale byte per 32 values is left out); else the 16-bit activation.
     q = 1.0 if ctx.work.dtype == "fp8" else e
-    mods = ctx.system.software.recompute_modules  # what selective recompute reruns besides core attention
 
     def shard(unsplit: np.ndarray | float) -> np.ndarray:
         """Per-token bytes outside TP regions: sharded only under sequence parallelism."""
@@ -99,16 +98,12 @@ def layer_activations(ctx: Ctx, kind: str) -> LayerActivations:
         scores = np.where(ctx.flash, 0.0, (m.num_heads / t) * ctx.work.seq_len * (e + drop * (1 + e)))
         lse = np.where(ctx.flash, (m.num_heads / t) * 4.0, 0.0)  # flash keeps fp32 log-sum-exp per head
         base = T * (shard(unsplit) + split + lse)
-        rerun = (shard(e * h) * (q == e) if "layernorm" in mods else 0.0) + (
-            qkv if "mla_up_proj" in mods and m.mla is not None else 0.0)
-        return LayerActivations(none=base + T * scores, selective=base - T * rerun, full=layer_input)
+        return LayerActivations(none=base + T * scores, selective=base, full=layer_input)
     if kind == "mlp":
         g = 2 if m.mlp.gated else 1
         f = m.ffn_hidden_size / t
         base = T * (shard((e + q + drop) * h) + f * (g * e + q))
-        kept = T * shard((2 * e + drop) * h) if "mlp" in mods else base  # the MLP's input, rerun from it
-        kept = kept - T * shard(e * h) * (q == e) * ("layernorm" in mods)
-        return LayerActivations(none=base, selective=kept, full=np.zeros_like(base))  # input kept by attention
+        return LayerActivations(none=base, selective=base, full=np.zeros_like(base))  # input kept by attention
     if kind == "moe":
         assert m.moe is not None
         moe = m.moe
@@ -120,9 +115,7 @@ def layer_activations(ctx: Ctx, kind: str) -> LayerActivations:
         shared = moe.num_shared_experts * moe.shared_ffn / t * (g * e + q)
         router = shard(moe.num_experts * 4.0 + copies * 8.0)
         base = T * (shard((2 * e + drop) * h) + experts + shared + router)  # norm input, router input (16-bit)
-        # moe_act: FC2 keeps its 16-bit input, dropped and rerun (Megatron sets save_original_input under fp8)
-        rerun = (copies * q * f if "moe_act" in mods else 0.0) + (shard(e * h) if "layernorm" in mods else 0.0)
-        return LayerActivations(none=base, selective=base - T * rerun, full=np.zeros_like(base))
+        return LayerActivations(none=base, selective=base, full=np.zeros_like(base))
     raise ValueError(f"unknown layer kind {kind}")
 
 

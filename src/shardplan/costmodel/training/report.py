@@ -41,6 +41,9 @@ class TrainPlanOut(Out):
                                                      "(--recompute full with a per-stage plan).")
     stage_offload_activations: list[float] | None = Field(None, description="Share of stored activations on the "
                                                           "CPU per pipeline rank (a per-stage plan).")
+    recompute_modules: list[str] | None = Field(None, description="Under selective recompute: the modules recomputed "
+                                                "in every layer (Megatron's --recompute-modules; core_attn is its "
+                                                "default). None without selective recompute.")
 
 
 class TrainMetrics(Out):

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from shardplan.costmodel.core.layouts import divisors, fmt_values
+from shardplan.costmodel.training.knobs import RECOMPUTE_MODULES, modules_mask
 from shardplan.costmodel.training.layout import RECOMPUTE_CODE, LayoutArrays, Recompute, TrainLayout, TrainWorkload
 from shardplan.errors import ShardplanError
 from shardplan.hardware.spec import GpuSpec
@@ -100,6 +101,20 @@ def validate_layout(model: ModelSpec, num_gpus: int, work: TrainWorkload, lay: T
             raise ShardplanError("recompute-layers needs --recompute full", field="recompute_layers")
         if lay.recompute_layers < 1:
             raise ShardplanError(f"must be ≥ 1 (got {lay.recompute_layers})", field="recompute_layers")
+    if lay.recompute_modules is not None:
+        if lay.recompute != Recompute.SELECTIVE:
+            raise ShardplanError("recompute-modules needs --recompute selective", field="recompute_modules")
+        bad = [n for n in lay.recompute_modules if n not in RECOMPUTE_MODULES]
+        moe_only = [n for n in lay.recompute_modules
+                    if (n in ("moe_act", "shared_experts", "moe") and model.moe is None)
+                    or (n == "mla_up_proj" and model.mla is None)]
+        if "moe" in lay.recompute_modules and {"moe_act", "shared_experts"} & set(lay.recompute_modules):
+            raise ShardplanError("moe recomputes the whole MoE MLP: drop moe_act and shared_experts with it",
+                                 field="recompute_modules")
+        if bad or moe_only or not lay.recompute_modules:
+            raise ShardplanError(f"must be a non-empty set of {', '.join(RECOMPUTE_MODULES)} (moe_act, "
+                                 f"shared_experts and moe need an MoE model); got {','.join(lay.recompute_modules)}",
+                                 field="recompute_modules")
     for name in ("offload_optimizer", "offload_weights", "offload_activations"):
         v = getattr(lay, name)
         if not 0.0 <= v <= 1.0:
@@ -200,40 +215,56 @@ def enumerate_layouts(model: ModelSpec, work: TrainWorkload, req: SpaceRequest) 
                     pruned["microbatch input exceeds GPU memory"] = (
                         pruned.get("microbatch input exceeds GPU memory", 0) + len(big))
                     mbs = [mb for mb in mbs if mb * per_seq <= req.gpu_memory_bytes]
-            for (etp, ep), v, mb, rc, sp, z in itertools.product(eps, vs, mbs, rcs, sps, zeros):
-                if sp and tp == 1:
-                    continue  # sequence parallelism is a no-op without TP
-                if z == 2 and pp > 1:
-                    pruned["ZeRO-2 with pipeline"] = pruned.get("ZeRO-2 with pipeline", 0) + 1
-                    continue
-                if z == 3 and pp > 1 and not req.zero3_with_pp:
-                    pruned["ZeRO-3 with pipeline (export target)"] = (
-                        pruned.get("ZeRO-3 with pipeline (export target)", 0) + 1)
-                    continue
-                for key, val in (("tp", tp), ("pp", pp), ("dp", dp), ("ep", ep), ("cp", cp), ("mb", mb), ("v", v),
-                                 ("rc", RECOMPUTE_CODE[rc]), ("sp", int(sp)), ("zero", z), ("gb", gb),
-                                 ("etp", etp)):
-                    cols[key].append(val)
-    arr = {k: np.array(v, dtype=np.int64) for k, v in cols.items()}
+            # The product of the remaining knobs at once (itertools.product's order: the last knob varies fastest).
+            grid = np.indices((len(eps), len(vs), len(mbs), len(rcs), len(sps), len(zeros))).reshape(6, -1)
+            e_i, v_i, mb_i, rc_i, sp_i, z_i = grid
+            sp_c = np.array([int(x) for x in sps], dtype=np.int64)[sp_i]
+            z_c = np.array(zeros, dtype=np.int64)[z_i]
+            ok = ~((sp_c == 1) & (tp == 1))  # sequence parallelism is a no-op without TP
+            z2 = ok & (z_c == 2) & (pp > 1)
+            if z2.any():
+                pruned["ZeRO-2 with pipeline"] = pruned.get("ZeRO-2 with pipeline", 0) + int(z2.sum())
+            z3 = ok & ~z2 & (z_c == 3) & (pp > 1) & (not req.zero3_with_pp)
+            if z3.any():
+                pruned["ZeRO-3 with pipeline (export target)"] = (
+                    pruned.get("ZeRO-3 with pipeline (export target)", 0) + int(z3.sum()))
+            ok &= ~z2 & ~z3
+            size = int(ok.sum())
+            ep_arr = np.array(eps, dtype=np.int64).reshape(-1, 2)
+            for key, val in (("tp", np.full(size, tp)), ("pp", np.full(size, pp)), ("dp", np.full(size, dp)),
+                             ("ep", ep_arr[e_i[ok], 1]), ("cp", np.full(size, cp)),
+                             ("mb", np.array(mbs, dtype=np.int64)[mb_i[ok]]),
+                             ("v", np.array(vs, dtype=np.int64)[v_i[ok]]),
+                             ("rc", np.array([RECOMPUTE_CODE[rc] for rc in rcs], dtype=np.int64)[rc_i[ok]]),
+                             ("sp", sp_c[ok]), ("zero", z_c[ok]), ("gb", np.full(size, gb)),
+                             ("etp", ep_arr[e_i[ok], 0])):
+                cols[key].append(val)
+    arr = {k: np.concatenate(v).astype(np.int64) if v else np.zeros(0, dtype=np.int64) for k, v in cols.items()}
     size = len(arr["tp"])
     zeros_f = np.zeros(size)
     rows = LayoutArrays(tp=arr["tp"], pp=arr["pp"], dp=arr["dp"], ep=arr["ep"], cp=arr["cp"], mb=arr["mb"],
                         v=arr["v"], rc=arr["rc"], rk=np.full(size, 10**9, dtype=np.int64), sp=arr["sp"],
                         zero=arr["zero"], f_opt=zeros_f, f_w=zeros_f.copy(), f_act=zeros_f.copy(), gb=arr["gb"],
-                        etp=arr["etp"])
+                        etp=arr["etp"], sel=np.full(size, modules_mask(None), dtype=np.int64))
     return Space(rows, pruned)
 
 
 def row_keys(columns: list[np.ndarray]) -> np.ndarray:
-    """One int64 per row, equal exactly when the rows are equal in every column (mixed-radix code of each
-    column's rank among its distinct values): a fast stand-in for ``np.unique(..., axis=0)``."""
+    """One int64 per row, equal exactly when the rows are equal in every column: a fast stand-in for
+    ``np.unique(..., axis=0)``. Integer columns code as their offset from the column's minimum (mixed radix over
+    their ranges); other columns, and ranges too wide for one int64, as their rank among the distinct values."""
     key = np.zeros(len(columns[0]), dtype=np.int64)
     radix = 1
     for col in columns:
-        values, inverse = np.unique(col, return_inverse=True)
-        if radix * len(values) >= 2**62:
+        if len(col) and np.issubdtype(col.dtype, np.integer) and (span := int(col.max()) - int(col.min()) + 1) \
+                <= 4 * len(col) + 64:
+            code, size = col.astype(np.int64) - int(col.min()), span
+        else:
+            values, inverse = np.unique(col, return_inverse=True)
+            code, size = inverse.astype(np.int64).ravel(), max(len(values), 1)
+        if radix * size >= 2**62:
             # too many combinations for one int64: fall back to ranks of whole rows
             return np.unique(np.stack(columns, axis=1), axis=0, return_inverse=True)[1].astype(np.int64).ravel()
-        key += inverse.astype(np.int64).ravel() * radix
-        radix *= len(values)
+        key += code * radix
+        radix *= size
     return key

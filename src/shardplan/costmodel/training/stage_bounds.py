@@ -10,11 +10,20 @@ continuous: a relaxation), found by bisection. Where the recompute term is not e
 activation offload can replace recompute, ZeRO-3's gathered unit (without PP) is not affine in layers, and rank 0's
 dense-first layers make its per-layer averages vary.
 
-Each rank also holds at most the layers that fit its memory with the fewest-memory choices.
-``pipeline ≥ (m + (p−1)/v)·T`` and rank 0's tail ≥ ``step.tail_floor`` of its fewest layers.
+A rank already over memory ``C`` at its fewest layers pays the recompute its excess needs from there on (``g``
+jumps at ``lo_i``). Each rank also holds at most the layers that fit its memory with the fewest-memory choices.
+``pipeline ≥ (m + (p−1)/v)·T`` and rank 0's tail ≥ ``step.tail_floor`` of its fewest layers (the balance bound).
+
+Rank 0's tail (gradient sync, ZeRO-3 gathers, optimizer step) grows with its layers while the others' time falls,
+so rows the balance bound leaves below the incumbent also get the joint bound ``min over n₀ of
+(m + (p−1)/v)·max(g₀(n₀), R(L − n₀)) + tail₀(n₀)``: ``R(K)`` the smallest time at which ranks 1… hold ``K``
+layers, ``tail₀(n₀)`` rank 0's tail with ``n₀`` layers and the longest backward its recompute allows (the
+exposed gradient reduction never grows with the backward it hides behind).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -22,8 +31,8 @@ from shardplan.costmodel.training.ctx import Ctx
 from shardplan.costmodel.training.evaluate import gpu_capacity
 from shardplan.costmodel.training.layout import LayoutArrays, TrainWorkload
 from shardplan.costmodel.training.stage_split import min_first_layers, rank_shape
-from shardplan.costmodel.training.stages import kind_costs
-from shardplan.costmodel.training.step import _stage, fsdp_under_pp, tail_floor
+from shardplan.costmodel.training.stages import KindCost, kind_costs, take_kinds
+from shardplan.costmodel.training.step import _data_parallel, _optimizer_time, _stage, fsdp_under_pp, tail_floor
 from shardplan.hardware.spec import SystemSpec
 from shardplan.models.spec import ModelSpec
 
@@ -31,9 +40,10 @@ ALL = 10**9
 
 
 def stage_lower_bounds(model: ModelSpec, system: SystemSpec, work: TrainWorkload, rows: LayoutArrays, *,
-                       free_recompute: bool, allow_offload: bool) -> np.ndarray:
+                       free_recompute: bool, allow_offload: bool, cutoff: np.ndarray | None = None) -> np.ndarray:
     """Per row: a lower bound on the step time (without the overhead factor) over every per-rank split,
-    recompute count and activation offload; ``inf`` where no split can fit GPU memory."""
+    recompute count and activation offload; ``inf`` where no split can fit GPU memory. Rows whose balance bound
+    stays below ``cutoff`` (all rows without one) also get the joint bound on rank 0's layers and tail."""
     n_rows = len(rows)
     if n_rows == 0:
         return np.zeros(0)
@@ -57,11 +67,9 @@ def stage_lower_bounds(model: ModelSpec, system: SystemSpec, work: TrainWorkload
     # nothing recomputed where recompute is free; the row's own count where it is pinned
     ctx_fix = Ctx(model, system, work, sub.replace(rk=np.where(recompute, 0, sub.rk),
                                                   f_act=np.ones(len(row)) if allow_offload else sub.f_act))
-    kinds = kind_costs(ctx_fix)
-    a0, a1 = stage(ctx_fix, lo), stage(ctx_fix, lo + 1)
+    kinds = kind_costs(ctx_fix, ops=False)
     r1 = stage(ctx_all, lo + 1)  # every layer recomputed (where free)
-    t0 = a0.fwd_s + a0.bwd_s
-    slope = (a1.fwd_s + a1.bwd_s) - t0
+    a0, a1 = (stage(ctx_fix, lo), stage(ctx_fix, lo + 1)) if allow_offload else (None, None)
     cap = gpu_capacity(system, work)
     # ZeRO-3 without PP gathers one unit at a time (a buffer not affine in layers); under PP it keeps the stage
     gathers = (sub.zero >= 3) & ~fsdp_under_pp(sub)
@@ -75,11 +83,21 @@ def stage_lower_bounds(model: ModelSpec, system: SystemSpec, work: TrainWorkload
         return most, m_lo <= cap * (1 + 1e-12)
 
     most, rank_ok = most_layers(stage(ctx_all, lo).total, r1.total)
-    if allow_offload:
+    if a0 is not None and a1 is not None:
         most_f, ok_f = most_layers(a0.total, a1.total)
         most, rank_ok = np.where(ok_f & (~rank_ok | (most_f > most)), most_f, most), rank_ok | ok_f
     fit = np.bincount(row, weights=~rank_ok, minlength=n_rows) == 0
     fit &= np.bincount(row, weights=np.where(rank_ok, most, 0), minlength=n_rows) >= L
+    if not fit.all():  # rows that cannot fit are bounded out: the rest (independent per row) on the fitting rows only
+        out, keep = np.full(n_rows, np.inf), np.flatnonzero(fit)
+        if len(keep):
+            out[keep] = stage_lower_bounds(model, system, work, rows.take(keep), free_recompute=free_recompute,
+                                           allow_offload=allow_offload, cutoff=None if cutoff is None else cutoff[keep])
+        return out
+    if a0 is None or a1 is None:
+        a0, a1 = stage(ctx_fix, lo), stage(ctx_fix, lo + 1)
+    t0 = a0.fwd_s + a0.bwd_s
+    slope = (a1.fwd_s + a1.bwd_s) - t0
     # Recompute term: exact only without offload, without ZeRO-3's gathered unit, off rank 0 of dense-first.
     exact = recompute & (not allow_offload) & ~gathers & ~((rank == 0) & (min_first_layers(model) > 0))
     r = np.where(exact, ((r1.fwd_s + r1.bwd_s) - (a1.fwd_s + a1.bwd_s)) / (lo + 1), 0.0)
@@ -95,25 +113,25 @@ def stage_lower_bounds(model: ModelSpec, system: SystemSpec, work: TrainWorkload
     knee = np.where(use & (b > 0), lo + np.divide(cap - mem0, b, out=np.zeros(len(row)), where=b > 0),
                     np.where(use & (mem0 > cap), lo, np.inf))
     knee = np.maximum(knee, lo)
+    # Over memory already at its fewest layers: every layer count pays the recompute its excess needs (a jump at lo).
+    over = use & (knee == lo) & (mem0 > cap)
     g_knee = t0 + slope * (knee - lo) + np.divide(r * np.maximum(mem0 - cap, 0), s, out=np.zeros(len(row)),
-                                                  where=use & (knee == lo))
-
-    def g(x: np.ndarray) -> np.ndarray:
-        return np.where(x <= knee, t0 + slope * (x - lo), g_knee + steep * (x - knee))
+                                                  where=over)
+    lines = _RankLines(lo, np.minimum(most, hi), t0, slope, knee, g_knee, steep, over)
 
     def layers_within(T: np.ndarray) -> np.ndarray:
         Tr = T[row]
         lin = lo + np.divide(Tr - t0, slope, out=np.full(len(row), np.inf), where=slope > 0)
         bent = knee + np.divide(Tr - g_knee, steep, out=np.full(len(row), np.inf), where=steep > 0)
-        x = np.where(lin <= knee, lin, np.maximum(bent, np.minimum(lin, knee)))
+        x = np.where(over, bent, np.where(lin <= knee, lin, np.maximum(bent, np.minimum(lin, knee))))
         # whole layers, at most what fits the rank's memory
-        x = np.where(g(lo) > Tr * (1 + 1e-12), -np.inf, np.minimum(np.floor(x + 1e-9), most))
+        x = np.where(lines.g(lo) > Tr * (1 + 1e-12), -np.inf, np.minimum(np.floor(x + 1e-9), most))
         return np.bincount(row, weights=np.where(np.isfinite(x) | (x > 0), x, -1e18), minlength=n_rows)
 
     low = np.zeros(n_rows)
     high = np.zeros(n_rows)
     with np.errstate(invalid="ignore"):  # inf − inf where a rank never recomputes: the branch is not taken
-        np.maximum.at(high, row, g(hi))
+        np.maximum.at(high, row, lines.g(hi))
         for _ in range(60):
             mid = (low + high) / 2
             ok = layers_within(mid) >= L * (1 - 1e-12)
@@ -123,8 +141,113 @@ def stage_lower_bounds(model: ModelSpec, system: SystemSpec, work: TrainWorkload
     first = rank == 0
     tail = np.zeros(n_rows)
     tail[row[first]] = tail_floor(ctx_fix, a0)[first]
-    return np.where(fit, factor * low + tail, np.inf)
+    bound = np.where(fit, factor * low + tail, np.inf)
+    todo = fit & (bound < (np.inf if cutoff is None else cutoff))
+    if todo.any():
+        with np.errstate(invalid="ignore"):
+            tails = _Rank0Tails(model, system, work, sub, kinds, recompute, m)
+            bound[todo] = np.maximum(bound[todo], _joint_bounds(lines, tails, row, rank, todo, factor, L))
+    return bound
 
+
+@dataclass(frozen=True, slots=True)
+class _RankLines:
+    """Per (row, rank) entry: ``g(n)``, a lower bound on the rank's time per microbatch with ``n`` layers
+    (piecewise linear, convex: affine up to ``knee``, steeper beyond where recompute must free memory), and
+    ``top``, the most layers the rank may hold."""
+
+    lo: np.ndarray
+    top: np.ndarray
+    t0: np.ndarray
+    slope: np.ndarray
+    knee: np.ndarray
+    g_knee: np.ndarray
+    steep: np.ndarray
+    over: np.ndarray  # over memory at ``lo`` layers: the steep part from ``lo`` on
+
+    def g(self, x: np.ndarray, idx: np.ndarray | slice = slice(None)) -> np.ndarray:
+        """``g`` of entries ``idx`` at ``x`` (shape ``(len(idx),)`` or ``(len(idx), J)``)."""
+        def col(a: np.ndarray) -> np.ndarray:
+            return a[idx].reshape(a[idx].shape + (1,) * (np.ndim(x) - 1))
+
+        lin = col(self.t0) + col(self.slope) * (x - col(self.lo))
+        bent = col(self.g_knee) + col(self.steep) * (x - col(self.knee))
+        return np.where(~col(self.over) & (x <= col(self.knee)), lin, bent)
+
+
+@dataclass(frozen=True, slots=True)
+class _Rank0Tails:
+    """What rank 0's tail (gradient sync, ZeRO-3 gathers, optimizer step) needs, per (row, rank) entry."""
+
+    model: ModelSpec
+    system: SystemSpec
+    work: TrainWorkload
+    sub: LayoutArrays
+    kinds: dict[str, KindCost]
+    recompute: np.ndarray  # recompute count free (full): every layer recomputed gives the smallest tail
+    m: np.ndarray
+
+    def at(self, ent: np.ndarray, layers: np.ndarray) -> np.ndarray:
+        """A lower bound on rank 0's tail with ``layers`` layers, for entries ``ent``: the tail with every layer
+        recomputed where the count is free (the longest last backward hides the most of the gradient
+        reduction: ``step._data_parallel``'s exposure never grows with the window), else the row's count."""
+        sub = self.sub.take(ent)
+        fl = layers.astype(float)
+        ctx = Ctx(self.model, self.system, self.work,
+                  sub.replace(rk=np.where(self.recompute[ent], layers.astype(np.int64), sub.rk)))
+        kinds = take_kinds(self.kinds, ent, len(self.sub))
+        p = sub.pp
+        st = _stage(ctx, kinds, rank_shape("bound", self.model, np.zeros(len(ent), dtype=np.int64), fl, p),
+                    self.m[ent])
+        dp_exposed, z3 = _data_parallel(ctx, st, self.m[ent])
+        return dp_exposed + z3 + _optimizer_time(ctx, st)
+
+
+def _joint_bounds(lines: _RankLines, tails: _Rank0Tails, row: np.ndarray, rank: np.ndarray, todo: np.ndarray,
+                  factor: np.ndarray, L: int) -> np.ndarray:
+    """Rows ``todo``: ``min over n₀ of factor·max(g₀(n₀), R(L − n₀)) + tail₀(n₀)``, where ``R(K)`` is the
+    smallest time at which ranks 1… can hold ``K`` layers (each rank ``i`` at most ``max{n : ĝᵢ(n) ≤ T}``, ``ĝ``
+    the suffix minimum of ``g``, so it is exact for any ``g``). Any plan with ``n₀`` layers on rank 0 has its
+    slowest rank ≥ both terms and rank 0's tail ≥ ``tail₀(n₀)``: rank 0's layers trade its tail (a smaller
+    stage reduces fewer gradients) against the others' time."""
+    sel = np.flatnonzero(todo)
+    where = np.full(len(todo), -1)
+    where[sel] = np.arange(len(sel))
+    e_sel = todo[row]
+    # Ranks ≥ 1: ĝ at every layer count, as sorted increments per row.
+    ei = np.flatnonzero(e_sel & (rank > 0))
+    span = (lines.top[ei] - lines.lo[ei]).astype(np.int64)
+    n = lines.lo[ei][:, None] + np.arange(max(int(span.max(initial=0)), 0) + 1)
+    valid = n <= lines.top[ei][:, None]
+    env = np.minimum.accumulate(np.where(valid, lines.g(n, ei), np.inf)[:, ::-1], axis=1)[:, ::-1]
+    r_of = where[row[ei]]
+    base = np.full(len(sel), -np.inf)
+    np.maximum.at(base, r_of, np.where(valid[:, 0], env[:, 0], np.inf))
+    lo_rest = np.bincount(r_of, weights=lines.lo[ei], minlength=len(sel))
+    inc_ok = valid[:, 1:]
+    inc_row = np.broadcast_to(r_of[:, None], inc_ok.shape)[inc_ok]
+    inc = env[:, 1:][inc_ok]
+    order = np.lexsort((inc, inc_row))
+    inc = inc[order]
+    count = np.bincount(inc_row, minlength=len(sel))
+    start = np.concatenate([[0], np.cumsum(count)[:-1]])
+    # Rank 0: each layer count it may hold.
+    fi = np.flatnonzero(e_sel & (rank == 0))
+    r0 = where[row[fi]]
+    n0 = lines.lo[fi][:, None] + np.arange(max(int((lines.top[fi] - lines.lo[fi]).max(initial=0)), 0) + 1)
+    ok0 = n0 <= lines.top[fi][:, None]
+    need = (L - n0 - lo_rest[r0][:, None]).astype(np.int64)  # increments the other ranks must take
+    ok0 &= (need >= 0) & (need <= count[r0][:, None])
+    pick = np.clip(start[r0][:, None] + need - 1, 0, max(len(inc) - 1, 0))
+    rest = np.where(need > 0, inc[pick] if len(inc) else np.inf, -np.inf)
+    worst = np.maximum(np.maximum(lines.g(n0, fi), rest), base[r0][:, None])
+    tail = np.full(n0.shape, np.inf)
+    ent = np.broadcast_to(fi[:, None], n0.shape)[ok0]
+    tail[ok0] = tails.at(ent, n0[ok0])
+    total = np.where(ok0, factor[sel][r0][:, None] * worst + tail, np.inf)
+    out = np.full(len(sel), np.inf)
+    np.minimum.at(out, r0, total.min(axis=1, initial=np.inf))
+    return out
 
 
 def average_lower_bounds(model: ModelSpec, system: SystemSpec, work: TrainWorkload, rows: LayoutArrays, *,
@@ -135,7 +258,7 @@ def average_lower_bounds(model: ModelSpec, system: SystemSpec, work: TrainWorklo
     recompute = (rows.rc == 2) & free_recompute
     fast = rows.replace(rk=np.where(recompute, 0, rows.rk), f_act=np.zeros(n))
     ctx = Ctx(model, system, work, fast)
-    kinds = kind_costs(ctx)
+    kinds = kind_costs(ctx, ops=False)
     p, v = rows.pp.astype(float), rows.v.astype(float)
     m = (rows.gb / (rows.dp * rows.mb)).astype(float)
 

@@ -17,7 +17,6 @@ dense-first layers (``n_0 ≥ first_dense_layers``), so a rank's MoE count depen
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,7 +25,7 @@ from shardplan.costmodel.core.layouts import uniform_kinds
 from shardplan.costmodel.training.ctx import Ctx
 from shardplan.costmodel.training.evaluate import gpu_capacity, host_capacity
 from shardplan.costmodel.training.layout import LayoutArrays, TrainLayout, TrainWorkload
-from shardplan.costmodel.training.stages import KindCost, StageShape, kind_costs
+from shardplan.costmodel.training.stages import KindCost, StageShape, kind_costs, take_kinds
 from shardplan.costmodel.training.step import StageCost, _data_parallel, _optimizer_time, _stage
 from shardplan.errors import ShardplanError
 from shardplan.hardware.spec import SystemSpec
@@ -98,18 +97,8 @@ def layout_kinds(model: ModelSpec, system: SystemSpec, work: TrainWorkload, layo
 
 
 def kinds_of_row(kinds: dict[str, KindCost], j: int, n: int) -> dict[str, KindCost]:
-    """Row ``j`` of per-kind costs computed for ``n`` rows at once (operator lists dropped: not needed here)."""
-
-    def pick(x):
-        if isinstance(x, np.ndarray):
-            return x[j:j + 1] if x.ndim == 1 and len(x) == n else x
-        if isinstance(x, list):
-            return []
-        if dataclasses.is_dataclass(x) and not isinstance(x, type):
-            return dataclasses.replace(x, **{f.name: pick(getattr(x, f.name)) for f in dataclasses.fields(x)})
-        return x
-
-    return {k: pick(v) for k, v in kinds.items()}
+    """Row ``j`` of per-kind costs computed for ``n`` rows at once (operator lists dropped)."""
+    return take_kinds(kinds, np.array([j]), n)
 
 
 def rank_costs(model: ModelSpec, system: SystemSpec, work: TrainWorkload, layout: TrainLayout,

@@ -11,6 +11,7 @@ can hold, so its memory is an upper bound.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +30,8 @@ from shardplan.costmodel.training import layers as Lyr
 from shardplan.costmodel.training.ctx import Ctx, backward, selective_part
 from shardplan.costmodel.training.ep_overlap import overlap_ep
 from shardplan.costmodel.training.memory import LayerActivations, LayerParams, layer_activations, layer_params
+from shardplan.costmodel.training.recompute_modules import ModuleCost, module_costs
+from shardplan.costmodel.training.space import row_keys
 from shardplan.costmodel.training.tp_overlap import overlap_tp
 from shardplan.models.spec import ModelSpec
 
@@ -47,6 +50,7 @@ class KindCost:
     selective: PhaseCost  # what selective recompute reruns (zero with flash attention)
     params: LayerParams
     acts: LayerActivations | None
+    modules: dict[str, ModuleCost]  # selective recompute modules of this kind (``recompute_modules``)
 
 
 def kind_cost(ctx: Ctx, kind: str) -> KindCost:
@@ -60,17 +64,50 @@ def kind_cost(ctx: Ctx, kind: str) -> KindCost:
     like = ctx.tokens
     acts = layer_activations(ctx, kind) if kind in LAYER_KINDS else None
     return KindCost(kind, fwd, bwd, PhaseCost.of(fwd, like), PhaseCost.of(bwd, like),
-                    PhaseCost.of(selective_part(ctx, fwd), like), layer_params(ctx, kind), acts)
+                    PhaseCost.of(selective_part(fwd), like), layer_params(ctx, kind), acts,
+                    module_costs(ctx, kind, fwd) if kind in LAYER_KINDS else {})
 
 
-def kind_costs(ctx: Ctx) -> dict[str, KindCost]:
+# The row columns a layer's costs depend on (parallel shapes, microbatch, batch). Recompute, interleaving, ZeRO
+# and offload act only where ``step._stage`` composes stages, so rows differing only in those share per-kind costs.
+KIND_COLUMNS = ("tp", "pp", "dp", "ep", "cp", "mb", "sp", "gb", "etp")
+
+
+def kind_costs(ctx: Ctx, *, ops: bool = True) -> dict[str, KindCost]:
     """Every layer kind the model has (``core.layouts.layer_kind_names``), with the embedding and the head; full
-    attention and the dense MLP always (the MFU convention and reports refer to them)."""
+    attention and the dense MLP always (the MFU convention and reports refer to them).
+
+    ``ops=False``: the sums only (operator lists left empty), each distinct ``KIND_COLUMNS`` row costed once."""
+    if not ops and len(ctx.rows) > 1:
+        r = ctx.rows
+        # the EP all-to-all overlap of the combined 1F1B schedule depends on interleaving and recompute too
+        cols = KIND_COLUMNS + (("v", "rc") if ctx.system.software.ep_comm_overlap else ())
+        _, first, inverse = np.unique(row_keys([getattr(r, c) for c in cols]), return_index=True, return_inverse=True)
+        if len(first) < len(r):
+            distinct = kind_costs(Ctx(ctx.model, ctx.system, ctx.work, r.take(first)))
+            return take_kinds(distinct, inverse.ravel(), len(first))
     kinds = ["embedding", *dict.fromkeys(["attention", "mlp", *layer_kind_names(ctx.model)]), "head"]
     costs = {k: kind_cost(ctx, k) for k in kinds}
     if "moe" in costs and ctx.system.software.ep_comm_overlap:
         costs["moe"] = _moe_overlapped(ctx, costs)
-    return costs
+    return costs if ops else take_kinds(costs, slice(None), len(ctx.rows))
+
+
+def take_kinds(kinds: dict[str, KindCost], idx: np.ndarray | slice, n: int) -> dict[str, KindCost]:
+    """Rows ``idx`` of per-kind costs computed for ``n`` rows at once (operator lists dropped)."""
+
+    def pick(x: Any) -> Any:
+        if isinstance(x, np.ndarray):
+            return x[idx] if x.ndim == 1 and len(x) == n else x
+        if isinstance(x, list):
+            return []
+        if isinstance(x, dict):
+            return {k: pick(v) for k, v in x.items()}
+        if dataclasses.is_dataclass(x) and not isinstance(x, type):
+            return dataclasses.replace(x, **{f.name: pick(getattr(x, f.name)) for f in dataclasses.fields(x)})
+        return x
+
+    return {k: pick(v) for k, v in kinds.items()}
 
 
 def _moe_overlapped(ctx: Ctx, costs: dict[str, KindCost]) -> KindCost:
@@ -85,7 +122,8 @@ def _moe_overlapped(ctx: Ctx, costs: dict[str, KindCost]) -> KindCost:
     c = costs["moe"]
     fwd, bwd = overlap_ep(ctx, c.fwd_ops, c.bwd_ops, mixer_s)
     like = ctx.tokens
-    return KindCost(c.kind, fwd, bwd, PhaseCost.of(fwd, like), PhaseCost.of(bwd, like), c.selective, c.params, c.acts)
+    return KindCost(c.kind, fwd, bwd, PhaseCost.of(fwd, like), PhaseCost.of(bwd, like), c.selective, c.params, c.acts,
+                    module_costs(ctx, c.kind, fwd))
 
 
 def layer_sum(k: dict[str, KindCost], counts: dict[str, np.ndarray | float], value: Callable[[KindCost], Any]

@@ -24,6 +24,7 @@ from shardplan.costmodel.core.kernels import memory_time
 from shardplan.costmodel.training.ctx import Ctx
 from shardplan.costmodel.training.layout import LayoutArrays, TrainWorkload
 from shardplan.costmodel.training.memory import embedding_activations, framework_memory, head_activations
+from shardplan.costmodel.training.recompute_modules import selective_terms
 from shardplan.costmodel.training.stages import (
     KindCost,
     StageShape,
@@ -168,8 +169,9 @@ def _stage(ctx: Ctx, k: dict[str, KindCost], shape: StageShape, m: np.ndarray) -
     # the recomputed layers' token mixers: the stage's mixer kinds in proportion (one kind: exactly its layers)
     full_fwd = full_layers * mixer_mean(k, counts, lambda c: c.fwd.time) + rc_dense * mlp.fwd.time \
         + (rc_moe * moe.fwd.time if moe else 0.0)
-    sel = layer_sum(k, counts, lambda c: c.selective.time)
-    rc = np.where(r.rc == 1, sel, np.where(r.rc == 2, full_fwd, 0.0))
+    mods = selective_terms(k, counts, r.sel)  # Megatron's --recompute-modules beyond its default, core_attn
+    rc = np.where(r.rc == 1, layer_sum(k, counts, lambda c: c.selective.time) + mods.time,
+                  np.where(r.rc == 2, full_fwd, 0.0))
     # Pipeline sends: one activation (scatter/gather over TP, Narayanan et al. 2021 §4.1) per chunk each way.
     stride = r.tp * r.cp * r.dp
     crosses = (stride >= sysm.gpus_per_node) | (stride * r.pp > sysm.gpus_per_node)
@@ -201,7 +203,7 @@ def _stage(ctx: Ctx, k: dict[str, KindCost], shape: StageShape, m: np.ndarray) -
 
     save_dense, save_moe = saving(mlp), saving(moe)
     kept = acts("none") - rc_dense * save_dense - rc_moe * save_moe  # the first rk layers keep only their input
-    stored = np.where(r.rc == 0, acts("none"), np.where(r.rc == 1, acts("selective"), kept))
+    stored = np.where(r.rc == 0, acts("none"), np.where(r.rc == 1, acts("selective") - mods.freed, kept))
     stored = stored + emb * embedding_activations(ctx)
     p = r.pp.astype(float)
     interleave = np.where(r.v > 1, 1 + (p - 1) / (p * r.v), 1.0)  # Korthikanti et al. 2022 §4.2.3
@@ -210,15 +212,12 @@ def _stage(ctx: Ctx, k: dict[str, KindCost], shape: StageShape, m: np.ndarray) -
     # input (already stored as its checkpoint); the LM head's logits are freed by the loss backward before the
     # last layer is recomputed, so the two never coexist (Megatron's backward order).
     recomputed = np.where(r.rc == 2, np.maximum(np.where(rc_dense > 0, save_dense, 0.0),
-                                                 np.where(rc_moe > 0, save_moe, 0.0)), 0.0)
+                                                 np.where(rc_moe > 0, save_moe, 0.0)), (r.rc == 1) * mods.transient)
     working = np.maximum(recomputed, head * head_activations(ctx))
     # ZeRO-3/FSDP gathers one module (wrapping unit) at a time: a transformer layer, the embedding or the output
     # layer (torchtitan and Megatron-FSDP wrap each); the buffer is the largest unit the stage holds.
-    def unit(kind: str) -> np.ndarray:
-        return k[kind].params.dense + k[kind].params.expert
-
     layer_unit = layer_sum(k, counts, lambda c: c.params.dense + c.params.expert) / np.maximum(n, 1)
-    largest = np.maximum(layer_unit, np.maximum(emb * unit("embedding"), head * unit("head")))
+    largest = np.maximum(layer_unit, np.maximum(emb * k["embedding"].params.total, head * k["head"].params.total))
     gathered = np.where((r.zero >= 3) & ~fsdp_under_pp(r), largest * w_bytes, 0.0)  # under PP: all kept (weights)
     activations = stored * inflight * (1 - r.f_act) + working + gathered
     framework = np.broadcast_to(framework_memory(ctx), np.shape(activations)).astype(float)
@@ -228,8 +227,7 @@ def _stage(ctx: Ctx, k: dict[str, KindCost], shape: StageShape, m: np.ndarray) -
     pcie_bw = sysm.pcie.effective_bytes_per_s
     xfer = (weights_full * r.f_w * passes + 2 * stored * r.f_act) / pcie_bw
     off_exposed = np.maximum(xfer - (fwd + bwd + rc), 0.0)
-    cpu = (opt_full * r.f_opt + weights_full * r.f_w
-           + stored * inflight * r.f_act)
+    cpu = opt_full * r.f_opt + weights_full * r.f_w + stored * inflight * r.f_act
     return StageCost(shape, fwd + p2p, bwd + rc + p2p, rc, 2 * p2p, off_exposed, weights, grads, optimizer,
                      activations, framework, dense_p + expert_p, cpu, inflight, stored,
                      np.broadcast_to(save_dense, n.shape), np.broadcast_to(save_moe, n.shape), w_kept, opt_full)
@@ -379,16 +377,18 @@ def _flops(ctx: Ctx, k: dict[str, KindCost], m: np.ndarray) -> tuple[np.ndarray,
     per_mb = layer_sum(k, counts, lambda c: c.fwd.flops + c.bwd.flops)
     fwd_all = layer_sum(k, counts, lambda c: c.fwd.flops)
     per_mb = per_mb + sum(k[x].fwd.flops + k[x].bwd.flops for x in ("embedding", "head"))
-    sel = layer_sum(k, counts, lambda c: c.selective.flops)
-    rc_exec = np.where(r.rc == 1, sel, np.where(r.rc == 2, full_frac * fwd_all, 0.0))
+    mods = selective_terms(k, counts, r.sel).flops  # other --recompute-modules: their forward GEMMs, as executed
+    rc_exec = np.where(r.rc == 1, layer_sum(k, counts, lambda c: c.selective.flops) + mods,
+                       np.where(r.rc == 2, full_frac * fwd_all, 0.0))
     executed = m * r.dp * r.cp * r.tp * (per_mb + rc_exec)
-    return model, model + rc, executed
+    return model, model + rc + np.where(r.rc == 1, m * r.dp * r.cp * r.tp * mods, 0.0), executed
 
 
-def train_cost(model: ModelSpec, system: SystemSpec, work: TrainWorkload, rows: LayoutArrays) -> TrainCost:
-    """Time and memory of every layout row (layouts are assumed valid: see ``space.validate_layout``)."""
+def train_cost(model: ModelSpec, system: SystemSpec, work: TrainWorkload, rows: LayoutArrays, *,
+               ops: bool = True) -> TrainCost:
+    """Time and memory of every layout row (valid: ``space.validate_layout``); ``ops``: see ``kind_costs``."""
     ctx = Ctx(model, system, work, rows)
-    k = kind_costs(ctx)
+    k = kind_costs(ctx, ops=ops)
     m = (rows.gb / (rows.dp * rows.mb)).astype(float)
     stages = [_stage(ctx, k, shape, m) for shape in stage_shapes(ctx)]
     per_mb = np.max(np.stack([np.where(s.shape.exists, s.per_microbatch_s, 0.0) for s in stages]), axis=0)
@@ -397,8 +397,7 @@ def train_cost(model: ModelSpec, system: SystemSpec, work: TrainWorkload, rows: 
     p, v = rows.pp.astype(float), rows.v.astype(float)
     bubble = (p - 1) / v * per_mb
     pipeline = m * per_mb + bubble
-    first = stages[0]
-    dp_exposed, z3 = _data_parallel(ctx, first, m)
+    dp_exposed, z3 = _data_parallel(ctx, first := stages[0], m)
     opt = _optimizer_time(ctx, first)
     base = pipeline + dp_exposed + z3 + opt
     step = base * (1 + system.software.step_overhead_fraction) + cal.step_overhead_s

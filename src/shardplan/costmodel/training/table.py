@@ -19,8 +19,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from shardplan.costmodel.training.evaluate import fits, gpu_capacity, host_capacity
+from shardplan.costmodel.training.knobs import RECOMPUTE_MODULES
 from shardplan.costmodel.training.layout import LayoutArrays, TrainWorkload
+from shardplan.costmodel.training.memory import head_activations
+from shardplan.costmodel.training.recompute_modules import NESTED
 from shardplan.costmodel.training.space import row_keys
+from shardplan.costmodel.training.stages import stage_counts
 from shardplan.costmodel.training.step import TrainCost, train_cost
 from shardplan.hardware.spec import SystemSpec
 from shardplan.models.spec import ModelSpec
@@ -82,6 +86,69 @@ def _recompute_layers(cost: TrainCost, cap: float) -> np.ndarray:
     return np.where(r.rc == 2, need, ALL_LAYERS).astype(np.int64)
 
 
+def _module_sets(cost: TrainCost, cap: float) -> np.ndarray:
+    """Selective recompute's module set per row (bit masks over ``knobs.RECOMPUTE_MODULES``): rows under selective
+    recompute that do not fit with Megatron's default (core_attn) take the set whose slowest stage is fastest among
+    the sets that fit every stage (ties: fewer modules); the rest keep theirs.
+
+    A stage's memory and time are affine in the modules' terms (``recompute_modules.selective_terms``): stored
+    bytes fall by each module's freed bytes per microbatch in flight, the largest recomputed module is live during
+    its backward (beside the LM head's logits, never both), and each module's forward is rerun. The table costs the
+    chosen set exactly afterwards (``fits`` rechecks)."""
+    r = cost.ctx.rows
+    sel = r.sel.copy()
+    need = np.flatnonzero((r.rc == 1) & (cost.peak_memory > cap))
+    n = len(r)
+
+    def at(x: np.ndarray | float) -> np.ndarray:
+        return np.broadcast_to(np.asarray(x, dtype=float), (n,))[need]
+
+    # the modules the model has, less those that free nothing and rerun nothing here (core_attn under flash)
+    mods = [m for m in RECOMPUTE_MODULES if any(m in kc.modules and (at(kc.modules[m].freed).any() or at(
+        kc.modules[m].time).any()) for kc in cost.kinds.values())] if len(need) else []
+    if not mods:
+        return sel
+    masks = np.arange(1 << len(mods))
+    bits = (masks[:, None] >> np.arange(len(mods))) & 1  # (subsets, modules)
+    nested = [(mods.index(a), mods.index(b)) for a, inner in NESTED.items() for b in inner if a in mods and b in mods]
+    keep = np.ones(len(masks), dtype=bool)
+    for a, b in nested:
+        keep &= ~((bits[:, a] == 1) & (bits[:, b] == 1))
+    masks, bits = masks[keep], bits[keep]
+    core = mods.index("core_attn") if "core_attn" in mods else -1
+    slowest = np.full((len(masks), len(need)), -np.inf)
+    fits_all = np.ones((len(masks), len(need)), dtype=bool)
+    head = at(head_activations(cost.ctx))
+    for st in cost.stages:
+        counts = stage_counts(st.shape)
+        terms = []  # per module: bytes freed and seconds rerun per microbatch, one layer's bytes
+        for m in mods:
+            present = [(at(c), cost.kinds[k].modules[m]) for k, c in counts.items()
+                       if k in cost.kinds and m in cost.kinds[k].modules]
+            freed = sum((c * at(mc.freed) for c, mc in present), start=np.zeros(len(need)))
+            time = sum((c * at(mc.time) for c, mc in present), start=np.zeros(len(need)))
+            one = np.max(np.stack([np.where(c > 0, at(mc.freed), 0.0) for c, mc in present]), axis=0)
+            terms.append((freed, time, one))
+        sign = np.where(np.arange(len(mods)) == core, -1.0, 1.0)[None, :]
+        on = np.where(np.arange(len(mods)) == core, 1 - bits, bits) * sign  # core_attn is in the default
+        freed = on @ np.stack([t[0] for t in terms])
+        time = on @ np.stack([t[1] for t in terms])
+        live = np.where(np.arange(len(mods)) == core, 0, bits)
+        transient = np.max(live[:, :, None] * np.stack([t[2] for t in terms])[None], axis=1)
+        h = at(st.shape.has_head) * head
+        mem = at(st.total) - freed * at(st.inflight * (1 - r.f_act)) + np.maximum(transient, h) - h
+        exists = at(st.shape.exists) > 0
+        fits_all &= ~exists | (mem <= cap)
+        slowest = np.maximum(slowest, np.where(exists, at(st.per_microbatch_s) + time, -np.inf))
+    score = np.where(fits_all, slowest, np.inf)
+    order = np.lexsort((masks, bits.sum(axis=1)))  # fewer modules, then the lower mask, among equal times
+    best = order[np.argmin(score[order], axis=0)]
+    ok = np.isfinite(score[best, np.arange(len(need))])
+    mask_of = np.array([sum(1 << RECOMPUTE_MODULES.index(m) for i, m in enumerate(mods) if b >> i & 1) for b in masks])
+    sel[need] = np.where(ok, mask_of[best], sel[need])
+    return sel
+
+
 def _offload_fills(cost: TrainCost, cap: float, order: tuple[str, ...]) -> dict[str, np.ndarray]:
     """Integer-percent offload shares that close each row's gap, filling classes in ``order``."""
     r = cost.ctx.rows
@@ -107,21 +174,29 @@ def _offload_fills(cost: TrainCost, cap: float, order: tuple[str, ...]) -> dict[
 
 
 def build_train_table(model: ModelSpec, system: SystemSpec, work: TrainWorkload, rows: LayoutArrays, *,
-                      allow_offload: bool = True, partial_recompute: bool = True) -> TrainTable:
-    """Cost every candidate row; add recompute-layer and offload fixes; mark which rows fit.
+                      allow_offload: bool = True, partial_recompute: bool = True, module_sets: bool = True
+                      ) -> TrainTable:
+    """Cost every candidate row; add recompute-layer, recompute-module and offload fixes; mark which rows fit.
 
-    ``partial_recompute=False`` keeps full recompute on every layer (the user pinned ``--recompute full``).
+    ``partial_recompute=False`` keeps full recompute on every layer (the user pinned ``--recompute full``);
+    ``module_sets=False`` keeps Megatron's default selective module set (an export that cannot name others).
     """
     cap = gpu_capacity(system, work)
     # Each pass's arrays are dropped before the next pass is costed: peak memory is one pass, not two.
-    if partial_recompute:
-        rows = rows.replace(rk=_recompute_layers(train_cost(model, system, work, rows), cap))
-    cost = train_cost(model, system, work, rows)
+    if partial_recompute or (module_sets and (rows.rc == 1).any()):
+        first = train_cost(model, system, work, rows, ops=False)
+        sel = _module_sets(first, cap) if module_sets else rows.sel
+        rows = rows.replace(rk=_recompute_layers(first, cap)) if partial_recompute else rows
+        del first
+        # a module set is another layout: added beside the default one (which a per-stage split may still fit)
+        changed = np.flatnonzero(sel != rows.sel)
+        rows = _concat([rows, rows.take(changed).replace(sel=sel[changed])]) if len(changed) else rows
+    cost = train_cost(model, system, work, rows, ops=False)
     ok = fits(cost, system, work)
     if allow_offload and (~ok).any():
         del cost  # costed again below, with the offload variants
         bad = np.flatnonzero(~ok)
-        sub = train_cost(model, system, work, rows.take(bad))
+        sub = train_cost(model, system, work, rows.take(bad), ops=False)
         variants = []
         for order in itertools.permutations(OFFLOAD_CLASSES):
             f = _offload_fills(sub, cap, order)
@@ -134,7 +209,7 @@ def build_train_table(model: ModelSpec, system: SystemSpec, work: TrainWorkload,
         extra = extra.take(np.sort(uniq))
         changed = (extra.f_opt + extra.f_w + extra.f_act) > 0
         rows = _concat([rows, extra.take(np.flatnonzero(changed))])
-        cost = train_cost(model, system, work, rows)
+        cost = train_cost(model, system, work, rows, ops=False)
         ok = fits(cost, system, work)
     return TrainTable(cost=cost, fits=ok, gpu_over=cost.peak_memory - cap, capacity=cap,
                       host_over=cost.host_bytes_per_node - host_capacity(system, work))

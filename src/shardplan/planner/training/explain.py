@@ -27,11 +27,14 @@ HAND_RULE = "smallest TP within a node that fits, then the shallowest PP; microb
 
 def describe(lay: TrainLayout, layers_per_stage: int | None = None) -> str:
     """A layout named in full: 'TP=2 PP=1 DP=64 CP=2 EP=1, microbatch 1, interleave 1, recompute full on 6
-    layers/stage, SP on, ZeRO-1, no offload' — every knob the cost model evaluates."""
+    layers/stage, SP on, ZeRO-1, no offload' — every knob the cost model evaluates (a selective module set other
+    than Megatron's default as 'recompute selective modules layernorm+moe_act')."""
     rc = str(lay.recompute)
     if lay.recompute == Recompute.FULL and lay.recompute_layers is not None and (
             layers_per_stage is None or lay.recompute_layers < layers_per_stage):
         rc += f" on {lay.recompute_layers} layer{'s' if lay.recompute_layers > 1 else ''}/stage"
+    if lay.recompute == Recompute.SELECTIVE and lay.recompute_modules is not None:
+        rc += f" modules {'+'.join(lay.recompute_modules)}"  # Megatron's --recompute-modules (default core_attn)
     offload = [f"{name} {v:.0%}" for name, v in (("optimizer", lay.offload_optimizer), ("weights",
                lay.offload_weights), ("activations", lay.offload_activations)) if v > 0]
     etp = f" ETP={lay.expert_tp}" if lay.ep > 1 and lay.expert_tp != lay.tp else ""  # folded experts' own TP
@@ -52,7 +55,9 @@ def describe_plan(plan: TrainPlanOut) -> str:
                       microbatch=plan.microbatch_size, interleave=plan.interleave, recompute=Recompute(plan.recompute),
                       recompute_layers=plan.recompute_layers, sequence_parallel=plan.sequence_parallel,
                       zero_stage=plan.zero_stage, offload_optimizer=plan.offload.optimizer,
-                      offload_weights=plan.offload.weights, offload_activations=plan.offload.activations)
+                      offload_weights=plan.offload.weights, offload_activations=plan.offload.activations,
+                      recompute_modules=None if plan.recompute_modules in (None, ["core_attn"])
+                      else tuple(plan.recompute_modules))
     return describe(lay)
 
 
@@ -86,7 +91,8 @@ def comparisons(table: TrainTable, chosen: int, eligible: np.ndarray, report: Ca
     fit. A pair that fits only with CPU offload (which the solver sets aside by default) says so. ``delta_pct``
     compares time per sequence (step time when the batch is fixed)."""
     r = table.rows
-    pairs = sorted({(int(a), int(b)) for a, b in zip(r.tp, r.pp, strict=True)})
+    radix = int(r.pp.max(initial=0)) + 1
+    pairs = [(int(c) // radix, int(c) % radix) for c in np.unique(r.tp.astype(np.int64) * radix + r.pp)]
     best = report(chosen)
 
     def delta(rep: TrainReport) -> float:

@@ -45,6 +45,7 @@ class TrainRequest(BaseModel):
     cross_node_tp: bool = False
     uniform_stages: bool = False  # True: today's even split; False: per-stage layers/recompute/offload (CP-SAT)
     single_recompute_count: bool = False  # one full-recompute count on every rank (what an export can express)
+    module_sets: bool = True  # False: Megatron's default selective module set only (an export other than Megatron)
     zero3_with_pp: bool = True  # False: ZeRO-3 with PP pruned (Megatron-LM and DeepSpeed exports cannot run it)
     top_k: Annotated[int, Field(ge=1, le=50)] = 1
     time_limit_s: Annotated[float, Field(gt=0)] = 30.0

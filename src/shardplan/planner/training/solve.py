@@ -7,13 +7,14 @@ re-evaluated by ``costmodel.evaluate.estimate_training`` (the reported numbers) 
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import numpy as np
 
 from shardplan.costmodel.core.layouts import check_gpus
 from shardplan.costmodel.training.evaluate import estimate_training
-from shardplan.costmodel.training.layout import TrainLayout
+from shardplan.costmodel.training.layout import Recompute, TrainLayout
 from shardplan.costmodel.training.report import TrainReport
 from shardplan.costmodel.training.space import enumerate_layouts, row_keys
 from shardplan.costmodel.training.stage_split import supports_stage_split
@@ -33,8 +34,9 @@ from shardplan.planner.training.stage_search import (
     stage_sentence,
     with_stage_search,
 )
+from shardplan.units import format_bytes
 
-LAYOUT_KEY = ("tp", "pp", "dp", "ep", "cp", "mb", "v", "rc", "sp", "zero", "gb")
+LAYOUT_KEY = ("tp", "pp", "dp", "ep", "cp", "mb", "v", "rc", "sp", "zero", "gb", "sel")
 
 
 def primary_objective(table: TrainTable, idx: np.ndarray, per_sequence: bool) -> np.ndarray:
@@ -91,6 +93,28 @@ def _without_recompute(req: TrainRequest, best: TrainReport) -> TrainReport | No
     return estimate_training(req.model, req.system, req.num_gpus, w, lay)
 
 
+def _modules_sentence(req: TrainRequest, best: TrainReport) -> str | None:
+    """What a selective module set other than Megatron's default saved: the same layout (uniform split) with
+    core_attn alone against the chosen set, both evaluated by the cost model."""
+    p = best.plan
+    if p is None or p.recompute != "selective" or p.recompute_modules in (None, ["core_attn"]):
+        return None
+    lay = TrainLayout(tp=p.tp, pp=p.pp, dp=p.dp, ep=p.ep, cp=p.cp, etp=p.etp, microbatch=p.microbatch_size,
+                      interleave=p.interleave, recompute=Recompute.SELECTIVE, sequence_parallel=p.sequence_parallel,
+                      zero_stage=p.zero_stage, offload_optimizer=p.offload.optimizer,
+                      offload_weights=p.offload.weights, offload_activations=p.offload.activations)
+    w = req.workload.model_copy(update={"global_batch": p.global_batch})
+    default = estimate_training(req.model, req.system, req.num_gpus, w, lay)
+    chosen = estimate_training(req.model, req.system, req.num_gpus, w,
+                               dataclasses.replace(lay, recompute_modules=tuple(p.recompute_modules)))
+    if chosen.metrics is None or default.metrics is None:
+        return None
+    more = 100 * (chosen.metrics.step_time_s / default.metrics.step_time_s - 1)
+    return (f"Selective recompute of {', '.join(p.recompute_modules)} (Megatron --recompute-modules): peak "
+            f"{format_bytes(chosen.memory.total_bytes)} per GPU vs {format_bytes(default.memory.total_bytes)} with "
+            f"core_attn alone ({default.status}), for {more:+.1f}% step time (uniform split).")
+
+
 def plan_training(req: TrainRequest, *, explain: bool = True) -> TrainPlan:
     """Plan a training run: the optimal layout under the cost model, with alternatives and reasons.
 
@@ -109,7 +133,7 @@ def plan_training(req: TrainRequest, *, explain: bool = True) -> TrainPlan:
     if req.recompute_layers is not None:
         rows = rows.replace(rk=np.where(rows.rc == 2, req.recompute_layers, rows.rk))
     table = build_train_table(req.model, req.system, work, rows, allow_offload=req.offload != "off",
-                              partial_recompute=req.recompute is None)
+                              partial_recompute=req.recompute is None, module_sets=req.module_sets)
     build_s = time.perf_counter() - t0
     fits = table.fits
     offloaded = (table.rows.f_opt + table.rows.f_w + table.rows.f_act) > 0
@@ -177,6 +201,8 @@ def plan_training(req: TrainRequest, *, explain: bool = True) -> TrainPlan:
         status = "optimal" if status == "optimal" and stages.status == "optimal" else "feasible"
         if stages.split is not None or (best.plan is not None and best.plan.pp > 1):  # nothing to say without PP
             explained = [*explained, stage_sentence(stages, best)]
+    if (modules := _modules_sentence(req, best)) is not None:
+        explained = [*explained, modules]
     plan = TrainPlan(
         status=status, model=req.model.name, hardware=req.system.name, num_gpus=req.num_gpus,
         seq_len=work.seq_len, plan=best.plan, metrics=best.metrics, memory=best.memory, stages=best.stages,

@@ -1,10 +1,11 @@
 """Per-stage optimisation over the global layouts, with bounds: which rows need the per-stage model at all.
 
 Every distinct global layout with ``pp > 1`` (fitting with the uniform split or not) gets a lower bound on
-its best per-stage step time (``stage_split.row_lower_bounds``: perfect balance of the fastest per-rank work,
-plus rank 0's smallest tail). Rows are visited by increasing bound; a row is solved with the
-per-stage CP-SAT model (options that cannot beat the incumbent dropped) unless its bound already reaches
-the incumbent, in which case it and every later row are bounded out. The result is OPTIMAL when every row is
+its best per-stage step time (``stage_bounds``: the average of the fastest per-rank work for every row; then,
+where that leaves hope, the balance of each rank's memory-aware work with rank 0's smallest tail; then, where that
+still leaves hope, the joint bound on rank 0's layers and tail). Rows are visited by increasing bound; a row is
+solved with the per-stage CP-SAT model (options that cannot beat the incumbent dropped) unless its bound already
+reaches the incumbent, in which case it and every later row are bounded out. The result is OPTIMAL when every row is
 solved optimally or bounded out within the time limit.
 """
 
@@ -92,12 +93,14 @@ def search_stages(req: TrainRequest, table: TrainTable, rows: np.ndarray, best_r
     lb = average_lower_bounds(model, system, work, r.take(deep), free_recompute=free) * overhead
     lb = lb / np.where(per_seq, r.gb[deep], 1)
     hope = np.flatnonzero(lb < incumbent * (1 - 1e-9))
-    fine = stage_lower_bounds(model, system, work, r.take(deep[hope]), free_recompute=free, allow_offload=allow)
-    lb[hope] = np.maximum(lb[hope], fine * overhead / np.where(per_seq, r.gb[deep[hope]], 1))
+    per = np.where(per_seq, r.gb[deep[hope]], 1)
+    fine = stage_lower_bounds(model, system, work, r.take(deep[hope]), free_recompute=free, allow_offload=allow,
+                              cutoff=incumbent * (1 - 1e-9) * per / overhead)
+    lb[hope] = np.maximum(lb[hope], fine * overhead / per)
     order = np.argsort(lb, kind="stable")
     # Per-kind costs of every row that may need solving, in one vectorized pass.
     maybe = order[lb[order] < incumbent * (1 - 1e-9)]
-    batch = kind_costs(Ctx(model, system, work, r.take(deep[maybe])))
+    batch = kind_costs(Ctx(model, system, work, r.take(deep[maybe])), ops=False)
     slot = {int(j): q for q, j in enumerate(maybe)}
     solved = bounded = 0
     status = "optimal"
