@@ -54,3 +54,26 @@ def test_bound_charges_recompute_when_memory_is_over_at_the_fewest_layers() -> N
     # the recompute the excess memory forces, the bound was 19% under (no recompute at all on rank 0)
     assert bound >= 0.97 * best
     assert np.isfinite(bound)
+
+
+def test_a_calibrated_systems_overheads_reach_the_per_rank_evaluation() -> None:
+    # A calibration's per-step and per-microbatch offsets act on every layout (train_cost): the per-rank evaluation
+    # of the even split must give the uniform estimate's step time, and both move by the offsets from the
+    # uncalibrated one: step_overhead_s once, microbatch_overhead_s once per pipeline slot (m + (p−1)/v).
+    from shardplan.costmodel.training.evaluate import estimate_training
+    from shardplan.hardware.spec import Calibration, with_calibration
+
+    model, base = get_model("llama-3.1-8b"), get_system("dgx-h100")
+    cal = with_calibration(base, Calibration(step_overhead_s=0.5, microbatch_overhead_s=0.01))
+    work = TrainWorkload(seq_len=4096, global_batch=64)
+    lay = TrainLayout(tp=2, pp=2, dp=4, microbatch=1)
+    split = uniform_split(model.num_layers, lay.pp)
+    steps = {}
+    for name, system in (("base", base), ("cal", cal)):
+        est = estimate_training(model, system, 16, work, lay).metrics.step_time_s
+        ev = evaluate_split(model, system, work, lay, split).step_time_s
+        assert ev == pytest.approx(est, rel=1e-9)
+        steps[name] = ev
+    slots = 64 / (4 * 1) + (lay.pp - 1) / lay.interleave
+    frac = base.software.step_overhead_fraction
+    assert steps["cal"] - steps["base"] == pytest.approx(0.5 + 0.01 * slots * (1 + frac), rel=1e-6)

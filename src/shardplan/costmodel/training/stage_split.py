@@ -9,7 +9,8 @@ with ``v > 1`` a rank's ``n_i`` layers form ``v`` chunks (the first chunks take 
 
 Step composition is ``train_cost``'s: ``(m + (p−1)/v)·max_i t_i`` for the pipeline, plus rank 0's
 data-parallel sync, ZeRO-3 gathers and optimizer step (rank 0 finishes its last backward last in 1F1B and
-interleaved schedules), times ``1 + step_overhead``. With the uniform split it equals ``train_cost``.
+interleaved schedules), times ``1 + step_overhead``, plus a calibration's per-microbatch and per-step overheads.
+With the uniform split it equals ``train_cost``.
 
 MoE placement: every layer after ``first_dense_layers`` is MoE (``layer_freq == 1``), and rank 0 holds all
 dense-first layers (``n_0 ≥ first_dense_layers``), so a rank's MoE count depends on its own ``n_i`` only.
@@ -120,7 +121,8 @@ def rank_costs(model: ModelSpec, system: SystemSpec, work: TrainWorkload, layout
     st = _stage(ctx, kinds, shape, m)
     dp_exposed, z3 = _data_parallel(ctx, st, m)
     opt = _optimizer_time(ctx, st)
-    return RankCosts(rank, layers, rk, pct, st.per_microbatch_s, dp_exposed + z3 + opt, dp_exposed, z3, opt,
+    per_mb = st.per_microbatch_s + system.calibration.microbatch_overhead_s  # as train_cost: per microbatch slot
+    return RankCosts(rank, layers, rk, pct, per_mb, dp_exposed + z3 + opt, dp_exposed, z3, opt,
                      st.total, st.cpu_bytes, st.stored_mb * st.inflight, st)
 
 
@@ -188,7 +190,7 @@ def evaluate_split(model: ModelSpec, system: SystemSpec, work: TrainWorkload, la
     pipeline = pipeline_factor(layout, work) * worst
     bubble = (p - 1) / layout.interleave * worst
     tail = float(c.tail_s[0])
-    step = (pipeline + tail) * (1 + system.software.step_overhead_fraction)
+    step = (pipeline + tail) * (1 + system.software.step_overhead_fraction) + system.calibration.step_overhead_s
     host = float(np.max(c.host_bytes)) * system.gpus_per_node
     ok = bool(np.all(c.memory_bytes <= gpu_capacity(system, work))) and host <= host_capacity(system, work)
     return StageSplitCost(list(stage_layers), [int(min(k, n)) for k, n in zip(rk, stage_layers, strict=True)],
