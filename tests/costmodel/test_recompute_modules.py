@@ -117,3 +117,26 @@ def test_pinned_module_set_moves_memory_and_time_by_the_module_terms() -> None:
         validate_layout(spec, 64, work, TrainLayout(tp=8, pp=8, dp=1, recompute="selective",
                                                     recompute_modules=("moe_act",)))
     assert err.value.field == "recompute_modules"
+
+
+def test_per_layer_rows_carry_the_module_set_as_the_stage_rows_do() -> None:
+    # Mixtral-8x7B, TP 2 (SP), EP 4, microbatch 1 × 4096: moe_act drops each routed copy's FC2 input, T·k·F·2/t bytes
+    # per layer (hand count: 4096·2·14336·2/2), and reruns the experts' activation; the per-layer table must show
+    # both, and its recompute time × layer count is the stage's recompute time.
+    from shardplan.costmodel.training.evaluate import estimate_training
+    from shardplan.costmodel.training.layout import Recompute
+
+    model, system = get_model("mixtral-8x7b"), get_system("dgx-h100")
+    work = TrainWorkload(seq_len=4096, global_batch=64)
+    base = dict(tp=2, pp=2, dp=4, ep=4, microbatch=1, recompute=Recompute.SELECTIVE, sequence_parallel=True)
+    plain = estimate_training(model, system, 16, work, TrainLayout(**base))
+    moe_act = estimate_training(model, system, 16, work, TrainLayout(**base, recompute_modules=("moe_act",)))
+    rows = {(r.stage, r.kind): r for r in plain.layers}
+    for r in moe_act.layers:
+        if r.kind != "moe":
+            continue
+        assert rows[(r.stage, "moe")].activations_bytes - r.activations_bytes == 4096 * 2 * 14336 * 2 / 2
+        assert r.recompute_time_s > rows[(r.stage, "moe")].recompute_time_s
+    for st in moe_act.stages:
+        layer_rc = sum(r.count * r.recompute_time_s for r in moe_act.layers if r.stage == st.stage)
+        assert layer_rc == pytest.approx(st.recompute_time_s, rel=1e-9)

@@ -16,6 +16,7 @@ from shardplan.costmodel.core import bands
 from shardplan.costmodel.core.layouts import check_gpus
 from shardplan.costmodel.training.knobs import DEFAULT_RECOMPUTE_MODULES
 from shardplan.costmodel.training.layout import LayoutArrays, Recompute, TrainLayout, TrainWorkload
+from shardplan.costmodel.training.recompute_modules import selective_terms
 from shardplan.costmodel.training.report import (
     LayerRow,
     MemoryOut,
@@ -171,6 +172,10 @@ def _layer_row(cost: TrainCost, stage: str, kind: str, kc: Any, count: int, mode
     acts = 0.0
     if kc.acts is not None:
         acts = _f((kc.acts.none, kc.acts.selective, kc.acts.full)[mode], i)
+    if mode == 1:  # the layout's --recompute-modules beyond core_attn: as the stage rows count them (step._stage)
+        mods = selective_terms({kind: kc}, {kind: 1}, cost.ctx.rows.sel)
+        rc_time, rc_flops = rc_time + _f(mods.time, i), rc_flops + _f(mods.flops, i)
+        acts -= _f(mods.freed, i)
     return LayerRow(
         stage=stage, kind=kind, count=count, recompute=("none", "selective", "full")[mode] if kc.acts is not None
         else "none", fwd_flops=_f(kc.fwd.flops, i), bwd_flops=_f(kc.bwd.flops, i), recompute_flops=rc_flops,
