@@ -135,3 +135,16 @@ def test_estimate_train_takes_recompute_modules(run_cli) -> None:
     assert d["metrics"]["step_time_s"] > base["metrics"]["step_time_s"]
     bad = run_cli(*EST, "--recompute-modules", "attention")
     assert bad.code == 2 and bad.err.count("\n") == 1 and "recompute_modules" in bad.err
+
+
+def test_recompute_modules_the_model_or_stack_cannot_run_exit_2(run_cli, tmp_path) -> None:
+    """mla_up_proj on a model without MLA, and moe under the system's EP all-to-all overlap (Megatron asserts the
+    pair away), are one-line errors naming the field."""
+    mla = run_cli("estimate", "train", "-m", "llama-3.1-8b", "-H", "dgx-h100", "--gpus", "8", "-b", "64", "-s",
+                  "4096", "--recompute", "selective", "--recompute-modules", "mla_up_proj")
+    assert mla.code == 2 and mla.err.count("\n") == 1 and "MLA model" in mla.err
+    system = tmp_path / "overlap.json"
+    system.write_text('{"base": "dgx-h100", "software": {"ep_comm_overlap": true}}')
+    moe = run_cli("estimate", "train", "-m", "mixtral-8x7b", "-H", str(system), "--gpus", "16", "-b", "64", "-s",
+                  "4096", "--tp", "2", "--ep", "8", "--recompute", "selective", "--recompute-modules", "moe")
+    assert moe.code == 2 and moe.err.count("\n") == 1 and "ep_comm_overlap" in moe.err

@@ -82,7 +82,8 @@ StageRcOpt = Annotated[str | None, typer.Option(
     "--stage-recompute-layers", help="With --recompute full and --stage-layers: fully recomputed layers per rank.")]
 RcModulesOpt = Annotated[str | None, typer.Option(
     "--recompute-modules", help="With --recompute selective: the modules recomputed in every layer, comma-separated "
-    "(Megatron's --recompute-modules: core_attn, layernorm, mlp, moe_act, shared_experts, moe; default core_attn).")]
+    "(Megatron's --recompute-modules: core_attn, layernorm, mlp, moe_act, shared_experts, moe, mla_up_proj; default "
+    "core_attn).")]
 UniformOpt = Annotated[bool, typer.Option(
     "--uniform-stages", help="Split layers evenly over pipeline stages with one recompute count (no per-stage "
     "optimisation; for comparison).")]

@@ -29,6 +29,7 @@ from shardplan.costmodel.training.report import (
 from shardplan.costmodel.training.space import check_dtype, validate_layout
 from shardplan.costmodel.training.stages import STAGES
 from shardplan.costmodel.training.step import TrainCost, param_memory, train_cost
+from shardplan.errors import ShardplanError
 from shardplan.hardware.spec import SystemSpec
 from shardplan.models.spec import ModelSpec
 from shardplan.units import format_bytes, format_seconds
@@ -207,7 +208,9 @@ def _variants(lay: TrainLayout, work: TrainWorkload) -> list[tuple[str, TrainLay
     out: list[tuple[str, TrainLayout]] = []
     rep = dataclasses.replace
     if lay.recompute != Recompute.FULL:
-        out.append(("--recompute full", rep(lay, recompute=Recompute.FULL, recompute_layers=None)))
+        drop = " (drop --recompute-modules)" if lay.recompute_modules is not None else ""
+        out.append((f"--recompute full{drop}", rep(lay, recompute=Recompute.FULL, recompute_layers=None,
+                                                   recompute_modules=None)))
     if lay.tp > 1 and not lay.sequence_parallel:
         out.append(("--sequence-parallel", rep(lay, sequence_parallel=True)))
     if lay.microbatch > 1:
@@ -230,6 +233,11 @@ def estimate_training(model: ModelSpec, system: SystemSpec, num_gpus: int, work:
     check_gpus(system, num_gpus)
     check_dtype(work, system.gpu)
     validate_layout(model, num_gpus, work, layout)
+    if system.software.ep_comm_overlap and "moe" in (layout.recompute_modules or ()):
+        # Megatron-LM d98e8a6 transformer_config.py asserts this pair away
+        raise ShardplanError("moe cannot be recomputed with the system's ep_comm_overlap (Megatron's "
+                             "--overlap-moe-expert-parallel-comm); use moe_act or shared_experts",
+                             field="recompute_modules")
     layout = normalize(layout)
     variants = _variants(layout, work)
     rows = LayoutArrays.from_layouts([layout] + [normalize(v) for _, v in variants], work.global_batch)

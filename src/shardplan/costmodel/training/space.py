@@ -113,7 +113,8 @@ def validate_layout(model: ModelSpec, num_gpus: int, work: TrainWorkload, lay: T
                                  field="recompute_modules")
         if bad or moe_only or not lay.recompute_modules:
             raise ShardplanError(f"must be a non-empty set of {', '.join(RECOMPUTE_MODULES)} (moe_act, "
-                                 f"shared_experts and moe need an MoE model); got {','.join(lay.recompute_modules)}",
+                                 f"shared_experts and moe need an MoE model, mla_up_proj an MLA model); got "
+                                 f"{','.join(lay.recompute_modules)}",
                                  field="recompute_modules")
     for name in ("offload_optimizer", "offload_weights", "offload_activations"):
         v = getattr(lay, name)

@@ -104,8 +104,10 @@ def _module_sets(cost: TrainCost, cap: float) -> np.ndarray:
         return np.broadcast_to(np.asarray(x, dtype=float), (n,))[need]
 
     # the modules the model has, less those that free nothing and rerun nothing here (core_attn under flash)
-    mods = [m for m in RECOMPUTE_MODULES if any(m in kc.modules and (at(kc.modules[m].freed).any() or at(
-        kc.modules[m].time).any()) for kc in cost.kinds.values())] if len(need) else []
+    # (Megatron asserts 'moe' is not recomputed under --overlap-moe-expert-parallel-comm: transformer_config.py)
+    banned = ("moe",) if cost.ctx.system.software.ep_comm_overlap else ()
+    mods = [m for m in RECOMPUTE_MODULES if m not in banned and any(m in kc.modules and (at(kc.modules[m].freed).any()
+            or at(kc.modules[m].time).any()) for kc in cost.kinds.values())] if len(need) else []
     if not mods:
         return sel
     masks = np.arange(1 << len(mods))
