@@ -149,3 +149,16 @@ def test_models_torchtitan_lacks_get_a_note() -> None:
                      zero_stage=1)
     assert any("no mixtral model" in n for n in export_train("torchtitan", mixtral).notes)
     assert not any("torchtitan v0.2 has no" in n for n in export_train("torchtitan", LLAMA70).notes)
+
+
+@pytest.mark.parametrize("fmt", ["torchtitan", "deepspeed"])
+def test_a_module_set_only_megatron_expresses_is_refused(fmt: str) -> None:
+    from shardplan.errors import ShardplanError
+
+    t = target("llama-3.1-8b", num_gpus=8, seq_len=4096, hardware="dgx-h100", tp=1, pp=1, dp=8, microbatch_size=1,
+               num_microbatches=8, global_batch=64, recompute="selective", recompute_modules=["layernorm", "mlp"])
+    with pytest.raises(ShardplanError, match="recompute-modules"):
+        export_train(fmt, t)
+    plain = target("llama-3.1-8b", num_gpus=8, seq_len=4096, hardware="dgx-h100", tp=1, pp=1, dp=8,
+                   microbatch_size=1, num_microbatches=8, global_batch=64, recompute="selective")
+    assert export_train(fmt, plain).text

@@ -107,3 +107,13 @@ def shell_join(argv: list[str]) -> str:
             lines.append([])
         lines[-1].append(shlex.quote(word))
     return " \\\n  ".join(" ".join(line) for line in lines if line)
+
+
+def refuse_module_set(t: TrainTarget, framework: str) -> None:
+    """A plan costed with a Megatron ``--recompute-modules`` set other than core_attn cannot be written for a
+    framework without that knob: one line naming the field and the way out."""
+    mods = t.plan.recompute_modules
+    if t.plan.recompute == "selective" and mods is not None and list(mods) != ["core_attn"]:
+        raise ShardplanError(f"{framework} has no --recompute-modules: the plan recomputes {'+'.join(mods)}; use "
+                             "--export megatron, or pin --recompute-modules core_attn", field="recompute_modules")
+

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from shardplan.cli.export.base import Export, TrainTarget, recompute_kind
+from shardplan.cli.export.base import Export, TrainTarget, recompute_kind, refuse_module_set
 from shardplan.errors import ShardplanError
 
 
@@ -53,6 +53,7 @@ def _checkpointing(t: TrainTarget, notes: list[str]) -> dict[str, Any] | None:
     if recompute_kind(p) == "none":
         return None
     if p.recompute == "selective":
+        refuse_module_set(t, "DeepSpeed")
         notes.append("selective recompute (core attention only) is done by the model code, e.g. Megatron-DeepSpeed "
                      "--recompute-granularity selective; DeepSpeed's activation_checkpointing section is for full "
                      "recompute")

@@ -12,7 +12,14 @@ ZeRO-2); ZeRO-0 is ``data_parallel_replicate_degree`` (DDP).
 
 from __future__ import annotations
 
-from shardplan.cli.export.base import Export, TrainTarget, layout_summary, recompute_kind, torchrun_line
+from shardplan.cli.export.base import (
+    Export,
+    TrainTarget,
+    layout_summary,
+    recompute_kind,
+    refuse_module_set,
+    torchrun_line,
+)
 from shardplan.cli.export.titan_split import pipeline_settings
 from shardplan.errors import ShardplanError
 from shardplan.models.spec import ModelSpec
@@ -98,6 +105,7 @@ def _checkpointing(t: TrainTarget, notes: list[str]) -> dict[str, Value]:
     if recompute_kind(p) == "none":
         return {"mode": "none"}
     if p.recompute == "selective":
+        refuse_module_set(t, "torchtitan")
         notes.append("torchtitan's per-op selective recompute saves matmul outputs and recomputes the rest; "
                      "the plan costed core-attention recompute (Korthikanti et al.)")
         return {"mode": "selective", "selective_ac_option": "op"}
