@@ -130,3 +130,16 @@ def test_two_comm_bound_runs_fit_the_rate_that_explains_them(true: Calibration, 
     assert fit.params == (param,) and fit.values[param] == pytest.approx(getattr(true, param), rel=0.01)
     # the third, larger run is then projected exactly (the truth is one parameter of the model)
     assert predict_steps(h100, runs[2:], fit.values)[0] == pytest.approx(runs[2].step_time_s, rel=2e-3)
+
+
+def test_gemm_scale_can_follow_a_comm_rate_chosen_first() -> None:
+    # Comm-bound ZeRO-3 runs with both a slow network (0.3) and slow GEMMs (0.9), planted with the cost model itself:
+    # the network rate is chosen first, and gemm_scale must still be a candidate after it (five runs allow four
+    # parameters), so both are recovered and every run is fitted exactly.
+    lays = [("llama-3.1-70b", 128, 128, 4096, {"zero": 3}), ("llama-3.1-70b", 256, 256, 4096, {"zero": 3}),
+            ("llama-3.1-70b", 64, 64, 4096, {"zero": 3}), ("llama-3.1-8b", 64, 64, 4096, {"zero": 3}),
+            ("llama-3.1-8b", 128, 128, 4096, {"zero": 3})]
+    res = calibrate("dgx-h100", synthetic_runs(Calibration(inter_node_comm_scale=0.3, gemm_scale=0.9), lays))
+    assert set(res.fitted) == {"inter_node_comm_scale", "gemm_scale"}
+    assert res.calibration.gemm_scale == pytest.approx(0.9, rel=1e-3)
+    assert res.calibration.inter_node_comm_scale == pytest.approx(0.3, rel=1e-3)

@@ -165,7 +165,8 @@ def select_and_fit(system: SystemSpec, runs: Sequence[Run]) -> Fit:
         if float(trial.residuals @ trial.residuals) < (1 - MIN_GAIN) * sse:
             fit = trial
     limit = max_time_params(len(runs))
-    seen = seen if limit > 1 else []
+    # gemm_scale stays a candidate when a link level's rate was fitted first (ties prefer TIME_PARAMS' order)
+    seen = [c for c in TIME_PARAMS if c == "gemm_scale" or c in seen] if limit > 1 else []
     while len(fit.params) < limit:
         sse = float(fit.residuals @ fit.residuals)
         if math.sqrt(sse / len(runs)) < RESOLUTION:
