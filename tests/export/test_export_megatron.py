@@ -189,3 +189,26 @@ def test_recompute_modules_are_written_as_megatron_takes_them() -> None:
     assert args["--recompute-modules"] == ["core_attn", "layernorm", "moe_act"]
     assert FLAGS["flags"]["--recompute-modules"] == "list"
     assert "--recompute-modules" not in dict(parse(export_train("megatron", GPT3).text))
+
+
+@pytest.mark.parametrize(("dispatcher", "overlap", "pp", "v", "want"), [
+    ("alltoall", False, 1, 1, (["alltoall"], False)),
+    ("deepep", False, 1, 1, (["flex", "deepep"], False)),
+    ("deepep", True, 1, 1, (["flex", "deepep"], True)),
+    ("alltoall", True, 2, 1, (["alltoall"], False)),  # Megatron needs VPP with PP > 1: the plan priced it exposed
+    ("alltoall", True, 2, 2, (["alltoall"], True)),
+])
+def test_moe_dispatcher_and_overlap_are_the_ones_the_plan_was_costed_with(dispatcher, overlap, pp, v, want) -> None:
+    import dataclasses
+
+    t = dataclasses.replace(target("mixtral-8x7b", num_gpus=16, seq_len=4096, hardware="dgx-h100", tp=1, pp=pp,
+                                   dp=16 // pp, ep=8 // pp, microbatch_size=1, num_microbatches=8, global_batch=128,
+                                   interleave=v), ep_dispatcher=dispatcher, ep_comm_overlap=overlap)
+    e = export_train("megatron", t)
+    args = [tok for line in e.text.splitlines() if not line.startswith("#") for tok in line.split()]
+    disp, over = want
+    assert args[args.index("--moe-token-dispatcher-type") + 1] == disp[0]
+    if len(disp) > 1:
+        assert args[args.index("--moe-flex-dispatcher-backend") + 1] == disp[1]
+    assert ("--overlap-moe-expert-parallel-comm" in args) == over
+    assert (overlap and not over) == any("overlap-moe-expert-parallel-comm not written" in n for n in e.notes)

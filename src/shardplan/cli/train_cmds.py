@@ -323,6 +323,7 @@ def train(
         time_limit_s=time_limit, uniform_stages=uniform_stages,
         single_recompute_count=export is not None,  # Megatron and torchtitan take one recompute count
         zero3_with_pp=export is None or export == "torchtitan",  # only torchtitan runs FSDP under PP
+        zero3_with_ep=export != "deepspeed",  # deepspeed.moe.layer.MoE refuses ZeRO-3 (exporter's check)
         module_sets=export is None or export == "megatron",  # --recompute-modules is Megatron's
     )
     with solving(f"planning {spec.name} on {n} GPUs…", enabled=not as_json):

@@ -32,6 +32,10 @@ class TrainTarget:
     dropout: bool = False
     """Whether the cost model kept dropout (GPT/OPT/BLOOM families by default)."""
     overlap_grad_reduce: bool = True
+    ep_dispatcher: str = "alltoall"
+    """How the cost model moved MoE tokens (SoftwareSpec.ep_dispatcher): alltoall, or deepep (DeepEP/HybridEP)."""
+    ep_comm_overlap: bool = False
+    """Whether the cost model hid the EP all-to-all behind another microbatch (Megatron's combined 1F1B)."""
 
     @property
     def num_nodes(self) -> int:
@@ -61,7 +65,7 @@ def train_target(plan: TrainPlanOut | None, *, model: ModelSpec, system: Any, nu
         attention=str(workload.attention or sw.attention),
         dropout=workload.dropout if workload.dropout is not None else model.family in DROPOUT_FAMILIES,
         overlap_grad_reduce=workload.overlap_grad_reduce if workload.overlap_grad_reduce is not None
-        else sw.overlap_grad_reduce,
+        else sw.overlap_grad_reduce, ep_dispatcher=str(sw.ep_dispatcher), ep_comm_overlap=bool(sw.ep_comm_overlap),
     )
 
 

@@ -74,13 +74,33 @@ def moe_layer_freq(t: TrainTarget) -> str | None:
     return "+".join(f"[{bit}]*{n}" for bit, n in runs)
 
 
+def _dispatcher(t: TrainTarget, args: Args, notes: list[str]) -> None:
+    """The MoE token dispatcher the plan was costed with, and the EP all-to-all overlap where the cost model applied
+    it (Megatron-LM d98e8a6 transformer_config.py: the overlap needs VPP when PP > 1 and no full recompute, as
+    ``training/ep_overlap.py`` prices it)."""
+    p = t.plan
+    if t.ep_dispatcher == "deepep":
+        args += [("--moe-token-dispatcher-type", "flex"), ("--moe-flex-dispatcher-backend", "deepep")]
+    else:
+        args.append(("--moe-token-dispatcher-type", "alltoall"))
+    if not t.ep_comm_overlap:
+        return
+    if recompute_kind(p) == "full" or (p.pp > 1 and p.interleave == 1):
+        notes.append("the system overlaps the EP all-to-all, but this plan (full recompute, or PP without "
+                     "interleaving) was costed with it exposed, as Megatron requires: "
+                     "--overlap-moe-expert-parallel-comm not written")
+        return
+    args.append(("--overlap-moe-expert-parallel-comm", None))
+
+
 def _parallel(t: TrainTarget, args: Args, notes: list[str]) -> None:
     p, m = t.plan, t.model
     args += [("--tensor-model-parallel-size", str(p.tp)), ("--pipeline-model-parallel-size", str(p.pp))]
     if p.cp > 1:
         args.append(("--context-parallel-size", str(p.cp)))
     if p.ep > 1:
-        args += [("--expert-model-parallel-size", str(p.ep)), ("--moe-token-dispatcher-type", "alltoall")]
+        args.append(("--expert-model-parallel-size", str(p.ep)))
+        _dispatcher(t, args, notes)
     # MoE parallel folding; Megatron defaults the expert TP to tp
     if m.moe is not None and p.etp is not None and p.etp != p.tp:
         args.append(("--expert-tensor-parallel-size", str(p.etp)))

@@ -146,6 +146,7 @@ class SpaceRequest:
     max_batch: int | None = None  # instead: per layout, the largest batch ≤ this that its dp divides
     gpu_memory_bytes: float | None = None  # prunes microbatches whose one-layer input alone exceeds it
     zero3_with_pp: bool = True  # False: the target framework cannot shard weights under PP (Megatron, DeepSpeed)
+    zero3_with_ep: bool = True  # False: the target cannot combine expert parallelism with ZeRO-3 (DeepSpeed MoE)
 
 
 @dataclass
@@ -229,7 +230,12 @@ def enumerate_layouts(model: ModelSpec, work: TrainWorkload, req: SpaceRequest) 
             if z3.any():
                 pruned["ZeRO-3 with pipeline (export target)"] = (
                     pruned.get("ZeRO-3 with pipeline (export target)", 0) + int(z3.sum()))
-            ok &= ~z2 & ~z3
+            ep_c = np.array(eps, dtype=np.int64).reshape(-1, 2)[e_i, 1]
+            z3e = ok & ~z2 & ~z3 & (z_c == 3) & (ep_c > 1) & (not req.zero3_with_ep)
+            if z3e.any():
+                pruned["ZeRO-3 with expert parallelism (export target)"] = (
+                    pruned.get("ZeRO-3 with expert parallelism (export target)", 0) + int(z3e.sum()))
+            ok &= ~z2 & ~z3 & ~z3e
             size = int(ok.sum())
             ep_arr = np.array(eps, dtype=np.int64).reshape(-1, 2)
             for key, val in (("tp", np.full(size, tp)), ("pp", np.full(size, pp)), ("dp", np.full(size, dp)),

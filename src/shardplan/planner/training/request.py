@@ -47,6 +47,7 @@ class TrainRequest(BaseModel):
     single_recompute_count: bool = False  # one full-recompute count on every rank (what an export can express)
     module_sets: bool = True  # False: Megatron's default selective module set only (an export other than Megatron)
     zero3_with_pp: bool = True  # False: ZeRO-3 with PP pruned (Megatron-LM and DeepSpeed exports cannot run it)
+    zero3_with_ep: bool = True  # False: ZeRO-3 with EP pruned (DeepSpeed's MoE layer refuses the combination)
     top_k: Annotated[int, Field(ge=1, le=50)] = 1
     time_limit_s: Annotated[float, Field(gt=0)] = 30.0
     seed: int = 0
@@ -86,4 +87,5 @@ def space_request(req: TrainRequest) -> SpaceRequest:
         max_cp=max(req.max_cp, req.cp or 1),
         max_batch=None if req.fixed_global_batch else req.max_global_batch,
         gpu_memory_bytes=float(req.system.gpu.memory_bytes), zero3_with_pp=req.zero3_with_pp,
+        zero3_with_ep=req.zero3_with_ep,
     )
