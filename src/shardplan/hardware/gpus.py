@@ -57,11 +57,12 @@ BLACKWELL_MATMUL: Curve = scaled_curve(HOPPER_MATMUL_ISOLATED, 0.776 * IN_JOB_OF
 CDNA3_MATMUL: Curve = scaled_curve(HOPPER_MATMUL_ISOLATED, 0.47 * IN_JOB_OF_ISOLATED)
 CDNA3_MEMORY: Curve = scaled_curve(HBM_MEMORY, 0.72)
 
-# Fixed time every kernel pays beside its work, = the 4 µs launch floor (GpuSpec.kernel_launch_s): submitting one
-# kernel through the CUDA runtime and driver takes ~4-6 µs (measured on an RTX 5070 Ti, "pegainfer (3): From Launch
-# Overhead to CUDA Graph", susun-blog.com/blog/pegainfer-3-cuda-graph), and an engine without CUDA graphs
-# (TensorRT-LLM's C++ runtime of 2024, NIM) submits a decode step's small dependent kernels one by one, so each one
-# costs at least that.
+# Fixed time every kernel pays beside its work: the α of a latency + bytes/bandwidth kernel model (launch to start,
+# first DRAM round trips, last wave's drain). Taken as the launch latency, 4 µs: submitting one kernel through the
+# CUDA runtime and driver takes ~4-6 µs (RTX 5070 Ti, "pegainfer (3): From Launch Overhead to CUDA Graph",
+# susun-blog.com/blog/pegainfer-3-cuda-graph), which an engine without CUDA graphs (TensorRT-LLM's 2024 C++ runtime,
+# NIM) pays per dependent kernel when the GPU waits on the host. Where the host runs ahead (training) the GPU-side
+# cost of queued back-to-back kernels is smaller, so there it is an upper estimate (docs/physics_sources.md, wave 4).
 KERNEL_FIXED_S = 4e-6
 # L2 read bandwidth 5120 B/clk on A100 and H100 (A100 whitepaper; PMC10448217 Table 3: 7219 GB/s at 1410 MHz on A100,
 # 8986 GB/s at 1755 MHz on H100), shared out per enabled SM: what one SM streams when it works almost alone.
