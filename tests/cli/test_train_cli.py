@@ -148,3 +148,25 @@ def test_recompute_modules_the_model_or_stack_cannot_run_exit_2(run_cli, tmp_pat
     moe = run_cli("estimate", "train", "-m", "mixtral-8x7b", "-H", str(system), "--gpus", "16", "-b", "64", "-s",
                   "4096", "--tp", "2", "--ep", "8", "--recompute", "selective", "--recompute-modules", "moe")
     assert moe.code == 2 and moe.err.count("\n") == 1 and "ep_comm_overlap" in moe.err
+
+
+def test_train_takes_a_pinned_module_set_and_reports_its_own_numbers(run_cli) -> None:
+    """``train --recompute selective --recompute-modules layernorm`` plans with that set only; the plan names it and
+    ``estimate train`` of the same layout gives the same step time (one truth); without selective, or with an export
+    that cannot write it, it is a one-line error."""
+    req = ("-m", "mixtral-8x7b", "-H", "dgx-h100", "--gpus", "64", "-b", "256", "-s", "4096")
+    r = run_cli("train", *req, "--recompute", "selective", "--recompute-modules", "layernorm", "--json")
+    assert r.code == 0, r.err
+    p, m = r.json()["plan"], r.json()["metrics"]
+    assert p["recompute"] == "selective" and p["recompute_modules"] == ["layernorm"]
+    est = run_cli("estimate", "train", *req, "--tp", str(p["tp"]), "--pp", str(p["pp"]), "--dp", str(p["dp"]),
+                  "--ep", str(p["ep"]), "--cp", str(p["cp"]), "--microbatch", str(p["microbatch_size"]),
+                  "--interleave", str(p["interleave"]), "--zero", str(p["zero_stage"]), "--recompute", "selective",
+                  "--recompute-modules", "layernorm",
+                  "--sequence-parallel" if p["sequence_parallel"] else "--no-sequence-parallel", "--json")
+    assert est.code == 0, est.err
+    assert est.json()["metrics"]["step_time_s"] == pytest.approx(m["step_time_s"], rel=5e-3)
+    no_sel = run_cli("train", *req, "--recompute-modules", "layernorm")
+    assert no_sel.code == 2 and no_sel.err.count("\n") == 1 and "recompute_modules" in no_sel.err
+    ds = run_cli("train", *req, "--recompute", "selective", "--recompute-modules", "moe_act", "--export", "deepspeed")
+    assert ds.code == 2 and ds.err.count("\n") == 1 and "megatron" in ds.err

@@ -248,8 +248,7 @@ def estimate_train(
         offload_optimizer=parse_fraction(offload_optimizer, field="offload-optimizer"),
         offload_weights=parse_fraction(offload_weights, field="offload-weights"),
         offload_activations=parse_fraction(offload_activations, field="offload-activations"),
-        recompute_modules=None if recompute_modules is None
-        else tuple(m.strip() for m in recompute_modules.split(",") if m.strip()),
+        recompute_modules=_modules(recompute_modules),
     )
     work = _workload(seq_len, global_batch, dtype, grad_dtype, attention, optimizer,
                      parse_headroom(memory_headroom, system.gpu.memory_bytes))
@@ -267,6 +266,12 @@ def estimate_train(
              render=lambda con: render_estimate(con, report), export=export, output=output, plots=plots)
 
 
+
+def _modules(text: str | None) -> tuple[str, ...] | None:
+    """``--recompute-modules a,b`` as a tuple of names (None when not given)."""
+    return None if text is None else tuple(m.strip() for m in text.split(",") if m.strip())
+
+
 @app.command("train")
 def train(
     model: ModelOpt, hardware: HardwareOpt, seq_len: SeqLen, global_batch: Annotated[
@@ -278,7 +283,7 @@ def train(
         help="Choose the batch (≤ this) with the highest throughput.")] = None,
     tp: Tp = None, pp: Pp = None, dp: Dp = None, ep: Ep = None, etp: Etp = None, cp: Cp = None,
     microbatch: Micro = None, interleave: Inter = None, recompute: Rc = None, recompute_layers: RcLayers = None,
-    sequence_parallel: Sp = None, zero: Zero = None,
+    recompute_modules: RcModulesOpt = None, sequence_parallel: Sp = None, zero: Zero = None,
     offload: Annotated[OffloadPolicy, typer.Option(
         "--offload", help="CPU offload of optimizer/weights/activations: auto (only if nothing fits), on, off.")
     ] = OffloadPolicy.AUTO,
@@ -325,6 +330,7 @@ def train(
         zero3_with_pp=export is None or export == "torchtitan",  # only torchtitan runs FSDP under PP
         zero3_with_ep=export != "deepspeed",  # deepspeed.moe.layer.MoE refuses ZeRO-3 (exporter's check)
         module_sets=export is None or export == "megatron",  # --recompute-modules is Megatron's
+        recompute_modules=_modules(recompute_modules),
     )
     with solving(f"planning {spec.name} on {n} GPUs…", enabled=not as_json):
         plan = plan_training(req)

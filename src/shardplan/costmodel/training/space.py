@@ -44,6 +44,20 @@ ZERO2_PP = ("ZeRO-2 cannot run with pipeline parallelism: DeepSpeed rejects it, 
             "--zero 3; use zero 0, 1 or 3, or pp = 1")
 
 
+def check_modules(model: ModelSpec, modules: tuple[str, ...]) -> None:
+    """A selective recompute module set must name Megatron's modules that this model has, each once."""
+    bad = [n for n in modules if n not in RECOMPUTE_MODULES]
+    moe_only = [n for n in modules if (n in ("moe_act", "shared_experts", "moe") and model.moe is None)
+                or (n == "mla_up_proj" and model.mla is None)]
+    if "moe" in modules and {"moe_act", "shared_experts"} & set(modules):
+        raise ShardplanError("moe recomputes the whole MoE MLP: drop moe_act and shared_experts with it",
+                             field="recompute_modules")
+    if bad or moe_only or not modules:
+        raise ShardplanError(f"must be a non-empty set of {', '.join(RECOMPUTE_MODULES)} (moe_act, shared_experts and "
+                             f"moe need an MoE model, mla_up_proj an MLA model); got {','.join(modules)}",
+                             field="recompute_modules")
+
+
 def validate_layout(model: ModelSpec, num_gpus: int, work: TrainWorkload, lay: TrainLayout) -> None:
     """Raise ``ShardplanError`` naming the first rule the pinned layout breaks."""
     for name in ("tp", "pp", "dp", "ep", "cp", "microbatch", "interleave"):
@@ -104,18 +118,7 @@ def validate_layout(model: ModelSpec, num_gpus: int, work: TrainWorkload, lay: T
     if lay.recompute_modules is not None:
         if lay.recompute != Recompute.SELECTIVE:
             raise ShardplanError("recompute-modules needs --recompute selective", field="recompute_modules")
-        bad = [n for n in lay.recompute_modules if n not in RECOMPUTE_MODULES]
-        moe_only = [n for n in lay.recompute_modules
-                    if (n in ("moe_act", "shared_experts", "moe") and model.moe is None)
-                    or (n == "mla_up_proj" and model.mla is None)]
-        if "moe" in lay.recompute_modules and {"moe_act", "shared_experts"} & set(lay.recompute_modules):
-            raise ShardplanError("moe recomputes the whole MoE MLP: drop moe_act and shared_experts with it",
-                                 field="recompute_modules")
-        if bad or moe_only or not lay.recompute_modules:
-            raise ShardplanError(f"must be a non-empty set of {', '.join(RECOMPUTE_MODULES)} (moe_act, "
-                                 f"shared_experts and moe need an MoE model, mla_up_proj an MLA model); got "
-                                 f"{','.join(lay.recompute_modules)}",
-                                 field="recompute_modules")
+        check_modules(model, lay.recompute_modules)
     for name in ("offload_optimizer", "offload_weights", "offload_activations"):
         v = getattr(lay, name)
         if not 0.0 <= v <= 1.0:
@@ -147,6 +150,7 @@ class SpaceRequest:
     gpu_memory_bytes: float | None = None  # prunes microbatches whose one-layer input alone exceeds it
     zero3_with_pp: bool = True  # False: the target framework cannot shard weights under PP (Megatron, DeepSpeed)
     zero3_with_ep: bool = True  # False: the target cannot combine expert parallelism with ZeRO-3 (DeepSpeed MoE)
+    recompute_modules: tuple[str, ...] | None = None  # pinned selective module set (None: Megatron's default)
 
 
 @dataclass
@@ -252,7 +256,7 @@ def enumerate_layouts(model: ModelSpec, work: TrainWorkload, req: SpaceRequest) 
     rows = LayoutArrays(tp=arr["tp"], pp=arr["pp"], dp=arr["dp"], ep=arr["ep"], cp=arr["cp"], mb=arr["mb"],
                         v=arr["v"], rc=arr["rc"], rk=np.full(size, 10**9, dtype=np.int64), sp=arr["sp"],
                         zero=arr["zero"], f_opt=zeros_f, f_w=zeros_f.copy(), f_act=zeros_f.copy(), gb=arr["gb"],
-                        etp=arr["etp"], sel=np.full(size, modules_mask(None), dtype=np.int64))
+                        etp=arr["etp"], sel=np.full(size, modules_mask(req.recompute_modules), dtype=np.int64))
     return Space(rows, pruned)
 
 

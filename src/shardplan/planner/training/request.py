@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from shardplan.costmodel.core.layouts import divisors
 from shardplan.costmodel.training.layout import Recompute, TrainWorkload
-from shardplan.costmodel.training.space import ZERO2_PP, SpaceRequest, check_dtype, valid_tp
+from shardplan.costmodel.training.space import ZERO2_PP, SpaceRequest, check_dtype, check_modules, valid_tp
 from shardplan.errors import ShardplanError
 from shardplan.hardware.spec import SystemSpec
 from shardplan.models.spec import ModelSpec
@@ -48,6 +48,7 @@ class TrainRequest(BaseModel):
     module_sets: bool = True  # False: Megatron's default selective module set only (an export other than Megatron)
     zero3_with_pp: bool = True  # False: ZeRO-3 with PP pruned (Megatron-LM and DeepSpeed exports cannot run it)
     zero3_with_ep: bool = True  # False: ZeRO-3 with EP pruned (DeepSpeed's MoE layer refuses the combination)
+    recompute_modules: tuple[str, ...] | None = None  # pinned Megatron --recompute-modules (needs recompute selective)
     top_k: Annotated[int, Field(ge=1, le=50)] = 1
     time_limit_s: Annotated[float, Field(gt=0)] = 30.0
     seed: int = 0
@@ -74,6 +75,17 @@ def check_pins(req: TrainRequest) -> None:
     if req.recompute_layers is not None and req.recompute not in (None, Recompute.FULL):
         raise ShardplanError(f"--recompute-layers needs --recompute full (got --recompute {req.recompute})",
                              field="recompute-layers")
+    if req.recompute_modules is not None:
+        if req.recompute != Recompute.SELECTIVE:
+            raise ShardplanError("recompute-modules needs --recompute selective", field="recompute_modules")
+        check_modules(m, req.recompute_modules)
+        if req.system.software.ep_comm_overlap and "moe" in req.recompute_modules:
+            raise ShardplanError("moe cannot be recomputed with the system's ep_comm_overlap (Megatron's "
+                                 "--overlap-moe-expert-parallel-comm); use moe_act or shared_experts",
+                                 field="recompute_modules")
+        if not req.module_sets and req.recompute_modules != ("core_attn",):
+            raise ShardplanError("only --export megatron can express --recompute-modules other than core_attn",
+                                 field="recompute_modules")
 
 
 def space_request(req: TrainRequest) -> SpaceRequest:
@@ -87,5 +99,5 @@ def space_request(req: TrainRequest) -> SpaceRequest:
         max_cp=max(req.max_cp, req.cp or 1),
         max_batch=None if req.fixed_global_batch else req.max_global_batch,
         gpu_memory_bytes=float(req.system.gpu.memory_bytes), zero3_with_pp=req.zero3_with_pp,
-        zero3_with_ep=req.zero3_with_ep,
+        zero3_with_ep=req.zero3_with_ep, recompute_modules=req.recompute_modules,
     )

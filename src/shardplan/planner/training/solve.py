@@ -133,7 +133,8 @@ def plan_training(req: TrainRequest, *, explain: bool = True) -> TrainPlan:
     if req.recompute_layers is not None:
         rows = rows.replace(rk=np.where(rows.rc == 2, req.recompute_layers, rows.rk))
     table = build_train_table(req.model, req.system, work, rows, allow_offload=req.offload != "off",
-                              partial_recompute=req.recompute is None, module_sets=req.module_sets)
+                              partial_recompute=req.recompute is None,
+                              module_sets=req.module_sets and req.recompute_modules is None)
     build_s = time.perf_counter() - t0
     fits = table.fits
     offloaded = (table.rows.f_opt + table.rows.f_w + table.rows.f_act) > 0
