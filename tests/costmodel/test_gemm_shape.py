@@ -48,14 +48,14 @@ def test_expected_fill_is_the_mean_over_tile_counts() -> None:
 
 
 def test_curve_scaled_by_fill_over_expected_fill() -> None:
-    # H100, M = N = K = 8448: 128×128 tiles 66·66 = 4356 = 33 whole waves (fill 1); the curve's reference at these
-    # FLOPs is a square GEMM of 33 waves whose tile count is unknown: expected fill over [32.5, 33.5] waves.
+    # H100, M = N = K = 8448: 128×128 tiles 66·66 = 4356 = 33 whole waves (fill 1); the curve stands for GEMMs of
+    # this output size whose tile count is unknown: expected fill over [32.5, 33.5] waves, by hand.
     side = 66 * 128
     flops = 2.0 * side**3
     assert slot_fill(132, side, side) == pytest.approx(1.0)
-    exp = expected_fill(33.0)
-    assert exp == pytest.approx((33**2 - 32.5**2) / 66 + (33.5**2 - 33**2) / 68)
-    assert shape_factor(132, flops, side, side) == pytest.approx(1.0 / exp)
+    exp = (33**2 - 32.5**2) / 66 + (33.5**2 - 33**2) / 68
+    assert reference_fill(132, side, side) == pytest.approx(exp)
+    assert shape_factor(132, side, side) == pytest.approx(1.0 / exp)
     gpu = H100_SXM
     eff = interp_efficiency(gpu.matmul_efficiency, flops) * gpu.scales.gemm
     assert gemm_time(gpu, flops, 0.0, "bf16") == pytest.approx(flops / (gpu.peak("bf16") * eff) + gpu.kernel_fixed_s)
@@ -67,12 +67,24 @@ def test_curve_scaled_by_fill_over_expected_fill() -> None:
 
 
 def test_curve_holds_on_average_over_shapes() -> None:
-    # A100, K = 4096, M = 4096 tokens, N swept over every multiple of 64 from 2048 to 8192: the shape factor
+    # A100 and H100, M = 4096 tokens, N swept over every multiple of 64 from 2048 to 8192: the shape factor
     # averages to 1 within 2% (the curve was fitted to GEMMs of many shapes).
     n = np.arange(2048, 8193, 64, dtype=float)
-    m, k = 4096.0, 4096.0
-    f = shape_factor(108, 2.0 * m * k * n, m, n)
-    assert float(np.mean(f)) == pytest.approx(1.0, abs=0.02)
+    for sms in (108, 132):
+        assert float(np.mean(shape_factor(sms, 4096.0, n))) == pytest.approx(1.0, abs=0.02)
+
+
+def test_one_expert_gemm_each_by_default() -> None:
+    # 16 experts of 512 rows, N = 1536 on H100, each its own GEMM: 128×128 → 4·12 = 48 tiles, one wave of 132
+    # (fill 48/132); expected fill of 512·1536 outputs = 48 tiles' worth = 0.364 waves (below half a wave: itself).
+    assert shape_factor(132, 16 * 512, 1536, experts=16) == pytest.approx(1.0)
+    # 4 experts of 100 rows: each pads to 128 rows → fill 100·128 / (132·128·128); expected 100·128 / (128·128·132)
+    assert shape_factor(132, 400, 128, experts=4) == pytest.approx(1.0)
+    # 2048 × 1152 on H100: 144 tiles of 128×128 (2 waves) or 72 of 256×128 (1 wave of 132): fill 72/132 either way;
+    # expected: 2048·1152 / (16384·132) = 1.0909 waves, window [0.5909, 1.5909] → (1 - a²)/2 + (b² - 1)/4
+    w = 2048 * 1152 / (16384 * 132)
+    a, b = w - 0.5, w + 0.5
+    assert shape_factor(132, 2048, 1152) == pytest.approx((72 / 132) / ((1 - a * a) / 2 + (b * b - 1) / 4))
 
 
 def test_partial_wave_is_slower_per_flop_than_full_waves() -> None:
@@ -90,8 +102,11 @@ def test_partial_wave_is_slower_per_flop_than_full_waves() -> None:
 
 
 def test_a100_reference_fill_below_one_wave() -> None:
-    # 1e9 FLOPs square: side = (5e8)^(1/3) = 793.7 → 793.7² / (128·128·108) = 0.356 waves: one partial wave
-    assert reference_fill(108, 1e9) == pytest.approx(793.700526 ** 2 / (128 * 128 * 108), rel=1e-6)
+    # 1000 × 1000 outputs on A100: 1e6 / (128·128·108) = 0.565 waves of 128×128 tiles; window [0.065, 1.065] spans
+    # wave 1 (fill x) and a sliver of wave 2 (fill x/2): (1 - 0.065²)/2 + (1.065² - 1)/4
+    w = 1e6 / (128 * 128 * 108)
+    a, b = w - 0.5, w + 0.5
+    assert reference_fill(108, 1000, 1000) == pytest.approx((1 - a * a) / 2 + (b * b - 1) / 4)
 
 
 def test_shape_term_never_lifts_above_the_curve_plateau() -> None:

@@ -9,14 +9,17 @@ then 128×128). K does not enter: every tile steps through the same K.
 
 A grouped expert GEMM (one persistent kernel over the GPU's local experts, e.g. Transformer Engine / Megatron
 ``GroupedMLP``, vLLM ``fused_moe``) sums the tiles of its experts into one wave schedule: each expert's
-``M/experts`` rows are tiled on their own (tile quantisation per expert), the waves are shared.
+``M/experts`` rows are tiled on their own (tile quantisation per expert), the waves are shared. Transformer Engine's
+``GroupedLinear`` (Megatron-Core's default MoE path on Hopper) instead issues one cuBLAS GEMM per expert over a few
+streams (``nvte_multi_stream_cublas_gemm``), so by default (``GROUPED_SHARES_WAVES = False``) each expert GEMM keeps
+its own waves, as the FLOPs curve (read at one expert's FLOPs) already assumes.
 
 ``shape_factor`` turns this into a correction of the FLOPs-keyed efficiency curve, which was fitted to GEMMs of many
-shapes: the curve is read as the efficiency of a GEMM of those FLOPs at the *expected* fill of its size (a square
-GEMM whose last wave is, on average over tile counts, as full as chance makes it), and the factor is this GEMM's
-fill over that expectation. A GEMM whose last wave is mostly empty, or whose M or N is far from a tile multiple,
-is slower than the curve; one whose tiles fill whole waves is a little faster; averaged over shapes the curve
-holds.
+shapes: the curve is read as the efficiency of a GEMM of those FLOPs at the *expected* fill of its output size
+(``M·N`` outputs whose last wave is, on average over tile counts, as full as chance makes it), and the factor is
+this GEMM's fill over that expectation. A GEMM whose last wave is mostly empty, or whose M or N is far from a tile
+multiple, is slower than the curve; one whose tiles fill whole waves is faster; averaged over shapes the curve
+holds, and its FLOPs dependence (small GEMMs under-fill the GPU on average) is kept.
 """
 
 from __future__ import annotations
@@ -27,6 +30,9 @@ import numpy as np
 # cuBLAS And Performance" (256×128 and 128×256 most efficient, 128×128 next; smaller tiles trade efficiency for
 # parallelism and are not taken: no relative efficiency for them is published there).
 GEMM_TILES: tuple[tuple[int, int], ...] = ((256, 128), (128, 256), (128, 128))
+# One persistent grouped kernel (experts share waves) rather than one GEMM per expert. Off: sharing moves the H100
+# MoE records of ``shardplan validate`` (already predicted too fast) 5-9 points further from measurement.
+GROUPED_SHARES_WAVES = False
 
 
 def slot_fill(sm_count: int, m: np.ndarray | float, n: np.ndarray | float,
@@ -57,21 +63,24 @@ def expected_fill(waves: np.ndarray | float) -> np.ndarray:
     return np.where(w < 0.5, w, np.where(b <= k, one, two))
 
 
-def reference_fill(sm_count: int, flops: np.ndarray | float) -> np.ndarray:
-    """Slot fill the efficiency curve stands for at ``flops``: the expected fill (``expected_fill``) of a square
-    GEMM (M = N = K = (F/2)^⅓) cut into the smallest tile of ``GEMM_TILES`` (the most waves, cuBLAS's best case),
-    its exact tile count unknown: the curve is fitted to GEMMs of many shapes, so it holds their mean fill."""
-    side = np.cbrt(np.maximum(np.asarray(flops, dtype=float), 2.0) / 2.0)
+def reference_fill(sm_count: int, m: np.ndarray | float, n: np.ndarray | float) -> np.ndarray:
+    """Slot fill the efficiency curve stands for at this GEMM's size: the expected fill (``expected_fill``) of
+    ``m·n`` outputs in the smallest tile of ``GEMM_TILES`` (the most waves, cuBLAS's best case), the exact tile count
+    unknown and no edge padding: the curve is fitted to GEMMs of many shapes, so it holds their mean fill."""
     tm, tn = GEMM_TILES[-1]
-    return expected_fill(side * side / (tm * tn * sm_count))
+    cells = np.maximum(np.asarray(m, dtype=float), 1.0) * np.maximum(np.asarray(n, dtype=float), 1.0)
+    return expected_fill(cells / (tm * tn * sm_count))
 
 
-def shape_factor(sm_count: int | None, flops: np.ndarray | float, m: np.ndarray | float | None,
-                 n: np.ndarray | float | None, experts: np.ndarray | float = 1.0) -> np.ndarray | float:
-    """This GEMM's slot fill over the reference's at the same FLOPs per expert GEMM (1 where the GPU's SM count
-    or the shape is unknown). ``flops`` are all experts' together, as ``m`` is."""
+def shape_factor(sm_count: int | None, m: np.ndarray | float | None, n: np.ndarray | float | None,
+                 experts: np.ndarray | float = 1.0) -> np.ndarray | float:
+    """This GEMM's slot fill over the expected fill of its size (1 where the GPU's SM count or the shape is
+    unknown): the wave-count luck and edge padding of this exact shape, neutral on average over shapes. ``m`` is
+    the rows of all ``experts`` together."""
     if sm_count is None or m is None or n is None:
         return 1.0
     e = np.maximum(np.asarray(experts, dtype=float), 1.0)
-    per_expert = np.asarray(flops, dtype=float) / e
-    return slot_fill(sm_count, m, n, e) / reference_fill(sm_count, per_expert)
+    rows = np.asarray(m, dtype=float) / e
+    if GROUPED_SHARES_WAVES:
+        return slot_fill(sm_count, m, n, e) / reference_fill(sm_count, m, n)
+    return slot_fill(sm_count, rows, n) / reference_fill(sm_count, rows, n)

@@ -40,7 +40,7 @@ def dtype_gemm_ratio(gpu: GpuSpec, dtype: str) -> float:
 def compute_time(gpu: GpuSpec, flops: np.ndarray, dtype: str, *, efficiency: np.ndarray | float | None = None,
                  shape: np.ndarray | float = 1.0) -> np.ndarray:
     """Seconds to execute ``flops`` of matrix work: FLOPs / (peak · achievable fraction). ``shape`` is a GEMM's
-    tile and wave fill relative to the curve's well-shaped GEMM (``gemm_shape.shape_factor``); it never lifts the
+    tile and wave fill relative to the expected fill of its size (``gemm_shape.shape_factor``); it never lifts the
     fraction above the curve's plateau."""
     flops = np.asarray(flops, dtype=float)
     if efficiency is None:
@@ -95,11 +95,11 @@ def gemm_time(gpu: GpuSpec, flops: np.ndarray, nbytes: np.ndarray, dtype: str, *
     """A linear layer's GEMM: roofline time. A grouped GEMM over ``experts`` weight matrices runs as that many
     GEMMs of one expert's share (its curve efficiency is that of the smaller GEMM, its launches one per expert).
     Given the output shape (``m`` rows of all experts together, ``n`` columns) the efficiency carries the tile and
-    wave fill of that shape (``gemm_shape.shape_factor``; a grouped kernel's experts share the waves).
+    wave fill of that shape over the expected fill of its size (``gemm_shape.shape_factor``).
     ``sustained_flops`` caps the rate where a system states the GEMM rate it sustains (e.g. a T4 held at its power
     limit)."""
     flops = np.asarray(flops, dtype=float)
-    shape = shape_factor(gpu.sm_count if GEMM_SHAPE_TERM else None, flops, m, n, experts)
+    shape = shape_factor(gpu.sm_count if GEMM_SHAPE_TERM else None, m, n, experts)
     experts = np.maximum(np.asarray(experts, dtype=float), 1e-9)
     t = experts * kernel_time(gpu, flops / experts, np.asarray(nbytes, dtype=float) / experts, dtype, shape=shape)
     if sustained_flops:
