@@ -11,6 +11,12 @@ from shardplan.costmodel.core.kernels import gemm_time, interp_efficiency
 from shardplan.hardware.gpus import A100_80GB, H100_SXM
 
 
+@pytest.fixture
+def shape_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The shape term is off by default (``kernels.GEMM_SHAPE_TERM``); these tests time GEMMs with it on."""
+    monkeypatch.setattr(kernels, "GEMM_SHAPE_TERM", True)
+
+
 def test_h100_4096_by_1024_hand_count() -> None:
     # 128×128 tiles: 32 × 8 = 256 tiles over 132 SMs = 2 waves of 264 slots → 256/264; 256×128: 16·8 = 128 tiles,
     # 1 wave of 132 slots → 128/132; 128×256: 32·4 = 128 tiles → 128/132. Best: 128/132.
@@ -47,7 +53,7 @@ def test_expected_fill_is_the_mean_over_tile_counts() -> None:
         assert expected_fill(w) == pytest.approx(brute, rel=1e-4)
 
 
-def test_curve_scaled_by_fill_over_expected_fill() -> None:
+def test_curve_scaled_by_fill_over_expected_fill(shape_on: None) -> None:
     # H100, M = N = K = 8448: 128×128 tiles 66·66 = 4356 = 33 whole waves (fill 1); the curve stands for GEMMs of
     # this output size whose tile count is unknown: expected fill over [32.5, 33.5] waves, by hand.
     side = 66 * 128
@@ -87,7 +93,7 @@ def test_one_expert_gemm_each_by_default() -> None:
     assert shape_factor(132, 2048, 1152) == pytest.approx((72 / 132) / ((1 - a * a) / 2 + (b * b - 1) / 4))
 
 
-def test_partial_wave_is_slower_per_flop_than_full_waves() -> None:
+def test_partial_wave_is_slower_per_flop_than_full_waves(shape_on: None) -> None:
     # Same M and K: N = 640 leaves a partial wave whatever the tile (256×128: 16·5 = 80 tiles in one wave of 132;
     # 128×128: 160 tiles in 2 waves, the second 28/132 full → fill 0.606); N = 8448 fills 16 whole waves
     # (128×128: 32·66 = 2112 tiles = 16·132).
@@ -109,7 +115,7 @@ def test_a100_reference_fill_below_one_wave() -> None:
     assert reference_fill(108, 1000, 1000) == pytest.approx((1 - a * a) / 2 + (b * b - 1) / 4)
 
 
-def test_shape_term_never_lifts_above_the_curve_plateau() -> None:
+def test_shape_term_never_lifts_above_the_curve_plateau(shape_on: None) -> None:
     gpu = A100_80GB
     m = np.array([64.0, 2048.0, 16384.0])
     n = np.full(3, 128.0 * 108)
@@ -119,8 +125,8 @@ def test_shape_term_never_lifts_above_the_curve_plateau() -> None:
     assert np.all(flops / (t - gpu.kernel_fixed_s) <= gpu.peak("bf16") * plateau * gpu.scales.gemm * (1 + 1e-9))
 
 
-def test_switch_off_keeps_the_flops_curve(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(kernels, "GEMM_SHAPE_TERM", False)
+def test_switch_off_keeps_the_flops_curve() -> None:
+    assert kernels.GEMM_SHAPE_TERM is False  # the default (see its comment for the validate figures)
     flops = 2.0 * 4096 * 8192 * 640
     assert gemm_time(H100_SXM, flops, 0.0, "bf16", m=4096, n=640) == pytest.approx(
         gemm_time(H100_SXM, flops, 0.0, "bf16"))
