@@ -30,8 +30,9 @@ import numpy as np
 # cuBLAS And Performance" (256×128 and 128×256 most efficient, 128×128 next; smaller tiles trade efficiency for
 # parallelism and are not taken: no relative efficiency for them is published there).
 GEMM_TILES: tuple[tuple[int, int], ...] = ((256, 128), (128, 256), (128, 128))
-# One persistent grouped kernel (experts share waves) rather than one GEMM per expert. Off: sharing moves the H100
-# MoE records of ``shardplan validate`` (already predicted too fast) 5-9 points further from measurement.
+# One persistent grouped kernel (experts share waves) rather than one GEMM per expert. Off: Megatron-Core on Hopper
+# runs TE's per-expert GEMMs, and with sharing on the H100 MoE records of ``shardplan validate`` (already predicted
+# too fast) moved 5-9 points further from measurement.
 GROUPED_SHARES_WAVES = False
 
 
