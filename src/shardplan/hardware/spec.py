@@ -280,6 +280,13 @@ class SoftwareSpec(BaseModel):
         "backward; needs PP 1 or interleaving, no full recompute). Off: Megatron-Core's default "
         "(megatron/core/model_parallel_config.py at d98e8a6), every all-to-all exposed."
     )
+    moe_host_sync: bool = Field(
+        True, description="Each MoE layer's forward copies its per-expert token counts to the host and waits for "
+        "them (the buffer sizes and all-to-all splits of dropless routing), so the GPU idles until the host launches "
+        "the next kernel: Megatron-Core's alltoall, DeepEP and HybridEP dispatchers at d98e8a6 "
+        "(megatron/core/transformer/moe/token_dispatcher.py). False: a stack without it (static expert capacity, "
+        "moe_expert_rank_capacity_factor, or the whole MoE layer in a CUDA graph)."
+    )
     ep_dispatcher: Literal["alltoall", "deepep"] = Field(
         "alltoall", description="How MoE tokens travel: 'alltoall' (one copy per routed expert, NCCL all-to-all: "
         "Megatron's alltoall dispatcher) or 'deepep' (Megatron's flex dispatcher with DeepEP/HybridEP: a token "

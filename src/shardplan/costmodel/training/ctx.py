@@ -30,7 +30,7 @@ from shardplan.costmodel.core.operators import (
     routed_blocks,
     unfused_attention,
 )
-from shardplan.costmodel.core.ops import ATTN, COMM, GEMM, MEM, Op
+from shardplan.costmodel.core.ops import ATTN, COMM, GEMM, HOST, MEM, Op
 from shardplan.costmodel.training.layout import LayoutArrays, TrainWorkload
 from shardplan.hardware.spec import AttentionKernel, GpuSpec, SystemSpec
 from shardplan.models.spec import ModelSpec
@@ -257,6 +257,8 @@ def backward(ctx: Ctx, fwd: list[Op]) -> list[Op]:
     out: list[Op] = []
     entry = next((op for op in fwd if op.kind == GEMM), None)
     for op in fwd:
+        if op.kind == HOST:  # the backward reuses the counts the forward copied to the host: no sync
+            continue
         if op.kind == COMM and op.name.endswith("tp_allreduce") and entry is not None:
             wgrad = entry.time
             t = np.maximum(op.time - wgrad, 0.0) + ASYNC_TP_CONTENTION * np.minimum(op.time, wgrad)
