@@ -91,3 +91,55 @@ def test_recomputing_the_moe_layer_syncs_again_and_drop_and_pad_never_syncs() ->
     rows = LayoutArrays.from_layouts([EP8], WORK.global_batch)
     ops = train_cost(padded, system, WORK, rows).kinds["moe"].fwd_ops
     assert not [op for op in ops if op.name == "moe.host_sync"]
+
+
+def test_router_stays_in_16_bit_under_fp8() -> None:
+    """Megatron's router is a bf16 GEMM with fp32 logits outside the fp8 recipe: under fp8 it has no cast kernel and
+    runs at the bf16 rate; T·h·2 + h·E·2 + T·E·4 bytes (T = 4096 tokens, h = 2048, E = 128)."""
+    from shardplan.costmodel.core.kernels import gemm_time
+
+    fp8 = TrainWorkload(seq_len=4096, global_batch=64, dtype="fp8", attention="flash")
+    cost, system = _cost(EP8, fp8)
+    ops = {op.name: op for op in cost.kinds["moe"].fwd_ops}
+    assert "moe.router.fp8_cast" not in ops and "moe.experts.fc1.fp8_cast" in ops
+    t, h, e = 4096.0, 2048.0, 128.0
+    nbytes = t * h * 2 + h * e * 2 + t * e * 4
+    flops = 2 * t * h * e
+    assert float(ops["moe.router"].nbytes[0]) == pytest.approx(nbytes, rel=1e-12)
+    want = gemm_time(system.gpu, np.array([flops]), np.array([nbytes]), "bf16")
+    assert float(ops["moe.router"].time[0]) == pytest.approx(float(want[0]), rel=1e-12)
+
+
+def test_fp8_alltoall_experts_pad_and_unpad_with_a_copy_each() -> None:
+    """Under fp8 with the alltoall dispatcher the grouped MLP copies its 32,768 routed tokens (h 2048, bf16) into a
+    padded buffer (with their fp32 probabilities) and copies FC2's output back: 2·32768·2048·2 + 32768·8 and
+    2·32768·2048·2 bytes for the mean rank, times the busiest rank's share. HybridEP pads inside its dispatch, the
+    router's padding (moe_router_padding_for_quantization) and drop-and-pad make the counts aligned: no copies."""
+    fp8 = TrainWorkload(seq_len=4096, global_batch=64, dtype="fp8", attention="flash")
+    busy = 1.0 + math.sqrt(2 * math.log(8) / 32768)
+    cost, _ = _cost(EP8, fp8)
+    ops = {op.name: op for op in cost.kinds["moe"].fwd_ops}
+    copy = 2 * 32768 * 2048 * 2.0
+    assert float(ops["moe.experts.pad"].nbytes[0]) == pytest.approx((copy + 32768 * 8) * busy, rel=1e-12)
+    assert float(ops["moe.experts.unpad"].nbytes[0]) == pytest.approx(copy * busy, rel=1e-12)
+    names = [op.name for op in cost.kinds["moe"].fwd_ops]
+    assert names.index("moe.experts.pad") + 1 == names.index("moe.experts.fc1")
+    assert names.index("moe.experts.unpad") < names.index("moe.ep_combine")
+    for software in ({"ep_dispatcher": "deepep"}, {"moe_router_padding": True}, {"moe_drop_and_pad": True}):
+        other, _ = _cost(EP8, fp8, **software)
+        assert not [op for op in other.kinds["moe"].fwd_ops if op.name in ("moe.experts.pad", "moe.experts.unpad")]
+    bf16, _ = _cost(EP8)
+    assert "moe.experts.pad" not in {op.name for op in bf16.kinds["moe"].fwd_ops}
+
+
+def test_drop_and_pad_has_no_busiest_rank_and_no_host_sync() -> None:
+    """Megatron-Bridge 25.09's Qwen3 runs dropped and padded to a capacity factor of 1: every expert runs exactly
+    its capacity, so the MoE layer costs what the mean rank of the dropless layer costs, without the host wait."""
+    pad, _ = _cost(EP8, moe_drop_and_pad=True)
+    flat, _ = _cost(EP8, moe_host_sync=False)
+    ops = {op.name: op for op in pad.kinds["moe"].fwd_ops}
+    assert "moe.host_sync" not in ops
+    ref = {op.name: op for op in flat.kinds["moe"].fwd_ops}
+    busy = 1.0 + math.sqrt(2 * math.log(8) / 32768)
+    for name in ("moe.experts.fc1", "moe.experts.act", "moe.ep_dispatch"):
+        assert float(ops[name].time[0]) * busy == pytest.approx(float(ref[name].time[0]), rel=1e-9)
