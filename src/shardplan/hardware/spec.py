@@ -281,24 +281,17 @@ class SoftwareSpec(BaseModel):
         "(megatron/core/model_parallel_config.py at d98e8a6), every all-to-all exposed."
     )
     moe_host_sync: bool = Field(
-        True, description="Each MoE layer's forward copies its per-expert token counts to the host and waits for "
-        "them (the buffer sizes and all-to-all splits of dropless routing), so the GPU idles until the host launches "
-        "the next kernel: Megatron-Core's alltoall, DeepEP and HybridEP dispatchers at d98e8a6 "
-        "(megatron/core/transformer/moe/token_dispatcher.py). False: a stack without it (static expert capacity, "
-        "moe_expert_rank_capacity_factor, or the whole MoE layer in a CUDA graph)."
-    )
+        True, description="Each dropless MoE forward copies its per-expert token counts to the host and waits, so the "
+        "GPU idles until the next launch (Megatron-Core d98e8a6 token_dispatcher.py: alltoall, DeepEP, HybridEP). "
+        "False: no such wait (moe_expert_rank_capacity_factor, or the MoE layer in a CUDA graph).")
     moe_drop_and_pad: bool = Field(
-        False, description="Tokens beyond each expert's capacity are dropped and every expert's input is padded to "
-        "that capacity (Megatron-Core moe_pad_expert_input_to_capacity with the model's capacity factor): fixed "
-        "shapes, so nothing is sized on the host and no rank carries more than its capacity. False: dropless."
-    )
+        False, description="Tokens over each expert's capacity are dropped and every expert's input padded to it "
+        "(Megatron-Core moe_pad_expert_input_to_capacity): fixed shapes, no host wait, no busiest rank. False: "
+        "dropless.")
     moe_router_padding: bool = Field(
-        False, description="The router pads each expert's token count to the fp8/fp4 alignment "
-        "(Megatron-Core moe_router_padding_for_quantization). False, Megatron-Core's default: under fp8/fp4 with the "
-        "alltoall dispatcher the grouped MLP pads its input and unpads its output with a copy each (Transformer "
-        "Engine Fp8Padding/Fp8Unpadding; megatron/core/transformer/moe/experts.py at d98e8a6); the flex dispatcher "
-        "(HybridEP) pads inside its dispatch."
-    )
+        False, description="The router pads expert token counts to the fp8/fp4 alignment (Megatron-Core "
+        "moe_router_padding_for_quantization). False (the default): with the alltoall dispatcher the grouped MLP pads "
+        "and unpads with a copy each (TE Fp8Padding/Fp8Unpadding, experts.py at d98e8a6); HybridEP pads in dispatch.")
     ep_dispatcher: Literal["alltoall", "deepep"] = Field(
         "alltoall", description="How MoE tokens travel: 'alltoall' (one copy per routed expert, NCCL all-to-all: "
         "Megatron's alltoall dispatcher) or 'deepep' (Megatron's flex dispatcher with DeepEP/HybridEP: a token "
