@@ -143,3 +143,31 @@ def test_drop_and_pad_has_no_busiest_rank_and_no_host_sync() -> None:
     busy = 1.0 + math.sqrt(2 * math.log(8) / 32768)
     for name in ("moe.experts.fc1", "moe.experts.act", "moe.ep_dispatch"):
         assert float(ops[name].time[0]) * busy == pytest.approx(float(ref[name].time[0]), rel=1e-9)
+
+
+def test_round_robin_routing_has_no_busiest_rank() -> None:
+    """AutoModel's benchmark gate sends token t's j-th copy to expert (t·k + j) mod E: every rank gets exactly the
+    mean, so the expert kernels and all-to-alls cost what the mean rank's do (the host wait stays: DeepEP still
+    sizes its buffers on the host)."""
+    even, _ = _cost(EP8, moe_balanced_routing=True)
+    rand, _ = _cost(EP8)
+    ops = {op.name: op for op in even.kinds["moe"].fwd_ops}
+    ref = {op.name: op for op in rand.kinds["moe"].fwd_ops}
+    assert "moe.host_sync" in ops
+    busy = 1.0 + math.sqrt(2 * math.log(8) / 32768)
+    for name in ("moe.experts.fc2", "moe.ep_combine"):
+        assert float(ops[name].time[0]) * busy == pytest.approx(float(ref[name].time[0]), rel=1e-9)
+
+
+def test_validation_records_carry_their_routing() -> None:
+    """Every AutoModel MoE record runs the round-robin gate; Megatron-Bridge's perf recipes force random logits (not
+    round-robin), and its 25.09 Qwen3 runs dropped and padded to capacity."""
+    from shardplan.validation.runs import load_records, stack_moe
+
+    for r in load_records("modern_training_runs"):
+        sw = stack_moe(r)
+        if r["id"].startswith("automodel-") and r.get("software"):
+            assert sw.get("moe_balanced_routing") is True, r["id"]
+        if r["id"].startswith("mbridge-"):
+            assert not sw.get("moe_balanced_routing"), r["id"]
+            assert bool(sw.get("moe_drop_and_pad")) == r["id"].startswith("mbridge-25.09-qwen3"), r["id"]

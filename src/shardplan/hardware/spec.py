@@ -284,6 +284,10 @@ class SoftwareSpec(BaseModel):
         True, description="Each dropless MoE forward copies its per-expert token counts to the host and waits, so the "
         "GPU idles until the next launch (Megatron-Core d98e8a6 token_dispatcher.py: alltoall, DeepEP, HybridEP). "
         "False: no such wait (moe_expert_rank_capacity_factor, or the MoE layer in a CUDA graph).")
+    moe_balanced_routing: bool = Field(
+        False, description="Tokens go to experts round-robin, every rank equally loaded (NeMo AutoModel's benchmark "
+        "FakeBalancedGate). False: routing per token (learned, or random logits: Megatron's forced balancing), so the "
+        "busiest EP rank carries more than the mean.")
     moe_drop_and_pad: bool = Field(
         False, description="Tokens over each expert's capacity are dropped and every expert's input padded to it "
         "(Megatron-Core moe_pad_expert_input_to_capacity): fixed shapes, no host wait, no busiest rank. False: "

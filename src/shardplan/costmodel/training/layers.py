@@ -98,7 +98,8 @@ def moe_ops(ctx: Ctx) -> list[Op]:
     and expert-side kernels take that much longer (the same bound serving uses). Under fp8/fp4 the alltoall
     dispatcher's experts pad and unpad their tokens with a copy each (``_padding_copies``). Dropping and padding to
     a capacity (a capacity factor > 1, or ``SoftwareSpec.moe_drop_and_pad``) prices every expert at that fixed
-    capacity: no busiest rank, no padding copy, no host synchronisation."""
+    capacity: no busiest rank, no padding copy, no host synchronisation. Round-robin routing
+    (``SoftwareSpec.moe_balanced_routing``, AutoModel's benchmark gate) loads every rank equally."""
     ops = inv.moe_block(ctx.model, ctx, ctx.tokens, ctx.norm_tokens)
     moe = ctx.model.moe
     assert moe is not None
@@ -106,7 +107,7 @@ def moe_ops(ctx: Ctx) -> list[Op]:
     dropless = ctx.capacity_factor == 1.0 and not sw.moe_drop_and_pad
     if dropless and ctx.work.dtype in LOW_PRECISION and sw.ep_dispatcher == "alltoall" and not sw.moe_router_padding:
         ops = _padding_copies(ctx, ops)
-    if dropless:
+    if dropless and not sw.moe_balanced_routing:
         routed = ctx.tokens * moe.experts_per_token * ctx.etp / ctx.tp  # copies one rank's experts see on average
         busiest = inv.ep_imbalance(ctx.rows.ep, routed)
         ops = [Op(o.name, o.kind, o.flops, o.nbytes * busiest if o.kind == MEM else o.nbytes, o.time * busiest,
