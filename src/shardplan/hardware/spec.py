@@ -280,6 +280,22 @@ class SoftwareSpec(BaseModel):
         "backward; needs PP 1 or interleaving, no full recompute). Off: Megatron-Core's default "
         "(megatron/core/model_parallel_config.py at d98e8a6), every all-to-all exposed."
     )
+    moe_host_sync: bool = Field(
+        True, description="Each dropless MoE forward copies its per-expert token counts to the host and waits, so the "
+        "GPU idles until the next launch (Megatron-Core d98e8a6 token_dispatcher.py: alltoall, DeepEP, HybridEP). "
+        "False: no such wait (moe_expert_rank_capacity_factor, or the MoE layer in a CUDA graph).")
+    moe_balanced_routing: bool = Field(
+        False, description="Tokens go to experts round-robin, every rank equally loaded (NeMo AutoModel's benchmark "
+        "FakeBalancedGate). False: routing per token (learned, or random logits: Megatron's forced balancing), so the "
+        "busiest EP rank carries more than the mean.")
+    moe_drop_and_pad: bool = Field(
+        False, description="Tokens over each expert's capacity are dropped and every expert's input padded to it "
+        "(Megatron-Core moe_pad_expert_input_to_capacity): fixed shapes, no host wait, no busiest rank. False: "
+        "dropless.")
+    moe_router_padding: bool = Field(
+        False, description="The router pads expert token counts to the fp8/fp4 alignment (Megatron-Core "
+        "moe_router_padding_for_quantization). False (the default): with the alltoall dispatcher the grouped MLP pads "
+        "and unpads with a copy each (TE Fp8Padding/Fp8Unpadding, experts.py at d98e8a6); HybridEP pads in dispatch.")
     ep_dispatcher: Literal["alltoall", "deepep"] = Field(
         "alltoall", description="How MoE tokens travel: 'alltoall' (one copy per routed expert, NCCL all-to-all: "
         "Megatron's alltoall dispatcher) or 'deepep' (Megatron's flex dispatcher with DeepEP/HybridEP: a token "

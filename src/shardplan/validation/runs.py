@@ -237,11 +237,13 @@ def stack_tp_overlap(r: dict[str, Any]) -> str:
 
 
 def stack_moe(r: dict[str, Any]) -> dict[str, Any]:
-    """The stack settings a record's recipe ran with (``SoftwareSpec.ep_dispatcher``, ``ep_comm_overlap``), as its
-    ``software`` entry gives them with their source (the recipe at the container's commit); none given:
-    Megatron-Core's defaults (alltoall, no overlap)."""
+    """The stack settings a record's recipe ran with (``SoftwareSpec.ep_dispatcher``, ``ep_comm_overlap``,
+    ``moe_drop_and_pad``, ``moe_router_padding``, ``moe_balanced_routing``), as its ``software`` entry gives them
+    with their source (the recipe at the container's commit); none given: Megatron-Core's defaults (alltoall, no
+    overlap, dropless, no router padding, routing per token)."""
     sw = r.get("software") or {}
-    return {k: sw[k] for k in ("ep_dispatcher", "ep_comm_overlap") if k in sw}
+    keys = ("ep_dispatcher", "ep_comm_overlap", "moe_drop_and_pad", "moe_router_padding", "moe_balanced_routing")
+    return {k: sw[k] for k in keys if k in sw}
 
 
 def stack_modules(r: dict[str, Any]) -> tuple[str, ...] | None:
