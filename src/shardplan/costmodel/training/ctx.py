@@ -96,13 +96,16 @@ class Ctx:
     def gemm(self, g: Gemm) -> list[Op]:
         """A linear layer's forward GEMM; under fp8 plus its cast kernels (torchao roofline)."""
         e = self.act_bytes
-        if g.high_precision and g.name.startswith("moe."):
-            # The router stays out of the fp8/fp4 recipe: a 16-bit GEMM writing fp32 logits (Megatron-Core d98e8a6
-            # moe_utils.RouterGatingLinearFunction: te_general_gemm on the bf16 input and weight, out dtype
-            # ``moe_router_dtype`` fp32 as the performance recipes set it), no cast kernels.
+        if g.high_precision:
+            # The router and the LM head stay out of the fp8/fp4 recipe, as 16-bit GEMMs with no cast kernels. Router:
+            # fp32 logits (Megatron-Core d98e8a6 moe_utils.RouterGatingLinearFunction: te_general_gemm on the bf16
+            # input and weight, out dtype ``moe_router_dtype`` fp32 as the performance recipes set it). LM head:
+            # Megatron-Core's ``output_layer`` is a plain tensor_parallel.ColumnParallelLinear outside Transformer
+            # Engine's fp8 autocast unless ``fp8_output_proj`` with mxfp8 (models/gpt/gpt_model.py @d98e8a6).
             dtype = "bf16" if self.mm_dtype in LOW_PRECISION else self.mm_dtype
-            nbytes = g.nbytes(e, e, 4.0)
-            return [Op(g.name, GEMM, g.flops, nbytes, gemm_time(self.gpu, g.flops, nbytes, dtype, experts=g.experts))]
+            nbytes = g.nbytes(e, e, 4.0 if g.name.startswith("moe.") else e)
+            return [Op(g.name, GEMM, g.flops, nbytes, gemm_time(self.gpu, g.flops, nbytes, dtype, experts=g.experts,
+                                                                m=g.m, n=g.n))]
         wbytes = {"fp8": 1.0, "fp4": NVFP4_BYTES}.get(self.mm_dtype, e)
         nbytes = g.nbytes(wbytes, wbytes, e)
         ops = [Op(g.name, GEMM, g.flops, nbytes, gemm_time(self.gpu, g.flops, nbytes, self.mm_dtype,
