@@ -280,6 +280,14 @@ class SoftwareSpec(BaseModel):
         "backward; needs PP 1 or interleaving, no full recompute). Off: Megatron-Core's default "
         "(megatron/core/model_parallel_config.py at d98e8a6), every all-to-all exposed."
     )
+    elementwise_kernels: Literal["fused", "eager"] = Field(
+        "fused", description="How rotary, activation and loss run ('fused': Megatron-Core/Transformer Engine or a "
+        "compiled graph, one kernel each way; 'eager': PyTorch eager kernels and autograd, e.g. torchtitan or "
+        "llm-foundry without torch.compile). Per-kernel traffic with sources: costmodel/core/passes.py.")
+    norm_kernel: Literal["fused", "native", "composite"] = Field(
+        "fused", description="How LayerNorm/RMSNorm runs: 'fused' (TE, Apex, a Triton kernel or a compiled graph), "
+        "'native' (PyTorch's F.layer_norm: a second backward kernel re-reads x for the weight gradient), "
+        "'composite' (torchtitan's eager RMSNorm: seven fp32 kernels forward, thirteen backward).")
     ep_dispatcher: Literal["alltoall", "deepep"] = Field(
         "alltoall", description="How MoE tokens travel: 'alltoall' (one copy per routed expert, NCCL all-to-all: "
         "Megatron's alltoall dispatcher) or 'deepep' (Megatron's flex dispatcher with DeepEP/HybridEP: a token "
