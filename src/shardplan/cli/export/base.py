@@ -36,6 +36,9 @@ class TrainTarget:
     """How the cost model moved MoE tokens (SoftwareSpec.ep_dispatcher): alltoall, or deepep (DeepEP/HybridEP)."""
     ep_comm_overlap: bool = False
     """Whether the cost model hid the EP all-to-all behind another microbatch (Megatron's combined 1F1B)."""
+    eager_kernels: bool = False
+    """Whether the cost model priced eager PyTorch elementwise kernels (SoftwareSpec.elementwise_kernels or
+    norm_kernel not fused): a torchtitan export then leaves torch.compile off, as costed."""
 
     @property
     def num_nodes(self) -> int:
@@ -66,6 +69,7 @@ def train_target(plan: TrainPlanOut | None, *, model: ModelSpec, system: Any, nu
         dropout=workload.dropout if workload.dropout is not None else model.family in DROPOUT_FAMILIES,
         overlap_grad_reduce=workload.overlap_grad_reduce if workload.overlap_grad_reduce is not None
         else sw.overlap_grad_reduce, ep_dispatcher=str(sw.ep_dispatcher), ep_comm_overlap=bool(sw.ep_comm_overlap),
+        eager_kernels=sw.elementwise_kernels != "fused" or sw.norm_kernel != "fused",
     )
 
 
