@@ -6,7 +6,7 @@ the traffic is spread over. ``FUSED`` is what Megatron-Core / Transformer Engine
 kernel each way; its backward ``None`` is the job's generic rule (training: ``ctx.MEM_BWD_TRAFFIC`` × forward).
 ``EAGER`` is what PyTorch eager mode runs for the same math (every op its own kernel streaming the tensor through
 HBM, and autograd's backward kernels), counted from the framework source named on each row and from the autograd
-formulas of PyTorch's ``tools/autograd/derivatives.yaml`` (``mul``: two products; ``pow``: ``grad·e·x^(e−1)``;
+formulas of PyTorch's ``tools/autograd/derivatives.yaml``@d327a787 (``mul``: two products; ``pow``: ``grad·e·x^(e−1)``;
 ``mean``: the expanded gradient ÷ n; a cast: the reverse cast). A kind absent from ``EAGER`` runs the same kernel
 either way (residual add, GeLU: one native kernel, 1.5× backward rule). Counts assume 16-bit activations.
 """
@@ -66,8 +66,9 @@ EAGER: dict[str, Traffic] = {
     # backward: mul's two products (3 passes each), silu_backward (read x and g, write: 3 passes).
     "gated_act": Traffic(5, 0.0, 2, bwd_passes=9, bwd_kernels=3),
     # torchtitan loss (model.py@1ea476e9f ``self.output(h).float()``, train.py@1ea476e9f ``F.cross_entropy``):
-    # cast 1 pass + 4 B, log_softmax over the fp32 row (ATen cunn_SoftMaxForward: max, Σexp and the write each
-    # read the row: 12 B + write 4 B); nll_loss reads one value per row. Backward: nll_loss_backward zero-fills the
+    # cast 1 pass + 4 B, log_softmax over the fp32 row (aten/src/ATen/native/cuda/SoftMax.cu@000cace5a
+    # cunn_SoftMaxForward, rows over 1024: max, Σexp and the write each read the row: 12 B + write 4 B); nll_loss
+    # reads one value per row. Backward: nll_loss_backward zero-fills the
     # fp32 gradient (4 B), log_softmax_backward reads the gradient for its sum and again with the output to write
     # (16 B), the cast back (read 4 B, write 1 pass).
     "cross_entropy": Traffic(1, 20.0, 2, bwd_passes=1, bwd_fp32=24.0, bwd_kernels=3),
