@@ -22,7 +22,7 @@ from shardplan.models import get_model
 from shardplan.validation.runs import load_records, modern_setup
 
 
-def _ctx(model: str, seq: int = 4, **software: str) -> Ctx:
+def _ctx(model: str, seq: int = 4, **software: object) -> Ctx:
     system = get_system("dgx-h100")
     system = system.model_copy(update={"software": system.software.model_copy(update=software)})
     rows = LayoutArrays.from_layouts([TrainLayout(tp=1, dp=1, recompute=Recompute.NONE, sequence_parallel=False)],
@@ -128,3 +128,35 @@ def test_torchtitan_a100_record_moves_toward_measured() -> None:
     fused_tps = estimate_training(model, fused, n, work, layout).metrics.tokens_per_s / n
     assert measured < eager_tps < fused_tps
     assert abs(eager_tps / measured - 1) < abs(fused_tps / measured - 1) - 0.02
+
+
+def test_every_records_stack_settings_are_valid_software() -> None:
+    """The software facts the validation records carry are SoftwareSpec values (a typo would otherwise pass
+    through ``model_copy`` unchecked), and the eager kernels appear only where the recipe ran without compile."""
+    from shardplan.hardware.spec import SoftwareSpec
+    from shardplan.validation.runs import stack_software
+
+    records = load_records("modern_training_runs") + load_records("optimum_runs")["runs"]
+    for r in records:
+        sw = stack_software(r)
+        SoftwareSpec(**sw)
+        if sw.get("elementwise_kernels") == "eager":
+            assert not r["parallel"].get("torch_compile"), r["id"]
+            assert "compile" in r["software"]["kernels_source"], r["id"]
+
+
+def test_varlen_unpad_copies_by_hand() -> None:
+    """llm-foundry's flash path (flash-attn bert_padding): 4 tokens of Llama-3.1-8B's 32 query and 8 KV heads of 128.
+    Each of q, k, v is gathered with an int64 index per element (index written 8 B and read 8 B, value read 2 B and
+    written 2 B); backward zero-fills (2), rebuilds the index (8) and scatters (index 8, gradient 2, write 2). The
+    output is zero-filled and written (2 + 2 + 2 B); backward indexes the gradient back (2 + 2 B)."""
+    T = 4
+    ctx = _ctx("llama-3.1-8b", attention_unpad=True)
+    ops = {op.name: op for op in L.attention_ops(ctx) if op.kind == MEM}
+    bwd = {op.name.removesuffix(".bwd"): op for op in backward(ctx, list(ops.values()))}
+    qkv, out = T * (32 + 8 + 8) * 128, T * 32 * 128
+    assert float(ops["attn.unpad_qkv"].nbytes[0]) == qkv * (8 + 8 + 2 + 2)
+    assert float(bwd["attn.unpad_qkv"].nbytes[0]) == qkv * (2 + 8 + 8 + 2 + 2)
+    assert float(ops["attn.pad_out"].nbytes[0]) == out * (2 + 2 + 2)
+    assert float(bwd["attn.pad_out"].nbytes[0]) == out * (2 + 2)
+    assert "attn.unpad_qkv" not in {op.name for op in L.attention_ops(_ctx("llama-3.1-8b"))}

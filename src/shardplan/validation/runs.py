@@ -237,7 +237,7 @@ def stack_tp_overlap(r: dict[str, Any]) -> str:
 
 
 # SoftwareSpec fields a record's ``software`` entry may set, each with its source in that entry.
-STACK_FIELDS = ("ep_dispatcher", "ep_comm_overlap", "elementwise_kernels", "norm_kernel")
+STACK_FIELDS = ("ep_dispatcher", "ep_comm_overlap", "elementwise_kernels", "norm_kernel", "attention_unpad")
 
 
 def stack_software(r: dict[str, Any]) -> dict[str, Any]:

@@ -186,7 +186,7 @@ def routed_blocks(moe: MoESpec, blocks: Array) -> np.ndarray:
 def kernel(kind: str, name: str, elements: Array, extra: float = 0.0, fixed: Array = 0.0) -> Elementwise:
     """An elementwise op of ``kind`` with the fused traffic of ``core.passes.FUSED`` (``extra`` bytes more)."""
     row = FUSED[kind]
-    return Elementwise(name, elements, row.passes, row.fp32 + extra, fixed, kind=kind)
+    return Elementwise(name, elements, row.passes, row.extra + extra, fixed, kind=kind)
 
 
 def norm(p: Pricer, name: str, tokens: Array, width: float) -> Op:

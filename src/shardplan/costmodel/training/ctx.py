@@ -124,8 +124,8 @@ class Ctx:
         ``core.passes``), its traffic spread evenly over the row's kernels, forward and backward."""
         sw = self.system.software
         row = traffic(x.kind, sw.elementwise_kernels, sw.norm_kernel) if x.kind else None
-        if row is not None and row is not FUSED[x.kind]:
-            x = replace(x, passes=row.passes, extra=row.fp32)
+        if row is not None and row is not FUSED.get(x.kind):
+            x = replace(x, passes=row.passes, extra=row.extra)
         nbytes = x.nbytes(self.act_bytes) + np.zeros_like(self.tokens)
         bwd = row.bwd_bytes(self.act_bytes) if row is not None else None
         return Op(x.name, MEM, np.zeros_like(nbytes), nbytes, self.mem_time(nbytes, row.kernels if row else 1),
@@ -143,6 +143,12 @@ class Ctx:
         flash = Op(f"{a.name}.flash", ATTN, a.flops, nbytes, self.flash_time(a.flops, nbytes, backward=False))
         unfused = unfused_attention(self, a, mask_passes=0, selective=True)
         ops = [masked(op, ~self.flash) for op in unfused] + [masked(flash, self.flash)]
+        if self.system.software.attention_unpad:  # packed rows in and out of a varlen flash kernel (core.passes)
+            kv = a.q_tokens * a.kv_token_bytes / self.act_bytes
+            ops += [masked(self.elementwise(Elementwise(f"{a.name}.unpad_qkv", a.q_tokens * a.heads * a.d_qk + kv, 0,
+                                                        kind="attn.unpad_qkv")), self.flash),
+                    masked(self.elementwise(Elementwise(f"{a.name}.pad_out", a.q_tokens * a.heads * a.d_v, 0,
+                                                        kind="attn.pad_out")), self.flash)]
         r = self.rows
         ring = self.collective(f"{a.name}.cp_ring", "all_gather", a.kv_tokens * a.kv_token_bytes, "cp")
         exposed = comm.with_overlap_cost(self.system, ring.time,
@@ -250,8 +256,10 @@ class Ctx:
 def masked(op: Op, when: np.ndarray) -> Op:
     """The op where ``when`` holds, zero elsewhere (collectives that exist only with SP, or only without)."""
     z = np.zeros_like(op.time)
+    bwd = None if op.bwd_nbytes is None else np.where(when, op.bwd_nbytes, z)
     return Op(op.name, op.kind, np.where(when, op.flops, z), np.where(when, op.nbytes, z),
-              np.where(when, op.time, z), dim=op.dim, selective=op.selective)
+              np.where(when, op.time, z), dim=op.dim, selective=op.selective, bwd_nbytes=bwd,
+              bwd_kernels=op.bwd_kernels)
 
 
 # Megatron-LM overlaps the backward all-reduce of the TP input gradient with the weight-gradient GEMM
@@ -279,8 +287,12 @@ def backward(ctx: Ctx, fwd: list[Op]) -> list[Op]:
             out.append(Op(f"{op.name}.dgrad", GEMM, op.flops, op.nbytes, op.time, selective=op.selective))
             out.append(Op(f"{op.name}.wgrad", GEMM, op.flops, op.nbytes, op.time, selective=op.selective))
         elif op.kind == MEM:
-            nbytes = MEM_BWD_TRAFFIC * op.nbytes if op.bwd_nbytes is None else op.bwd_nbytes
-            out.append(Op(f"{op.name}.bwd", MEM, op.flops, nbytes, ctx.mem_time(nbytes, op.bwd_kernels)))
+            if op.bwd_nbytes is None:
+                nbytes, t = MEM_BWD_TRAFFIC * op.nbytes, ctx.mem_time(MEM_BWD_TRAFFIC * op.nbytes)
+            else:  # the row's own backward kernels, none where the forward op is masked out
+                nbytes = op.bwd_nbytes
+                t = np.where(nbytes > 0, ctx.mem_time(nbytes, op.bwd_kernels), 0.0)
+            out.append(Op(f"{op.name}.bwd", MEM, op.flops, nbytes, t))
         elif op.kind == ATTN:
             flops = 2.5 * op.flops
             t = ctx.flash_time(flops, 2.0 * op.nbytes, backward=True)
