@@ -9,7 +9,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from shardplan.costmodel.core.gemm_shape import shape_factor
 from shardplan.hardware.spec import AttentionCurve, GpuSpec
+
+# GEMM efficiency carries the tile/wave fill of the GEMM's (M, N) shape (``core.gemm_shape``) when the GPU states its
+# SM count. Off: on ``shardplan validate`` it moved korthikanti-t5 MAPE 1.73 → 2.12%, korthikanti-t4 2.65 → 2.86%,
+# narayanan 7.71 → 7.76%, modern 16.56 → 16.91% (the H100 MoE records furthest), so the FLOPs-only curve stays.
+GEMM_SHAPE_TERM = False
 
 # FlashAttention-2 reaches ~73% of A100 peak forward and ~63% backward (Dao 2023, arXiv 2307.08691 §4.1):
 # backward runs at 0.86 of the forward efficiency.
@@ -32,12 +38,16 @@ def dtype_gemm_ratio(gpu: GpuSpec, dtype: str) -> float:
     return 1.0
 
 
-def compute_time(gpu: GpuSpec, flops: np.ndarray, dtype: str, *, efficiency: np.ndarray | float | None = None
-                 ) -> np.ndarray:
-    """Seconds to execute ``flops`` of matrix work: FLOPs / (peak · achievable fraction)."""
+def compute_time(gpu: GpuSpec, flops: np.ndarray, dtype: str, *, efficiency: np.ndarray | float | None = None,
+                 shape: np.ndarray | float = 1.0) -> np.ndarray:
+    """Seconds to execute ``flops`` of matrix work: FLOPs / (peak · achievable fraction). ``shape`` is a GEMM's
+    tile and wave fill relative to the expected fill of its size (``gemm_shape.shape_factor``); it never lifts the
+    fraction above the curve's plateau."""
     flops = np.asarray(flops, dtype=float)
     if efficiency is None:
-        eff = interp_efficiency(gpu.matmul_efficiency, flops) * gpu.scales.gemm * dtype_gemm_ratio(gpu, dtype)
+        curve = gpu.matmul_efficiency
+        base = np.minimum(interp_efficiency(curve, flops) * shape, max(f for _, f in curve))
+        eff = base * gpu.scales.gemm * dtype_gemm_ratio(gpu, dtype)
     else:  # attention kernels pass their own fraction
         eff = np.asarray(efficiency, dtype=float) * gpu.scales.attention
     # A calibration scale (hardware.spec.Calibration) never lifts a kernel above peak.
@@ -72,22 +82,27 @@ def elementwise_time(gpu: GpuSpec, nbytes: np.ndarray) -> np.ndarray:
 
 
 def kernel_time(gpu: GpuSpec, flops: np.ndarray, nbytes: np.ndarray, dtype: str, *,
-                efficiency: np.ndarray | float | None = None) -> np.ndarray:
+                efficiency: np.ndarray | float | None = None, shape: np.ndarray | float = 1.0) -> np.ndarray:
     """Roofline time of one kernel (torchao roofline_utils: max of compute and memory) with the per-kernel fixed
     time and launch floor (``with_launch``)."""
-    t_c = compute_time(gpu, flops, dtype, efficiency=efficiency)
+    t_c = compute_time(gpu, flops, dtype, efficiency=efficiency, shape=shape)
     t_m = memory_time(gpu, nbytes)
     return with_launch(gpu, np.maximum(t_c, t_m))
 
 
 def gemm_time(gpu: GpuSpec, flops: np.ndarray, nbytes: np.ndarray, dtype: str, *,
-              experts: np.ndarray | float = 1.0, sustained_flops: float | None = None) -> np.ndarray:
+              experts: np.ndarray | float = 1.0, sustained_flops: float | None = None,
+              m: np.ndarray | float | None = None, n: np.ndarray | float | None = None) -> np.ndarray:
     """A linear layer's GEMM: roofline time. A grouped GEMM over ``experts`` weight matrices runs as that many
-    GEMMs of one expert's share (its efficiency is that of the smaller GEMM). ``sustained_flops`` caps the rate
-    where a system states the GEMM rate it sustains (e.g. a T4 held at its power limit)."""
+    GEMMs of one expert's share (its curve efficiency is that of the smaller GEMM, its launches one per expert).
+    Given the output shape (``m`` rows of all experts together, ``n`` columns) the efficiency carries the tile and
+    wave fill of that shape over the expected fill of its size (``gemm_shape.shape_factor``).
+    ``sustained_flops`` caps the rate where a system states the GEMM rate it sustains (e.g. a T4 held at its power
+    limit)."""
+    flops = np.asarray(flops, dtype=float)
+    shape = shape_factor(gpu.sm_count if GEMM_SHAPE_TERM else None, m, n, experts)
     experts = np.maximum(np.asarray(experts, dtype=float), 1e-9)
-    t = experts * kernel_time(gpu, np.asarray(flops, dtype=float) / experts, np.asarray(nbytes, dtype=float)
-                              / experts, dtype)
+    t = experts * kernel_time(gpu, flops / experts, np.asarray(nbytes, dtype=float) / experts, dtype, shape=shape)
     if sustained_flops:
         t = np.maximum(t, np.asarray(flops, dtype=float) / sustained_flops)
     return t

@@ -1,0 +1,87 @@
+"""How a GEMM's (M, N) shape fills the GPU: tile and wave quantisation over the SM count.
+
+A GEMM's output is cut into CTA tiles of ``Tm×Tn`` (padded at the edges: tile quantisation) and the tiles run in
+waves of one tile per SM; the last wave runs as long as a full one however few tiles it holds (wave quantisation).
+NVIDIA, "Matrix Multiplication Background User's Guide" (DU-09799-001, Feb 2023) §3.1-3.2. The useful fraction of
+the SM-tile slots a GEMM occupies is ``M·N / (⌈tiles / SMs⌉ · SMs · Tm·Tn)``; cuBLAS's heuristics pick a tile per
+shape, so a GEMM gets the best of the documented large tiles (§2.3: 256×128 and 128×256 are the most efficient,
+then 128×128). K does not enter: every tile steps through the same K.
+
+A grouped expert GEMM (one persistent kernel over the GPU's local experts, e.g. Transformer Engine / Megatron
+``GroupedMLP``, vLLM ``fused_moe``) sums the tiles of its experts into one wave schedule: each expert's
+``M/experts`` rows are tiled on their own (tile quantisation per expert), the waves are shared. Transformer Engine's
+``GroupedLinear`` (Megatron-Core's default MoE path on Hopper) instead issues one cuBLAS GEMM per expert over a few
+streams (``nvte_multi_stream_cublas_gemm``), so by default (``GROUPED_SHARES_WAVES = False``) each expert GEMM keeps
+its own waves, as the FLOPs curve (read at one expert's FLOPs) already assumes.
+
+``shape_factor`` turns this into a correction of the FLOPs-keyed efficiency curve, which was fitted to GEMMs of many
+shapes: the curve is read as the efficiency of a GEMM of those FLOPs at the *expected* fill of its output size
+(``M·N`` outputs whose last wave is, on average over tile counts, as full as chance makes it), and the factor is
+this GEMM's fill over that expectation. A GEMM whose last wave is mostly empty, or whose M or N is far from a tile
+multiple, is slower than the curve; one whose tiles fill whole waves is faster; averaged over shapes the curve
+holds, and its FLOPs dependence (small GEMMs under-fill the GPU on average) is kept.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+# CTA output tiles (M × N) of cuBLAS's large-GEMM kernels, NVIDIA DU-09799-001 §2.3 "Typical Tile Dimensions In
+# cuBLAS And Performance" (256×128 and 128×256 most efficient, 128×128 next; smaller tiles trade efficiency for
+# parallelism and are not taken: no relative efficiency for them is published there).
+GEMM_TILES: tuple[tuple[int, int], ...] = ((256, 128), (128, 256), (128, 128))
+# One persistent grouped kernel (experts share waves) rather than one GEMM per expert. Off: Megatron-Core on Hopper
+# runs TE's per-expert GEMMs, and with sharing on the H100 MoE records of ``shardplan validate`` (already predicted
+# too fast) moved 5-9 points further from measurement.
+GROUPED_SHARES_WAVES = False
+
+
+def slot_fill(sm_count: int, m: np.ndarray | float, n: np.ndarray | float,
+              experts: np.ndarray | float = 1.0) -> np.ndarray:
+    """Useful fraction of the (SM × wave) tile slots a GEMM of ``m`` rows (all experts together) and ``n``
+    columns occupies, best over ``GEMM_TILES``: tile quantisation × wave quantisation."""
+    m = np.maximum(np.asarray(m, dtype=float), 1.0)
+    n = np.maximum(np.asarray(n, dtype=float), 1.0)
+    e = np.maximum(np.asarray(experts, dtype=float), 1.0)
+    rows = np.maximum(m / e, 1.0)
+    best = np.zeros(np.broadcast(m, n, e).shape)
+    for tm, tn in GEMM_TILES:
+        tiles = np.ceil(e * np.ceil(rows / tm) * np.ceil(n / tn))
+        slots = np.ceil(tiles / sm_count) * sm_count * tm * tn
+        best = np.maximum(best, e * rows * n / slots)
+    return best
+
+
+def expected_fill(waves: np.ndarray | float) -> np.ndarray:
+    """Mean slot fill ``x / ⌈x⌉`` of GEMMs whose tile count, in waves, lies within half a wave of ``waves``: the
+    fill a GEMM of about that size has when its exact shape is not known (below half a wave, ``waves`` itself: one
+    partial wave, fill = tiles / SMs)."""
+    w = np.maximum(np.asarray(waves, dtype=float), 0.0)
+    a, b = np.maximum(w - 0.5, 0.0), w + 0.5
+    k = np.maximum(np.ceil(a), 1.0)  # the window starts in wave k: x ∈ (k-1, k] runs at fill x / k
+    one = (b * b - a * a) / (2.0 * k)  # the window inside wave k only
+    two = (k * k - a * a) / (2.0 * k) + (b * b - k * k) / (2.0 * (k + 1.0))  # it spills into wave k + 1
+    return np.where(w < 0.5, w, np.where(b <= k, one, two))
+
+
+def reference_fill(sm_count: int, m: np.ndarray | float, n: np.ndarray | float) -> np.ndarray:
+    """Slot fill the efficiency curve stands for at this GEMM's size: the expected fill (``expected_fill``) of
+    ``m·n`` outputs in the smallest tile of ``GEMM_TILES`` (the most waves, cuBLAS's best case), the exact tile count
+    unknown and no edge padding: the curve is fitted to GEMMs of many shapes, so it holds their mean fill."""
+    tm, tn = GEMM_TILES[-1]
+    cells = np.maximum(np.asarray(m, dtype=float), 1.0) * np.maximum(np.asarray(n, dtype=float), 1.0)
+    return expected_fill(cells / (tm * tn * sm_count))
+
+
+def shape_factor(sm_count: int | None, m: np.ndarray | float | None, n: np.ndarray | float | None,
+                 experts: np.ndarray | float = 1.0) -> np.ndarray | float:
+    """This GEMM's slot fill over the expected fill of its size (1 where the GPU's SM count or the shape is
+    unknown): the wave-count luck and edge padding of this exact shape, neutral on average over shapes. ``m`` is
+    the rows of all ``experts`` together."""
+    if sm_count is None or m is None or n is None:
+        return 1.0
+    e = np.maximum(np.asarray(experts, dtype=float), 1.0)
+    rows = np.asarray(m, dtype=float) / e
+    if GROUPED_SHARES_WAVES:
+        return slot_fill(sm_count, m, n, e) / reference_fill(sm_count, m, n)
+    return slot_fill(sm_count, rows, n) / reference_fill(sm_count, rows, n)
