@@ -287,7 +287,7 @@ class SoftwareSpec(BaseModel):
     norm_kernel: Literal["fused", "native", "composite"] = Field(
         "fused", description="How LayerNorm/RMSNorm runs: 'fused' (TE, Apex, a Triton kernel or a compiled graph), "
         "'native' (PyTorch's F.layer_norm: a second backward kernel re-reads x for the weight gradient), "
-        "'composite' (torchtitan's eager RMSNorm: seven fp32 kernels forward, thirteen backward).")
+        "'composite' (torchtitan's eager RMSNorm: six kernels stream the tensor forward, thirteen backward).")
     attention_unpad: bool = Field(
         False, description="q, k and v are gathered into packed rows before a variable-length flash-attention kernel "
         "and its output scattered back, forward and backward (flash-attn bert_padding: llm-foundry's attn_impl flash).")
