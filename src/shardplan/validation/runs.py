@@ -249,6 +249,9 @@ def stack_software(r: dict[str, Any]) -> dict[str, Any]:
     return {k: sw[k] for k in STACK_FIELDS if k in sw}
 
 
+stack_moe = stack_software  # the earlier name (MoE settings only), for callers on other branches
+
+
 def stack_grad_reduce(r: dict[str, Any]) -> str | None:
     """The gradient reduction datatype a record's recipe ran with (``TrainWorkload.grad_reduce_dtype``: torchtitan's
     ``mixed_precision_reduce`` float32, Composer FSDP ``mixed_precision: DEFAULT`` fp32), from its ``software``
