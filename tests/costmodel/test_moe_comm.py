@@ -80,10 +80,11 @@ def test_deepep_sends_a_token_once_per_remote_node() -> None:
     inter = comm.link_bandwidth(system, "inter")
     n, stride = np.array([64.0]), np.array([1.0])
     plain = comm.all_to_all_time(system, np.array([8 * token]), n, stride)
-    assert float(a2a["moe.ep_dispatch"].time[0]) == pytest.approx(float(plain[0]), rel=1e-12)
+    busiest = 1.0 + np.sqrt(2 * np.log(64) / (4096 * 8))  # the busiest rank's copies (``ep_imbalance``)
+    assert float(a2a["moe.ep_dispatch"].time[0]) == pytest.approx(float(plain[0]) * busiest, rel=1e-12)
     # the network phase binds: its bytes over the NIC, plus NCCL's base and hop latencies
     net = float(deep["moe.ep_dispatch"].time[0])
-    assert net == pytest.approx(token * 4 * 7 / 8 / inter, rel=0.02)
+    assert net == pytest.approx(token * 4 * 7 / 8 / inter * busiest, rel=0.02)
     assert float(a2a["moe.ep_dispatch"].time[0]) / net == pytest.approx(8 * 56 / 64 / (4 * 7 / 8), rel=0.02)
 
 
@@ -106,13 +107,14 @@ def test_combined_1f1b_hides_all_to_alls_behind_the_paired_layer(dispatcher: str
     """PP 4 with interleave 8 and 128 microbatches: 2·3 + 7·4 + 1 = 35 of the 1024 virtual microbatches have no
     partner and show their all-to-alls whole; in the rest they hide behind the paired layer's compute (attention and
     MoE, forward and backward), what exceeds it shows and the hidden part costs the overlap slowdown. The alltoall
-    dispatcher's traffic outlasts the compute here; DeepEP's fits under it."""
+    dispatcher's traffic outlasts the compute here; DeepEP's fits under it. The host synchronisation is GPU idle time,
+    not compute a transfer can hide behind."""
     work = TrainWorkload(seq_len=4096, global_batch=8192, dtype="bf16", attention="flash")
     off, _ = _ep_ops("dgx-h100", EP64, work, ep_dispatcher=dispatcher)
     on, _ = _ep_ops("dgx-h100", EP64, work, ep_dispatcher=dispatcher, ep_comm_overlap=True)
     a2a = float(off.kinds["moe"].fwd.comm_ep[0] + off.kinds["moe"].bwd.comm_ep[0])
     compute = sum(float(op.time[0]) for c in ("moe", "attention") for op in
-                  off.kinds[c].fwd_ops + off.kinds[c].bwd_ops if op.kind != "comm")
+                  off.kinds[c].fwd_ops + off.kinds[c].bwd_ops if op.kind not in ("comm", "host"))
     assert (compute < a2a) == (dispatcher == "alltoall")
     u = 35 / 1024
     slowdown = get_system("dgx-h100").software.overlap_slowdown

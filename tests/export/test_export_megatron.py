@@ -212,3 +212,25 @@ def test_moe_dispatcher_and_overlap_are_the_ones_the_plan_was_costed_with(dispat
         assert args[args.index("--moe-flex-dispatcher-backend") + 1] == disp[1]
     assert ("--overlap-moe-expert-parallel-comm" in args) == over
     assert (overlap and not over) == any("overlap-moe-expert-parallel-comm not written" in n for n in e.notes)
+
+
+def test_moe_padding_settings_the_plan_was_costed_with_are_written() -> None:
+    """A plan costed with drop-and-pad writes the capacity factor and the pad flag (TransformerConfig
+    moe_expert_capacity_factor, moe_pad_expert_input_to_capacity); router padding is written under fp8 only."""
+    import dataclasses
+
+    base = target("mixtral-8x7b", num_gpus=16, seq_len=4096, hardware="dgx-h100", tp=1, pp=1, dp=16, ep=8,
+                  microbatch_size=1, num_microbatches=8, global_batch=128, interleave=1)
+
+    def args_of(t) -> list[str]:
+        text = export_train("megatron", t).text
+        return [tok for line in text.splitlines() if not line.startswith("#") for tok in line.split()]
+
+    plain = args_of(base)
+    assert "--moe-pad-expert-input-to-capacity" not in plain and "--moe-router-padding-for-quantization" not in plain
+    padded = args_of(dataclasses.replace(base, moe_drop_and_pad=True))
+    assert "--moe-pad-expert-input-to-capacity" in padded
+    assert float(padded[padded.index("--moe-expert-capacity-factor") + 1]) == base.model.moe.capacity_factor
+    assert "--moe-router-padding-for-quantization" not in args_of(dataclasses.replace(base, moe_router_padding=True))
+    fp8 = dataclasses.replace(base, moe_router_padding=True, dtype="fp8")
+    assert "--moe-router-padding-for-quantization" in args_of(fp8)

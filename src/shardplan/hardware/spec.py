@@ -1,8 +1,7 @@
 """What the machines are: GPUs, links, nodes, and a cluster of N GPUs built from a system preset.
 
 All quantities are SI with the unit in the field name (bytes, bytes_per_s, flops, s). Achievable
-efficiencies are data here (overridable by the user in a YAML/JSON file), never constants in code.
-"""
+efficiencies are data here (overridable by the user in a YAML/JSON file), never constants in code."""
 
 from __future__ import annotations
 
@@ -21,13 +20,11 @@ Flops = Annotated[float, Field(ge=1e9, le=1e18, allow_inf_nan=False)]  # 1 GFLOP
 Rate = Annotated[float, Field(ge=1e6, le=1e15, allow_inf_nan=False)]  # 1 MB/s … 1 PB/s
 MaybeRate = Annotated[float, Field(ge=0.0, le=1e15, allow_inf_nan=False)]  # 0 = none, else as Rate
 Bytes = Annotated[int, Field(ge=2**20, le=2**60)]  # 1 MiB … 1 EiB
-MAX_CURVE_POINTS = 256
-"""Most points in one efficiency curve (the catalog's have at most a dozen)."""
+MAX_CURVE_POINTS = 256  # most points in one efficiency curve (the catalog's have at most a dozen)
 MAX_GPUS_PER_NODE = 65_536
 MAX_NODES = 2**20
 
-# Datatypes that can carry a peak rate. int4/fp4 weights are dequantised to the compute dtype.
-PEAK_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4")
+PEAK_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4")  # carry a peak rate (int4/fp4: dequantised)
 
 
 class AttentionKernel(StrEnum):
@@ -280,17 +277,27 @@ class SoftwareSpec(BaseModel):
         "backward; needs PP 1 or interleaving, no full recompute). Off: Megatron-Core's default "
         "(megatron/core/model_parallel_config.py at d98e8a6), every all-to-all exposed."
     )
-    elementwise_kernels: Literal["fused", "eager"] = Field(
-        "fused", description="How rotary, activation and loss run ('fused': Megatron-Core/Transformer Engine or a "
-        "compiled graph, one kernel each way; 'eager': PyTorch eager kernels and autograd, e.g. torchtitan or "
-        "llm-foundry without torch.compile). Per-kernel traffic with sources: costmodel/core/passes.py.")
-    norm_kernel: Literal["fused", "native", "composite"] = Field(
-        "fused", description="How LayerNorm/RMSNorm runs: 'fused' (TE, Apex, a Triton kernel or a compiled graph), "
-        "'native' (PyTorch's F.layer_norm: a second backward kernel re-reads x for the weight gradient), "
-        "'composite' (torchtitan's eager RMSNorm: six kernels stream the tensor forward, thirteen backward).")
-    attention_unpad: bool = Field(
-        False, description="q, k and v are gathered into packed rows before a variable-length flash-attention kernel "
-        "and its output scattered back, forward and backward (flash-attn bert_padding: llm-foundry's attn_impl flash).")
+    moe_host_sync: bool = Field(
+        True, description="Each dropless MoE forward copies its per-expert token counts to the host and waits, so the "
+        "GPU idles until the next launch (Megatron-Core d98e8a6 token_dispatcher.py: alltoall, DeepEP, HybridEP). "
+        "False: no such wait (moe_expert_rank_capacity_factor, or the MoE layer in a CUDA graph).")
+    moe_balanced_routing: bool = Field(
+        False, description="Tokens go to experts round-robin, every rank equally loaded (NeMo AutoModel's benchmark "
+        "FakeBalancedGate). False: routing per token (learned, or random logits: Megatron's forced balancing), so the "
+        "busiest EP rank carries more than the mean.")
+    moe_drop_and_pad: bool = Field(
+        False, description="Tokens over each expert's capacity are dropped and every expert's input padded to it "
+        "(Megatron-Core moe_pad_expert_input_to_capacity): fixed shapes, no host wait, no busiest rank. False: "
+        "dropless.")
+    moe_router_padding: bool = Field(
+        False, description="The router pads expert token counts to the fp8/fp4 alignment (Megatron-Core "
+        "moe_router_padding_for_quantization). False (the default): with the alltoall dispatcher the grouped MLP pads "
+        "and unpads with a copy each (TE Fp8Padding/Fp8Unpadding, experts.py at d98e8a6); HybridEP pads in dispatch.")
+    elementwise_kernels: Literal["fused", "eager"] = Field("fused", description="Rotary, activation and loss as one "
+        "kernel each way ('fused': TE or torch.compile) or as PyTorch eager kernels (costmodel/core/passes.py).")
+    norm_kernel: Literal["fused", "native", "composite"] = Field("fused", description="Norm as one kernel each way, "
+        "PyTorch's F.layer_norm ('native') or torchtitan's eager RMSNorm ('composite'): costmodel/core/passes.py.")
+    attention_unpad: bool = Field(False, description="q, k, v packed around a varlen flash kernel (passes.UNPAD).")
     ep_dispatcher: Literal["alltoall", "deepep"] = Field(
         "alltoall", description="How MoE tokens travel: 'alltoall' (one copy per routed expert, NCCL all-to-all: "
         "Megatron's alltoall dispatcher) or 'deepep' (Megatron's flex dispatcher with DeepEP/HybridEP: a token "

@@ -237,14 +237,16 @@ def stack_tp_overlap(r: dict[str, Any]) -> str:
 
 
 # SoftwareSpec fields a record's ``software`` entry may set, each with its source in that entry.
-STACK_FIELDS = ("ep_dispatcher", "ep_comm_overlap", "elementwise_kernels", "norm_kernel", "attention_unpad")
+STACK_FIELDS = ("ep_dispatcher", "ep_comm_overlap", "moe_drop_and_pad", "moe_router_padding", "moe_balanced_routing",
+                "elementwise_kernels", "norm_kernel", "attention_unpad")
 
 
 def stack_software(r: dict[str, Any]) -> dict[str, Any]:
-    """The stack settings a record's recipe ran with (``SoftwareSpec`` fields of ``STACK_FIELDS``: MoE dispatcher
-    and overlap, eager or fused elementwise kernels and norm), as its ``software`` entry gives them with their
-    source (the recipe at the framework's commit); none given: Megatron-Core's defaults (alltoall, no overlap,
-    fused kernels)."""
+    """The stack settings a record's recipe ran with (``SoftwareSpec`` fields of ``STACK_FIELDS``: MoE dispatcher,
+    overlap, drop-and-pad, router padding and balanced routing; eager or fused elementwise kernels, norm, attention
+    unpadding), as its ``software`` entry gives them with their source (the recipe at the framework's commit); none
+    given: Megatron-Core's defaults (alltoall, no overlap, dropless, no router padding, routing per token, fused
+    kernels)."""
     sw = r.get("software") or {}
     return {k: sw[k] for k in STACK_FIELDS if k in sw}
 

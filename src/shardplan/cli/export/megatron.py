@@ -83,6 +83,12 @@ def _dispatcher(t: TrainTarget, args: Args, notes: list[str]) -> None:
         args += [("--moe-token-dispatcher-type", "flex"), ("--moe-flex-dispatcher-backend", "deepep")]
     else:
         args.append(("--moe-token-dispatcher-type", "alltoall"))
+    moe = t.model.moe
+    if t.moe_drop_and_pad and moe is not None:  # TransformerConfig moe_expert_capacity_factor, pad to capacity
+        args += [("--moe-expert-capacity-factor", f"{moe.capacity_factor:g}"), ("--moe-pad-expert-input-to-capacity",
+                                                                                None)]
+    if t.moe_router_padding and t.dtype in ("fp8", "fp4"):  # TransformerConfig moe_router_padding_for_quantization
+        args.append(("--moe-router-padding-for-quantization", None))
     if not t.ep_comm_overlap:
         return
     if recompute_kind(p) == "full" or (p.pp > 1 and p.interleave == 1):

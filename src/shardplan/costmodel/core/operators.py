@@ -150,6 +150,16 @@ def distinct_experts(num_experts: int, top_k: int, tokens: Array) -> np.ndarray:
     return num_experts * (1.0 - (1.0 - top_k / num_experts) ** np.asarray(tokens, dtype=float))
 
 
+def ep_imbalance(ep: Array, routed_tokens: Array) -> np.ndarray:
+    """Busiest EP rank's token copies over the mean: with ``μ`` copies per rank routed uniformly at random over
+    ``ep`` ranks, the maximum load is ``μ + √(2 μ ln ep)`` (balls into bins, Raab & Steger 1998, for μ ≫ ln ep);
+    the step waits for the busiest rank. 1 without EP. Serving's engines and training's benchmark runs both route
+    this way (Megatron-Core ``moe_router_force_load_balancing``: random router logits per token)."""
+    ep = np.asarray(ep, dtype=float)
+    mu = np.maximum(np.asarray(routed_tokens, dtype=float), 1.0)
+    return np.where(ep > 1, 1.0 + np.sqrt(2.0 * np.log(np.maximum(ep, 1.0)) / mu), 1.0)
+
+
 def _miss(pool: Array, block: Array, picks: float) -> np.ndarray:
     """Probability that ``picks`` distinct draws from ``pool`` items all miss a given ``block`` of them:
     C(pool − block, picks)/C(pool, picks) = Π_{i<picks} (pool − block − i)/(pool − i)."""

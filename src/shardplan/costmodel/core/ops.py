@@ -12,6 +12,8 @@ from dataclasses import dataclass
 import numpy as np
 
 GEMM, MEM, ATTN, COMM = "gemm", "mem", "attn", "comm"
+# The GPU idle while the host catches up after a host-device synchronisation: no FLOPs, no bytes, forward only.
+HOST = "host"
 
 
 @dataclass(frozen=True, slots=True)

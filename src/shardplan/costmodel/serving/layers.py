@@ -32,7 +32,14 @@ from shardplan.costmodel.core.kernels import (
     memory_time,
     with_launch,
 )
-from shardplan.costmodel.core.operators import Attention, Elementwise, Gemm, distinct_experts, kv_heads_per_rank
+from shardplan.costmodel.core.operators import (
+    Attention,
+    Elementwise,
+    Gemm,
+    distinct_experts,
+    ep_imbalance,
+    kv_heads_per_rank,
+)
 from shardplan.costmodel.core.ops import ATTN, COMM, GEMM, MEM, Op
 from shardplan.costmodel.serving.collectives import ep_all_to_all_time, tp_all_reduce_time
 from shardplan.hardware.spec import GpuSpec, SystemSpec
@@ -202,15 +209,6 @@ class InferCtx:
         return np.maximum(distinct_experts(moe.num_experts, moe.experts_per_token, tokens) / ep, 1e-9)
 
 
-def ep_imbalance(ep: np.ndarray, routed_tokens: np.ndarray) -> np.ndarray:
-    """Busiest EP rank's token copies over the mean: with ``μ`` copies per rank routed uniformly at random over
-    ``ep`` ranks, the maximum load is ``μ + √(2 μ ln ep)`` (balls into bins, Raab & Steger 1998, for μ ≫ ln ep);
-    the step waits for the busiest rank. 1 without EP."""
-    ep = np.asarray(ep, dtype=float)
-    mu = np.maximum(np.asarray(routed_tokens, dtype=float), 1.0)
-    return np.where(ep > 1, 1.0 + np.sqrt(2.0 * np.log(np.maximum(ep, 1.0)) / mu), 1.0)
-
-
 def fused_moe_time(gpu: GpuSpec, flops: np.ndarray, nbytes: np.ndarray, dtype: str, *, experts: np.ndarray,
                    imbalance: np.ndarray) -> np.ndarray:
     """A fused grouped expert GEMM (vLLM ``fused_moe`` Triton kernel, SGLang/TRT-LLM grouped GEMMs): one launch
@@ -313,5 +311,5 @@ def head_ops(c: InferCtx, s: Step) -> list[Op]:
 BUILDERS = {"attention": attention_ops, "sliding": sliding_ops, "chunked": chunked_ops, "linear": linear_ops,
             "mamba": mamba_ops, "mlp": mlp_ops, "moe": moe_ops, "embedding": embedding_ops,
             "head": head_ops}
-__all__ = ["ATTN", "BUILDERS", "InferCtx", "Step", "distinct_experts", "kv_heads_per_rank", "kv_layer_bytes_per_token",
-           "tp_all_reduce_time", "weight_bytes_per_param"]
+__all__ = ["ATTN", "BUILDERS", "InferCtx", "Step", "distinct_experts", "ep_imbalance", "kv_heads_per_rank",
+           "kv_layer_bytes_per_token", "tp_all_reduce_time", "weight_bytes_per_param"]

@@ -30,7 +30,7 @@ from shardplan.costmodel.core.operators import (
     routed_blocks,
     unfused_attention,
 )
-from shardplan.costmodel.core.ops import ATTN, COMM, GEMM, MEM, Op
+from shardplan.costmodel.core.ops import ATTN, COMM, GEMM, HOST, MEM, Op
 from shardplan.costmodel.core.passes import FUSED, traffic
 from shardplan.costmodel.training.layout import LayoutArrays, TrainWorkload
 from shardplan.hardware.spec import AttentionKernel, GpuSpec, SystemSpec
@@ -97,6 +97,16 @@ class Ctx:
     def gemm(self, g: Gemm) -> list[Op]:
         """A linear layer's forward GEMM; under fp8 plus its cast kernels (torchao roofline)."""
         e = self.act_bytes
+        if g.high_precision:
+            # The router and the LM head stay out of the fp8/fp4 recipe, as 16-bit GEMMs with no cast kernels. Router:
+            # fp32 logits (Megatron-Core d98e8a6 moe_utils.RouterGatingLinearFunction: te_general_gemm on the bf16
+            # input and weight, out dtype ``moe_router_dtype`` fp32 as the performance recipes set it). LM head:
+            # Megatron-Core's ``output_layer`` is a plain tensor_parallel.ColumnParallelLinear outside Transformer
+            # Engine's fp8 autocast unless ``fp8_output_proj`` with mxfp8 (models/gpt/gpt_model.py @d98e8a6).
+            dtype = "bf16" if self.mm_dtype in LOW_PRECISION else self.mm_dtype
+            nbytes = g.nbytes(e, e, 4.0 if g.name.startswith("moe.") else e)
+            return [Op(g.name, GEMM, g.flops, nbytes, gemm_time(self.gpu, g.flops, nbytes, dtype, experts=g.experts,
+                                                                m=g.m, n=g.n))]
         wbytes = {"fp8": 1.0, "fp4": NVFP4_BYTES}.get(self.mm_dtype, e)
         nbytes = g.nbytes(wbytes, wbytes, e)
         ops = [Op(g.name, GEMM, g.flops, nbytes, gemm_time(self.gpu, g.flops, nbytes, self.mm_dtype,
@@ -278,6 +288,8 @@ def backward(ctx: Ctx, fwd: list[Op]) -> list[Op]:
     out: list[Op] = []
     entry = next((op for op in fwd if op.kind == GEMM), None)
     for op in fwd:
+        if op.kind == HOST:  # the backward reuses the counts the forward copied to the host: no sync
+            continue
         if op.kind == COMM and op.name.endswith("tp_allreduce") and entry is not None:
             wgrad = entry.time
             t = np.maximum(op.time - wgrad, 0.0) + ASYNC_TP_CONTENTION * np.minimum(op.time, wgrad)

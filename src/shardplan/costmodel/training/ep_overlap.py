@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from shardplan.costmodel.core import comm
-from shardplan.costmodel.core.ops import COMM, Op
+from shardplan.costmodel.core.ops import COMM, HOST, Op
 from shardplan.costmodel.training.ctx import Ctx
 
 
@@ -44,7 +44,7 @@ def overlap_ep(ctx: Ctx, fwd: list[Op], bwd: list[Op], mixer_s: np.ndarray | flo
 
     ops = fwd + bwd
     a2a = sum((op.time for op in ops if is_ep(op)), start=np.zeros_like(ctx.tokens))
-    compute = mixer_s + sum((op.time for op in ops if op.kind != COMM), start=np.zeros_like(ctx.tokens))
+    compute = mixer_s + sum((op.time for op in ops if op.kind not in (COMM, HOST)), start=np.zeros_like(ctx.tokens))
     paired = comm.with_overlap_cost(ctx.system, a2a, np.maximum(a2a - compute, 0.0))
     u = unpaired_share(ctx)
     shown = u * a2a + (1 - u) * paired

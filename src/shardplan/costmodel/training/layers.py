@@ -7,10 +7,12 @@ prices them. What only training has is here: the causal pair count of a training
 
 from __future__ import annotations
 
+import numpy as np
+
 from shardplan.costmodel.core import operators as inv
 from shardplan.costmodel.core import recurrent as rec
-from shardplan.costmodel.core.ops import Op
-from shardplan.costmodel.training.ctx import Ctx, masked
+from shardplan.costmodel.core.ops import HOST, MEM, Op
+from shardplan.costmodel.training.ctx import LOW_PRECISION, Ctx, masked
 
 # Flash attention skips the causal blocks above the diagonal and computes the diagonal blocks whole: half the
 # score matrix plus half a block per query row (FlashAttention-2 block of 128 keys; Dao 2023).
@@ -62,8 +64,61 @@ def mlp_ops(ctx: Ctx) -> list[Op]:
     return inv.mlp_block(ctx.model, ctx, ctx.tokens, ctx.norm_tokens)
 
 
+def _padding_copies(ctx: Ctx, ops: list[Op]) -> list[Op]:
+    """TEGroupedMLP under fp8/fp4 (Megatron-Core d98e8a6 experts.py ``quantization_padding``): each expert's rows
+    are padded to the quantization alignment by copying the routed tokens (and their fp32 probabilities) into a
+    padded buffer before FC1, and the FC2 output is copied back without the padding rows (Transformer Engine
+    Fp8Padding/Fp8Unpadding: a copy unless every expert's count is already aligned, which random routing over many
+    experts all but never gives). Each copy reads and writes the routed tokens once."""
+    moe = ctx.model.moe
+    assert moe is not None
+    routed = ctx.tokens * moe.experts_per_token * ctx.capacity_factor * ctx.etp / ctx.tp
+    h = ctx.model.hidden_size
+    pad = ctx.elementwise(inv.Elementwise("moe.experts.pad", routed * h, 2, fixed=routed * 8.0))
+    unpad = ctx.elementwise(inv.Elementwise("moe.experts.unpad", routed * h, 2))
+    first = next(i for i, o in enumerate(ops) if o.name == "moe.experts.fc1")
+    last = max(i for i, o in enumerate(ops) if o.name.startswith("moe.experts.fc2"))
+    return [*ops[:first], pad, *ops[first:last + 1], unpad, *ops[last + 1:]]
+
+
+# One host-device synchronisation costs the GPU two launch latencies: the device-to-host copy of the token counts
+# the host waits on, then the launch of the next kernel once it has them (Megatron-Core d98e8a6 token_dispatcher.py:
+# ``_maybe_dtoh_and_synchronize`` right before the all-to-all it sizes, or before the grouped GEMM's per-expert splits
+# without EP; DeepEP's and HybridEP's dispatch wait on the received counts before they launch the transfer). The
+# kernel after it is the all-to-all (or a permutation and the grouped GEMM), long enough for the host to run ahead.
+HOST_SYNC_LAUNCHES = 2
+
+
 def moe_ops(ctx: Ctx) -> list[Op]:
-    return inv.moe_block(ctx.model, ctx, ctx.tokens, ctx.norm_tokens)
+    """The MoE block as the busiest EP rank runs it, with the host synchronisation of dropless dispatch.
+
+    Routing is uniform at random per token in the published benchmark runs (Megatron-Bridge performance scripts set
+    ``moe_router_force_load_balancing``: random router logits), so the busiest of the ``ep`` ranks receives
+    ``inv.ep_imbalance`` times the mean token copies, and every rank waits for it at the combine: its all-to-alls
+    and expert-side kernels take that much longer (the same bound serving uses). Under fp8/fp4 the alltoall
+    dispatcher's experts pad and unpad their tokens with a copy each (``_padding_copies``). Dropping and padding to
+    a capacity (a capacity factor > 1, or ``SoftwareSpec.moe_drop_and_pad``) prices every expert at that fixed
+    capacity: no busiest rank, no padding copy, no host synchronisation. Round-robin routing
+    (``SoftwareSpec.moe_balanced_routing``, AutoModel's benchmark gate) loads every rank equally."""
+    ops = inv.moe_block(ctx.model, ctx, ctx.tokens, ctx.norm_tokens)
+    moe = ctx.model.moe
+    assert moe is not None
+    sw = ctx.system.software
+    dropless = ctx.capacity_factor == 1.0 and not sw.moe_drop_and_pad
+    if dropless and ctx.work.dtype in LOW_PRECISION and sw.ep_dispatcher == "alltoall" and not sw.moe_router_padding:
+        ops = _padding_copies(ctx, ops)
+    if dropless and not sw.moe_balanced_routing:
+        routed = ctx.tokens * moe.experts_per_token * ctx.etp / ctx.tp  # copies one rank's experts see on average
+        busiest = inv.ep_imbalance(ctx.rows.ep, routed)
+        ops = [Op(o.name, o.kind, o.flops, o.nbytes * busiest if o.kind == MEM else o.nbytes, o.time * busiest,
+                  dim=o.dim, selective=o.selective, bwd_kernels=o.bwd_kernels,
+                  bwd_nbytes=None if o.bwd_nbytes is None else o.bwd_nbytes * busiest)
+               if o.name.startswith(("moe.experts", "moe.ep_")) else o for o in ops]
+    if sw.moe_host_sync and dropless:  # drop-and-pad sizes nothing on the host
+        at = next(i for i, o in enumerate(ops) if o.name == "moe.ep_dispatch")
+        wait = HOST_SYNC_LAUNCHES * ctx.gpu.kernel_launch_s + np.zeros_like(ctx.tokens)
+        ops.insert(at, Op("moe.host_sync", HOST, np.zeros_like(wait), np.zeros_like(wait), wait))
+    return ops
 
 
 def embedding_ops(ctx: Ctx) -> list[Op]:

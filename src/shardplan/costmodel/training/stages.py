@@ -25,7 +25,7 @@ from shardplan.costmodel.core.layouts import (
     model_kind_counts,
     representative_stages,
 )
-from shardplan.costmodel.core.ops import COMM, Op, PhaseCost
+from shardplan.costmodel.core.ops import COMM, HOST, Op, PhaseCost
 from shardplan.costmodel.training import layers as Lyr
 from shardplan.costmodel.training.ctx import Ctx, backward, selective_part
 from shardplan.costmodel.training.ep_overlap import overlap_ep
@@ -116,7 +116,8 @@ def _moe_overlapped(ctx: Ctx, costs: dict[str, KindCost]) -> KindCost:
     mixers = [k for k in layer_kind_names(ctx.model) if k not in ("mlp", "moe")]
 
     def compute(c: KindCost) -> np.ndarray:
-        return sum((op.time for op in c.fwd_ops + c.bwd_ops if op.kind != COMM), start=np.zeros_like(ctx.tokens))
+        return sum((op.time for op in c.fwd_ops + c.bwd_ops if op.kind not in (COMM, HOST)),
+                   start=np.zeros_like(ctx.tokens))
 
     mixer_s = sum((compute(costs[k]) for k in mixers), start=np.zeros_like(ctx.tokens)) / max(len(mixers), 1)
     c = costs["moe"]
