@@ -171,7 +171,8 @@ def _system(gpu_name: str) -> SystemSpec | None:
     except ShardplanError:
         return None
     # Every tuned run here uses today's software (flash attention, overlapped DP and TP communication),
-    # whatever the preset's default (the A100 preset describes the Megatron-LM papers' stack of 2021).
+    # whatever the preset's default (the A100 preset describes the Megatron-LM papers' stack of 2021); what a
+    # record's recipe ran differently (eager kernels, MoE dispatcher) its software entry sets (parse_run).
     return system.model_copy(update={"software": SoftwareSpec()})
 
 
@@ -179,7 +180,14 @@ def parse_run(record: dict[str, Any]) -> OptimumRun | str:
     """A record as a run the cost model can evaluate, or why it cannot be (model or machine not in the catalogs)."""
     from shardplan.errors import ShardplanError
     from shardplan.hardware.domains import job_system
-    from shardplan.validation.runs import stack_attention, stack_modules, stack_moe, stack_recompute, stack_tp_overlap
+    from shardplan.validation.runs import (
+        stack_attention,
+        stack_grad_reduce,
+        stack_modules,
+        stack_recompute,
+        stack_software,
+        stack_tp_overlap,
+    )
 
     shape = record["model"]["hf_or_shape"]
     for prefix, why in _NOT_MODELLED:
@@ -191,7 +199,7 @@ def parse_run(record: dict[str, Any]) -> OptimumRun | str:
     if system is None:
         return f"no system preset for {record['hardware']['gpu']}"
     system = system.model_copy(update={"software": system.software.model_copy(
-        update={"tp_overlap_method": stack_tp_overlap(record), **stack_moe(record)})})
+        update={"tp_overlap_method": stack_tp_overlap(record), **stack_software(record)})})
     p, w, met = record["parallel"], record["workload"], record["metrics"]
     tp, pp, cp, ep = p.get("tp") or 1, p.get("pp") or 1, p.get("cp") or 1, p.get("ep") or 1
     if (ep > 1) != (model.moe is not None):
@@ -222,7 +230,7 @@ def parse_run(record: dict[str, Any]) -> OptimumRun | str:
                          sequence_parallel=bool(sp) if sp is not None else tp > 1, zero_stage=int(zero),
                          recompute_modules=stack_modules(record) if recompute == Recompute.SELECTIVE else None)
     work = TrainWorkload(seq_len=seq, global_batch=batch, dtype="fp8" if record["precision"] == "fp8" else "bf16",
-                         attention=stack_attention(record))
+                         attention=stack_attention(record), grad_reduce_dtype=stack_grad_reduce(record))
     if met.get("tokens_per_s_per_gpu"):
         measured, derived = float(met["tokens_per_s_per_gpu"]), False
     elif met.get("model_tflops_per_gpu"):
