@@ -22,8 +22,12 @@ RECOMPUTE_OF_CODE = {v: k for k, v in RECOMPUTE_CODE.items()}
 
 # Megatron-LM's selective recompute modules the cost model prices (``--recompute-modules``; d98e8a6
 # megatron/core/transformer/transformer_config.py ``recompute_modules``; the default is core_attn alone). A row of
-# layouts carries the set as a bit mask (bit i: ``RECOMPUTE_MODULES[i]``).
-RECOMPUTE_MODULES = ("core_attn", "layernorm", "mlp", "moe_act", "shared_experts", "moe", "mla_up_proj")
+# layouts carries the set as a bit mask (bit i: ``RECOMPUTE_MODULES[i]``). Two more names are other frameworks'
+# whole-layer policies, each alone in a set (``recompute_modules.POLICY_RULES``): torchtitan's per-op selective
+# checkpointing (selective_ac_option = "op") and MaxText's remat_policy save_dot_except_mlpwi.
+RECOMPUTE_POLICIES = ("torchtitan_op", "maxtext_save_dot_except_mlpwi")
+RECOMPUTE_MODULES = ("core_attn", "layernorm", "mlp", "moe_act", "shared_experts", "moe", "mla_up_proj",
+                     *RECOMPUTE_POLICIES)
 DEFAULT_RECOMPUTE_MODULES = ("core_attn",)
 
 

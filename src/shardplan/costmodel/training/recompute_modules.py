@@ -27,6 +27,29 @@ Recompute time is the forward time of the module's operators in the layer's inve
 and residual (GEMMs, activation, TP collectives), ``moe_act`` ``moe.experts.act``, ``shared_experts``
 ``moe.shared.*``, ``moe`` the MoE's ops between its norm and residual (all-to-alls included), ``mla_up_proj``
 the ``q_up``/``kv_up`` GEMMs (with their casts) and the rotary.
+
+Two whole-layer policies of other frameworks stand beside the modules, each alone in a set (it replaces core_attn):
+each names the tensors a layer keeps and the share of each forward operator rerun in backward (``POLICY_RULES``);
+bytes freed are ``memory.layer_activations``' ``none`` less the kept tensors, rerun time and FLOPs are those shares
+of the layer's operators.
+
+- ``torchtitan_op``: torchtitan's per-op selective activation checkpointing (``selective_ac_option = "op"``,
+  torchtitan@1ea476e9f and @e7c0cae parallelize_llama.py ``_save_list``/``_custom_policy``): each transformer block
+  keeps its input and the outputs of the ops in the save list — every odd ``aten.mm`` of the block (wq, wv, w1, w2;
+  the even ones wk, wo, w3 are rerun), the SDPA flash/efficient attention outputs (output and log-sum-exp) and
+  the TP reduce-scatters; everything else (norms, rotary, SwiGLU, the TP all-gathers, the residual add the MLP
+  needs) is rerun. The block's last residual add is not (torch.utils.checkpoint stops recomputing once every saved
+  tensor backward needs exists: early stop, on by default).
+- ``maxtext_save_dot_except_mlpwi``: MaxText's remat policy save_dot_except_mlpwi — also what NVIDIA's
+  dgxc-benchmarking v25.01 Llama-2-70B bf16 runs set as ``remat_policy=custom`` with query_proj, key_proj,
+  value_proj, qkv_proj, out_proj and mlpwo on ``device`` (NVIDIA/dgxc-benchmarking@143b90d maxtext/configure.sh;
+  the later command-line key wins, MaxText@c653be3 pyconfig.py ``_load_kwargs``). MaxText@c653be3 (the last commit
+  before the benchmark's maxtext-2024-12-09 container) names Q, K (after the rotary) and V ``query_proj``/
+  ``key_proj``/``value_proj`` and the attention output projection ``out_proj`` (layers/attentions.py), the MLP's
+  output ``mlpwo`` and its gate/up GEMM outputs ``mlpwi_0``/``mlpwi_1`` (layers/linears.py), the attention core's
+  output ``context`` (base.yml: remat); the scanned layer's input ``decoder_layer_input`` is always kept. Rerun:
+  both norms, the attention core's forward (flash included: its output and log-sum-exp are not kept), the residual
+  add before the MLP, the MLP's FC1 and activation.
 """
 
 from __future__ import annotations
@@ -36,9 +59,10 @@ from typing import Any
 
 import numpy as np
 
-from shardplan.costmodel.core.ops import COMM, Op
+from shardplan.costmodel.core.operators import kv_heads_per_rank
+from shardplan.costmodel.core.ops import ATTN, COMM, GEMM, MEM, Op
 from shardplan.costmodel.training.ctx import Ctx
-from shardplan.costmodel.training.knobs import RECOMPUTE_MODULES
+from shardplan.costmodel.training.knobs import RECOMPUTE_MODULES, RECOMPUTE_POLICIES
 from shardplan.costmodel.training.memory import layer_activations
 
 MODULES = RECOMPUTE_MODULES
@@ -62,17 +86,19 @@ def module_bytes(ctx: Ctx, kind: str) -> dict[str, np.ndarray]:
 
     norm_out = T * shard(e * m.hidden_size) * (q == e)  # the next GEMM's 16-bit input (under fp8 its fp8 copy stays)
     g = 2 if m.mlp.gated else 1
+    policies = {p: layer_activations(ctx, kind).none - policy_kept(ctx, kind, p) for p in RECOMPUTE_POLICIES
+                if kind in POLICY_KINDS and m.mla is None}
     if kind in ATTENTION_KINDS:
         acts = layer_activations(ctx, kind)
         out = {"core_attn": acts.none - acts.selective, "layernorm": norm_out}
         if m.mla is not None:  # Q, K and V after the up-projections (their latents stay for the weight gradients)
             d_qk, d_v, heads = m.mla.qk_head_dim, m.mla.v_head_dim, m.num_heads
             out["mla_up_proj"] = T * e * (heads / t * d_qk + np.maximum(heads / t, 1.0) * (d_qk + d_v))
-        return out
+        return out | policies
     if kind == "mlp":
         f = m.ffn_hidden_size / t
         # FC1 output(s) and the FC2 input go; the checkpointed input is the 16-bit one where fp8 kept a 1-byte copy
-        return {"layernorm": norm_out, "mlp": T * (f * (g * e + q) - shard((e - q) * m.hidden_size))}
+        return {"layernorm": norm_out, "mlp": T * (f * (g * e + q) - shard((e - q) * m.hidden_size))} | policies
     if kind == "moe":
         assert m.moe is not None
         moe = m.moe
@@ -90,6 +116,8 @@ def module_bytes(ctx: Ctx, kind: str) -> dict[str, np.ndarray]:
 
 def _module_ops(kind: str, module: str, fwd: list[Op]) -> list[Op]:
     """The forward operators a module's recompute reruns."""
+    if module in RECOMPUTE_POLICIES:
+        raise ValueError(f"{module} reruns shares of operators: policy_shares")
     if module == "core_attn":
         return [op for op in fwd if op.selective]
     if module == "layernorm":
@@ -107,10 +135,107 @@ def _module_ops(kind: str, module: str, fwd: list[Op]) -> list[Op]:
     raise ValueError(f"unknown recompute module {module}")
 
 
-def module_times(kind: str, fwd: list[Op], modules: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Seconds one layer of ``kind`` spends rerunning each module of ``modules`` in backward (its forward ops)."""
+def _rerun(ctx: Ctx | None, kind: str, module: str, fwd: list[Op]) -> list[tuple[np.ndarray, Op]]:
+    """The forward operators a module or policy reruns, each with the share of it rerun."""
+    if module in RECOMPUTE_POLICIES:
+        assert ctx is not None
+        shares = policy_shares(ctx, kind, module, fwd)
+        return [(s, op) for s, op in zip(shares, fwd, strict=True)]
+    return [(np.ones(1), op) for op in _module_ops(kind, module, fwd)]
+
+
+def module_times(kind: str, fwd: list[Op], modules: dict[str, np.ndarray], ctx: Ctx | None = None
+                 ) -> dict[str, np.ndarray]:
+    """Seconds one layer of ``kind`` spends rerunning each module of ``modules`` in backward (its forward ops; a
+    policy's shares need the layer's ``ctx``)."""
     zero = np.zeros(np.shape(fwd[0].time)) if fwd else np.zeros(1)
-    return {mod: zero + sum((op.time for op in _module_ops(kind, mod, fwd)), start=zero) for mod in modules}
+    return {mod: zero + sum((s * op.time for s, op in _rerun(ctx, kind, mod, fwd)), start=zero) for mod in modules}
+
+
+# --- other frameworks' whole-layer policies ---------------------------------------------------------------------
+POLICY_KINDS = (*ATTENTION_KINDS, "mlp")  # dense attention layers (no MLA) with a dense MLP
+
+
+def _torchtitan_mms(ctx: Ctx) -> list[tuple[str, str, np.ndarray, np.ndarray]]:
+    """A torchtitan Llama block's ``aten.mm`` calls in forward order (models/llama/model.py: wq, wk, wv, wo; w1,
+    w3, w2): (layer kind, inventory GEMM, share of that GEMM's work, output elements per token)."""
+    m, t = ctx.model, ctx.rows.tp.astype(float)
+    d, kvr, h = m.head_size, kv_heads_per_rank(m, t), float(m.hidden_size)
+    q = m.num_heads / t * (2 if m.attn_output_gate else 1)
+    cols = q + 2 * kvr
+    g = 2 if m.mlp.gated else 1
+    f = m.ffn_hidden_size / t
+    return [("attn", "attn.qkv", q / cols, q * d), ("attn", "attn.qkv", kvr / cols, kvr * d),
+            ("attn", "attn.qkv", kvr / cols, kvr * d), ("attn", "attn.out", np.ones_like(t), h + 0 * t),
+            *[("mlp", "mlp.fc1", np.full_like(t, 1 / g), f)] * g, ("mlp", "mlp.fc2", np.ones_like(t), h + 0 * t)]
+
+
+def _part(kind: str) -> str:
+    return "mlp" if kind == "mlp" else "attn"
+
+
+def policy_kept(ctx: Ctx, kind: str, policy: str) -> np.ndarray:
+    """Bytes one layer of ``kind`` keeps for backward per microbatch on one GPU under ``policy``: its checkpointed
+    input (the token mixer's layer; the MLP's is rerun) and the tensors the policy saves."""
+    m, r, e = ctx.model, ctx.rows, ctx.act_bytes
+    T, t = ctx.tokens, r.tp.astype(float)
+    h = m.hidden_size
+    sp = (r.sp == 1) & (r.tp > 1)
+    row = T * np.where(r.sp == 1, e * h / t, e * h)  # one [tokens, hidden] tensor outside the TP regions
+    layer_input = row if kind != "mlp" else 0.0 * row
+    if policy == "torchtitan_op":
+        # odd aten.mm outputs (16-bit: the GEMM output dtype under bf16 autocast and torchao float8 alike), the
+        # SDPA output and fp32 log-sum-exp per head, the reduce-scatter output under sequence parallelism
+        mms = sum((T * e * n for i, (part, _, _, n) in enumerate(_torchtitan_mms(ctx)) if i % 2 == 0
+                   and part == _part(kind)), start=0.0 * T)
+        heads = m.num_heads / t
+        sdpa = T * heads * (e * m.head_size + 4.0) if kind != "mlp" else 0.0 * T
+        return layer_input + mms + sdpa + np.where(sp, T * e * h / t, 0.0)
+    if policy == "maxtext_save_dot_except_mlpwi":
+        if kind == "mlp":
+            return row  # mlpwo
+        qkv = T * e * m.head_size * (m.num_heads / t + 2 * kv_heads_per_rank(m, t))  # query/key/value_proj
+        return layer_input + qkv + row  # decoder_layer_input, Q/K/V, out_proj
+    raise ValueError(f"unknown recompute policy {policy}")
+
+
+def policy_shares(ctx: Ctx, kind: str, policy: str, fwd: list[Op]) -> list[np.ndarray]:
+    """Share of each of a layer's forward operators ``fwd`` that ``policy`` reruns in backward (fp8 casts follow
+    their GEMM)."""
+    base = [op.name.split(".fp8")[0].split(".fp4")[0] for op in fwd]
+    one, none = np.ones(1), np.zeros(1)
+    shares: list[np.ndarray]
+    if policy == "torchtitan_op":
+        rerun: dict[str, np.ndarray] = {}
+        for i, (part, name, share, _) in enumerate(_torchtitan_mms(ctx)):
+            if i % 2 == 1 and part == _part(kind):  # the even mm of the block (1-based): not saved
+                rerun[name] = rerun.get(name, 0.0 * share) + share
+
+        def titan(op: Op, name: str) -> np.ndarray:
+            if op.kind == GEMM and not op.selective:
+                return rerun.get(name, none)
+            if op.kind == ATTN or op.selective or name.endswith(("reducescatter", "cp_ring")):
+                return none  # SDPA (ring attention under CP inside it) and reduce-scatters are saved
+            return none if name in ("mlp.residual", "mlp.tp_allreduce") else one  # early stop: unneeded
+
+        shares = [titan(op, n) for op, n in zip(fwd, base, strict=True)]
+    elif policy == "maxtext_save_dot_except_mlpwi":
+
+        def maxtext(op: Op, name: str) -> np.ndarray:
+            if op.kind == ATTN or op.selective or name in ("mlp.fc1", "attn.cp_ring"):
+                return one  # context and mlpwi_0/1 are rematerialised
+            if op.kind == GEMM or name in ("attn.rope", "mlp.residual"):
+                return none  # saved dots (Q and K after the rotary); the layer output is not needed
+            if op.kind == COMM:
+                return one if name.endswith("allgather") else none  # a rerun norm's gather; exits follow saved dots
+            return one if op.kind == MEM else none
+
+        shares = [maxtext(op, n) for op, n in zip(fwd, base, strict=True)]
+    else:
+        raise ValueError(f"unknown recompute policy {policy}")
+    gemm = {n: s for op, n, s in zip(fwd, base, shares, strict=True) if op.kind == GEMM}
+    return [gemm.get(n, s) if n != op.name else s for op, n, s in zip(fwd, base, shares, strict=True)]
+
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,9 +254,9 @@ def module_costs(ctx: Ctx, kind: str, fwd: list[Op]) -> dict[str, ModuleCost]:
     zero = np.zeros(np.shape(fwd[0].time)) if fwd else np.zeros(1)
     out = {}
     for mod, nbytes in freed.items():
-        ops = _module_ops(kind, mod, fwd)
-        out[mod] = ModuleCost(nbytes, zero + sum((op.time for op in ops), start=zero),
-                              zero + sum((op.flops for op in ops if op.kind != COMM), start=zero))
+        ops = _rerun(ctx, kind, mod, fwd)
+        out[mod] = ModuleCost(nbytes, zero + sum((s * op.time for s, op in ops), start=zero),
+                              zero + sum((s * op.flops for s, op in ops if op.kind != COMM), start=zero))
     return out
 
 
@@ -167,6 +292,12 @@ def selective_terms(kinds: dict[str, Any], counts: dict[str, Any], sel: np.ndarr
             time, flops, freed = time - np.where(on, 0.0, t), flops - np.where(on, 0.0, f), freed - np.where(on, 0.0, b)
             continue
         time, flops, freed = time + np.where(on, t, 0.0), flops + np.where(on, f, 0.0), freed + np.where(on, b, 0.0)
-        one = np.max(np.stack([np.where(np.asarray(n) > 0, c.freed, 0.0) + zero for n, c in present]), axis=0)
+        live = [(k, np.where(np.asarray(n) > 0, kinds[k].modules[mod].freed, 0.0) + zero) for k, n in counts.items()
+                if k in kinds and mod in kinds[k].modules]
+        one = np.max(np.stack([b for _, b in live]), axis=0)
+        if mod in RECOMPUTE_POLICIES:  # one checkpointed block: its token mixer and its MLP are live together
+            mixers = [b for k, b in live if k != "mlp"]
+            one = (np.max(np.stack(mixers), axis=0) if mixers else zero) + sum((b for k, b in live if k == "mlp"),
+                                                                               start=zero)
         transient = np.maximum(transient, np.where(on, one, 0.0))
     return SelectiveTerms(time, flops, freed, transient)

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from shardplan.costmodel.core.layouts import divisors, fmt_values
-from shardplan.costmodel.training.knobs import RECOMPUTE_MODULES, modules_mask
+from shardplan.costmodel.core.layouts import divisors, fmt_values, layer_kind_names
+from shardplan.costmodel.training.knobs import RECOMPUTE_MODULES, RECOMPUTE_POLICIES, modules_mask
 from shardplan.costmodel.training.layout import RECOMPUTE_CODE, LayoutArrays, Recompute, TrainLayout, TrainWorkload
 from shardplan.errors import ShardplanError
 from shardplan.hardware.spec import GpuSpec
@@ -45,7 +45,16 @@ ZERO2_PP = ("ZeRO-2 cannot run with pipeline parallelism: DeepSpeed rejects it, 
 
 
 def check_modules(model: ModelSpec, modules: tuple[str, ...]) -> None:
-    """A selective recompute module set must name Megatron's modules that this model has, each once."""
+    """A selective recompute module set must name Megatron's modules that this model has, each once, or one other
+    framework's whole-layer policy alone (dense attention layers with a dense MLP, no MLA)."""
+    policies = [n for n in modules if n in RECOMPUTE_POLICIES]
+    if policies and len(set(modules)) > 1:
+        raise ShardplanError(f"{policies[0]} is a whole-layer recompute policy: name it alone; got {','.join(modules)}",
+                             field="recompute_modules")
+    if policies and (model.mla is not None or set(layer_kind_names(model)) - {"attention", "sliding", "chunked",
+                                                                              "mlp"}):
+        raise ShardplanError(f"{policies[0]} needs a model of attention layers with dense MLPs (no MoE, MLA or "
+                             f"recurrent layers); {model.name} has other layers", field="recompute_modules")
     bad = [n for n in modules if n not in RECOMPUTE_MODULES]
     moe_only = [n for n in modules if (n in ("moe_act", "shared_experts", "moe") and model.moe is None)
                 or (n == "mla_up_proj" and model.mla is None)]

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from shardplan.costmodel.training.evaluate import fits, gpu_capacity, host_capacity
-from shardplan.costmodel.training.knobs import RECOMPUTE_MODULES
+from shardplan.costmodel.training.knobs import RECOMPUTE_MODULES, RECOMPUTE_POLICIES
 from shardplan.costmodel.training.layout import LayoutArrays, TrainWorkload
 from shardplan.costmodel.training.memory import head_activations
 from shardplan.costmodel.training.recompute_modules import NESTED
@@ -105,7 +105,8 @@ def _module_sets(cost: TrainCost, cap: float) -> np.ndarray:
 
     # the modules the model has, less those that free nothing and rerun nothing here (core_attn under flash)
     # (Megatron asserts 'moe' is not recomputed under --overlap-moe-expert-parallel-comm: transformer_config.py)
-    banned = ("moe",) if cost.ctx.system.software.ep_comm_overlap else ()
+    # other frameworks' whole-layer policies are priced when pinned, not chosen (each replaces the whole set)
+    banned = (("moe",) if cost.ctx.system.software.ep_comm_overlap else ()) + RECOMPUTE_POLICIES
     mods = [m for m in RECOMPUTE_MODULES if m not in banned and any(m in kc.modules and (at(kc.modules[m].freed).any()
             or at(kc.modules[m].time).any()) for kc in cost.kinds.values())] if len(need) else []
     if not mods:
