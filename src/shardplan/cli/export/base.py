@@ -122,11 +122,24 @@ def shell_join(argv: list[str]) -> str:
     return " \\\n  ".join(" ".join(line) for line in lines if line)
 
 
+# The other frameworks' whole-layer recompute policies (costmodel.training.knobs.RECOMPUTE_POLICIES) and the
+# framework whose own setting each one is.
+POLICY_FRAMEWORK = {"torchtitan_op": "torchtitan", "maxtext_save_dot_except_mlpwi": "MaxText"}
+
+
 def refuse_module_set(t: TrainTarget, framework: str) -> None:
-    """A plan costed with a Megatron ``--recompute-modules`` set other than core_attn cannot be written for a
-    framework without that knob: one line naming the field and the way out."""
+    """A plan costed with a Megatron ``--recompute-modules`` set other than core_attn, or another framework's
+    recompute policy, cannot be written for a framework without that knob: one line naming the field and the way
+    out."""
     mods = t.plan.recompute_modules
-    if t.plan.recompute == "selective" and mods is not None and list(mods) != ["core_attn"]:
+    if t.plan.recompute != "selective" or mods is None:
+        return
+    policy = next((m for m in mods if m in POLICY_FRAMEWORK), None)
+    if policy is not None and POLICY_FRAMEWORK[policy] != framework:
+        raise ShardplanError(f"{framework} cannot express {policy} ({POLICY_FRAMEWORK[policy]}'s selective recompute "
+                             "policy); pin --recompute-modules core_attn, or another recompute",
+                             field="recompute_modules")
+    if policy is None and list(mods) != ["core_attn"]:
         raise ShardplanError(f"{framework} has no --recompute-modules: the plan recomputes {'+'.join(mods)}; use "
                              "--export megatron, or pin --recompute-modules core_attn", field="recompute_modules")
 

@@ -8,7 +8,14 @@ have no flag of their own and map to Megatron-FSDP (``--use-megatron-fsdp`` with
 
 from __future__ import annotations
 
-from shardplan.cli.export.base import Export, TrainTarget, layout_summary, recompute_kind, torchrun_line
+from shardplan.cli.export.base import (
+    POLICY_FRAMEWORK,
+    Export,
+    TrainTarget,
+    layout_summary,
+    recompute_kind,
+    torchrun_line,
+)
 from shardplan.cli.export.megatron_arch import mixer_args, rope_args, router_args
 from shardplan.errors import ShardplanError
 
@@ -141,6 +148,12 @@ def _recompute(t: TrainTarget, args: Args, notes: list[str]) -> None:
     if recompute_kind(p) == "none":
         return  # Megatron's default: no recompute flags
     if p.recompute == "selective":
+        policy = next((m for m in p.recompute_modules or [] if m in POLICY_FRAMEWORK), None)
+        if policy is not None:  # --recompute-modules names submodules; another framework's per-op policy is none
+            raise ShardplanError(f"Megatron-LM cannot express {policy} ({POLICY_FRAMEWORK[policy]}'s selective "
+                                 "recompute policy): --recompute-modules takes core_attn, layernorm, mlp, moe_act, "
+                                 "shared_experts, moe, mla_up_proj; pin those, or export to "
+                                 f"{POLICY_FRAMEWORK[policy]}", field="recompute_modules")
         args.append(("--recompute-granularity", "selective"))  # default --recompute-modules core_attn
         modules = list(p.recompute_modules or ["core_attn"])
         if modules != ["core_attn"]:  # a list argument (d98e8a6: ArgumentGroupFactory(TransformerConfig))

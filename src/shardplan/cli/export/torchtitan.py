@@ -106,6 +106,8 @@ def _checkpointing(t: TrainTarget, notes: list[str]) -> dict[str, Value]:
         return {"mode": "none"}
     if p.recompute == "selective":
         refuse_module_set(t, "torchtitan")
+        if list(p.recompute_modules or []) == ["torchtitan_op"]:  # the plan costed torchtitan's own policy
+            return {"mode": "selective", "selective_ac_option": "op"}
         notes.append("torchtitan's per-op selective recompute saves matmul outputs and recomputes the rest; "
                      "the plan costed core-attention recompute (Korthikanti et al.)")
         return {"mode": "selective", "selective_ac_option": "op"}
