@@ -49,7 +49,7 @@ def test_flash_attention_frees_nothing_with_core_attn() -> None:
 def test_gpt3_mlp_recompute_reruns_the_mlp_forward() -> None:
     ctx = _ctx("gpt3-175b", 8, True, 2048)
     k = kind_cost(ctx, "mlp")
-    times = module_times("mlp", k.fwd_ops, module_bytes(ctx, "mlp"))
+    times = module_times("mlp", k.fwd_ops, module_bytes(ctx, "mlp"), ctx)
     flops = sum(float(op.flops[0]) for op in k.fwd_ops if op.name in ("mlp.fc1", "mlp.fc2"))
     assert flops == 2 * (2 * 2048 * 12288 * 4 * 12288 / 8)  # two GEMMs, 2·T·h·4h/t each
     peak = ctx.system.gpu.peak_flops["bf16"]
@@ -73,7 +73,7 @@ def test_deepseek_moe_modules() -> None:
     # the whole MoE layer frees at least its experts' and shared expert's activations
     assert got["moe"][0] > got["moe_act"][0] + got["shared_experts"][0]
     k = kind_cost(ctx, "moe")
-    times = module_times("moe", k.fwd_ops, got)
+    times = module_times("moe", k.fwd_ops, got, ctx)
     act = next(op for op in k.fwd_ops if op.name == "moe.experts.act")
     assert times["moe_act"][0] == float(act.time[0]) > 0
     shared = sum(float(op.time[0]) for op in k.fwd_ops if op.name.startswith("moe.shared."))
