@@ -87,7 +87,8 @@ StageRcOpt = Annotated[str | None, typer.Option(
 RcModulesOpt = Annotated[str | None, typer.Option(
     "--recompute-modules", help="With --recompute selective: the modules recomputed in every layer, comma-separated "
     "(Megatron's --recompute-modules: core_attn, layernorm, mlp, moe_act, shared_experts, moe, mla_up_proj; default "
-    "core_attn).")]
+    "core_attn), or alone another framework's policy: torchtitan_op (torchtitan's per-op selective checkpointing) "
+    "or maxtext_save_dot_except_mlpwi (MaxText's remat policy of that name).")]
 UniformOpt = Annotated[bool, typer.Option(
     "--uniform-stages", help="Split layers evenly over pipeline stages with one recompute count (no per-stage "
     "optimisation; for comparison).")]

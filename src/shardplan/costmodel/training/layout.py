@@ -127,7 +127,8 @@ class TrainLayout:
     default ``--expert-tensor-parallel-size``). Expert-data-parallel ranks follow: edp = tp·cp·dp / (etp·ep)."""
     recompute_modules: tuple[str, ...] | None = None
     """Under ``--recompute selective``: the modules recomputed in every layer (``knobs.RECOMPUTE_MODULES``,
-    Megatron's ``--recompute-modules``); None = Megatron's default, core_attn."""
+    Megatron's ``--recompute-modules``, or one of ``knobs.RECOMPUTE_POLICIES`` alone); None = Megatron's default,
+    core_attn."""
 
     @property
     def expert_tp(self) -> int:

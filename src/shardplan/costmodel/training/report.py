@@ -43,7 +43,8 @@ class TrainPlanOut(Out):
                                                           "CPU per pipeline rank (a per-stage plan).")
     recompute_modules: list[str] | None = Field(None, description="Under selective recompute: the modules recomputed "
                                                 "in every layer (Megatron's --recompute-modules; core_attn is its "
-                                                "default). None without selective recompute.")
+                                                "default), or one other framework's policy (torchtitan_op, "
+                                                "maxtext_save_dot_except_mlpwi). None without selective recompute.")
 
 
 class TrainMetrics(Out):
