@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from shardplan.costmodel.training.evaluate import fits
-from shardplan.costmodel.training.knobs import RECOMPUTE_MODULES, modules_mask
+from shardplan.costmodel.training.knobs import RECOMPUTE_MODULES, RECOMPUTE_POLICIES, modules_mask
 from shardplan.costmodel.training.layout import LayoutArrays, Recompute, TrainLayout, TrainWorkload
 from shardplan.costmodel.training.recompute_modules import NESTED
 from shardplan.costmodel.training.step import train_cost
@@ -26,7 +26,9 @@ from shardplan.models.spec import MlpKind, ModelSpec, MoESpec
 
 
 def _sets(moe: bool) -> list[tuple[str, ...]]:
-    names = [m for m in RECOMPUTE_MODULES if moe or m not in ("moe_act", "shared_experts", "moe")]
+    # the planner chooses among Megatron's modules; other frameworks' policies are priced only when pinned
+    names = [m for m in RECOMPUTE_MODULES if (moe or m not in ("moe_act", "shared_experts", "moe"))
+             and m not in RECOMPUTE_POLICIES]
     out = []
     for k in range(1, len(names) + 1):
         for combo in itertools.combinations(names, k):
