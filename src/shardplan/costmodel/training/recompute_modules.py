@@ -39,7 +39,9 @@ of the layer's operators.
   the even ones wk, wo, w3 are rerun), the SDPA flash/efficient attention outputs (output and log-sum-exp) and
   the TP reduce-scatters; everything else (norms, rotary, SwiGLU, the TP all-gathers, the residual add the MLP
   needs) is rerun. The block's last residual add is not (torch.utils.checkpoint stops recomputing once every saved
-  tensor backward needs exists: early stop, on by default).
+  tensor backward needs exists: early stop, on by default). torchao float8 linears reach the policy as ``aten.mm``
+  too (the float8 tensor subclass implements aten.mm below the checkpoint's dispatch mode), so fp8 runs keep the
+  same 16-bit GEMM outputs.
 - ``maxtext_save_dot_except_mlpwi``: MaxText's remat policy save_dot_except_mlpwi — also what NVIDIA's
   dgxc-benchmarking v25.01 Llama-2-70B bf16 runs set as ``remat_policy=custom`` with query_proj, key_proj,
   value_proj, qkv_proj, out_proj and mlpwo on ``device`` (NVIDIA/dgxc-benchmarking@143b90d maxtext/configure.sh;
