@@ -148,13 +148,14 @@ def _shape_model(rid: str, shape: dict[str, Any]) -> ModelSpec | None:
 def _model(record: dict[str, Any]) -> ModelSpec | None:
     from shardplan.errors import ShardplanError
     from shardplan.models import get_model
+    from shardplan.validation.runs import with_record_vocab
 
     shape = record["model"]["hf_or_shape"]
     if isinstance(shape, dict):
         return _shape_model(record["id"], shape)
     name = shape.split(" ")[0]
     try:
-        return get_model(_ALIASES.get(name, name))
+        return with_record_vocab(get_model(_ALIASES.get(name, name)), record)
     except ShardplanError:
         return None
 
