@@ -2,7 +2,8 @@
 
 An optimiser finds the corners where its cost model is too optimistic, so pinned layouts are not enough:
 for every published run that its authors tuned (NVIDIA DGX Cloud / NeMo / Megatron-Bridge tables,
-MosaicML llm-foundry, torchtitan, Llama 3; ``data/optimum_runs.json`` and the runs of
+MosaicML llm-foundry, torchtitan, Llama 3, MLPerf Training submissions with their config files and result logs;
+``data/optimum_runs.json`` and the runs of
 ``data/modern_training_runs.json`` that it names in ``already_in_modern``), plan the same model, GPU
 count, global batch, sequence length, hardware and datatype with no layout pinned, and compare its
 predicted throughput, and the prediction for the published layout, with the measurement.
