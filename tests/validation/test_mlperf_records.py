@@ -28,7 +28,21 @@ _CONFIG = {
     "mlperf-v5.0-llama3.1-405b-256gpu-gb200-fp8": ((4, 8, 2, 8, 1), 4, 448, "gb200-nvl72"),
     # ... tyche_ngpu512_ngc25.04_nemo/config_GB200_128x4x112xtp4pp8cp2_cg_dplast.sh
     "mlperf-v5.0-llama3.1-405b-512gpu-gb200-fp8": ((4, 8, 2, 8, 1), 8, 896, "gb200-nvl72"),
+    # Nebius/benchmarks/llama31_405b/implementations/nebius_soperator_8xH200_n64_ngc25.01_nemo/
+    # config_DGXH200_64x8x144xtp4pp8cp2.sh, and n128 .../config_DGXH200_128x8x72xtp4pp8cp2.sh
+    "mlperf-v5.0-llama3.1-405b-512gpu-h200-fp8": ((4, 8, 2, 8, 1), 8, 1152, "hgx-h200"),
+    "mlperf-v5.0-llama3.1-405b-1024gpu-h200-fp8": ((4, 8, 2, 8, 1), 16, 1152, "hgx-h200"),
+    # training_results_v5.1 NVIDIA/benchmarks/llama31_405b/implementations/tyche_ngpu512_ngc25.09_nemo/
+    # config_GB200_128x4x144xtp4pp8cp2_cg_fp4.sh (NVFP4),
+    # theia_ngpu512_ngc25.09_nemo/config_GB300_128x4x72xtp2pp8cp2_cg_fp4.sh,
+    # hsg_ngpu2560/config_GB200_640x4x24xtp4pp8cp2_cg_fp4.sh, hsg_ngpu5120/config_GB200_1280x4x16xtp4pp8cp2_cg_fp4.sh
+    "mlperf-v5.1-llama3.1-405b-512gpu-gb200-fp4": ((4, 8, 2, 8, 1), 8, 1152, "gb200-nvl72"),
+    "mlperf-v5.1-llama3.1-405b-512gpu-gb300-fp4": ((2, 8, 2, 8, 1), 16, 1152, "gb300-nvl72"),
+    "mlperf-v5.1-llama3.1-405b-2560gpu-gb200-fp4": ((4, 8, 2, 8, 1), 40, 960, "gb200-nvl72"),
+    "mlperf-v5.1-llama3.1-405b-5120gpu-gb200-fp4": ((4, 8, 2, 8, 1), 80, 1280, "gb200-nvl72"),
 }
+_FP4 = {"mlperf-v5.1-llama3.1-405b-512gpu-gb200-fp4", "mlperf-v5.1-llama3.1-405b-512gpu-gb300-fp4",
+        "mlperf-v5.1-llama3.1-405b-2560gpu-gb200-fp4", "mlperf-v5.1-llama3.1-405b-5120gpu-gb200-fp4"}
 
 
 def test_every_mlperf_record_is_checked_here() -> None:
@@ -44,7 +58,7 @@ def test_optimum_parses_the_submission_config_layout(rid: str) -> None:
     lay = run.layout
     assert (lay.tp, lay.pp, lay.cp, lay.interleave, lay.microbatch, lay.dp) == (tp, pp, cp, vp, mbs, dp)
     assert lay.sequence_parallel and lay.zero_stage == 1 and str(lay.recompute) == "none"
-    assert run.work.global_batch == gbs and run.work.dtype == "fp8"
+    assert run.work.global_batch == gbs and run.work.dtype == ("fp4" if rid in _FP4 else "fp8")
     assert run.system.name.startswith(system)
     # the logged gradient_accumulation_steps closes the batch: GA · MBS · DP = GBS
     assert rec["parallel"]["grad_accum"] * mbs * dp == gbs
@@ -59,6 +73,8 @@ def test_modern_group_runs_the_same_layout(rid: str) -> None:
     assert (lay.tp, lay.pp, lay.cp, lay.interleave, lay.microbatch, lay.dp) == (tp, pp, cp, vp, mbs, dp)
     assert dp * tp * pp * cp == n
     assert sys_spec.name.startswith(system) and quantity == "tokens_per_s_per_gpu"
+    # TP_COMM_OVERLAP=False in the v5.1 NVFP4 configs (config_common_fp4.sh): no userbuffers for those
+    assert sys_spec.software.tp_overlap_method == ("share" if rid in _FP4 else "userbuffers")
 
 
 def test_mlperf_405b_uses_the_mixtral_vocabulary() -> None:
@@ -76,6 +92,18 @@ def test_405b_step_median_agrees_with_the_logged_samples_per_second() -> None:
     tokens; median 20.845) agree within 0.5%."""
     measured = _BY_ID["mlperf-v5.0-llama3.1-405b-512gpu-h100-fp8"]["metrics"]["tokens_per_s_per_gpu"]
     assert abs(measured / (20.845 * 8192 / 512) - 1) < 0.005
+
+
+def test_405b_model_flops_match_the_submission_constant() -> None:
+    """config_common_405b.sh (v5.1) sets MODEL_TFLOP_PER_SAMPLE=21508 for an 8192-token sample; NVIDIA's FLOP
+    convention (source_flops_per_token: attention non-causal, logits once) on the record's model gives the same
+    within 0.5% (the constant itself matches Llama 3's vocabulary, 21507.5; the Mixtral one is 0.36% lower): the
+    catalog shape (126 layers, h 16384, FFN 53248, GQA 128/8) is the benchmark's."""
+    from shardplan.validation.optimum import source_flops_per_token
+
+    run = parse_run(_BY_ID["mlperf-v5.1-llama3.1-405b-512gpu-gb200-fp4"])
+    assert isinstance(run, OptimumRun)
+    assert abs(source_flops_per_token(run.model, 8192) * 8192 / 1e12 / 21508 - 1) < 0.005
 
 
 def test_gpt3_matches_nemo_table_for_the_same_layout() -> None:

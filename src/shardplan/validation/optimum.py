@@ -181,7 +181,14 @@ def parse_run(record: dict[str, Any]) -> OptimumRun | str:
     """A record as a run the cost model can evaluate, or why it cannot be (model or machine not in the catalogs)."""
     from shardplan.errors import ShardplanError
     from shardplan.hardware.domains import job_system
-    from shardplan.validation.runs import stack_attention, stack_modules, stack_moe, stack_recompute, stack_tp_overlap
+    from shardplan.validation.runs import (
+        record_dtype,
+        stack_attention,
+        stack_modules,
+        stack_moe,
+        stack_recompute,
+        stack_tp_overlap,
+    )
 
     shape = record["model"]["hf_or_shape"]
     for prefix, why in _NOT_MODELLED:
@@ -223,8 +230,7 @@ def parse_run(record: dict[str, Any]) -> OptimumRun | str:
                          recompute=recompute, recompute_layers=int(layers.group(1)) if layers else None,
                          sequence_parallel=bool(sp) if sp is not None else tp > 1, zero_stage=int(zero),
                          recompute_modules=stack_modules(record) if recompute == Recompute.SELECTIVE else None)
-    work = TrainWorkload(seq_len=seq, global_batch=batch, dtype="fp8" if record["precision"] == "fp8" else "bf16",
-                         attention=stack_attention(record))
+    work = TrainWorkload(seq_len=seq, global_batch=batch, dtype=record_dtype(record), attention=stack_attention(record))
     if met.get("tokens_per_s_per_gpu"):
         measured, derived = float(met["tokens_per_s_per_gpu"]), False
     elif met.get("model_tflops_per_gpu"):
