@@ -170,3 +170,16 @@ def test_train_takes_a_pinned_module_set_and_reports_its_own_numbers(run_cli) ->
     assert no_sel.code == 2 and no_sel.err.count("\n") == 1 and "recompute_modules" in no_sel.err
     ds = run_cli("train", *req, "--recompute", "selective", "--recompute-modules", "moe_act", "--export", "deepspeed")
     assert ds.code == 2 and ds.err.count("\n") == 1 and "megatron" in ds.err
+
+
+def test_grad_reduce_dtype_prices_the_fsdp_reduce_scatter(run_cli) -> None:
+    """FSDP (ZeRO-3) reduce-scatters 16-bit gradients by default; --grad-reduce-dtype fp32 (torchtitan's
+    mixed_precision_reduce, Composer's DEFAULT) moves twice the bytes, so the exposed ZeRO-3 traffic grows."""
+    base = ["estimate", "train", "-m", "llama-3.1-8b", "-H", "dgx-h100", "-b", "64", "-s", "8192", "-g", "64",
+            "--zero", "3", "--json"]
+    default, bf16, fp32 = (run_cli(*base, *extra).json()["metrics"]
+                           for extra in ([], ["--grad-reduce-dtype", "bf16"], ["--grad-reduce-dtype", "fp32"]))
+    assert bf16 == default
+    assert fp32["zero3_exposed_s"] > default["zero3_exposed_s"] and fp32["step_time_s"] > default["step_time_s"]
+    bad = run_cli(*base, "--grad-reduce-dtype", "fp8")
+    assert bad.code == 2 and "grad_reduce_dtype must be bf16, fp16 or fp32" in bad.err

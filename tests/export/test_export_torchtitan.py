@@ -81,10 +81,26 @@ def test_header_overrides_match_the_tables() -> None:
     doc = tomllib.loads(text)
     line = next(ln for ln in text.splitlines() if ln.startswith("#     --"))
     words = line[1:].split()
-    pairs = dict(zip(words[::2], words[1::2], strict=True))
+    pairs: dict[str, str] = {}
+    for i, w in enumerate(words):  # ``--flag`` alone is true (torchtitan's boolean flags), else ``--key value``
+        if w.startswith("--"):
+            nxt = words[i + 1] if i + 1 < len(words) else "--"
+            pairs[w] = "True" if nxt.startswith("--") else nxt
     for section, table in doc.items():
         for key, value in table.items():
-            assert pairs[f"--{section}.{key}"] == str(value)
+            assert pairs[f"--{section}.{key}"] == (",".join(value) if isinstance(value, list) else str(value))
+
+
+def test_compile_follows_the_kernels_the_plan_was_costed_with() -> None:
+    """A plan costed with fused kernels turns torch.compile on (torchtitan v0.2.2 ``[compile]``: model and loss);
+    one costed with eager PyTorch kernels leaves it off (its default) and says why."""
+    from dataclasses import replace
+
+    assert tomllib.loads(export_train("torchtitan", LLAMA70).text)["compile"] == {
+        "enable": True, "components": ["model", "loss"]}
+    eager = export_train("torchtitan", replace(LLAMA70, eager_kernels=True))
+    assert "compile" not in tomllib.loads(eager.text)
+    assert any("eager PyTorch elementwise kernels" in n for n in eager.notes)
 
 
 def test_zero_stage_mapping() -> None:

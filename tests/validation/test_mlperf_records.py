@@ -60,6 +60,8 @@ def test_optimum_parses_the_submission_config_layout(rid: str) -> None:
     assert lay.sequence_parallel and lay.zero_stage == 1 and str(lay.recompute) == "none"
     assert run.work.global_batch == gbs and run.work.dtype == ("fp4" if rid in _FP4 else "fp8")
     assert run.system.name.startswith(system)
+    # Apex DistributedFusedAdam grad_sync_dtype bf16 (GPT-3), Megatron DDP grad_reduce_in_fp32=False (Llama 3.1)
+    assert run.work.grad_reduce_dtype == "bf16"
     # the logged gradient_accumulation_steps closes the batch: GA · MBS · DP = GBS
     assert rec["parallel"]["grad_accum"] * mbs * dp == gbs
 

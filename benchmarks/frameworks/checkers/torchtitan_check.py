@@ -60,7 +60,8 @@ def _overrides(text: str) -> list[str]:
 def _sections(cfg) -> dict:
     import dataclasses
 
-    return {s: dataclasses.asdict(getattr(cfg, s)) for s in ("parallelism", "training", "activation_checkpoint")}
+    sections = ("parallelism", "training", "activation_checkpoint", "compile")
+    return {s: dataclasses.asdict(getattr(cfg, s)) for s in sections}
 
 
 def check(entry: dict) -> dict:

@@ -63,6 +63,10 @@ OffA = Annotated[str | None, typer.Option("--offload-activations", help="Stored 
 Dtype = Annotated[str, typer.Option("--dtype", help="Compute datatype: bf16, fp16, fp8, fp4 (NVFP4 GEMMs at the "
                                     "GPU's fp4 peak, bf16 elsewhere), fp32.")]
 GradDtype = Annotated[str, typer.Option("--grad-dtype", help="Gradient datatype: fp32 (Megatron), bf16, fp16.")]
+GradReduceDtype = Annotated[str | None, typer.Option(
+    "--grad-reduce-dtype", help="Datatype of the data-parallel gradient reduction: fp32 (torchtitan's "
+    "mixed_precision_reduce, Composer FSDP DEFAULT), bf16, fp16; default: --grad-dtype, the compute dtype under "
+    "ZeRO-3.")]
 Optimizer = Annotated[str, typer.Option(
     "--optimizer", help="adam (12 B/param state), adam-8bit (6), sgd (8), adafactor (4); all with an fp32 master.")]
 Attention = Annotated[str | None, typer.Option("--attention", help="flash or unfused (default: the system's).")]
@@ -124,7 +128,8 @@ def parse_headroom(text: str | None, gpu_memory_bytes: float) -> dict[str, Any]:
 
 
 def _workload(seq_len: int, global_batch: int, dtype: str, grad_dtype: str, attention: str | None,
-              optimizer: str = "adam", headroom: dict[str, Any] | None = None) -> Any:
+              optimizer: str = "adam", headroom: dict[str, Any] | None = None,
+              grad_reduce_dtype: str | None = None) -> Any:
     from pydantic import ValidationError
 
     from shardplan.costmodel.training.layout import TrainWorkload
@@ -132,7 +137,8 @@ def _workload(seq_len: int, global_batch: int, dtype: str, grad_dtype: str, atte
 
     try:
         return TrainWorkload(seq_len=seq_len, global_batch=global_batch, dtype=dtype, grad_dtype=grad_dtype,
-                             attention=attention, optimizer=optimizer, **(headroom or {}))
+                             grad_reduce_dtype=grad_reduce_dtype, attention=attention, optimizer=optimizer,
+                             **(headroom or {}))
     except ValidationError as e:
         err = e.errors()[0]
         raise ShardplanError(err["msg"].removeprefix("Value error, "), field=str(err["loc"][0]) if err["loc"]
@@ -216,7 +222,7 @@ def estimate_train(
     interleave: Inter = 1, recompute: Rc = Recompute.NONE, recompute_layers: RcLayers = None,
     sequence_parallel: Sp = False, zero: Zero = 0, offload_optimizer: OffOpt = None, offload_weights: OffW = None,
     offload_activations: OffA = None, dtype: Dtype = "bf16", grad_dtype: GradDtype = "fp32",
-    optimizer: Optimizer = "adam", memory_headroom: HeadroomOpt = None,
+    grad_reduce_dtype: GradReduceDtype = None, optimizer: Optimizer = "adam", memory_headroom: HeadroomOpt = None,
     attention: Attention = None, as_json: JsonOpt = False, export: ExportOpt = None, output: OutputOpt = None,
     plot: PlotOpt = None, plot_kind: PlotKindOpt = None, stage_layers: StageLayersOpt = None,
     stage_recompute_layers: StageRcOpt = None, recompute_modules: RcModulesOpt = None,
@@ -251,7 +257,7 @@ def estimate_train(
         recompute_modules=_modules(recompute_modules),
     )
     work = _workload(seq_len, global_batch, dtype, grad_dtype, attention, optimizer,
-                     parse_headroom(memory_headroom, system.gpu.memory_bytes))
+                     parse_headroom(memory_headroom, system.gpu.memory_bytes), grad_reduce_dtype)
     if stage_layers is None:
         if stage_recompute_layers is not None:
             raise ShardplanError("needs --stage-layers", field="stage-recompute-layers")
@@ -292,7 +298,7 @@ def train(
     cross_node_tp: Annotated[bool, typer.Option("--allow-cross-node-tp", help="Let TP·CP span nodes.")] = False,
     top_k: Annotated[int, typer.Option("--top-k", min=1, max=50, help="Best K distinct layouts.")] = 1,
     time_limit: TimeLimitOpt = 30.0, dtype: Dtype = "bf16", grad_dtype: GradDtype = "fp32",
-    optimizer: Optimizer = "adam", memory_headroom: HeadroomOpt = None,
+    grad_reduce_dtype: GradReduceDtype = None, optimizer: Optimizer = "adam", memory_headroom: HeadroomOpt = None,
     attention: Attention = None, as_json: JsonOpt = False, export: ExportOpt = None, output: OutputOpt = None,
     plot: PlotOpt = None, plot_kind: PlotKindOpt = None, uniform_stages: UniformOpt = False,
 ) -> None:
@@ -318,7 +324,7 @@ def train(
         raise ShardplanError("give --global-batch B, or --max-global-batch B to let the planner choose",
                              field="global-batch")
     work = _workload(seq_len, global_batch or max_global_batch or 1, dtype, grad_dtype, attention, optimizer,
-                     parse_headroom(memory_headroom, system.gpu.memory_bytes))
+                     parse_headroom(memory_headroom, system.gpu.memory_bytes), grad_reduce_dtype)
     req = TrainRequest(
         model=spec, system=system, num_gpus=n, workload=work, max_global_batch=max_global_batch,
         fixed_global_batch=global_batch is not None, tp=tp, pp=pp, dp=dp, ep=ep, etp=etp, cp=cp,

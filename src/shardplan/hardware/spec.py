@@ -1,8 +1,7 @@
 """What the machines are: GPUs, links, nodes, and a cluster of N GPUs built from a system preset.
 
 All quantities are SI with the unit in the field name (bytes, bytes_per_s, flops, s). Achievable
-efficiencies are data here (overridable by the user in a YAML/JSON file), never constants in code.
-"""
+efficiencies are data here (overridable by the user in a YAML/JSON file), never constants in code."""
 
 from __future__ import annotations
 
@@ -21,13 +20,11 @@ Flops = Annotated[float, Field(ge=1e9, le=1e18, allow_inf_nan=False)]  # 1 GFLOP
 Rate = Annotated[float, Field(ge=1e6, le=1e15, allow_inf_nan=False)]  # 1 MB/s … 1 PB/s
 MaybeRate = Annotated[float, Field(ge=0.0, le=1e15, allow_inf_nan=False)]  # 0 = none, else as Rate
 Bytes = Annotated[int, Field(ge=2**20, le=2**60)]  # 1 MiB … 1 EiB
-MAX_CURVE_POINTS = 256
-"""Most points in one efficiency curve (the catalog's have at most a dozen)."""
+MAX_CURVE_POINTS = 256  # most points in one efficiency curve (the catalog's have at most a dozen)
 MAX_GPUS_PER_NODE = 65_536
 MAX_NODES = 2**20
 
-# Datatypes that can carry a peak rate. int4/fp4 weights are dequantised to the compute dtype.
-PEAK_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4")
+PEAK_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4")  # carry a peak rate (int4/fp4: dequantised)
 
 
 class AttentionKernel(StrEnum):
@@ -296,6 +293,11 @@ class SoftwareSpec(BaseModel):
         False, description="The router pads expert token counts to the fp8/fp4 alignment (Megatron-Core "
         "moe_router_padding_for_quantization). False (the default): with the alltoall dispatcher the grouped MLP pads "
         "and unpads with a copy each (TE Fp8Padding/Fp8Unpadding, experts.py at d98e8a6); HybridEP pads in dispatch.")
+    elementwise_kernels: Literal["fused", "eager"] = Field("fused", description="Rotary, activation and loss as one "
+        "kernel each way ('fused': TE or torch.compile) or as PyTorch eager kernels (costmodel/core/passes.py).")
+    norm_kernel: Literal["fused", "native", "composite"] = Field("fused", description="Norm as one kernel each way, "
+        "PyTorch's F.layer_norm ('native') or torchtitan's eager RMSNorm ('composite'): costmodel/core/passes.py.")
+    attention_unpad: bool = Field(False, description="q, k, v packed around a varlen flash kernel (passes.UNPAD).")
     ep_dispatcher: Literal["alltoall", "deepep"] = Field(
         "alltoall", description="How MoE tokens travel: 'alltoall' (one copy per routed expert, NCCL all-to-all: "
         "Megatron's alltoall dispatcher) or 'deepep' (Megatron's flex dispatcher with DeepEP/HybridEP: a token "

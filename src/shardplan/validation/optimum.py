@@ -173,7 +173,8 @@ def _system(gpu_name: str) -> SystemSpec | None:
     except ShardplanError:
         return None
     # Every tuned run here uses today's software (flash attention, overlapped DP and TP communication),
-    # whatever the preset's default (the A100 preset describes the Megatron-LM papers' stack of 2021).
+    # whatever the preset's default (the A100 preset describes the Megatron-LM papers' stack of 2021); what a
+    # record's recipe ran differently (eager kernels, MoE dispatcher) its software entry sets (parse_run).
     return system.model_copy(update={"software": SoftwareSpec()})
 
 
@@ -184,9 +185,10 @@ def parse_run(record: dict[str, Any]) -> OptimumRun | str:
     from shardplan.validation.runs import (
         record_dtype,
         stack_attention,
+        stack_grad_reduce,
         stack_modules,
-        stack_moe,
         stack_recompute,
+        stack_software,
         stack_tp_overlap,
     )
 
@@ -200,7 +202,7 @@ def parse_run(record: dict[str, Any]) -> OptimumRun | str:
     if system is None:
         return f"no system preset for {record['hardware']['gpu']}"
     system = system.model_copy(update={"software": system.software.model_copy(
-        update={"tp_overlap_method": stack_tp_overlap(record), **stack_moe(record)})})
+        update={"tp_overlap_method": stack_tp_overlap(record), **stack_software(record)})})
     p, w, met = record["parallel"], record["workload"], record["metrics"]
     tp, pp, cp, ep = p.get("tp") or 1, p.get("pp") or 1, p.get("cp") or 1, p.get("ep") or 1
     if (ep > 1) != (model.moe is not None):
@@ -230,7 +232,8 @@ def parse_run(record: dict[str, Any]) -> OptimumRun | str:
                          recompute=recompute, recompute_layers=int(layers.group(1)) if layers else None,
                          sequence_parallel=bool(sp) if sp is not None else tp > 1, zero_stage=int(zero),
                          recompute_modules=stack_modules(record) if recompute == Recompute.SELECTIVE else None)
-    work = TrainWorkload(seq_len=seq, global_batch=batch, dtype=record_dtype(record), attention=stack_attention(record))
+    work = TrainWorkload(seq_len=seq, global_batch=batch, dtype=record_dtype(record), attention=stack_attention(record),
+                         grad_reduce_dtype=stack_grad_reduce(record))
     if met.get("tokens_per_s_per_gpu"):
         measured, derived = float(met["tokens_per_s_per_gpu"]), False
     elif met.get("model_tflops_per_gpu"):

@@ -249,14 +249,29 @@ def stack_tp_overlap(r: dict[str, Any]) -> str:
     return "share" if "ub_tp_comm_overlap false" in notes else "userbuffers"
 
 
-def stack_moe(r: dict[str, Any]) -> dict[str, Any]:
-    """The stack settings a record's recipe ran with (``SoftwareSpec.ep_dispatcher``, ``ep_comm_overlap``,
-    ``moe_drop_and_pad``, ``moe_router_padding``, ``moe_balanced_routing``), as its ``software`` entry gives them
-    with their source (the recipe at the container's commit); none given: Megatron-Core's defaults (alltoall, no
-    overlap, dropless, no router padding, routing per token)."""
+# SoftwareSpec fields a record's ``software`` entry may set, each with its source in that entry.
+STACK_FIELDS = ("ep_dispatcher", "ep_comm_overlap", "moe_drop_and_pad", "moe_router_padding", "moe_balanced_routing",
+                "elementwise_kernels", "norm_kernel", "attention_unpad")
+
+
+def stack_software(r: dict[str, Any]) -> dict[str, Any]:
+    """The stack settings a record's recipe ran with (``SoftwareSpec`` fields of ``STACK_FIELDS``: MoE dispatcher,
+    overlap, drop-and-pad, router padding and balanced routing; eager or fused elementwise kernels, norm, attention
+    unpadding), as its ``software`` entry gives them with their source (the recipe at the framework's commit); none
+    given: Megatron-Core's defaults (alltoall, no overlap, dropless, no router padding, routing per token, fused
+    kernels)."""
     sw = r.get("software") or {}
-    keys = ("ep_dispatcher", "ep_comm_overlap", "moe_drop_and_pad", "moe_router_padding", "moe_balanced_routing")
-    return {k: sw[k] for k in keys if k in sw}
+    return {k: sw[k] for k in STACK_FIELDS if k in sw}
+
+
+stack_moe = stack_software  # the earlier name (MoE settings only), for callers on other branches
+
+
+def stack_grad_reduce(r: dict[str, Any]) -> str | None:
+    """The gradient reduction datatype a record's recipe ran with (``TrainWorkload.grad_reduce_dtype``: torchtitan's
+    ``mixed_precision_reduce`` float32, Composer FSDP ``mixed_precision: DEFAULT`` fp32), from its ``software``
+    entry; None: the cost model's default."""
+    return (r.get("software") or {}).get("grad_reduce_dtype")
 
 
 def stack_modules(r: dict[str, Any]) -> tuple[str, ...] | None:
@@ -303,9 +318,9 @@ def modern_setup(r: dict[str, Any]) -> tuple[ModelSpec, Any, int, TrainWorkload,
     # software of today regardless of the preset's default (the A100 preset describes Selene 2021)
     sw = base.software.model_copy(update={"overlap_grad_reduce": True, "tp_comm_overlap": 0.5,
                                           "zero3_rail_parallel": True, "tp_overlap_method": stack_tp_overlap(r),
-                                          **stack_moe(r)})
+                                          **stack_software(r)})
     system = job_system(base.model_copy(update={"software": sw}), n)
-    work = TrainWorkload(seq_len=w["seq_len"], global_batch=batch,
+    work = TrainWorkload(seq_len=w["seq_len"], global_batch=batch, grad_reduce_dtype=stack_grad_reduce(r),
                          dtype=record_dtype(r), attention=stack_attention(r))
     if met.get("tokens_per_s_per_gpu"):
         quantity, measured = "tokens_per_s_per_gpu", float(met["tokens_per_s_per_gpu"])

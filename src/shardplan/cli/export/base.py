@@ -40,6 +40,9 @@ class TrainTarget:
     """Whether the cost model dropped and padded MoE tokens to a capacity (SoftwareSpec.moe_drop_and_pad)."""
     moe_router_padding: bool = False
     """Whether the router padded expert token counts to the fp8/fp4 alignment (SoftwareSpec.moe_router_padding)."""
+    eager_kernels: bool = False
+    """Whether the cost model priced eager PyTorch elementwise kernels (SoftwareSpec.elementwise_kernels or
+    norm_kernel not fused): a torchtitan export then leaves torch.compile off, as costed."""
 
     @property
     def num_nodes(self) -> int:
@@ -71,6 +74,7 @@ def train_target(plan: TrainPlanOut | None, *, model: ModelSpec, system: Any, nu
         overlap_grad_reduce=workload.overlap_grad_reduce if workload.overlap_grad_reduce is not None
         else sw.overlap_grad_reduce, ep_dispatcher=str(sw.ep_dispatcher), ep_comm_overlap=bool(sw.ep_comm_overlap),
         moe_drop_and_pad=bool(sw.moe_drop_and_pad), moe_router_padding=bool(sw.moe_router_padding),
+        eager_kernels=sw.elementwise_kernels != "fused" or sw.norm_kernel != "fused",
     )
 
 

@@ -168,6 +168,13 @@ def sections(t: TrainTarget) -> tuple[dict[str, dict[str, Value]], list[str]]:
                      f"{', '.join(TITAN_MODELS)}): register the model code (a TrainSpec) before these settings apply")
     out = {"parallelism": _parallelism(t, notes), "activation_checkpoint": _checkpointing(t, notes),
            "training": _training(t, notes)}
+    # torch.compile fuses each block's norm, rotary and activation and the loss into the kernels the cost model
+    # priced (SoftwareSpec.elementwise_kernels fused); a plan costed with eager kernels leaves it off.
+    if not t.eager_kernels:
+        out["compile"] = {"enable": True, "components": ["model", "loss"]}
+    else:  # compile.enable defaults to false (torchtitan/config/job_config.py at v0.2.2, class Compile)
+        notes.append("the plan was costed with eager PyTorch elementwise kernels (software elementwise_kernels / "
+                     "norm_kernel): torch.compile stays off; enabling it runs faster than planned")
     if t.dtype == "fp8":
         out["model"] = {"converters": ["quantize.linear.float8"]}
     if t.dtype == "fp4":

@@ -25,6 +25,7 @@ from typing import Protocol
 import numpy as np
 
 from shardplan.costmodel.core.ops import Op
+from shardplan.costmodel.core.passes import FUSED
 from shardplan.models.parts import MoESpec
 from shardplan.models.spec import ModelSpec
 
@@ -86,13 +87,14 @@ class Attention:
 @dataclass(frozen=True, slots=True)
 class Elementwise:
     """A memory-bound kernel moving ``passes`` tensors of ``elements`` values (``extra`` more bytes per element,
-    ``fixed`` more bytes in all)."""
+    ``fixed`` more bytes in all); ``kind``: its row of ``core.passes`` (a stack's eager kernels may replace it)."""
 
     name: str
     elements: Array
     passes: float
     extra: float = 0.0
     fixed: Array = 0.0
+    kind: str = ""
 
     def nbytes(self, e: float) -> np.ndarray:
         return np.asarray(self.elements * (self.passes * e + self.extra) + self.fixed, dtype=float)
@@ -191,14 +193,20 @@ def routed_blocks(moe: MoESpec, blocks: Array) -> np.ndarray:
 
 
 # --- the blocks ---------------------------------------------------------------------------------------------------
+def kernel(kind: str, name: str, elements: Array, extra: float = 0.0, fixed: Array = 0.0) -> Elementwise:
+    """An elementwise op of ``kind`` with the fused traffic of ``core.passes.FUSED`` (``extra`` bytes more)."""
+    row = FUSED[kind]
+    return Elementwise(name, elements, row.passes, row.extra + extra, fixed, kind=kind)
+
+
 def norm(p: Pricer, name: str, tokens: Array, width: float) -> Op:
-    """LayerNorm/RMSNorm: read and write the activations (fp32 statistics are negligible)."""
-    return p.elementwise(Elementwise(name, tokens * width, 2))
+    """LayerNorm/RMSNorm over ``tokens`` rows of ``width``."""
+    return p.elementwise(kernel("norm", name, tokens * width))
 
 
 def residual(p: Pricer, name: str, tokens: Array, width: float) -> Op:
-    """(Bias-dropout-)add: read x and the residual, write the sum; a 1-byte mask with dropout."""
-    return p.elementwise(Elementwise(name, tokens * width, 3, 1.0 if p.dropout else 0.0))
+    """(Bias-dropout-)add; a 1-byte mask with dropout."""
+    return p.elementwise(kernel("residual", name, tokens * width, 1.0 if p.dropout else 0.0))
 
 
 def projections(model: ModelSpec, p: Pricer, T: Array) -> tuple[list[Op], float, float]:
@@ -238,7 +246,7 @@ def rotary(model: ModelSpec, p: Pricer, T: Array, heads: Array, rot_dim: float) 
         return []
     name = "attn.rope_cache_write" if p.kv_cache else "attn.rope"
     elements = T * heads * rot_dim if rope else 0.0 * T
-    return [p.elementwise(Elementwise(name, elements, 2, fixed=p.kv_cache_write(T) if p.kv_cache else 0.0))]
+    return [p.elementwise(kernel("rope", name, elements, fixed=p.kv_cache_write(T) if p.kv_cache else 0.0))]
 
 
 def attention_block(model: ModelSpec, p: Pricer, T: Array, T_elem: Array, core: Attention) -> list[Op]:
@@ -274,7 +282,7 @@ def ffn(model: ModelSpec, p: Pricer, prefix: str, T: Array, width: Array, *, exp
     """FC1 (gated: gate and up) → activation (act(gate)·up) → FC2 over ``width`` columns per GPU."""
     g, h = (2 if model.mlp.gated else 1), model.hidden_size
     return [*p.gemm(Gemm(f"{prefix}.fc1", T, h, g * width, experts, routed=routed)),
-            p.elementwise(Elementwise(f"{prefix}.act", T * width, g + 1)),
+            p.elementwise(kernel("gated_act" if model.mlp.gated else "act", f"{prefix}.act", T * width)),
             *p.gemm(Gemm(f"{prefix}.fc2", T, width, h, experts, routed=routed))]
 
 

@@ -27,6 +27,8 @@ class Op:
     time: np.ndarray
     dim: str = ""  # parallel dimension of a collective: tp, cp, ep
     selective: bool = False  # part of core attention that selective recompute reruns
+    bwd_nbytes: np.ndarray | None = None  # an elementwise op's backward traffic when its stack's row gives it
+    bwd_kernels: int = 1  # kernels that backward traffic is spread over
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ collective in forward has a mirror collective in backward (Megatron's f/g operat
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -31,6 +31,7 @@ from shardplan.costmodel.core.operators import (
     unfused_attention,
 )
 from shardplan.costmodel.core.ops import ATTN, COMM, GEMM, HOST, MEM, Op
+from shardplan.costmodel.core.passes import FUSED, traffic
 from shardplan.costmodel.training.layout import LayoutArrays, TrainWorkload
 from shardplan.hardware.spec import AttentionKernel, GpuSpec, SystemSpec
 from shardplan.models.spec import ModelSpec
@@ -123,12 +124,23 @@ class Ctx:
             ops.append(Op(f"{g.name}.{self.mm_dtype}_cast", MEM, np.zeros_like(cast), cast, self.mem_time(cast)))
         return ops
 
-    def mem_time(self, nbytes: np.ndarray) -> np.ndarray:
-        return elementwise_time(self.gpu, nbytes)
+    def mem_time(self, nbytes: np.ndarray, kernels: int = 1) -> np.ndarray:
+        """``kernels`` elementwise kernels moving ``nbytes`` between them (each its share, each its launch)."""
+        return elementwise_time(self.gpu, nbytes) if kernels == 1 else kernels * elementwise_time(self.gpu,
+                                                                                                 nbytes / kernels)
 
     def elementwise(self, x: Elementwise, *, selective: bool = False) -> Op:
+        """An elementwise op as the stack runs it (``SoftwareSpec.elementwise_kernels``/``norm_kernel``: its row of
+        ``core.passes``), its traffic spread evenly over the row's kernels, forward and backward."""
+        sw = self.system.software
+        row = traffic(x.kind, sw.elementwise_kernels, sw.norm_kernel) if x.kind else None
+        if row is not None and row is not FUSED.get(x.kind):
+            x = replace(x, passes=row.passes, extra=row.extra)
         nbytes = x.nbytes(self.act_bytes) + np.zeros_like(self.tokens)
-        return Op(x.name, MEM, np.zeros_like(nbytes), nbytes, self.mem_time(nbytes), selective=selective)
+        bwd = row.bwd_bytes(self.act_bytes) if row is not None else None
+        return Op(x.name, MEM, np.zeros_like(nbytes), nbytes, self.mem_time(nbytes, row.kernels if row else 1),
+                  selective=selective, bwd_nbytes=None if bwd is None else x.elements * bwd + np.zeros_like(nbytes),
+                  bwd_kernels=row.bwd_kernels if row else 1)
 
     def bmm(self, name: str, flops: np.ndarray, nbytes: np.ndarray, *, selective: bool) -> Op:
         """A batched attention matmul of the unfused path (selective recompute reruns it)."""
@@ -141,6 +153,12 @@ class Ctx:
         flash = Op(f"{a.name}.flash", ATTN, a.flops, nbytes, self.flash_time(a.flops, nbytes, backward=False))
         unfused = unfused_attention(self, a, mask_passes=0, selective=True)
         ops = [masked(op, ~self.flash) for op in unfused] + [masked(flash, self.flash)]
+        if self.system.software.attention_unpad:  # packed rows in and out of a varlen flash kernel (core.passes)
+            kv = a.q_tokens * a.kv_token_bytes / self.act_bytes
+            ops += [masked(self.elementwise(Elementwise(f"{a.name}.unpad_qkv", a.q_tokens * a.heads * a.d_qk + kv, 0,
+                                                        kind="attn.unpad_qkv")), self.flash),
+                    masked(self.elementwise(Elementwise(f"{a.name}.pad_out", a.q_tokens * a.heads * a.d_v, 0,
+                                                        kind="attn.pad_out")), self.flash)]
         r = self.rows
         ring = self.collective(f"{a.name}.cp_ring", "all_gather", a.kv_tokens * a.kv_token_bytes, "cp")
         exposed = comm.with_overlap_cost(self.system, ring.time,
@@ -248,8 +266,10 @@ class Ctx:
 def masked(op: Op, when: np.ndarray) -> Op:
     """The op where ``when`` holds, zero elsewhere (collectives that exist only with SP, or only without)."""
     z = np.zeros_like(op.time)
+    bwd = None if op.bwd_nbytes is None else np.where(when, op.bwd_nbytes, z)
     return Op(op.name, op.kind, np.where(when, op.flops, z), np.where(when, op.nbytes, z),
-              np.where(when, op.time, z), dim=op.dim, selective=op.selective)
+              np.where(when, op.time, z), dim=op.dim, selective=op.selective, bwd_nbytes=bwd,
+              bwd_kernels=op.bwd_kernels)
 
 
 # Megatron-LM overlaps the backward all-reduce of the TP input gradient with the weight-gradient GEMM
@@ -258,7 +278,8 @@ def masked(op: Op, when: np.ndarray) -> Op:
 # al. 2022 Table 4: 22B layer backward 11.9 ms without SP).
 ASYNC_TP_CONTENTION = 0.4
 # An elementwise kernel's backward reads its saved input and the output gradient and writes the input
-# gradient: three tensors where the forward moved two (norms, softmax, GeLU, dropout).
+# gradient: three tensors where the forward moved two (norms, softmax, GeLU, dropout); an op whose stack's row in
+# ``core.passes`` gives its backward (eager PyTorch kernels, the fused cross entropy) moves that instead.
 MEM_BWD_TRAFFIC = 1.5
 
 
@@ -278,8 +299,12 @@ def backward(ctx: Ctx, fwd: list[Op]) -> list[Op]:
             out.append(Op(f"{op.name}.dgrad", GEMM, op.flops, op.nbytes, op.time, selective=op.selective))
             out.append(Op(f"{op.name}.wgrad", GEMM, op.flops, op.nbytes, op.time, selective=op.selective))
         elif op.kind == MEM:
-            nbytes = MEM_BWD_TRAFFIC * op.nbytes
-            out.append(Op(f"{op.name}.bwd", MEM, op.flops, nbytes, ctx.mem_time(nbytes)))
+            if op.bwd_nbytes is None:
+                nbytes, t = MEM_BWD_TRAFFIC * op.nbytes, ctx.mem_time(MEM_BWD_TRAFFIC * op.nbytes)
+            else:  # the row's own backward kernels, none where the forward op is masked out
+                nbytes = op.bwd_nbytes
+                t = np.where(nbytes > 0, ctx.mem_time(nbytes, op.bwd_kernels), 0.0)
+            out.append(Op(f"{op.name}.bwd", MEM, op.flops, nbytes, t))
         elif op.kind == ATTN:
             flops = 2.5 * op.flops
             t = ctx.flash_time(flops, 2.0 * op.nbytes, backward=True)

@@ -111,7 +111,8 @@ def moe_ops(ctx: Ctx) -> list[Op]:
         routed = ctx.tokens * moe.experts_per_token * ctx.etp / ctx.tp  # copies one rank's experts see on average
         busiest = inv.ep_imbalance(ctx.rows.ep, routed)
         ops = [Op(o.name, o.kind, o.flops, o.nbytes * busiest if o.kind == MEM else o.nbytes, o.time * busiest,
-                  dim=o.dim, selective=o.selective)
+                  dim=o.dim, selective=o.selective, bwd_kernels=o.bwd_kernels,
+                  bwd_nbytes=None if o.bwd_nbytes is None else o.bwd_nbytes * busiest)
                if o.name.startswith(("moe.experts", "moe.ep_")) else o for o in ops]
     if sw.moe_host_sync and dropless:  # drop-and-pad sizes nothing on the host
         at = next(i for i, o in enumerate(ops) if o.name == "moe.ep_dispatch")
@@ -125,12 +126,13 @@ def embedding_ops(ctx: Ctx) -> list[Op]:
 
 
 def head_ops(ctx: Ctx) -> list[Op]:
-    """LM head over every token, then vocab-parallel cross entropy in fp32 (Megatron): read the logits, write
-    the fp32 softmax and read it back; the TP ranks all-reduce the max, sum and target logit (3 fp32 per token)."""
+    """LM head over every token, then vocab-parallel cross entropy in fp32 (``core.passes`` row ``cross_entropy``:
+    Megatron's fused kernels, or eager PyTorch's cast and log-softmax); the TP ranks all-reduce the max, sum and
+    target logit (3 fp32 per token)."""
     m, r = ctx.model, ctx.rows
     vocab = m.vocab_size / ctx.tp
     ops = inv.head_block(m, ctx, ctx.tokens, ctx.norm_tokens)
-    ops.append(ctx.elementwise(inv.Elementwise("head.cross_entropy", ctx.tokens * vocab, 1, 8.0)))
+    ops.append(ctx.elementwise(inv.kernel("cross_entropy", "head.cross_entropy", ctx.tokens * vocab)))
     loss = ctx.collective("head.tp_loss_allreduce", "all_reduce", ctx.tokens * 12.0, "tp")
     ops.append(masked(loss, r.tp > 1))
     return ops
