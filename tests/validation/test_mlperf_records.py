@@ -1,5 +1,6 @@
-"""MLPerf Training records (GPT-3 175B v4.0/v4.1, Llama 3.1 405B v5.0): they parse into the layout of the submission's
-config file, and their measured throughput agrees with independent numbers from the same logs and NVIDIA's tables."""
+"""MLPerf Training records (GPT-3 175B v3.0/v4.0/v4.1, Llama 3.1 405B v5.0/v5.1): they parse into the layout of the
+submission's config file, and their measured throughput agrees with independent numbers from the same logs and NVIDIA's
+tables."""
 
 import pytest
 
@@ -11,6 +12,10 @@ _BY_ID = {r["id"]: r for r in load_records("modern_training_runs")}
 
 # (TP, PP, CP, VP, MICRO_BATCH_SIZE) as the cited config_*.sh sets them, DP = GPUs / (TP·PP·CP), GBS as logged.
 _CONFIG = {
+    # training_results_v3.0 NVIDIA/benchmarks/gpt3/implementations/pytorch/config_DGXH100_64x8x128x4x8_mbs1.sh and
+    # ..._96x8x128x4x8_mbs1.sh (MBS 1, MINIBS 128) with config_common.sh INTERLEAVED_PIPELINE=12
+    "mlperf-v3.0-gpt3-175b-512gpu-h100-fp8": ((4, 8, 1, 12, 1), 16, 2048, "dgx-h100"),
+    "mlperf-v3.0-gpt3-175b-768gpu-h100-fp8": ((4, 8, 1, 12, 1), 24, 3072, "dgx-h100"),
     # training_results_v4.0 NVIDIA/benchmarks/gpt3/implementations/nemo/config_DGXH100_64x8x128x4x8_mbs2.sh
     "mlperf-v4.0-gpt3-175b-512gpu-h100-fp8": ((4, 8, 1, 4, 2), 16, 2304, "dgx-h100"),
     # ... config_DGXH100_1344x8x6x4x6_mbs1_cg.sh (TP 4, PP 6, INTERLEAVED_PIPELINE 8, MBS 1, MINIBS 6)
