@@ -2,7 +2,8 @@
 
 An optimiser finds the corners where its cost model is too optimistic, so pinned layouts are not enough:
 for every published run that its authors tuned (NVIDIA DGX Cloud / NeMo / Megatron-Bridge tables,
-MosaicML llm-foundry, torchtitan, Llama 3; ``data/optimum_runs.json`` and the runs of
+MosaicML llm-foundry, torchtitan, Llama 3, MLPerf Training submissions with their config files and result logs;
+``data/optimum_runs.json`` and the runs of
 ``data/modern_training_runs.json`` that it names in ``already_in_modern``), plan the same model, GPU
 count, global batch, sequence length, hardware and datatype with no layout pinned, and compare its
 predicted throughput, and the prediction for the published layout, with the measurement.
@@ -148,13 +149,14 @@ def _shape_model(rid: str, shape: dict[str, Any]) -> ModelSpec | None:
 def _model(record: dict[str, Any]) -> ModelSpec | None:
     from shardplan.errors import ShardplanError
     from shardplan.models import get_model
+    from shardplan.validation.runs import with_record_vocab
 
     shape = record["model"]["hf_or_shape"]
     if isinstance(shape, dict):
         return _shape_model(record["id"], shape)
     name = shape.split(" ")[0]
     try:
-        return get_model(_ALIASES.get(name, name))
+        return with_record_vocab(get_model(_ALIASES.get(name, name)), record)
     except ShardplanError:
         return None
 
@@ -181,6 +183,7 @@ def parse_run(record: dict[str, Any]) -> OptimumRun | str:
     from shardplan.errors import ShardplanError
     from shardplan.hardware.domains import job_system
     from shardplan.validation.runs import (
+        record_dtype,
         stack_attention,
         stack_grad_reduce,
         stack_modules,
@@ -229,8 +232,8 @@ def parse_run(record: dict[str, Any]) -> OptimumRun | str:
                          recompute=recompute, recompute_layers=int(layers.group(1)) if layers else None,
                          sequence_parallel=bool(sp) if sp is not None else tp > 1, zero_stage=int(zero),
                          recompute_modules=stack_modules(record) if recompute == Recompute.SELECTIVE else None)
-    work = TrainWorkload(seq_len=seq, global_batch=batch, dtype="fp8" if record["precision"] == "fp8" else "bf16",
-                         attention=stack_attention(record), grad_reduce_dtype=stack_grad_reduce(record))
+    work = TrainWorkload(seq_len=seq, global_batch=batch, dtype=record_dtype(record), attention=stack_attention(record),
+                         grad_reduce_dtype=stack_grad_reduce(record))
     if met.get("tokens_per_s_per_gpu"):
         measured, derived = float(met["tokens_per_s_per_gpu"]), False
     elif met.get("model_tflops_per_gpu"):

@@ -186,7 +186,8 @@ def narayanan() -> list[Case]:
 
 
 _MODERN_SYSTEMS = {"H100-SXM-80GB": "dgx-h100", "H100-96GB-HBM2e": "dgx-h100", "H100-SXM-HBM2e": "dgx-h100",
-                   "B200": "dgx-b200", "H200": "hgx-h200", "A100-SXM-80GB": "dgx-a100-80gb"}
+                   "B200": "dgx-b200", "H200": "hgx-h200", "A100-SXM-80GB": "dgx-a100-80gb", "GB200": "gb200-nvl72",
+                   "GB300": "gb300-nvl72"}
 _ALIASES = {"llama-3-8b": "llama-3.1-8b", "llama-3-70b": "llama-3.1-70b"}
 
 
@@ -203,9 +204,21 @@ def _modern_model(record: dict[str, Any]) -> ModelSpec | None:
                          vocab_size=shape.get("vocab") or 51200, mlp=MlpKind.GELU)
     name = shape.split(" ")[0]
     try:
-        return get_model(_ALIASES.get(name, name))
+        return with_record_vocab(get_model(_ALIASES.get(name, name)), record)
     except ShardplanError:
         return None  # a model the catalog does not have (Kimi K2, GPT-OSS, Nemotron-H): not a case
+
+
+def with_record_vocab(model: ModelSpec, record: dict[str, Any]) -> ModelSpec:
+    """A catalog model with the vocabulary the record's run trained with, where its ``model.vocab_size`` states one
+    (MLPerf's Llama 3.1 405B uses the Mixtral 8x22B tokenizer, V = 32768, instead of Llama 3's 128256)."""
+    vocab = record["model"].get("vocab_size")
+    return model.model_copy(update={"vocab_size": int(vocab)}) if vocab else model
+
+
+def record_dtype(r: dict[str, Any]) -> str:
+    """The compute datatype of a record's GEMMs: fp8 or fp4 (NVFP4) as its ``precision`` states, else bf16."""
+    return r["precision"] if r["precision"] in ("fp8", "fp4") else "bf16"
 
 
 def stack_attention(r: dict[str, Any]) -> AttentionKernel:
@@ -308,7 +321,7 @@ def modern_setup(r: dict[str, Any]) -> tuple[ModelSpec, Any, int, TrainWorkload,
                                           **stack_software(r)})
     system = job_system(base.model_copy(update={"software": sw}), n)
     work = TrainWorkload(seq_len=w["seq_len"], global_batch=batch, grad_reduce_dtype=stack_grad_reduce(r),
-                         dtype="fp8" if r["precision"] == "fp8" else "bf16", attention=stack_attention(r))
+                         dtype=record_dtype(r), attention=stack_attention(r))
     if met.get("tokens_per_s_per_gpu"):
         quantity, measured = "tokens_per_s_per_gpu", float(met["tokens_per_s_per_gpu"])
     else:
