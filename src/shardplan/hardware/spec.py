@@ -246,6 +246,12 @@ class SoftwareSpec(BaseModel):
     attention: AttentionKernel = Field(AttentionKernel.FLASH, description="Core-attention implementation.")
     overlap_grad_reduce: bool = Field(True, description="Data-parallel gradient reduction overlaps backward.")
     overlap_param_gather: bool = Field(True, description="ZeRO-3 parameter all-gathers overlap compute.")
+    overlap_p2p_comm: bool = Field(
+        True, description="Interleaved-pipeline sends and receives run asynchronously beside compute, exposed only "
+        "along the fill and drain (Megatron-LM's default since 4eeff55d1f, 2023-10: --no-overlap-p2p-communication, "
+        "megatron/training/arguments.py at d98e8a6; NeMo/Megatron-Bridge recipes set it). Without interleaving "
+        "Megatron-LM turns it off, so the sends block there whatever this says."
+    )
     zero3_overlap_fraction: Fraction = Field(
         0.8, description="Share of the overlappable ZeRO-3 communication (forward gathers under the forward, "
         "backward gathers and reduce-scatters under the backward) that hides when prefetching is on."

@@ -68,8 +68,9 @@ NVLINK_C2C_PER_GPU = LinkSpec(bandwidth_bytes_per_s=225 * GB, latency_s=5e-6, ef
 # all-reduce after the backward pass (no overlap).
 # The ZeRO-3 rows of Narayanan et al. 2021 Table 2 (DeepSpeed, 2021) run at the same step time on 768 and
 # 1536 GPUs: each GPU's NIC carried the whole of every parameter gather (one flat ring, no rail parallelism).
+# Blocking pipeline sends: overlap_p2p_comm came to Megatron-LM in f9283c5a8a (2023-05-31).
 MEGATRON_2021 = SoftwareSpec(attention="unfused", overlap_grad_reduce=False, zero3_rail_parallel=False,
-                             tp_comm_overlap=0.0)
+                             tp_comm_overlap=0.0, overlap_p2p_comm=False)
 # Megatron-LM / NeMo on Hopper: Transformer Engine picks cuDNN fused attention over FlashAttention on sm90+
 # ("Disabling FlashAttention to give FusedAttention preference on Hopper+ for performance reasons",
 # transformer_engine/pytorch/attention/dot_product_attention/utils.py at 002a3e57).

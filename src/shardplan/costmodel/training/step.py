@@ -25,6 +25,7 @@ from shardplan.costmodel.training.ctx import Ctx
 from shardplan.costmodel.training.layout import LayoutArrays, TrainWorkload
 from shardplan.costmodel.training.memory import embedding_activations, framework_memory, head_activations
 from shardplan.costmodel.training.recompute_modules import selective_terms
+from shardplan.costmodel.training.schedule_overlap import chunked_reduce_exposed, pipeline_send_s
 from shardplan.costmodel.training.stages import (
     KindCost,
     StageShape,
@@ -172,11 +173,7 @@ def _stage(ctx: Ctx, k: dict[str, KindCost], shape: StageShape, m: np.ndarray) -
     mods = selective_terms(k, counts, r.sel)  # Megatron's --recompute-modules beyond its default, core_attn
     rc = np.where(r.rc == 1, layer_sum(k, counts, lambda c: c.selective.time) + mods.time,
                   np.where(r.rc == 2, full_fwd, 0.0))
-    # Pipeline sends: one activation (scatter/gather over TP, Narayanan et al. 2021 §4.1) per chunk each way.
-    stride = r.tp * r.cp * r.dp
-    crosses = (stride >= sysm.gpus_per_node) | (stride * r.pp > sysm.gpus_per_node)
-    p2p_bytes = ctx.tokens * ctx.model.hidden_size * ctx.act_bytes / r.tp
-    p2p = np.where(r.pp > 1, r.v * comm.p2p_time(sysm, p2p_bytes, crosses), 0.0)
+    p2p = pipeline_send_s(ctx, m)  # one direction per microbatch, as the schedule exposes it
 
     # Parameters held, and the memory they take with ZeRO sharding and offload.
     def params_of(attr: str) -> np.ndarray:
@@ -267,7 +264,8 @@ def _data_parallel(ctx: Ctx, st: StageCost, m: np.ndarray) -> tuple[np.ndarray, 
     Megatron enables gradient sync only for the last microbatch (``schedules.py``: ``no_sync`` for the others),
     so the bucketed reduce-scatter/all-reduce overlaps that microbatch's backward only: exposed
     ``max(comm − last backward·(1 − bucket share), last bucket)`` (the network idles until the first bucket
-    fills, and the last bucket starts only when the backward ends). The distributed optimizer's parameter
+    fills, and the last bucket starts only when the backward ends; interleaved, each chunk's after its own last
+    backward: ``schedule_overlap``). The distributed optimizer's parameter
     all-gather overlaps the next step's first forward the same way. ZeRO-2 keeps no full gradient buffer, so
     every microbatch reduce-scatters its gradients (DeepSpeed ZeRO-2, FSDP SHARD_GRAD_OP), each behind its own backward.
     Without overlap the whole collective is exposed.
@@ -284,8 +282,9 @@ def _data_parallel(ctx: Ctx, st: StageCost, m: np.ndarray) -> tuple[np.ndarray, 
     ar = comm.all_reduce_time(s, st.params * g_bytes, n, stride)
     rs = comm.reduce_scatter_time(s, st.params * g_bytes, n, stride)
     ag = comm.all_gather_time(s, st.params * p_bytes, n, stride)
-    ar_last = comm.all_reduce_time(s, bucket * g_bytes, n, stride)
-    rs_last = comm.reduce_scatter_time(s, bucket * g_bytes, n, stride)
+    chunk_bucket = np.minimum(bucket, st.params / r.v)  # one DDP module (own buckets) per model chunk
+    ar_last = comm.all_reduce_time(s, chunk_bucket * g_bytes, n, stride)
+    rs_last = comm.reduce_scatter_time(s, chunk_bucket * g_bytes, n, stride)
     ag_first = comm.all_gather_time(s, bucket * p_bytes, n, stride)
     last_bwd = st.bwd_s if overlap else 0.0
     gather_overlap = overlap and s.software.overlap_param_gather
@@ -298,8 +297,11 @@ def _data_parallel(ctx: Ctx, st: StageCost, m: np.ndarray) -> tuple[np.ndarray, 
             return t
         return comm.with_overlap_cost(s, t, np.maximum(t - window * (1 - bucket / np.maximum(st.params, 1.0)), edge))
 
-    rs_exposed = exposed(rs, last_bwd, rs_last, overlap)
-    reduce = np.where(r.zero == 0, exposed(ar, last_bwd, ar_last, overlap), np.where(r.zero == 2, m, 1) * rs_exposed)
+    def chunked(t: np.ndarray, edge: np.ndarray) -> np.ndarray:  # each chunk's reduction after its last backward
+        return comm.with_overlap_cost(s, t, chunked_reduce_exposed(t, edge, st.bwd_s, chunk_bucket, st.params,
+                                                                   r.pp, r.v, m)) if overlap else t
+    reduce = np.where(r.zero == 0, chunked(ar, ar_last),
+                      np.where(r.zero == 2, m * exposed(rs, last_bwd, rs_last, overlap), chunked(rs, rs_last)))
     gather = np.where(r.zero >= 1, exposed(ag, first_fwd, ag_first, gather_overlap), 0.0)
     sync = reduce + gather
     # ZeRO-3: every microbatch gathers weights for forward and for backward (and again for a full recompute)
@@ -408,7 +410,6 @@ def train_cost(model: ModelSpec, system: SystemSpec, work: TrainWorkload, rows: 
     def comm_exposed(attr: str) -> np.ndarray:
         total = layer_sum(k, stage_counts(first.shape), lambda c: getattr(c.fwd, attr) + getattr(c.bwd, attr))
         return (m + (p - 1) / v) * total
-
     return TrainCost(
         ctx=ctx, kinds=k, stages=stages, num_microbatches=m, pipeline_s=pipeline, bubble_s=bubble,
         dp_exposed_s=dp_exposed, zero3_exposed_s=z3, optimizer_s=opt, step_time_s=step,

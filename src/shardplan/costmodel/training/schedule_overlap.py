@@ -1,0 +1,74 @@
+"""What the interleaved (virtual) pipeline schedule hides: per-chunk gradient reduction and asynchronous sends.
+
+Megatron-Core's interleaved 1F1B (``forward_backward_pipelining_with_interleaving``, megatron/core/
+pipeline_parallel/schedules.py at d98e8a6) runs microbatches in groups of ``microbatch_group_size_per_vp_stage``
+(default: the pipeline size ``p``), each group through chunk 0, 1, …, v−1 forward and v−1, …, 0 backward
+(``get_schedule_table``, ``get_model_chunk_id(forward=False) = v − 1 − chunk``). So in the last group, after
+chunk ``j``'s last backward this rank still runs ``j·g`` backward chunk-microbatches (``g`` the last group's size).
+Every model chunk is its own DDP module with its own buckets, and with ``--overlap-grad-reduce`` the schedule
+launches a chunk's gradient reduction (``grad_sync_func[chunk]``) when its last backward ends
+(``is_last_microbatch_for_model_chunk``; with ``align_grad_reduce`` rank ``r`` waits ``r`` more chunk-microbatches,
+which lines the launches up in time across the pipeline, rank 0 finishing last).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from shardplan.costmodel.core import comm
+from shardplan.costmodel.training.ctx import Ctx
+
+
+def backwards_after_chunk(p: np.ndarray, v: np.ndarray, m: np.ndarray, j: np.ndarray) -> np.ndarray:
+    """Backward chunk-microbatches a rank runs after chunk ``j``'s last one: ``j·g``, ``g`` the last microbatch
+    group's size (Megatron: ``m mod p`` when nonzero, it must then be ≥ p, else ``p``; ``m`` when under ``p``)."""
+    p, m = np.asarray(p, dtype=float), np.asarray(m, dtype=float)
+    rem = np.mod(m, p)
+    g = np.where(m < p, m, np.where(rem > 0, rem, p))
+    return np.asarray(j, dtype=float) * g
+
+
+def chunked_reduce_exposed(t: np.ndarray, edge: np.ndarray, bwd_s: np.ndarray, bucket: np.ndarray,
+                           params: np.ndarray, p: np.ndarray, v: np.ndarray, m: np.ndarray) -> np.ndarray:
+    """Exposed time of a gradient reduction taking ``t`` for the whole stage when each of its ``v`` chunks
+    (``t/v`` each, ``params/v`` parameters, ``bwd_s/v`` backward per microbatch) starts with its chunk's last
+    backward, and the network serves the chunks one after another.
+
+    Time 0 is the rank's last backward's end; chunk ``j``'s last backward ends at ``−j·g·b`` (``b = bwd_s/v``,
+    ``backwards_after_chunk``), and its first bucket fills after ``bucket/(params/v)`` of that backward. Chunk
+    ``v−1`` goes first, so the queue ends at ``max_k (k+1)·t/v − k·g·b − b·(1 − share)``, linear in ``k``: its
+    largest value is at ``k = 0`` or ``k = v−1``; the edge bucket (the last one of chunk 0) waits for time 0.
+    With ``v = 1`` this is ``max(t − bwd_s·(1 − bucket/params), edge)``, the single-chunk rule."""
+    v = np.asarray(v, dtype=float)
+    b = bwd_s / v
+    share = np.minimum(bucket / np.maximum(params / v, 1.0), 1.0)
+    fill = b * (1 - share)
+    first = t / v - fill
+    last = t - backwards_after_chunk(p, v, m, v - 1) * b - fill
+    return np.maximum(np.maximum(first, last), edge)
+
+
+def overlapped_send_s(send_s: np.ndarray, p: np.ndarray, v: np.ndarray, m: np.ndarray, slowdown: float
+                      ) -> np.ndarray:
+    """Cost per microbatch slot of one direction's pipeline sends (``send_s`` per microbatch: ``v`` chunk sends)
+    when they run asynchronously beside compute (Megatron ``overlap_p2p_comm``): in the steady state each send
+    hides behind the other direction's chunk compute (costing ``slowdown`` of it), while the fill and drain chain
+    of ``p − 1`` hops waits for every send (the ``(p−1)/v`` slots of the bubble). Spread over the ``m + (p−1)/v``
+    slots the pipeline takes, so that the step carries ``(p−1)/v·send_s + m·slowdown·send_s``."""
+    p, v = np.asarray(p, dtype=float), np.asarray(v, dtype=float)
+    edge = (p - 1) / v
+    return send_s * (edge + m * slowdown) / (m + edge)
+
+
+def pipeline_send_s(ctx: Ctx, m: np.ndarray) -> np.ndarray:
+    """Pipeline sends of one direction per microbatch slot: one activation per chunk (scatter/gather over TP,
+    Narayanan et al. 2021 §4.1), blocking, or ``overlapped_send_s`` when interleaved with
+    ``SoftwareSpec.overlap_p2p_comm`` (Megatron-LM turns it off without interleaving: arguments.py@d98e8a6)."""
+    r, sysm = ctx.rows, ctx.system
+    stride = r.tp * r.cp * r.dp
+    crosses = (stride >= sysm.gpus_per_node) | (stride * r.pp > sysm.gpus_per_node)
+    p2p_bytes = ctx.tokens * ctx.model.hidden_size * ctx.act_bytes / r.tp
+    p2p = np.where(r.pp > 1, r.v * comm.p2p_time(sysm, p2p_bytes, crosses), 0.0)
+    if not sysm.software.overlap_p2p_comm:
+        return p2p
+    return np.where(r.v > 1, overlapped_send_s(p2p, r.pp, r.v, m, sysm.software.overlap_slowdown), p2p)
