@@ -247,10 +247,10 @@ class SoftwareSpec(BaseModel):
     overlap_grad_reduce: bool = Field(True, description="Data-parallel gradient reduction overlaps backward.")
     overlap_param_gather: bool = Field(True, description="ZeRO-3 parameter all-gathers overlap compute.")
     overlap_p2p_comm: bool = Field(
-        True, description="Interleaved-pipeline sends and receives run asynchronously beside compute, exposed only "
-        "along the fill and drain (Megatron-LM's default since 4eeff55d1f, 2023-10: --no-overlap-p2p-communication, "
-        "megatron/training/arguments.py at d98e8a6; NeMo/Megatron-Bridge recipes set it). Without interleaving "
-        "Megatron-LM turns it off, so the sends block there whatever this says."
+        False, description="Interleaved-pipeline sends and receives run asynchronously beside compute, exposed only "
+        "along the fill and drain. Off: Megatron-Core's ModelParallelConfig default (model_parallel_config.py at "
+        "d98e8a6); Megatron-LM's CLI (--no-overlap-p2p-communication) and NeMo/Megatron-Bridge recipes turn it on. "
+        "Without interleaving Megatron-LM turns it off (arguments.py at d98e8a6), so sends block there regardless."
     )
     zero3_overlap_fraction: Fraction = Field(
         0.8, description="Share of the overlappable ZeRO-3 communication (forward gathers under the forward, "
