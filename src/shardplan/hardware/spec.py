@@ -161,15 +161,13 @@ class GpuSpec(BaseModel):
         "interpolated in log(flops), clamped at the ends."
     )
     memory_efficiency: list[tuple[Positive, Fraction]] = Field(
-        description="Achieved fraction of peak memory bandwidth vs bytes moved by one kernel, as points."
-    )
+        description="Achieved fraction of peak memory bandwidth vs bytes moved by one kernel, as points.")
     elementwise_efficiency: list[tuple[Positive, Fraction]] | None = Field(
         None, description="Framework elementwise kernels (norms, activations, dropout, softmax) vs bytes moved; "
         "tuned GEMM/attention kernels use memory_efficiency. None: same as memory_efficiency."
     )
     attention_efficiency: Fraction = Field(
-        0.55, description="Fused (flash) attention forward: fraction of the matmul peak it reaches."
-    )
+        0.55, description="Fused (flash) attention forward: fraction of the matmul peak it reaches.")
     matmul_peak_fraction: dict[str, Fraction] = Field(
         default_factory=dict, description="Maximum achievable matmul FLOP/s (best shape, measured) as a fraction "
         "of each datatype's peak. GEMMs in another datatype than bf16 run at the efficiency curve × "
@@ -246,12 +244,9 @@ class SoftwareSpec(BaseModel):
     attention: AttentionKernel = Field(AttentionKernel.FLASH, description="Core-attention implementation.")
     overlap_grad_reduce: bool = Field(True, description="Data-parallel gradient reduction overlaps backward.")
     overlap_param_gather: bool = Field(True, description="ZeRO-3 parameter all-gathers overlap compute.")
-    overlap_p2p_comm: bool = Field(
-        False, description="Interleaved-pipeline sends and receives run asynchronously beside compute, exposed only "
-        "along the fill and drain. Off: Megatron-Core's ModelParallelConfig default (model_parallel_config.py at "
-        "d98e8a6); Megatron-LM's CLI (--no-overlap-p2p-communication) and NeMo/Megatron-Bridge recipes turn it on. "
-        "Without interleaving Megatron-LM turns it off (arguments.py at d98e8a6), so sends block there regardless."
-    )
+    overlap_p2p_comm: bool = Field(False, description="Interleaved-pipeline sends run beside compute, exposed only "
+        "along the fill and drain. Off: Megatron-Core's default (model_parallel_config.py at d98e8a6); Megatron-LM's "
+        "CLI and NeMo/Megatron-Bridge recipes turn it on; without interleaving Megatron-LM forces it off.")
     zero3_overlap_fraction: Fraction = Field(
         0.8, description="Share of the overlappable ZeRO-3 communication (forward gathers under the forward, "
         "backward gathers and reduce-scatters under the backward) that hides when prefetching is on."
@@ -275,8 +270,7 @@ class SoftwareSpec(BaseModel):
         "with communication measured on A100, H100, MI250 and MI210 (Lee et al. 2025, arXiv 2507.03114)."
     )
     step_overhead_fraction: NonNeg = Field(
-        0.0, description="Unmodelled per-step time (data loading, logging, host sync) as a fraction."
-    )
+        0.0, description="Unmodelled per-step time (data loading, logging, host sync) as a fraction.")
     ep_comm_overlap: bool = Field(
         False, description="MoE expert-parallel all-to-alls hide behind another microbatch's compute (Megatron-Core "
         "overlap_moe_expert_parallel_comm: the combined 1F1B schedule pairs one microbatch's forward with another's "
