@@ -77,7 +77,7 @@ def test_refused_export_is_bad_input_naming_the_option(run_cli) -> None:
 def test_deepspeed_export_plans_without_zero3_under_expert_parallelism(run_cli) -> None:
     """DeepSpeed's MoE layer refuses ZeRO-3: with --export deepspeed the planner leaves those layouts out (exportable
     by construction) where the free plan for the same request takes ZeRO-3 with EP 8."""
-    args = ("train", "-m", "qwen3-30b-a3b", "-H", "dgx-h100", "-g", "16", "-b", "128", "-s", "4096", "--ep", "8")
+    args = ("train", "-m", "qwen3-30b-a3b", "-H", "dgx-h100", "-g", "8", "-b", "128", "-s", "4096", "--ep", "8")
     free = run_cli(*args, "--json").json()
     assert free["plan"]["zero_stage"] == 3
     r = run_cli(*args, "--export", "deepspeed")

@@ -12,7 +12,7 @@ dense-first layers make its per-layer averages vary.
 
 A rank already over memory ``C`` at its fewest layers pays the recompute its excess needs from there on (``g``
 jumps at ``lo_i``). Each rank also holds at most the layers that fit its memory with the fewest-memory choices.
-``pipeline ≥ (m + (p−1)/v)·T`` and rank 0's tail ≥ ``step.tail_floor`` of its fewest layers (the balance bound).
+``pipeline ≥ (m + (p−1)/v)·T`` and rank 0's tail ≥ ``dp_sync.tail_floor`` of its fewest layers (the balance bound).
 
 Rank 0's tail (gradient sync, ZeRO-3 gathers, optimizer step) grows with its layers while the others' time falls,
 so rows the balance bound leaves below the incumbent also get the joint bound ``min over n₀ of
@@ -28,11 +28,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from shardplan.costmodel.training.ctx import Ctx
+from shardplan.costmodel.training.dp_sync import data_parallel, fsdp_under_pp, optimizer_time, tail_floor
 from shardplan.costmodel.training.evaluate import gpu_capacity
 from shardplan.costmodel.training.layout import LayoutArrays, TrainWorkload
 from shardplan.costmodel.training.stage_split import min_first_layers, rank_shape
 from shardplan.costmodel.training.stages import KindCost, kind_costs, take_kinds
-from shardplan.costmodel.training.step import _data_parallel, _optimizer_time, _stage, fsdp_under_pp, tail_floor
+from shardplan.costmodel.training.step import _stage
 from shardplan.hardware.spec import SystemSpec
 from shardplan.models.spec import ModelSpec
 
@@ -190,7 +191,7 @@ class _Rank0Tails:
     def at(self, ent: np.ndarray, layers: np.ndarray) -> np.ndarray:
         """A lower bound on rank 0's tail with ``layers`` layers, for entries ``ent``: the tail with every layer
         recomputed where the count is free (the longest last backward hides the most of the gradient
-        reduction: ``step._data_parallel``'s exposure never grows with the window), else the row's count."""
+        reduction: ``dp_sync.data_parallel``'s exposure never grows with the window), else the row's count."""
         sub = self.sub.take(ent)
         fl = layers.astype(float)
         ctx = Ctx(self.model, self.system, self.work,
@@ -199,8 +200,8 @@ class _Rank0Tails:
         p = sub.pp
         st = _stage(ctx, kinds, rank_shape("bound", self.model, np.zeros(len(ent), dtype=np.int64), fl, p),
                     self.m[ent])
-        dp_exposed, z3 = _data_parallel(ctx, st, self.m[ent])
-        return dp_exposed + z3 + _optimizer_time(ctx, st)
+        dp_exposed, z3 = data_parallel(ctx, st, self.m[ent])
+        return dp_exposed + z3 + optimizer_time(ctx, st)
 
 
 def _joint_bounds(lines: _RankLines, tails: _Rank0Tails, row: np.ndarray, rank: np.ndarray, todo: np.ndarray,
@@ -253,7 +254,7 @@ def _joint_bounds(lines: _RankLines, tails: _Rank0Tails, row: np.ndarray, rank: 
 def average_lower_bounds(model: ModelSpec, system: SystemSpec, work: TrainWorkload, rows: LayoutArrays, *,
                          free_recompute: bool) -> np.ndarray:
     """A cheaper, weaker bound (no memory): the slowest rank is at least the average of the ranks' fastest
-    work (layer work adds up over ranks), plus rank 0's smallest tail (``step.tail_floor``)."""
+    work (layer work adds up over ranks), plus rank 0's smallest tail (``dp_sync.tail_floor``)."""
     n = len(rows)
     recompute = (rows.rc == 2) & free_recompute
     fast = rows.replace(rk=np.where(recompute, 0, rows.rk), f_act=np.zeros(n))

@@ -24,10 +24,11 @@ import numpy as np
 
 from shardplan.costmodel.core.layouts import uniform_kinds
 from shardplan.costmodel.training.ctx import Ctx
+from shardplan.costmodel.training.dp_sync import data_parallel, optimizer_time
 from shardplan.costmodel.training.evaluate import gpu_capacity, host_capacity
 from shardplan.costmodel.training.layout import LayoutArrays, TrainLayout, TrainWorkload
 from shardplan.costmodel.training.stages import KindCost, StageShape, kind_costs, take_kinds
-from shardplan.costmodel.training.step import StageCost, _data_parallel, _optimizer_time, _stage
+from shardplan.costmodel.training.step import StageCost, _stage
 from shardplan.errors import ShardplanError
 from shardplan.hardware.spec import SystemSpec
 from shardplan.models.spec import ModelSpec
@@ -119,8 +120,8 @@ def rank_costs(model: ModelSpec, system: SystemSpec, work: TrainWorkload, layout
     shape = rank_shape("rank", model, rank, fl, p)
     m = (rows.gb / (rows.dp * rows.mb)).astype(float)
     st = _stage(ctx, kinds, shape, m)
-    dp_exposed, z3 = _data_parallel(ctx, st, m)
-    opt = _optimizer_time(ctx, st)
+    dp_exposed, z3 = data_parallel(ctx, st, m)
+    opt = optimizer_time(ctx, st)
     per_mb = st.per_microbatch_s + system.calibration.microbatch_overhead_s  # as train_cost: per microbatch slot
     return RankCosts(rank, layers, rk, pct, per_mb, dp_exposed + z3 + opt, dp_exposed, z3, opt,
                      st.total, st.cpu_bytes, st.stored_mb * st.inflight, st)

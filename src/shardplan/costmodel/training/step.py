@@ -19,13 +19,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shardplan.costmodel.core import comm
-from shardplan.costmodel.core.kernels import memory_time
 from shardplan.costmodel.training.ctx import Ctx
+from shardplan.costmodel.training.dp_sync import data_parallel, fsdp_under_pp, optimizer_time
 from shardplan.costmodel.training.layout import LayoutArrays, TrainWorkload
 from shardplan.costmodel.training.memory import embedding_activations, framework_memory, head_activations
 from shardplan.costmodel.training.recompute_modules import selective_terms
-from shardplan.costmodel.training.schedule_overlap import chunked_reduce_exposed, pipeline_send_s
+from shardplan.costmodel.training.schedule_overlap import pipeline_send_s
 from shardplan.costmodel.training.stages import (
     KindCost,
     StageShape,
@@ -58,6 +57,7 @@ class StageCost:
     activations: np.ndarray
     framework: np.ndarray
     params: np.ndarray  # parameters held (before ZeRO sharding)
+    expert_params: np.ndarray  # of which expert weights (sharded over the expert-data-parallel ranks)
     cpu_bytes: np.ndarray  # offloaded to host memory
     # What the planner's closed-form memory fixes need (bytes per GPU):
     inflight: np.ndarray  # microbatches whose activations are stored at once
@@ -113,11 +113,6 @@ def _phase(kind: KindCost, attr: str) -> np.ndarray:
 def weight_bytes(work: TrainWorkload) -> float:
     """Bytes per stored weight: 16-bit copies for mixed precision, fp32 for fp32 training."""
     return DTYPE_BYTES["fp32"] if work.dtype == "fp32" else DTYPE_BYTES["bf16"]
-
-
-def fsdp_under_pp(r: LayoutArrays) -> np.ndarray:
-    """Rows running FSDP (ZeRO-3) under pipeline parallelism: weights gathered once per step and kept."""
-    return (r.zero >= 3) & (r.pp > 1)
 
 
 def param_memory(ctx: Ctx, dense: np.ndarray, expert: np.ndarray, *, offloaded: bool = True
@@ -226,133 +221,8 @@ def _stage(ctx: Ctx, k: dict[str, KindCost], shape: StageShape, m: np.ndarray) -
     off_exposed = np.maximum(xfer - (fwd + bwd + rc), 0.0)
     cpu = opt_full * r.f_opt + weights_full * r.f_w + stored * inflight * r.f_act
     return StageCost(shape, fwd + p2p, bwd + rc + p2p, rc, 2 * p2p, off_exposed, weights, grads, optimizer,
-                     activations, framework, dense_p + expert_p, cpu, inflight, stored,
+                     activations, framework, dense_p + expert_p, expert_p, cpu, inflight, stored,
                      np.broadcast_to(save_dense, n.shape), np.broadcast_to(save_moe, n.shape), w_kept, opt_full)
-
-
-# Megatron-Core DDP bucket: max(40M, 1M·dp) parameters (megatron/core/distributed/
-# distributed_data_parallel_config.py, bucket_size docstring); with overlap the last bucket's reduction starts
-# only after the backward has finished, and the first bucket's parameter gather must land before the forward.
-BUCKET_MIN_PARAMS = 40_000_000
-BUCKET_PARAMS_PER_DP_RANK = 1_000_000
-
-
-def fsdp_collectives(ctx: Ctx, params: np.ndarray) -> tuple[np.ndarray, np.ndarray, float]:
-    """ZeRO-3's collectives over the data-parallel ranks (dp·cp, rail-aligned or across nodes as the software
-    places them) for ``params`` held: the all-gather of the bf16 weights, the reduce-scatter of the gradients in
-    the reduce dtype, and the share of an overlappable gather that prefetching hides (0 without prefetching)."""
-    r, w, s = ctx.rows, ctx.work, ctx.system
-    n = (r.dp * r.cp).astype(float)
-    z_stride = r.tp if s.software.zero3_rail_parallel else np.full_like(r.tp, s.gpus_per_node)
-    ag = comm.all_gather_time(s, params * DTYPE_BYTES["bf16"], n, z_stride)
-    rs = comm.reduce_scatter_time(s, params * DTYPE_BYTES[w.grad_reduce_dtype or w.grad_dtype], n, z_stride)
-    f = s.software.zero3_overlap_fraction if s.software.overlap_param_gather else 0.0
-    return np.where(n > 1, ag, 0.0), np.where(n > 1, rs, 0.0), f
-
-
-def tail_floor(ctx: Ctx, st: StageCost) -> np.ndarray:
-    """A lower bound on rank 0's tail (gradient sync, ZeRO-3 gathers, optimizer step) for every layer count at
-    least ``st``'s: the optimizer step, plus under FSDP with PP the exposed reduce-scatter and the part of the
-    gather no forward can hide, ``(1 − f)·AG`` (``_data_parallel``); each grows with the parameters held."""
-    ag, rs, f = fsdp_collectives(ctx, st.params)
-    return _optimizer_time(ctx, st) + np.where(fsdp_under_pp(ctx.rows), rs + (1 - f) * ag, 0.0)
-
-
-def _data_parallel(ctx: Ctx, st: StageCost, m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Exposed gradient-sync time per step, and exposed ZeRO-3 gather time per step.
-
-    Megatron enables gradient sync only for the last microbatch (``schedules.py``: ``no_sync`` for the others),
-    so the bucketed reduce-scatter/all-reduce overlaps that microbatch's backward only: exposed
-    ``max(comm − last backward·(1 − bucket share), last bucket)`` (the network idles until the first bucket
-    fills, and the last bucket starts only when the backward ends; interleaved, each chunk's after its own last
-    backward: ``schedule_overlap``). The distributed optimizer's parameter
-    all-gather overlaps the next step's first forward the same way. ZeRO-2 keeps no full gradient buffer, so
-    every microbatch reduce-scatters its gradients (DeepSpeed ZeRO-2, FSDP SHARD_GRAD_OP), each behind its own backward.
-    Without overlap the whole collective is exposed.
-    """
-    r, w, s = ctx.rows, ctx.work, ctx.system
-    n = (r.dp * r.cp).astype(float)
-    stride = r.tp
-    g_bytes = DTYPE_BYTES[w.grad_reduce_dtype or w.grad_dtype]
-    z3_g_bytes = DTYPE_BYTES[w.grad_reduce_dtype or ("bf16" if w.dtype in ("fp8", "fp4") else w.dtype)]
-    p_bytes = DTYPE_BYTES["bf16"]
-    overlap = s.software.overlap_grad_reduce if w.overlap_grad_reduce is None else w.overlap_grad_reduce
-    bucket = np.minimum(np.maximum(BUCKET_MIN_PARAMS, BUCKET_PARAMS_PER_DP_RANK * n), st.params) if overlap \
-        else st.params
-    ar = comm.all_reduce_time(s, st.params * g_bytes, n, stride)
-    rs = comm.reduce_scatter_time(s, st.params * g_bytes, n, stride)
-    ag = comm.all_gather_time(s, st.params * p_bytes, n, stride)
-    chunk_bucket = np.minimum(bucket, st.params / r.v)  # one DDP module (own buckets) per model chunk
-    ar_last = comm.all_reduce_time(s, chunk_bucket * g_bytes, n, stride)
-    rs_last = comm.reduce_scatter_time(s, chunk_bucket * g_bytes, n, stride)
-    ag_first = comm.all_gather_time(s, bucket * p_bytes, n, stride)
-    last_bwd = st.bwd_s if overlap else 0.0
-    gather_overlap = overlap and s.software.overlap_param_gather
-    first_fwd = st.fwd_s if gather_overlap else 0.0
-
-    def exposed(t: np.ndarray, window: np.ndarray | float, edge: np.ndarray, on: bool) -> np.ndarray:
-        # Buckets stream out while the window's compute produces (or consumes) them; the first bucket takes
-        # its share of the window to fill, and the edge bucket waits for the window's end.
-        if not on:
-            return t
-        return comm.with_overlap_cost(s, t, np.maximum(t - window * (1 - bucket / np.maximum(st.params, 1.0)), edge))
-
-    def chunked(t: np.ndarray, edge: np.ndarray) -> np.ndarray:  # each chunk's reduction after its last backward
-        return comm.with_overlap_cost(s, t, chunked_reduce_exposed(t, edge, st.bwd_s, chunk_bucket, st.params,
-                                                                   r.pp, r.v, m)) if overlap else t
-    reduce = np.where(r.zero == 0, chunked(ar, ar_last),
-                      np.where(r.zero == 2, m * exposed(rs, last_bwd, rs_last, overlap), chunked(rs, rs_last)))
-    gather = np.where(r.zero >= 1, exposed(ag, first_fwd, ag_first, gather_overlap), 0.0)
-    sync = reduce + gather
-    # ZeRO-3: every microbatch gathers weights for forward and for backward (and again for a full recompute)
-    # and reduce-scatters gradients, layer by layer. With prefetching (FSDP forward/backward prefetch,
-    # DeepSpeed's prefetch bucket) layer i+1's gather runs under layer i's compute, so the forward's gathers
-    # can hide only behind the forward and the backward's gathers and reduce-scatters only behind the
-    # backward; of that overlappable part the measured share ``zero3_overlap_fraction`` hides (Primus measured
-    # 93% for FSDP; the presets keep 0.8). Without prefetching all of it is exposed.
-    z_ag, pp_rs, f = fsdp_collectives(ctx, st.params)
-    z_stride = stride if s.software.zero3_rail_parallel else np.full_like(stride, s.gpus_per_node)
-    z_rs = comm.reduce_scatter_time(s, st.params * z3_g_bytes, n, z_stride)
-    bwd_comm = z_ag * (1 + (r.rc == 2)) + z_rs
-    per_mb = comm.with_overlap_cost(s, z_ag, z_ag - f * np.minimum(z_ag, st.fwd_s)) \
-        + comm.with_overlap_cost(s, bwd_comm, bwd_comm - f * np.minimum(bwd_comm, st.bwd_s))
-    z3 = np.where(r.zero >= 3, m * per_mb, 0.0)
-    # ZeRO-3 under PP (torchtitan FSDP2, ``fsdp_under_pp``): weights gathered once per step under the first
-    # forward (the forward term above, once); gradients reduce-scattered once, in fp32 (torchtitan
-    # mixed_precision_reduce), after the last backward, exposed: torch pipelining runs FSDP's post-backward only
-    # then (pytorch@88fa1e7 pipelining/stage.py backward_maybe_with_nosync; later: a REDUCE_GRAD action).
-    pp_fsdp = fsdp_under_pp(r)
-    z3 = np.where(pp_fsdp, comm.with_overlap_cost(s, z_ag, z_ag - f * np.minimum(z_ag, st.fwd_s)), z3)
-    sync = np.where(pp_fsdp, pp_rs, sync)
-    return np.where((n > 1) & ((r.zero < 3) | pp_fsdp), sync, 0.0), np.where(n > 1, z3, 0.0)
-
-
-def optimizer_bytes_per_param(work: TrainWorkload) -> float:
-    """HBM traffic of one mixed-precision Adam step per parameter (Megatron's optimizer passes):
-    grad-norm read, Adam read grad + state, write state, write the 16-bit copy; fp16 adds loss-scale
-    unscaling and the inf/nan check (two more passes over the fp32 gradients)."""
-    g = DTYPE_BYTES[work.grad_dtype]
-    per = g + (g + work.optimizer_state_bytes) + work.optimizer_state_bytes + DTYPE_BYTES["bf16"]
-    if work.dtype == "fp16":
-        per += 3 * DTYPE_BYTES["fp32"]  # unscale (read + write) and the overflow check (read)
-    return per
-
-
-def _optimizer_time(ctx: Ctx, st: StageCost) -> np.ndarray:
-    """Adam step: memory-bound on the GPU, or on the CPU (and PCIe) for the offloaded share; plus zeroing the
-    gradient buffer the next step accumulates into (Megatron ``zero_grad_buffer`` at every train step: a write
-    of the buffer, whole under ZeRO-0/1, sharded under ZeRO-2/3)."""
-    r, w, s = ctx.rows, ctx.work, ctx.system
-    dpz = np.where(r.zero >= 1, (r.dp * r.cp).astype(float), 1.0)
-    local = st.params / dpz
-    per_param = optimizer_bytes_per_param(w)
-    grad_buffer = np.where(r.zero >= 2, local, st.params) * DTYPE_BYTES[w.grad_dtype]
-    gpu = memory_time(s.gpu, local * per_param * (1 - r.f_opt)) + memory_time(s.gpu, grad_buffer)
-    # Offloaded share runs on the CPU (ZeRO-Offload): CPU DRAM traffic, and grads/weights over PCIe.
-    cpu_bw = s.cpu_memory_bandwidth_bytes_per_s / s.gpus_per_node
-    cpu = local * r.f_opt * per_param / cpu_bw
-    pcie = local * r.f_opt * (DTYPE_BYTES[w.grad_dtype] + DTYPE_BYTES["bf16"]) / s.pcie.effective_bytes_per_s
-    return gpu + np.maximum(cpu, pcie)
 
 
 def _flops(ctx: Ctx, k: dict[str, KindCost], m: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -399,8 +269,8 @@ def train_cost(model: ModelSpec, system: SystemSpec, work: TrainWorkload, rows: 
     p, v = rows.pp.astype(float), rows.v.astype(float)
     bubble = (p - 1) / v * per_mb
     pipeline = m * per_mb + bubble
-    dp_exposed, z3 = _data_parallel(ctx, first := stages[0], m)
-    opt = _optimizer_time(ctx, first)
+    dp_exposed, z3 = data_parallel(ctx, first := stages[0], m)
+    opt = optimizer_time(ctx, first)
     base = pipeline + dp_exposed + z3 + opt
     step = base * (1 + system.software.step_overhead_fraction) + cal.step_overhead_s
     model_flops, hw_flops, exec_flops = _flops(ctx, k, m)

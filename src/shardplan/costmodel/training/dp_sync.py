@@ -1,0 +1,174 @@
+"""Data-parallel synchronisation and the optimizer step of one stage, for many layouts at once.
+
+Gradient reduction (all-reduce, or reduce-scatter + the distributed optimizer's parameter all-gather), ZeRO-3's
+per-microbatch gathers, and the Adam step. Every collective runs over two groups (``dp_collective``): the
+dense parameters over the dp·cp ranks, and the experts' over their expert-data-parallel ranks, which sit
+outside the EP group, so the EP ranks of one node do not pool their NICs for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from shardplan.costmodel.core import comm
+from shardplan.costmodel.core.kernels import memory_time
+from shardplan.costmodel.training.ctx import Ctx
+from shardplan.costmodel.training.layout import LayoutArrays, TrainWorkload
+from shardplan.costmodel.training.schedule_overlap import chunked_reduce_exposed
+from shardplan.hardware.spec import SystemSpec
+from shardplan.units import DTYPE_BYTES
+
+if TYPE_CHECKING:
+    from shardplan.costmodel.training.step import StageCost
+
+Collective = Callable[[SystemSpec, np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+
+# Megatron-Core DDP bucket: max(40M, 1M·dp) parameters (megatron/core/distributed/
+# distributed_data_parallel_config.py, bucket_size docstring); with overlap the last bucket's reduction starts
+# only after the backward has finished, and the first bucket's parameter gather must land before the forward.
+BUCKET_MIN_PARAMS = 40_000_000
+BUCKET_PARAMS_PER_DP_RANK = 1_000_000
+
+
+def fsdp_under_pp(r: LayoutArrays) -> np.ndarray:
+    """Rows running FSDP (ZeRO-3) under pipeline parallelism: weights gathered once per step and kept."""
+    return (r.zero >= 3) & (r.pp > 1)
+
+
+def dp_collective(ctx: Ctx, fn: Collective, st: StageCost, bytes_per_param: float, stride: np.ndarray
+                  ) -> np.ndarray:
+    """One data-parallel collective over the stage's parameters: the dense ones across the dp·cp ranks with
+    rank stride ``stride``, the experts' across the edp = tp·cp·dp/(etp·ep) expert-data-parallel ranks, whose
+    stride is etp·ep (Megatron-Core parallel_state.py@d98e8a6: expert ranks ordered tp-ep-dp-pp), so with the
+    EP group inside a node each GPU moves its experts' share over its own NIC alone (nodes-wide gathers,
+    ``stride`` ≥ the node, stay so). Separate buckets and process groups on the same NICs: the times add."""
+    r, s = ctx.rows, ctx.system
+    dense = st.params - st.expert_params
+    t = fn(s, dense * bytes_per_param, (r.dp * r.cp).astype(float), stride)
+    e_stride = np.where(stride >= s.gpus_per_node, stride, r.etp * r.ep)
+    t_e = fn(s, st.expert_params * bytes_per_param, r.edp, e_stride)
+    return t + np.where(st.expert_params > 0, t_e, 0.0)
+
+
+def fsdp_collectives(ctx: Ctx, st: StageCost) -> tuple[np.ndarray, np.ndarray, float]:
+    """ZeRO-3's collectives over the data-parallel ranks (rail-aligned or across nodes as the software places
+    them) for the stage's parameters held: the all-gather of the bf16 weights, the reduce-scatter of the
+    gradients in the reduce dtype, and the share of an overlappable gather that prefetching hides (0 without
+    prefetching)."""
+    r, w, s = ctx.rows, ctx.work, ctx.system
+    n = (r.dp * r.cp).astype(float)
+    z_stride = r.tp if s.software.zero3_rail_parallel else np.full_like(r.tp, s.gpus_per_node)
+    ag = dp_collective(ctx, comm.all_gather_time, st, DTYPE_BYTES["bf16"], z_stride)
+    rs = dp_collective(ctx, comm.reduce_scatter_time, st, DTYPE_BYTES[w.grad_reduce_dtype or w.grad_dtype],
+                       z_stride)
+    f = s.software.zero3_overlap_fraction if s.software.overlap_param_gather else 0.0
+    return np.where(n > 1, ag, 0.0), np.where(n > 1, rs, 0.0), f
+
+
+def tail_floor(ctx: Ctx, st: StageCost) -> np.ndarray:
+    """A lower bound on rank 0's tail (gradient sync, ZeRO-3 gathers, optimizer step) for every layer count at
+    least ``st``'s: the optimizer step, plus under FSDP with PP the exposed reduce-scatter and the part of the
+    gather no forward can hide, ``(1 − f)·AG`` (``_data_parallel``); each grows with the parameters held."""
+    ag, rs, f = fsdp_collectives(ctx, st)
+    return optimizer_time(ctx, st) + np.where(fsdp_under_pp(ctx.rows), rs + (1 - f) * ag, 0.0)
+
+
+def data_parallel(ctx: Ctx, st: StageCost, m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Exposed gradient-sync time per step, and exposed ZeRO-3 gather time per step.
+
+    Megatron enables gradient sync only for the last microbatch (``schedules.py``: ``no_sync`` for the others),
+    so the bucketed reduce-scatter/all-reduce overlaps that microbatch's backward only: exposed
+    ``max(comm − last backward·(1 − bucket share), last bucket)`` (the network idles until the first bucket
+    fills, and the last bucket starts only when the backward ends; interleaved, each chunk's after its own last
+    backward: ``schedule_overlap``). The distributed optimizer's parameter
+    all-gather overlaps the next step's first forward the same way. ZeRO-2 keeps no full gradient buffer, so
+    every microbatch reduce-scatters its gradients (DeepSpeed ZeRO-2, FSDP SHARD_GRAD_OP), each behind its own backward.
+    Without overlap the whole collective is exposed.
+    """
+    r, w, s = ctx.rows, ctx.work, ctx.system
+    n = (r.dp * r.cp).astype(float)
+    stride = r.tp
+    g_bytes = DTYPE_BYTES[w.grad_reduce_dtype or w.grad_dtype]
+    z3_g_bytes = DTYPE_BYTES[w.grad_reduce_dtype or ("bf16" if w.dtype in ("fp8", "fp4") else w.dtype)]
+    p_bytes = DTYPE_BYTES["bf16"]
+    overlap = s.software.overlap_grad_reduce if w.overlap_grad_reduce is None else w.overlap_grad_reduce
+    bucket = np.minimum(np.maximum(BUCKET_MIN_PARAMS, BUCKET_PARAMS_PER_DP_RANK * n), st.params) if overlap \
+        else st.params
+    ar = dp_collective(ctx, comm.all_reduce_time, st, g_bytes, stride)
+    rs = dp_collective(ctx, comm.reduce_scatter_time, st, g_bytes, stride)
+    ag = dp_collective(ctx, comm.all_gather_time, st, p_bytes, stride)
+    chunk_bucket = np.minimum(bucket, st.params / r.v)  # one DDP module (own buckets) per model chunk
+    ar_last = comm.all_reduce_time(s, chunk_bucket * g_bytes, n, stride)
+    rs_last = comm.reduce_scatter_time(s, chunk_bucket * g_bytes, n, stride)
+    ag_first = comm.all_gather_time(s, bucket * p_bytes, n, stride)
+    last_bwd = st.bwd_s if overlap else 0.0
+    gather_overlap = overlap and s.software.overlap_param_gather
+    first_fwd = st.fwd_s if gather_overlap else 0.0
+
+    def exposed(t: np.ndarray, window: np.ndarray | float, edge: np.ndarray, on: bool) -> np.ndarray:
+        # Buckets stream out while the window's compute produces (or consumes) them; the first bucket takes
+        # its share of the window to fill, and the edge bucket waits for the window's end.
+        if not on:
+            return t
+        return comm.with_overlap_cost(s, t, np.maximum(t - window * (1 - bucket / np.maximum(st.params, 1.0)), edge))
+
+    def chunked(t: np.ndarray, edge: np.ndarray) -> np.ndarray:  # each chunk's reduction after its last backward
+        return comm.with_overlap_cost(s, t, chunked_reduce_exposed(t, edge, st.bwd_s, chunk_bucket, st.params,
+                                                                   r.pp, r.v, m)) if overlap else t
+    reduce = np.where(r.zero == 0, chunked(ar, ar_last),
+                      np.where(r.zero == 2, m * exposed(rs, last_bwd, rs_last, overlap), chunked(rs, rs_last)))
+    gather = np.where(r.zero >= 1, exposed(ag, first_fwd, ag_first, gather_overlap), 0.0)
+    sync = reduce + gather
+    # ZeRO-3: every microbatch gathers weights for forward and for backward (and again for a full recompute)
+    # and reduce-scatters gradients, layer by layer. With prefetching (FSDP forward/backward prefetch,
+    # DeepSpeed's prefetch bucket) layer i+1's gather runs under layer i's compute, so the forward's gathers
+    # can hide only behind the forward and the backward's gathers and reduce-scatters only behind the
+    # backward; of that overlappable part the measured share ``zero3_overlap_fraction`` hides (Primus measured
+    # 93% for FSDP; the presets keep 0.8). Without prefetching all of it is exposed.
+    z_ag, pp_rs, f = fsdp_collectives(ctx, st)
+    z_stride = stride if s.software.zero3_rail_parallel else np.full_like(stride, s.gpus_per_node)
+    z_rs = dp_collective(ctx, comm.reduce_scatter_time, st, z3_g_bytes, z_stride)
+    bwd_comm = z_ag * (1 + (r.rc == 2)) + z_rs
+    per_mb = comm.with_overlap_cost(s, z_ag, z_ag - f * np.minimum(z_ag, st.fwd_s)) \
+        + comm.with_overlap_cost(s, bwd_comm, bwd_comm - f * np.minimum(bwd_comm, st.bwd_s))
+    z3 = np.where(r.zero >= 3, m * per_mb, 0.0)
+    # ZeRO-3 under PP (torchtitan FSDP2, ``fsdp_under_pp``): weights gathered once per step under the first
+    # forward (the forward term above, once); gradients reduce-scattered once, in fp32 (torchtitan
+    # mixed_precision_reduce), after the last backward, exposed: torch pipelining runs FSDP's post-backward only
+    # then (pytorch@88fa1e7 pipelining/stage.py backward_maybe_with_nosync; later: a REDUCE_GRAD action).
+    pp_fsdp = fsdp_under_pp(r)
+    z3 = np.where(pp_fsdp, comm.with_overlap_cost(s, z_ag, z_ag - f * np.minimum(z_ag, st.fwd_s)), z3)
+    sync = np.where(pp_fsdp, pp_rs, sync)
+    return np.where((n > 1) & ((r.zero < 3) | pp_fsdp), sync, 0.0), np.where(n > 1, z3, 0.0)
+
+
+def optimizer_bytes_per_param(work: TrainWorkload) -> float:
+    """HBM traffic of one mixed-precision Adam step per parameter (Megatron's optimizer passes):
+    grad-norm read, Adam read grad + state, write state, write the 16-bit copy; fp16 adds loss-scale
+    unscaling and the inf/nan check (two more passes over the fp32 gradients)."""
+    g = DTYPE_BYTES[work.grad_dtype]
+    per = g + (g + work.optimizer_state_bytes) + work.optimizer_state_bytes + DTYPE_BYTES["bf16"]
+    if work.dtype == "fp16":
+        per += 3 * DTYPE_BYTES["fp32"]  # unscale (read + write) and the overflow check (read)
+    return per
+
+
+def optimizer_time(ctx: Ctx, st: StageCost) -> np.ndarray:
+    """Adam step: memory-bound on the GPU, or on the CPU (and PCIe) for the offloaded share; plus zeroing the
+    gradient buffer the next step accumulates into (Megatron ``zero_grad_buffer`` at every train step: a write
+    of the buffer, whole under ZeRO-0/1, sharded under ZeRO-2/3)."""
+    r, w, s = ctx.rows, ctx.work, ctx.system
+    dpz = np.where(r.zero >= 1, (r.dp * r.cp).astype(float), 1.0)
+    edpz = np.where(r.zero >= 1, r.edp, 1.0)  # experts' optimizer shards over their own DP ranks (param_memory)
+    local = (st.params - st.expert_params) / dpz + st.expert_params / edpz
+    per_param = optimizer_bytes_per_param(w)
+    grad_buffer = np.where(r.zero >= 2, local, st.params) * DTYPE_BYTES[w.grad_dtype]
+    gpu = memory_time(s.gpu, local * per_param * (1 - r.f_opt)) + memory_time(s.gpu, grad_buffer)
+    # Offloaded share runs on the CPU (ZeRO-Offload): CPU DRAM traffic, and grads/weights over PCIe.
+    cpu_bw = s.cpu_memory_bandwidth_bytes_per_s / s.gpus_per_node
+    cpu = local * r.f_opt * per_param / cpu_bw
+    pcie = local * r.f_opt * (DTYPE_BYTES[w.grad_dtype] + DTYPE_BYTES["bf16"]) / s.pcie.effective_bytes_per_s
+    return gpu + np.maximum(cpu, pcie)

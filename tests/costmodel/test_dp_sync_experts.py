@@ -1,0 +1,72 @@
+"""Data-parallel collectives over the two groups Megatron-Core builds: dense parameters over the dp·cp ranks, expert
+parameters over the expert-data-parallel ranks outside the EP group (parallel_state.py: expert order tp-ep-dp-pp).
+Checked by hand against the link rates of the preset: with EP 8 filling a node, each GPU moves its experts' share
+over its own NIC, where the dense share of a node spreads over all eight."""
+
+import numpy as np
+import pytest
+
+from shardplan.costmodel.core import comm
+from shardplan.costmodel.core.kernels import memory_time
+from shardplan.costmodel.training.ctx import Ctx
+from shardplan.costmodel.training.dp_sync import dp_collective, optimizer_bytes_per_param, optimizer_time
+from shardplan.costmodel.training.layout import LayoutArrays, Recompute, TrainLayout, TrainWorkload
+from shardplan.costmodel.training.step import train_cost
+from shardplan.hardware import get_system
+from shardplan.models import get_model
+
+H100 = get_system("dgx-h100")
+QWEN = get_model("qwen3-30b-a3b")
+WORK = TrainWorkload(seq_len=4096, global_batch=256, dtype="bf16", attention="flash")
+
+
+def _cost(model, layout: TrainLayout):
+    rows = LayoutArrays.from_layouts([layout], WORK.global_batch)
+    return train_cost(model, H100, WORK, rows), rows
+
+
+def test_expert_reduce_scatter_uses_one_nic_per_gpu_by_hand() -> None:
+    """EP 8 inside a node, 4 nodes: experts' gradients reduce-scatter over 4 ranks one per node (each GPU's own
+    NIC: (N−1)/N·S_e / NIC rate); the dense share over 32 ranks, eight per node ((N−1)/N·S_d/8 over the NICs)."""
+    lay = TrainLayout(tp=1, pp=1, dp=32, ep=8, recompute=Recompute.FULL, zero_stage=1)
+    cost, rows = _cost(QWEN, lay)
+    st = cost.stages[0]
+    ctx = Ctx(QWEN, H100, WORK, rows)
+    g = 4.0  # fp32 gradients
+    s_e, s_d = float(st.expert_params[0]) * g, float(st.params[0] - st.expert_params[0]) * g
+    inter = comm.link_bandwidth(H100, "inter")
+    intra = comm.link_bandwidth(H100, "intra")
+    want_e = 3 / 4 * s_e / inter
+    want_d = max(3 / 4 * s_d / 8 / inter, 7 / 8 * s_d / intra)
+    got = float(dp_collective(ctx, comm.reduce_scatter_time, st, g, rows.tp)[0])
+    assert got == pytest.approx(want_e + want_d, rel=1e-3)
+    # the expert share alone is far above what pooling a node's eight NICs would give
+    pooled = float(comm.reduce_scatter_time(H100, np.array(s_e + s_d), np.array(32.0), np.array(1)))
+    assert got > 2 * pooled
+
+
+def test_dense_model_unchanged_by_the_split() -> None:
+    """No experts: one collective over dp·cp ranks with stride tp, as before."""
+    model = get_model("llama-3.1-8b")
+    cost, rows = _cost(model, TrainLayout(tp=2, pp=1, dp=16, recompute=Recompute.SELECTIVE, zero_stage=1))
+    st = cost.stages[0]
+    assert float(st.expert_params[0]) == 0.0
+    ctx = Ctx(model, H100, WORK, rows)
+    want = comm.all_gather_time(H100, st.params * 2.0, np.array([16.0]), rows.tp)
+    assert float(dp_collective(ctx, comm.all_gather_time, st, 2.0, rows.tp)[0]) == pytest.approx(float(want[0]))
+
+
+def test_expert_optimizer_shards_over_expert_data_parallel_ranks() -> None:
+    """ZeRO-1 with EP 8 on 32 GPUs: dense state over 32 ranks, expert state over 4 — the Adam step's HBM traffic
+    follows (param_memory shards the same way)."""
+    lay = TrainLayout(tp=1, pp=1, dp=32, ep=8, recompute=Recompute.FULL, zero_stage=1)
+    cost, rows = _cost(QWEN, lay)
+    st = cost.stages[0]
+    ctx = Ctx(QWEN, H100, WORK, rows)
+    local = float(st.params[0] - st.expert_params[0]) / 32 + float(st.expert_params[0]) / 4
+    per = optimizer_bytes_per_param(WORK)
+    buffer = float(st.params[0]) * 4.0  # zeroing the whole fp32 gradient buffer under ZeRO-1
+    want = memory_time(H100.gpu, np.array(local * per)) + memory_time(H100.gpu, np.array(buffer))
+    assert float(optimizer_time(ctx, st)[0]) == pytest.approx(float(want), rel=1e-9)
+    pooled = memory_time(H100.gpu, np.array(float(st.params[0]) / 32 * per)) + memory_time(H100.gpu, np.array(buffer))
+    assert float(optimizer_time(ctx, st)[0]) > 1.5 * float(pooled)
