@@ -5,7 +5,11 @@ import pytest
 
 from shardplan.costmodel.training.evaluate import estimate_training
 from shardplan.costmodel.training.layout import TrainLayout, TrainWorkload
-from shardplan.costmodel.training.schedule_overlap import backwards_after_chunk, chunked_reduce_exposed
+from shardplan.costmodel.training.schedule_overlap import (
+    backwards_after_chunk,
+    chunked_gather_exposed,
+    chunked_reduce_exposed,
+)
 from shardplan.hardware import get_system
 from shardplan.models import get_model
 
@@ -63,6 +67,43 @@ def test_chunked_exposure_matches_an_event_simulation(t: float, bwd: float, p: i
     assert got == pytest.approx(_queue(t, 0.1, bwd, 10.0, 100.0, p, v, m))
     if (t, bwd, p, v, m) == (10.0, 4.0, 2, 2, 4):
         assert got == pytest.approx(4.4)
+
+
+def _gather_queue(t: float, edge: float, fwd: float, bucket: float, params: float, p: int, v: int, m: int) -> float:
+    """Event simulation of the next step's forwards on one rank: the first microbatch group (min(p, m)) runs chunk
+    0, 1, …, v−1 (rank 0's warm-up holds all of them); gathers of chunks 0 and 1 are queued at time 0, chunk k+1's
+    when chunk k's first forward starts (k ≥ 1); the network serves them in order, t/v each. Chunk 0 streams its
+    buckets through its first forward; any later chunk's first forward waits for its whole gather."""
+    c, f, g0 = t / v, fwd / v, min(p, m)
+    share = min(bucket / (params / v), 1.0)
+    done = {0: c}
+    if v > 1:
+        done[1] = 2 * c
+    now = max(c - f * (1 - share), edge) + f  # chunk 0's first forward, stalled by its streamed gather
+    for k in range(1, v):
+        now += (g0 - 1) * f  # the rest of chunk k−1's first group
+        start = max(now, done[k])
+        if k + 1 < v:  # launched as chunk k's first forward starts, queued behind chunk k
+            done[k + 1] = max(start, done[k]) + c
+        now = start + f
+    now += (g0 - 1) * f  # the rest of the last chunk's first group
+    return now - v * g0 * f  # the stall: elapsed minus the forwards' own time
+
+
+@pytest.mark.parametrize(("t", "fwd", "p", "v", "m"), [(8.0, 4.0, 2, 2, 4), (20.0, 4.0, 4, 4, 8), (2.0, 4.0, 4, 4, 8),
+                                                       (12.0, 3.0, 2, 3, 6), (6.0, 1.0, 8, 8, 8), (5.0, 2.0, 4, 1, 4)])
+def test_chunked_gather_matches_an_event_simulation(t: float, fwd: float, p: int, v: int, m: int) -> None:
+    """By hand for t=8, forward 4 (2 per chunk), p=2, v=2, bucket 20% of a chunk: chunk 0's gather ends at 4 and
+    its first forward at 4.4 (2.4 stalled); chunk 1's, queued behind it, ends at 8 where its first forward would
+    start at 6.4 (1.6 more): 4.0, against 4.4 if the whole gather had one forward to hide under."""
+    got = float(chunked_gather_exposed(np.array(t), np.array(0.1), np.array(fwd), np.array(10.0), np.array(100.0),
+                                       np.array(p), np.array(v), np.array(float(m))))
+    assert got == pytest.approx(_gather_queue(t, 0.1, fwd, 10.0, 100.0, p, v, m))
+    if (t, fwd, p, v, m) == (8.0, 4.0, 2, 2, 4):
+        assert got == pytest.approx(4.0)
+        single = float(chunked_gather_exposed(np.array(t), np.array(0.1), np.array(fwd), np.array(10.0),
+                                              np.array(100.0), np.array(p), np.array(1), np.array(float(m))))
+        assert single == pytest.approx(max(8.0 - 4.0 * 0.9, 0.1))
 
 
 def _est(v: int, *, overlap_p2p: bool = True, overlap_grad: bool = True, pp: int = 4):

@@ -17,7 +17,7 @@ from shardplan.costmodel.core import comm
 from shardplan.costmodel.core.kernels import memory_time
 from shardplan.costmodel.training.ctx import Ctx
 from shardplan.costmodel.training.layout import LayoutArrays, TrainWorkload
-from shardplan.costmodel.training.schedule_overlap import chunked_reduce_exposed
+from shardplan.costmodel.training.schedule_overlap import chunked_gather_exposed, chunked_reduce_exposed
 from shardplan.hardware.spec import SystemSpec
 from shardplan.units import DTYPE_BYTES
 
@@ -83,9 +83,10 @@ def data_parallel(ctx: Ctx, st: StageCost, m: np.ndarray) -> tuple[np.ndarray, n
     so the bucketed reduce-scatter/all-reduce overlaps that microbatch's backward only: exposed
     ``max(comm − last backward·(1 − bucket share), last bucket)`` (the network idles until the first bucket
     fills, and the last bucket starts only when the backward ends; interleaved, each chunk's after its own last
-    backward: ``schedule_overlap``). The distributed optimizer's parameter
-    all-gather overlaps the next step's first forward the same way. ZeRO-2 keeps no full gradient buffer, so
-    every microbatch reduce-scatters its gradients (DeepSpeed ZeRO-2, FSDP SHARD_GRAD_OP), each behind its own backward.
+    backward: ``schedule_overlap``). The distributed optimizer's parameter all-gather overlaps the next step's first
+    forward the same way (interleaved, each chunk's before its own first forward, chunk k+1's launched at chunk k's:
+    ``schedule_overlap.chunked_gather_exposed``). ZeRO-2 keeps no full gradient buffer, so every microbatch
+    reduce-scatters its gradients (DeepSpeed ZeRO-2, FSDP SHARD_GRAD_OP), each behind its own backward.
     Without overlap the whole collective is exposed.
     """
     r, w, s = ctx.rows, ctx.work, ctx.system
@@ -103,10 +104,9 @@ def data_parallel(ctx: Ctx, st: StageCost, m: np.ndarray) -> tuple[np.ndarray, n
     chunk_bucket = np.minimum(bucket, st.params / r.v)  # one DDP module (own buckets) per model chunk
     ar_last = comm.all_reduce_time(s, chunk_bucket * g_bytes, n, stride)
     rs_last = comm.reduce_scatter_time(s, chunk_bucket * g_bytes, n, stride)
-    ag_first = comm.all_gather_time(s, bucket * p_bytes, n, stride)
+    ag_first = comm.all_gather_time(s, chunk_bucket * p_bytes, n, stride)  # chunk 0's first bucket
     last_bwd = st.bwd_s if overlap else 0.0
     gather_overlap = overlap and s.software.overlap_param_gather
-    first_fwd = st.fwd_s if gather_overlap else 0.0
 
     def exposed(t: np.ndarray, window: np.ndarray | float, edge: np.ndarray, on: bool) -> np.ndarray:
         # Buckets stream out while the window's compute produces (or consumes) them; the first bucket takes
@@ -120,7 +120,11 @@ def data_parallel(ctx: Ctx, st: StageCost, m: np.ndarray) -> tuple[np.ndarray, n
                                                                    r.pp, r.v, m)) if overlap else t
     reduce = np.where(r.zero == 0, chunked(ar, ar_last),
                       np.where(r.zero == 2, m * exposed(rs, last_bwd, rs_last, overlap), chunked(rs, rs_last)))
-    gather = np.where(r.zero >= 1, exposed(ag, first_fwd, ag_first, gather_overlap), 0.0)
+
+    def gathered(t: np.ndarray, edge: np.ndarray) -> np.ndarray:  # each chunk's gather before its first forward
+        return comm.with_overlap_cost(s, t, chunked_gather_exposed(t, edge, st.fwd_s, chunk_bucket, st.params,
+                                                                   r.pp, r.v, m)) if gather_overlap else t
+    gather = np.where(r.zero >= 1, gathered(ag, ag_first), 0.0)
     sync = reduce + gather
     # ZeRO-3: every microbatch gathers weights for forward and for backward (and again for a full recompute)
     # and reduce-scatters gradients, layer by layer. With prefetching (FSDP forward/backward prefetch,

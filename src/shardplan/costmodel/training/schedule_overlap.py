@@ -1,4 +1,5 @@
-"""What the interleaved (virtual) pipeline schedule hides: per-chunk gradient reduction and asynchronous sends.
+"""What the interleaved (virtual) pipeline schedule hides: per-chunk gradient reduction, per-chunk parameter gathers
+and asynchronous sends.
 
 Megatron-Core's interleaved 1F1B (``forward_backward_pipelining_with_interleaving``, megatron/core/
 pipeline_parallel/schedules.py at d98e8a6) runs microbatches in groups of ``microbatch_group_size_per_vp_stage``
@@ -46,6 +47,27 @@ def chunked_reduce_exposed(t: np.ndarray, edge: np.ndarray, bwd_s: np.ndarray, b
     first = t / v - fill
     last = t - backwards_after_chunk(p, v, m, v - 1) * b - fill
     return np.maximum(np.maximum(first, last), edge)
+
+
+def chunked_gather_exposed(t: np.ndarray, edge: np.ndarray, fwd_s: np.ndarray, bucket: np.ndarray,
+                           params: np.ndarray, p: np.ndarray, v: np.ndarray, m: np.ndarray) -> np.ndarray:
+    """Exposed time of the distributed optimizer's parameter all-gather (``t`` for the whole stage) under the
+    next step's forward when each of the ``v`` chunks gathers its own ``t/v``: chunks 0 and 1 are launched at the
+    step's start, chunk ``k+1`` when chunk ``k``'s first forward starts (``param_sync_func`` with
+    ``align_param_gather``, the default; schedules.py@d98e8a6 ``forward_step_helper_preprocess``), and a chunk's
+    first forward comes after the first microbatch group, ``g0 = min(p, m)`` forwards, of the chunk before it.
+
+    Chunk 0 streams bucket by bucket under its own first forward (``f = fwd_s/v``): ``max(t/v − f·(1 − share),
+    edge)``; chunk 1 queues behind it on the network and is needed ``g0·f`` later; each later chunk has ``g0·f``
+    from its launch. With ``v = 1`` this is ``max(t − fwd_s·(1 − bucket/params), edge)``, the single-chunk rule."""
+    v = np.asarray(v, dtype=float)
+    f, c = fwd_s / v, t / v
+    g0 = np.minimum(np.asarray(p, dtype=float), np.asarray(m, dtype=float))
+    share = np.minimum(bucket / np.maximum(params / v, 1.0), 1.0)
+    first = np.maximum(c - f * (1 - share), edge)
+    second = np.where(v >= 2, np.maximum(2 * c - g0 * f - first, 0.0), 0.0)
+    later = np.maximum(v - 2, 0.0) * np.maximum(c - g0 * f, 0.0)
+    return first + second + later
 
 
 def overlapped_send_s(send_s: np.ndarray, p: np.ndarray, v: np.ndarray, m: np.ndarray, slowdown: float
