@@ -263,18 +263,33 @@ _PARTS = (("bubble", "bubble_s"), ("TP comm", "tp_exposed_s"), ("CP comm", "cp_e
           ("optimizer", "optimizer_s"))
 
 
-def step_parts(metrics: Any) -> dict[str, float]:
-    """A step split into compute and its exposed costs (seconds)."""
+def step_parts(metrics: Any, stages: Any = None, plan: Any = None) -> dict[str, float]:
+    """A step split into compute and its exposed costs (seconds). Given the layout's stage rows and plan, compute is
+    split further into the recompute the schedule runs (the slowest stage's recompute per microbatch over the
+    ``m + (p−1)/v`` microbatch slots of the pipeline) and the kernels' own time, so that a plan faster through
+    avoided work reads apart from one faster through kernel efficiency at another shape."""
     parts = {name: float(getattr(metrics, f)) for name, f in _PARTS}
     comm_in_pipeline = sum(parts[k] for k in ("bubble", "TP comm", "CP comm", "EP comm", "PP sends"))
-    parts["compute+recompute"] = float(metrics.pipeline_s) - comm_in_pipeline
+    compute = float(metrics.pipeline_s) - comm_in_pipeline
+    if not stages or plan is None:
+        parts["compute+recompute"] = compute
+        return parts
+    slowest = max(stages, key=lambda st: st.fwd_time_s + st.bwd_time_s)
+    slots = plan.num_microbatches + (plan.pp - 1) / plan.interleave
+    parts["recompute"] = min(slowest.recompute_time_s * slots, compute)
+    parts["kernel time"] = compute - parts["recompute"]
     return parts
 
 
-def why_faster(pinned: Any, free: Any, top: int = 3) -> str:
+def why_faster(pinned: Any, free: Any, top: int = 3, pinned_detail: tuple[Any, Any] | None = None,
+               free_detail: tuple[Any, Any] | None = None) -> str:
     """The exposed costs the free plan removes against the published layout, largest first, as
-    'compute+recompute −1.20 s, bubble −0.40 s' (seconds per step; both evaluated by the same cost model)."""
-    a, b = step_parts(pinned), step_parts(free)
+    'compute+recompute −1.20 s, bubble −0.40 s' (seconds per step; both evaluated by the same cost model). With
+    both layouts' (stages, plan) the compute splits into 'recompute' and 'kernel time' (what a different shape's
+    kernel efficiency changes: the part that rests on the measured kernel curves, not on removed work)."""
+    both = pinned_detail is not None and free_detail is not None
+    a = step_parts(pinned, *(pinned_detail if both else ()))
+    b = step_parts(free, *(free_detail if both else ()))
     diffs = sorted(((b[k] - a[k], k) for k in a), key=lambda x: x[0])
     return ", ".join(f"{k} {d:+.2f} s" for d, k in diffs[:top] if d < 0)
 
@@ -294,10 +309,12 @@ def evaluate_run(run: OptimumRun) -> OptimumRow:
                   pinned_layout=layout_text(lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.microbatch, lay.interleave,
                                             str(lay.recompute), lay.zero_stage))
     pinned = fits = pinned_metrics = why = None
+    pinned_detail: tuple[Any, Any] | None = None
     failure: list[str] = []
     try:
         rep = estimate_training(run.model, run.system, run.gpus, run.work, lay)
         pinned_metrics = rep.metrics
+        pinned_detail = (rep.stages, rep.plan)
         pinned = rep.metrics.tokens_per_s / run.gpus
         fits = rep.memory.total_bytes <= rep.memory.capacity_bytes
     except (ShardplanError, ValueError) as e:
@@ -314,7 +331,8 @@ def evaluate_run(run: OptimumRun) -> OptimumRow:
             free_layout = layout_text(q.tp, q.pp, q.dp, q.cp, q.ep, q.microbatch_size, q.interleave, q.recompute,
                                       q.zero_stage)
             if pinned is not None and pinned_metrics is not None and free > 1.15 * pinned:
-                why = why_faster(pinned_metrics, plan.metrics)
+                why = why_faster(pinned_metrics, plan.metrics, pinned_detail=pinned_detail,
+                                 free_detail=(plan.stages, plan.plan))
     except (ShardplanError, ValueError) as e:
         failure.append(f"free: {e}")
     except OverflowError as e:  # a planner defect (CP-SAT objective scaling), shown on its row, not a crash
