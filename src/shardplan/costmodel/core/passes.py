@@ -20,7 +20,8 @@ from dataclasses import dataclass
 @dataclass(frozen=True, slots=True)
 class Traffic:
     """Per element: forward passes (activation dtype) and ``extra`` bytes (fp32 intermediates, int64 indices) over
-    ``kernels`` kernels; the same backward (``bwd_passes`` None: the job's generic backward rule, one kernel)."""
+    ``kernels`` kernels; the same backward (``bwd_passes`` None: the job's generic backward rule, one kernel); and
+    ``saved``, the activation memory the eager graph holds beyond the fused kernel's (``training.memory``)."""
 
     passes: float
     extra: float = 0.0
@@ -28,6 +29,7 @@ class Traffic:
     bwd_passes: float | None = None
     bwd_extra: float = 0.0
     bwd_kernels: int = 1
+    saved: float = 0.0  # bytes per element autograd keeps for backward beyond what the fused kernel keeps
 
     def fwd_bytes(self, e: float) -> float:
         return self.passes * e + self.extra
@@ -54,7 +56,10 @@ EAGER: dict[str, Traffic] = {
     # type_as 4 B + 1 pass, ·weight 2 passes. Backward: ·weight (g·w 2 passes, g·y 3 passes, Σ over tokens 1 pass),
     # type_as⁻¹ 1 pass + 4, x·r (g·r 8, g·x 12, Σ_h 4), mean⁻¹ 4, pow⁻¹ (x.pow(1) 8, ·2 8, g· 12), the two
     # gradients of the fp32 x summed 12, float⁻¹ 4 + 1 pass.
-    "norm.composite": Traffic(4, 28.0, 6, bwd_passes=8, bwd_extra=76.0, bwd_kernels=13),
+    # Memory: autograd keeps the fp32 x for pow and x·rsqrt (derivatives.yaml@d327a787 ``pow``: saves self; ``mul``:
+    # saves each operand the other's gradient needs) and the 16-bit normalized y for ·weight: 4 + 2 B per element
+    # where the fused norm keeps its 16-bit input (already counted): 4 B more.
+    "norm.composite": Traffic(4, 28.0, 6, bwd_passes=8, bwd_extra=76.0, bwd_kernels=13, saved=4.0),
     # PyTorch's native layer_norm (llm-foundry LPLayerNorm, llmfoundry/models/layers/norm.py@495218376 with
     # norm_type low_precision_layernorm: F.layer_norm in 16 bit): one forward kernel; backward the input-gradient
     # kernel (read x and g, write dx) and the weight/bias-gradient kernel re-reading x and g.
@@ -65,7 +70,9 @@ EAGER: dict[str, Traffic] = {
     "rope": Traffic(2, 16.0, 3, bwd_passes=2, bwd_extra=16.0, bwd_kernels=3),
     # torchtitan FeedForward (model.py@1ea476e9f: ``F.silu(self.w1(x)) * self.w3(x)``): silu 2 passes, mul 3;
     # backward: mul's two products (3 passes each), silu_backward (read x and g, write: 3 passes).
-    "gated_act": Traffic(5, 0.0, 2, bwd_passes=9, bwd_kernels=3),
+    # Memory: silu keeps its input (w1·x) and mul both operands (silu's output and w3·x), where the fused SwiGLU
+    # keeps its two inputs: the silu output more, 2 B per (output) element.
+    "gated_act": Traffic(5, 0.0, 2, bwd_passes=9, bwd_kernels=3, saved=2.0),
     # torchtitan loss (model.py@1ea476e9f ``self.output(h).float()``, train.py@1ea476e9f ``F.cross_entropy``):
     # cast 1 pass + 4 B, log_softmax over the fp32 row (aten/src/ATen/native/cuda/SoftMax.cu@000cace5a
     # cunn_SoftMaxForward, rows over 1024: max, Σexp and the write each read the row: 12 B + write 4 B); nll_loss

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from shardplan.costmodel.core.passes import traffic
 from shardplan.costmodel.core.shards import layer_shard
 from shardplan.costmodel.training.ctx import Ctx
 
@@ -63,6 +64,11 @@ def layer_activations(ctx: Ctx, kind: str) -> LayerActivations:
         return np.where(sp, unsplit / t, unsplit)
 
     layer_input = T * shard(e * h)
+    # What an eager stack's graph keeps beyond the fused kernels (core.passes ``saved``): the composite norm's fp32
+    # input, eager SwiGLU's silu output (16-bit counts, scaled to the activation width).
+    sw = ctx.system.software
+    norm_saved = traffic("norm", sw.elementwise_kernels, sw.norm_kernel).saved
+    act_saved = traffic("gated_act" if m.mlp.gated else "act", sw.elementwise_kernels).saved * e / 2.0
     if kind in ("linear", "mamba"):
         # norm input, in_proj input, dropout mask | projections' outputs, conv output, fp32 gates/dt, core output,
         # gated-norm output and out_proj input (÷t), and the fp32 states kept at each chunk boundary for backward
@@ -78,7 +84,7 @@ def layer_activations(ctx: Ctx, kind: str) -> LayerActivations:
             proj, conv, out, gates = sm.inner + sm.conv_dim + sm.num_heads, sm.conv_dim, sm.inner, sm.num_heads
             state, chunk = sm.num_heads * sm.head_dim * sm.d_state, float(sm.chunk_size)
         split = (e * (proj + conv + 3 * out) + 4.0 * gates + 4.0 * state / chunk) / t
-        base = T * (shard((2 * e + drop) * h) + split)
+        base = T * (shard((2 * e + drop + norm_saved) * h) + split)
         return LayerActivations(none=base, selective=base, full=layer_input)
     if kind in ("attention", "sliding", "chunked"):
         if m.mla is not None:
@@ -90,7 +96,7 @@ def layer_activations(ctx: Ctx, kind: str) -> LayerActivations:
         kv = np.maximum(kv_heads / t, 1.0)
         # norm input, QKV input, dropout mask | Q, K (for QKᵀ), V, output-projection input (÷t); MLA: the latents
         # its up-projections keep for their weight gradients
-        unsplit = (e + q + drop) * h
+        unsplit = (e + q + drop + norm_saved) * h
         qkv = e * (m.num_heads / t * d_qk + kv * d_qk + kv * d_v)
         latents = q * (m.mla.q_lora_rank + m.mla.kv_lora_rank) if m.mla is not None else 0.0
         split = qkv + latents + q * m.num_heads / t * d_v
@@ -102,7 +108,7 @@ def layer_activations(ctx: Ctx, kind: str) -> LayerActivations:
     if kind == "mlp":
         g = 2 if m.mlp.gated else 1
         f = m.ffn_hidden_size / t
-        base = T * (shard((e + q + drop) * h) + f * (g * e + q))
+        base = T * (shard((e + q + drop + norm_saved) * h) + f * (g * e + q + act_saved))
         return LayerActivations(none=base, selective=base, full=np.zeros_like(base))  # input kept by attention
     if kind == "moe":
         assert m.moe is not None
@@ -111,10 +117,10 @@ def layer_activations(ctx: Ctx, kind: str) -> LayerActivations:
         copies = moe.experts_per_token * moe.capacity_factor
         f = moe.expert_ffn_hidden_size / t
         # per routed copy: FC1 input, FC1 output (the activation's input), FC2 input (the activation's output)
-        experts = copies * (q * h / t + f * (g * e + q))
-        shared = moe.num_shared_experts * moe.shared_ffn / t * (g * e + q)
+        experts = copies * (q * h / t + f * (g * e + q + act_saved))
+        shared = moe.num_shared_experts * moe.shared_ffn / t * (g * e + q + act_saved)
         router = shard(moe.num_experts * 4.0 + copies * 8.0)
-        base = T * (shard((2 * e + drop) * h) + experts + shared + router)  # norm input, router input (16-bit)
+        base = T * (shard((2 * e + drop + norm_saved) * h) + experts + shared + router)  # norm input, router input
         return LayerActivations(none=base, selective=base, full=np.zeros_like(base))
     raise ValueError(f"unknown layer kind {kind}")
 
