@@ -70,3 +70,33 @@ def test_expert_optimizer_shards_over_expert_data_parallel_ranks() -> None:
     assert float(optimizer_time(ctx, st)[0]) == pytest.approx(float(want), rel=1e-9)
     pooled = memory_time(H100.gpu, np.array(float(st.params[0]) / 32 * per)) + memory_time(H100.gpu, np.array(buffer))
     assert float(optimizer_time(ctx, st)[0]) > 1.5 * float(pooled)
+
+
+def test_folded_experts_synchronise_at_dp_1_by_hand() -> None:
+    """TP 4, EP 2 with expert TP 1 on one node (PP 2, DP 1): the experts' data-parallel group still has
+    tp·dp/(etp·ep) = 2 ranks (stride etp·ep = 2, one node), so their gradients are reduced although DP is 1."""
+    lay = TrainLayout(tp=4, pp=2, dp=1, ep=2, etp=1, recompute=Recompute.FULL, zero_stage=1)
+    cost, rows = _cost(QWEN, lay)
+    st = cost.stages[0]
+    assert float(rows.edp[0]) == 2.0 and float(st.expert_params[0]) > 0
+    ctx = Ctx(QWEN, H100, WORK, rows)
+    s_e = float(st.expert_params[0]) * 4.0
+    want = 1 / 2 * s_e / comm.link_bandwidth(H100, "intra")
+    assert float(dp_collective(ctx, comm.reduce_scatter_time, st, 4.0, rows.tp)[0]) == pytest.approx(want, rel=1e-3)
+    assert float(cost.dp_exposed_s[0]) > 0.0
+
+
+def test_expert_group_stride_follows_expert_tp_not_attention_tp() -> None:
+    """TP 8 with expert TP 1 and EP 4 on two nodes (DP 2): edp = 8·2/4 = 4 ranks at stride 4, two per node — the
+    network phase carries half of each node's share per NIC, not all of it over one."""
+    lay = TrainLayout(tp=8, pp=1, dp=2, ep=4, etp=1, recompute=Recompute.FULL, zero_stage=1)
+    cost, rows = _cost(QWEN, lay)
+    st = cost.stages[0]
+    ctx = Ctx(QWEN, H100, WORK, rows)
+    s_e = float(st.expert_params[0]) * 4.0
+    inter = 1 / 2 * s_e / 2 / comm.link_bandwidth(H100, "inter")  # N = 2 nodes, k = 2 members each
+    intra = 1 / 2 * s_e / comm.link_bandwidth(H100, "intra")
+    s_d = float(st.params[0] - st.expert_params[0]) * 4.0
+    dense = max(1 / 2 * s_d / comm.link_bandwidth(H100, "inter"), 0.0)  # dp 2 at stride 8: one per node
+    got = float(dp_collective(ctx, comm.reduce_scatter_time, st, 4.0, rows.tp)[0])
+    assert got == pytest.approx(max(inter, intra) + dense, rel=1e-2)

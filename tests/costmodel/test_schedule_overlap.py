@@ -72,14 +72,15 @@ def test_chunked_exposure_matches_an_event_simulation(t: float, bwd: float, p: i
 def _gather_queue(t: float, edge: float, fwd: float, bucket: float, params: float, p: int, v: int, m: int) -> float:
     """Event simulation of the next step's forwards on one rank: the first microbatch group (min(p, m)) runs chunk
     0, 1, …, v−1 (rank 0's warm-up holds all of them); gathers of chunks 0 and 1 are queued at time 0, chunk k+1's
-    when chunk k's first forward starts (k ≥ 1); the network serves them in order, t/v each. Chunk 0 streams its
-    buckets through its first forward; any later chunk's first forward waits for its whole gather."""
+    when chunk k's first forward starts (k ≥ 1); the network serves them in order, t/v each. Every chunk's first
+    forward waits for its whole gather (its buckets arrive last-layer first); without interleaving the one chunk
+    streams its buckets through its first forward (the hooks gather the next bucket as the forward reaches it)."""
     c, f, g0 = t / v, fwd / v, min(p, m)
     share = min(bucket / (params / v), 1.0)
     done = {0: c}
     if v > 1:
         done[1] = 2 * c
-    now = max(c - f * (1 - share), edge) + f  # chunk 0's first forward, stalled by its streamed gather
+    now = (max(c, edge) if v > 1 else max(c - f * (1 - share), edge)) + f  # chunk 0's first forward, stalled
     for k in range(1, v):
         now += (g0 - 1) * f  # the rest of chunk k−1's first group
         start = max(now, done[k])
@@ -93,9 +94,9 @@ def _gather_queue(t: float, edge: float, fwd: float, bucket: float, params: floa
 @pytest.mark.parametrize(("t", "fwd", "p", "v", "m"), [(8.0, 4.0, 2, 2, 4), (20.0, 4.0, 4, 4, 8), (2.0, 4.0, 4, 4, 8),
                                                        (12.0, 3.0, 2, 3, 6), (6.0, 1.0, 8, 8, 8), (5.0, 2.0, 4, 1, 4)])
 def test_chunked_gather_matches_an_event_simulation(t: float, fwd: float, p: int, v: int, m: int) -> None:
-    """By hand for t=8, forward 4 (2 per chunk), p=2, v=2, bucket 20% of a chunk: chunk 0's gather ends at 4 and
-    its first forward at 4.4 (2.4 stalled); chunk 1's, queued behind it, ends at 8 where its first forward would
-    start at 6.4 (1.6 more): 4.0, against 4.4 if the whole gather had one forward to hide under."""
+    """By hand for t=8, forward 4 (2 per chunk), p=2, v=2: chunk 0's first forward waits for its whole gather (4
+    stalled) and starts at 4; chunk 1's, queued behind it, ends at 8, just as chunk 1's first forward comes (after
+    chunk 0's two forwards): 4.0 in all, against 4.4 if the whole gather had streamed under one forward."""
     got = float(chunked_gather_exposed(np.array(t), np.array(0.1), np.array(fwd), np.array(10.0), np.array(100.0),
                                        np.array(p), np.array(v), np.array(float(m))))
     assert got == pytest.approx(_gather_queue(t, 0.1, fwd, 10.0, 100.0, p, v, m))

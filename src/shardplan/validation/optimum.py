@@ -265,8 +265,8 @@ _PARTS = (("bubble", "bubble_s"), ("TP comm", "tp_exposed_s"), ("CP comm", "cp_e
 
 def step_parts(metrics: Any, stages: Any = None, plan: Any = None) -> dict[str, float]:
     """A step split into compute and its exposed costs (seconds). Given the layout's stage rows and plan, compute is
-    split further into the recompute the schedule runs (the slowest stage's recompute per microbatch over the
-    ``m + (p−1)/v`` microbatch slots of the pipeline) and the kernels' own time, so that a plan faster through
+    split further into the recompute the schedule runs (the slowest stage's recompute per microbatch over its ``m``
+    microbatches; the fill and drain slots are in the bubble) and the kernels' own time, so that a plan faster through
     avoided work reads apart from one faster through kernel efficiency at another shape."""
     parts = {name: float(getattr(metrics, f)) for name, f in _PARTS}
     comm_in_pipeline = sum(parts[k] for k in ("bubble", "TP comm", "CP comm", "EP comm", "PP sends"))
@@ -275,8 +275,7 @@ def step_parts(metrics: Any, stages: Any = None, plan: Any = None) -> dict[str, 
         parts["compute+recompute"] = compute
         return parts
     slowest = max(stages, key=lambda st: st.fwd_time_s + st.bwd_time_s)
-    slots = plan.num_microbatches + (plan.pp - 1) / plan.interleave
-    parts["recompute"] = min(slowest.recompute_time_s * slots, compute)
+    parts["recompute"] = min(slowest.recompute_time_s * plan.num_microbatches, compute)  # bubble holds the rest
     parts["kernel time"] = compute - parts["recompute"]
     return parts
 

@@ -231,11 +231,12 @@ class Ctx:
         return Op(name, COMM, np.zeros_like(op.nbytes), intra + inter + np.zeros_like(self.tokens), t, dim="ep")
 
     def _ep_stride(self) -> np.ndarray:
-        """Rank stride of the EP group: EP inside data parallelism (stride tp·cp) unless folded (Megatron-Core's
-        expert rank order etp-ep-edp: stride etp)."""
+        """Rank stride of the EP group: etp, Megatron-Core's expert rank order tp-ep-dp-pp with the expert TP size
+        (megatron/core/parallel_state.py@d98e8a6: the expert generator folds cp into the expert-data-parallel
+        ranks, so the EP group is contiguous after expert TP whatever cp is; the data-parallel sync of the experts,
+        ``dp_sync.dp_collective``, reads the same order)."""
         r = self.rows
-        legacy = (r.etp == r.tp) & ((r.dp * r.cp) % r.ep == 0)
-        return np.broadcast_to(np.where(legacy, r.tp * r.cp, r.etp), np.shape(r.ep))
+        return np.broadcast_to(r.etp, np.shape(r.ep))
 
     def moe_exit(self, prefix: str, elements: np.ndarray | float) -> list[Op]:
         return []
@@ -250,8 +251,8 @@ class Ctx:
 
     def collective(self, name: str, kind: str, nbytes: np.ndarray, dim: str) -> Op:
         """A collective over the TP, expert-TP, CP or EP group of each row (zero when the group has one rank). EP
-        ranks sit inside data parallelism (stride tp·cp) unless folded (Megatron-Core's expert rank order
-        etp-ep-edp: stride etp); expert-TP traffic is accounted as TP."""
+        ranks follow expert TP (Megatron-Core's expert rank order tp-ep-dp-pp: stride etp); expert-TP traffic is
+        accounted as TP."""
         r, s = self.rows, self.system
         n, stride = {"tp": (r.tp, 1), "etp": (r.etp, 1), "cp": (r.cp, r.tp), "ep": (r.ep, self._ep_stride())}[dim]
         dim = "tp" if dim == "etp" else dim

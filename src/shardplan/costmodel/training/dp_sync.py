@@ -38,17 +38,18 @@ def fsdp_under_pp(r: LayoutArrays) -> np.ndarray:
     return (r.zero >= 3) & (r.pp > 1)
 
 
-def dp_collective(ctx: Ctx, fn: Collective, st: StageCost, bytes_per_param: float, stride: np.ndarray
-                  ) -> np.ndarray:
+def dp_collective(ctx: Ctx, fn: Collective, st: StageCost, bytes_per_param: float, stride: np.ndarray, *,
+                  across_nodes: bool = False) -> np.ndarray:
     """One data-parallel collective over the stage's parameters: the dense ones across the dp·cp ranks with
     rank stride ``stride``, the experts' across the edp = tp·cp·dp/(etp·ep) expert-data-parallel ranks, whose
     stride is etp·ep (Megatron-Core parallel_state.py@d98e8a6: expert ranks ordered tp-ep-dp-pp), so with the
-    EP group inside a node each GPU moves its experts' share over its own NIC alone (nodes-wide gathers,
-    ``stride`` ≥ the node, stay so). Separate buckets and process groups on the same NICs: the times add."""
+    EP group inside a node each GPU moves its experts' share over its own NIC alone (``across_nodes``: ZeRO-3
+    placed one member per node, both groups stay so). Separate buckets and process groups on the same NICs: the
+    times add."""
     r, s = ctx.rows, ctx.system
     dense = st.params - st.expert_params
     t = fn(s, dense * bytes_per_param, (r.dp * r.cp).astype(float), stride)
-    e_stride = np.where(stride >= s.gpus_per_node, stride, r.etp * r.ep)
+    e_stride = np.full_like(r.tp, s.gpus_per_node) if across_nodes else r.etp * r.ep
     t_e = fn(s, st.expert_params * bytes_per_param, r.edp, e_stride)
     return t + np.where(st.expert_params > 0, t_e, 0.0)
 
@@ -59,13 +60,20 @@ def fsdp_collectives(ctx: Ctx, st: StageCost) -> tuple[np.ndarray, np.ndarray, f
     gradients in the reduce dtype, and the share of an overlappable gather that prefetching hides (0 without
     prefetching)."""
     r, w, s = ctx.rows, ctx.work, ctx.system
-    n = (r.dp * r.cp).astype(float)
-    z_stride = r.tp if s.software.zero3_rail_parallel else np.full_like(r.tp, s.gpus_per_node)
-    ag = dp_collective(ctx, comm.all_gather_time, st, DTYPE_BYTES["bf16"], z_stride)
+    rail = s.software.zero3_rail_parallel
+    z_stride = r.tp if rail else np.full_like(r.tp, s.gpus_per_node)
+    ag = dp_collective(ctx, comm.all_gather_time, st, DTYPE_BYTES["bf16"], z_stride, across_nodes=not rail)
     rs = dp_collective(ctx, comm.reduce_scatter_time, st, DTYPE_BYTES[w.grad_reduce_dtype or w.grad_dtype],
-                       z_stride)
+                       z_stride, across_nodes=not rail)
     f = s.software.zero3_overlap_fraction if s.software.overlap_param_gather else 0.0
-    return np.where(n > 1, ag, 0.0), np.where(n > 1, rs, 0.0), f
+    return ag, rs, f
+
+
+def synchronised(ctx: Ctx, st: StageCost) -> np.ndarray:
+    """Rows with a data-parallel group to synchronise: dense over dp·cp > 1, or experts over edp > 1 (with expert
+    tensor parallelism folded, edp can exceed 1 at dp = 1)."""
+    r = ctx.rows
+    return (r.dp * r.cp > 1) | ((r.edp > 1) & (st.expert_params > 0))
 
 
 def tail_floor(ctx: Ctx, st: StageCost) -> np.ndarray:
@@ -134,7 +142,8 @@ def data_parallel(ctx: Ctx, st: StageCost, m: np.ndarray) -> tuple[np.ndarray, n
     # 93% for FSDP; the presets keep 0.8). Without prefetching all of it is exposed.
     z_ag, pp_rs, f = fsdp_collectives(ctx, st)
     z_stride = stride if s.software.zero3_rail_parallel else np.full_like(stride, s.gpus_per_node)
-    z_rs = dp_collective(ctx, comm.reduce_scatter_time, st, z3_g_bytes, z_stride)
+    z_rs = dp_collective(ctx, comm.reduce_scatter_time, st, z3_g_bytes, z_stride,
+                         across_nodes=not s.software.zero3_rail_parallel)
     bwd_comm = z_ag * (1 + (r.rc == 2)) + z_rs
     per_mb = comm.with_overlap_cost(s, z_ag, z_ag - f * np.minimum(z_ag, st.fwd_s)) \
         + comm.with_overlap_cost(s, bwd_comm, bwd_comm - f * np.minimum(bwd_comm, st.bwd_s))
@@ -146,7 +155,8 @@ def data_parallel(ctx: Ctx, st: StageCost, m: np.ndarray) -> tuple[np.ndarray, n
     pp_fsdp = fsdp_under_pp(r)
     z3 = np.where(pp_fsdp, comm.with_overlap_cost(s, z_ag, z_ag - f * np.minimum(z_ag, st.fwd_s)), z3)
     sync = np.where(pp_fsdp, pp_rs, sync)
-    return np.where((n > 1) & ((r.zero < 3) | pp_fsdp), sync, 0.0), np.where(n > 1, z3, 0.0)
+    on = synchronised(ctx, st)
+    return np.where(on & ((r.zero < 3) | pp_fsdp), sync, 0.0), np.where(on, z3, 0.0)
 
 
 def optimizer_bytes_per_param(work: TrainWorkload) -> float:

@@ -173,7 +173,7 @@ def framework_memory(ctx: Ctx) -> np.ndarray:
     calibrated = ctx.system.calibration.memory_overhead_bytes  # a calibration's fitted extra (hardware.spec)
     if w.framework_bytes is not None:
         return np.full(len(r), float(w.framework_bytes) + calibrated)
-    groups = [r.tp, r.cp, r.dp * r.cp, r.pp, r.ep, np.maximum(r.dp * r.cp // np.maximum(r.ep, 1), 1)]
+    groups = [r.tp, r.cp, r.dp * r.cp, r.pp, r.ep, r.edp]
     communicators = sum((np.asarray(g) > 1).astype(float) for g in groups[:5])
     if ctx.model.moe is not None:
         communicators = communicators + (np.asarray(groups[5]) > 1)

@@ -63,6 +63,7 @@ import numpy as np
 
 from shardplan.costmodel.core.operators import kv_heads_per_rank
 from shardplan.costmodel.core.ops import ATTN, COMM, GEMM, MEM, Op
+from shardplan.costmodel.core.passes import traffic
 from shardplan.costmodel.training.ctx import Ctx
 from shardplan.costmodel.training.knobs import RECOMPUTE_MODULES, RECOMPUTE_POLICIES
 from shardplan.costmodel.training.memory import layer_activations
@@ -106,7 +107,10 @@ def module_bytes(ctx: Ctx, kind: str) -> dict[str, np.ndarray]:
         moe = m.moe
         copies = moe.experts_per_token * moe.capacity_factor
         acts = layer_activations(ctx, kind)
-        unsplit = (2 * e + (1.0 if ctx.dropout else 0.0)) * m.hidden_size  # norm input, MoE input, dropout mask
+        # norm input (and what an eager norm keeps beside it), MoE input, dropout mask: none of it is rerun by "moe"
+        sw = ctx.system.software
+        norm_saved = traffic("norm", sw.elementwise_kernels, sw.norm_kernel).saved
+        unsplit = (2 * e + (1.0 if ctx.dropout else 0.0) + norm_saved) * m.hidden_size
         out = {"layernorm": T * shard(e * m.hidden_size),  # the router's input is 16-bit
                "moe_act": T * copies * q * moe.expert_ffn_hidden_size / t,  # each routed copy's FC2 input
                "moe": acts.none - T * shard(unsplit)}

@@ -57,14 +57,17 @@ def chunked_gather_exposed(t: np.ndarray, edge: np.ndarray, fwd_s: np.ndarray, b
     ``align_param_gather``, the default; schedules.py@d98e8a6 ``forward_step_helper_preprocess``), and a chunk's
     first forward comes after the first microbatch group, ``g0 = min(p, m)`` forwards, of the chunk before it.
 
-    Chunk 0 streams bucket by bucket under its own first forward (``f = fwd_s/v``): ``max(t/v − f·(1 − share),
-    edge)``; chunk 1 queues behind it on the network and is needed ``g0·f`` later; each later chunk has ``g0·f``
-    from its launch. With ``v = 1`` this is ``max(t − fwd_s·(1 − bucket/params), edge)``, the single-chunk rule."""
+    ``start_param_sync`` dispatches a chunk's bucket groups in bucket order, and the buckets hold the parameters
+    in reverse (backward) order (megatron/core/distributed/distributed_data_parallel.py@d98e8a6), so chunk 0's first
+    forward waits for all of its ``t/v`` (``f = fwd_s/v``); chunk 1 queues behind it on the network and is needed
+    ``g0·f`` later; each later chunk has ``g0·f`` from its launch. Without interleaving Megatron-LM turns
+    ``align_param_gather`` off and the forward pre-hooks start each next bucket as the forward reaches it, so one
+    chunk streams under its forward: ``max(t − fwd_s·(1 − bucket/params), edge)``, the single-chunk rule."""
     v = np.asarray(v, dtype=float)
     f, c = fwd_s / v, t / v
     g0 = np.minimum(np.asarray(p, dtype=float), np.asarray(m, dtype=float))
     share = np.minimum(bucket / np.maximum(params / v, 1.0), 1.0)
-    first = np.maximum(c - f * (1 - share), edge)
+    first = np.where(v >= 2, np.maximum(c, edge), np.maximum(c - f * (1 - share), edge))
     second = np.where(v >= 2, np.maximum(2 * c - g0 * f - first, 0.0), 0.0)
     later = np.maximum(v - 2, 0.0) * np.maximum(c - g0 * f, 0.0)
     return first + second + later
