@@ -100,3 +100,21 @@ def test_expert_group_stride_follows_expert_tp_not_attention_tp() -> None:
     dense = max(1 / 2 * s_d / comm.link_bandwidth(H100, "inter"), 0.0)  # dp 2 at stride 8: one per node
     got = float(dp_collective(ctx, comm.reduce_scatter_time, st, 4.0, rows.tp)[0])
     assert got == pytest.approx(max(inter, intra) + dense, rel=1e-2)
+
+
+def test_ep_and_expert_dp_groups_follow_one_rank_order_with_cp() -> None:
+    """CP 2, DP 8, EP 8 on 16 GPUs (expert TP = TP = 1): Megatron-Core folds cp into the expert-data-parallel ranks
+    (expert order tp-ep-dp-pp), so the EP group is 8 contiguous ranks, one node, and the expert-DP group (2 ranks
+    at stride 8) spans the two nodes; the all-to-all and the expert gradient sync read the same order."""
+    lay = TrainLayout(tp=1, pp=1, dp=8, cp=2, ep=8, recompute=Recompute.FULL, zero_stage=1)
+    cost, rows = _cost(QWEN, lay)
+    ctx = Ctx(QWEN, H100, WORK, rows)
+    assert int(np.asarray(ctx._ep_stride())[0]) == 1
+    assert int(comm.members_per_node(H100, rows.ep, ctx._ep_stride())[0]) == 8
+    st = cost.stages[0]
+    s_e = float(st.expert_params[0]) * 4.0
+    dense = float(comm.reduce_scatter_time(H100, np.array([float(st.params[0] - st.expert_params[0]) * 4.0]),
+                                           np.array([16.0]), rows.tp)[0])
+    expert = 1 / 2 * s_e / comm.link_bandwidth(H100, "inter")  # edp 2 at stride 8: one rank per node
+    got = float(dp_collective(ctx, comm.reduce_scatter_time, st, 4.0, rows.tp)[0])
+    assert got == pytest.approx(dense + expert, rel=1e-2)
