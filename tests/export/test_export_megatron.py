@@ -126,6 +126,16 @@ def test_moe_mla_fp8_partial_recompute() -> None:
     assert args["--expert-model-parallel-size"] == ["16"] and args["--moe-shared-expert-intermediate-size"] == ["2048"]
     assert "--multi-latent-attention" in args and args["--fp8-format"] == ["hybrid"]
     assert args["--recompute-method"] == ["block"] and args["--recompute-num-layers"] == ["2"]
+    assert "--fp8-param-gather" in args  # fp8 primary weights: no cached fp8 copy beside 16-bit weights
+
+
+def test_fp8_without_the_distributed_optimizer_names_the_weight_cache() -> None:
+    """ZeRO-0 cannot run --fp8-param-gather (Megatron asserts the distributed optimizer): the export says what the
+    plan's memory leaves out instead of writing a flag Megatron refuses."""
+    t = dataclasses.replace(CORNERS["deepseek-v3-ep"], plan=CORNERS["deepseek-v3-ep"].plan.model_copy(
+        update={"zero_stage": 0}))
+    out = export_train("megatron", t)
+    assert "--fp8-param-gather" not in dict(parse(out.text)) and any("fp8 copy of every weight" in n for n in out.notes)
 
 
 def test_offload_flags() -> None:
