@@ -134,3 +134,18 @@ def test_overlapped_sends_expose_the_fill_and_drain_hops() -> None:
     send = off / ((m + (p - 1) / v) * 2 * v)  # one chunk send
     assert on == pytest.approx((p - 1) * 2 * send + 0.189 * m * 2 * v * send, rel=1e-9)
     assert _est(1).metrics.pp_exposed_s == pytest.approx(_est(1, overlap_p2p=False).metrics.pp_exposed_s)
+
+
+def test_interleaving_needs_microbatches_in_whole_groups_of_pp(run_cli) -> None:
+    """Megatron-Core's interleaved schedule runs microbatch groups of pp and refuses m < pp or a last group under pp
+    (schedules.py@d98e8a6): such a pinned layout is bad input naming the field; the planner never enumerates one."""
+    from shardplan.costmodel.training.space import SpaceRequest, enumerate_layouts
+
+    r = run_cli("estimate", "train", "-m", "llama-3.1-8b", "-H", "dgx-h100", "-g", "16", "-b", "12", "-s", "4096",
+                "--tp", "1", "--pp", "4", "--dp", "4", "--interleave", "2")
+    assert r.code == 2 and r.err.count("\n") == 1 and "interleave" in r.err and "multiple of pp (4)" in r.err
+    space = enumerate_layouts(MODEL, TrainWorkload(seq_len=4096, global_batch=12), SpaceRequest(num_gpus=16))
+    rows = space.rows
+    m = rows.gb // (rows.dp * rows.mb)
+    assert ((rows.v == 1) | (m % rows.pp == 0)).all()
+    assert space.pruned["interleave with microbatches not a multiple of pp"] > 0

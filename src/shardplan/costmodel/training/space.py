@@ -92,6 +92,11 @@ def validate_layout(model: ModelSpec, num_gpus: int, work: TrainWorkload, lay: T
     if work.global_batch % per_replica:
         raise ShardplanError(f"global batch ({work.global_batch}) must be divisible by dp·microbatch "
                              f"({lay.dp}·{lay.microbatch} = {per_replica})", field="microbatch")
+    m = work.global_batch // per_replica
+    if lay.interleave > 1 and m % lay.pp:
+        raise ShardplanError(f"interleave > 1 needs the microbatches per step, global batch/(dp·microbatch) = {m}, "
+                             f"to be a multiple of pp ({lay.pp}): Megatron-Core's interleaved schedule runs them in "
+                             f"groups of pp", field="interleave")
     if lay.ep > 1:
         if model.moe is None:
             raise ShardplanError(f"ep ({lay.ep}) needs a mixture-of-experts model; {model.name} is dense", field="ep")
@@ -236,6 +241,15 @@ def enumerate_layouts(model: ModelSpec, work: TrainWorkload, req: SpaceRequest) 
             sp_c = np.array([int(x) for x in sps], dtype=np.int64)[sp_i]
             z_c = np.array(zeros, dtype=np.int64)[z_i]
             ok = ~((sp_c == 1) & (tp == 1))  # sequence parallelism is a no-op without TP
+            # Megatron-Core's interleaved schedule runs the microbatches in groups of pp (default
+            # microbatch_group_size_per_vp_stage), refusing fewer microbatches than pp or a last group under pp
+            # (pipeline_parallel/schedules.py@d98e8a6): m = gb/(dp·mb) must be a multiple of pp.
+            v_c, mb_c = np.array(vs, dtype=np.int64)[v_i], np.array(mbs, dtype=np.int64)[mb_i]
+            vm = ok & (v_c > 1) & (((gb // dp) // mb_c) % pp != 0)
+            if vm.any():
+                pruned["interleave with microbatches not a multiple of pp"] = (
+                    pruned.get("interleave with microbatches not a multiple of pp", 0) + int(vm.sum()))
+            ok &= ~vm
             z2 = ok & (z_c == 2) & (pp > 1)
             if z2.any():
                 pruned["ZeRO-2 with pipeline"] = pruned.get("ZeRO-2 with pipeline", 0) + int(z2.sum())
