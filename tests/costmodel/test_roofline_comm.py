@@ -66,9 +66,22 @@ def test_reduce_scatter_costs_half_an_all_reduce_and_one_rank_costs_nothing() ->
 
 
 def test_reduce_scatter_across_nodes_has_one_network_hop_per_node() -> None:
-    s, n = 1e9, 16  # ring: 3 NVLink hops and 3 network hops
+    """The ring visits all 16 ranks (4 nodes of 4): 15 steps, 3 across the network and 12 inside a node
+    (NVIDIA/nccl tuning.cc: ``(nsteps − nInterSteps)·intraLat + nInterSteps·interLat``)."""
+    s, n = 1e9, 16
     transfer = max(3 / 4 * s / 50e9, 3 / 4 * (s / 4) / 10e9)
-    assert float(comm.reduce_scatter_time(SYSTEM, s, n, 1)) == pytest.approx(transfer + SIMPLE_BASE + 3e-6 + 15e-6)
+    assert float(comm.reduce_scatter_time(SYSTEM, s, n, 1)) == pytest.approx(transfer + SIMPLE_BASE + 12e-6 + 15e-6)
+
+
+def test_ring_latency_grows_with_every_rank_not_only_the_nodes() -> None:
+    """Small buffers are latency-bound: 64 ranks on 16 nodes pay 63 ring steps (15 network, 48 NVLink) where a
+    rank-per-node count would give 15 + 3: the LL protocol's time, by hand, from the same step counts."""
+    s = 1024.0
+    t = float(comm.reduce_scatter_time(SYSTEM, s, 64, 1))
+    hops = 48 * 1e-6 + 15 * 5e-6
+    simple = SIMPLE_BASE + hops + 15 / 16 * (s / 4) / 10e9
+    ll = comm.LL_BASE_S + comm.LL_HOP_RATIO * hops + 15 / 16 * (s / 4) / 10e9 / comm.LL_BW_FACTOR
+    assert t == pytest.approx(min(simple, ll))
 
 
 def test_dgx_h100_all_reduce_matches_nccl_tests_bus_bandwidth() -> None:

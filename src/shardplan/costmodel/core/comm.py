@@ -19,8 +19,9 @@ protocol per call; the faster one is taken here too):
 - across nodes the intra- and inter-node phases are pipelined (chunks stream through both at once), so the
   slower phase sets the time: 4 nodes of 8 B200 reach 381.8 GB/s all-reduce bus bandwidth at 16 GiB, the
   network phase alone at 74 % of 50 GB/s per NIC (stas00/ml-engineering@744d01e network/README.md);
-- latency steps: ring reduce-scatter/all-gather ``(k−1)`` NVLink and ``(N−1)`` network hops; all-reduce
-  tree across nodes, ``2·((k−1)`` NVLink ``+ ⌈log2 N⌉`` network hops).
+- latency steps: a ring reduce-scatter/all-gather passes every rank, ``n−1`` steps, of which ``N−1`` cross the
+  network and ``n−N`` stay in a node (tuning.cc ``nsteps − nInterSteps``); all-reduce tree across nodes,
+  ``2·((k−1)`` NVLink ``+ ⌈log2 N⌉`` network hops).
 """
 
 from __future__ import annotations
@@ -99,7 +100,7 @@ def reduce_scatter_time(system: SystemSpec, nbytes: np.ndarray, n: np.ndarray, s
     s = np.asarray(nbytes, dtype=float)
     intra = (k - 1) / k * s / link_bandwidth(system, "intra")
     inter = np.where(nodes > 1, (nodes - 1) / nodes * s / k / link_bandwidth(system, "inter"), 0.0)
-    hops = (k - 1) * _lat(system.intra_node) + (nodes - 1) * _lat(system.inter_node)
+    hops = (n - nodes) * _lat(system.intra_node) + (nodes - 1) * _lat(system.inter_node)
     return np.where(n > 1, _nccl(np.maximum(intra, inter), hops), 0.0)
 
 
