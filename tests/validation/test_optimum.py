@@ -147,6 +147,33 @@ def test_stack_software_follows_the_recorded_container() -> None:
     assert stack_tp_overlap(rec("", title="torchtitan benchmarks")) == "share"
 
 
+def test_interleaved_sends_overlap_where_the_launcher_turns_it_on() -> None:
+    """NeMo's perf configs and Megatron-Bridge run ``overlap_p2p_comm`` with interleaving; torchtitan, llm-foundry
+    and AutoModel have no such flag. A Megatron-Bridge interleaved run's pipeline sends then cost only their fill and
+    drain: the same layout with blocking sends is slower by exactly the sends the overlap hides."""
+    import dataclasses
+
+    from shardplan.costmodel.training.evaluate import estimate_training
+    from shardplan.validation.runs import stack_p2p_overlap
+
+    def rec(title: str) -> dict:
+        return {"source": {"title": title, "url": "", "container_or_version": ""}, "notes": []}
+
+    assert stack_p2p_overlap(rec("NeMo Framework performance benchmarks"))
+    assert stack_p2p_overlap(rec("NVIDIA Megatron-Bridge performance summary"))
+    assert not stack_p2p_overlap(rec("torchtitan benchmarks"))
+    assert not stack_p2p_overlap(rec("MosaicML llm-foundry, MPT Training Benchmarks"))
+    assert not stack_p2p_overlap(rec("NeMo AutoModel performance summary"))
+    run = parse_run(_tuned("mbridge-26.04.01-llama3-70b-64gpu-h100-fp8"))
+    assert isinstance(run, OptimumRun) and run.layout.interleave > 1 and run.system.software.overlap_p2p_comm
+    over = estimate_training(run.model, run.system, run.gpus, run.work, run.layout).metrics
+    blocking = dataclasses.replace(run, system=run.system.model_copy(update={"software": run.system.software.model_copy(
+        update={"overlap_p2p_comm": False})}))
+    block = estimate_training(blocking.model, blocking.system, blocking.gpus, blocking.work, blocking.layout).metrics
+    assert block.step_time_s > over.step_time_s
+    assert block.pp_exposed_s > over.pp_exposed_s
+
+
 def test_moe_recipe_settings_reach_the_stack() -> None:
     """Megatron-Bridge v0.1.0rc4 ran DeepSeek-V3 on H100 with DeepEP, the combined-1F1B all-to-all overlap and
     recompute_modules ['mla_up_proj', 'mlp'] (scripts/performance/run_script.py); a record without settings keeps

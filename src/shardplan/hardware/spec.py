@@ -244,9 +244,9 @@ class SoftwareSpec(BaseModel):
     attention: AttentionKernel = Field(AttentionKernel.FLASH, description="Core-attention implementation.")
     overlap_grad_reduce: bool = Field(True, description="Data-parallel gradient reduction overlaps backward.")
     overlap_param_gather: bool = Field(True, description="ZeRO-3 parameter all-gathers overlap compute.")
-    overlap_p2p_comm: bool = Field(False, description="Interleaved-pipeline sends run beside compute, exposed only "
-        "along the fill and drain. Off: Megatron-Core's default (model_parallel_config.py at d98e8a6); Megatron-LM's "
-        "CLI and NeMo/Megatron-Bridge recipes turn it on; without interleaving Megatron-LM forces it off.")
+    overlap_p2p_comm: bool = Field(True, description="Interleaved-pipeline sends run beside compute, exposed only "
+        "along the fill and drain. On as Megatron-LM's CLI, NeMo's perf configs and Megatron-Bridge run it with "
+        "interleaving (Megatron-Core's own default is off; sources: docs/physics_sources.md).")
     zero3_overlap_fraction: Fraction = Field(
         0.8, description="Share of the overlappable ZeRO-3 communication (forward gathers under the forward, "
         "backward gathers and reduce-scatters under the backward) that hides when prefetching is on."

@@ -187,6 +187,7 @@ def parse_run(record: dict[str, Any]) -> OptimumRun | str:
         stack_attention,
         stack_grad_reduce,
         stack_modules,
+        stack_p2p_overlap,
         stack_recompute,
         stack_software,
         stack_tp_overlap,
@@ -202,7 +203,8 @@ def parse_run(record: dict[str, Any]) -> OptimumRun | str:
     if system is None:
         return f"no system preset for {record['hardware']['gpu']}"
     system = system.model_copy(update={"software": system.software.model_copy(
-        update={"tp_overlap_method": stack_tp_overlap(record), **stack_software(record)})})
+        update={"tp_overlap_method": stack_tp_overlap(record), "overlap_p2p_comm": stack_p2p_overlap(record),
+                **stack_software(record)})})
     p, w, met = record["parallel"], record["workload"], record["metrics"]
     tp, pp, cp, ep = p.get("tp") or 1, p.get("pp") or 1, p.get("cp") or 1, p.get("ep") or 1
     if (ep > 1) != (model.moe is not None):

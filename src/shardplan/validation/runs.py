@@ -249,6 +249,15 @@ def stack_tp_overlap(r: dict[str, Any]) -> str:
     return "share" if "ub_tp_comm_overlap false" in notes else "userbuffers"
 
 
+def stack_p2p_overlap(r: dict[str, Any]) -> bool:
+    """Whether a record's launcher overlaps interleaved-pipeline sends (``SoftwareSpec.overlap_p2p_comm``): Megatron-LM,
+    NeMo, Megatron-Bridge and the NVIDIA stacks on them do (docs/physics_sources.md); torchtitan, llm-foundry,
+    AutoModel, MaxText and Meta's Llama 3 stack have no such flag."""
+    text = " ".join(str(r["source"].get(k, "")) for k in ("title", "url", "container_or_version")).lower()
+    return not any(s in text for s in ("torchtitan", "llm-foundry", "llmfoundry", "mosaicml", "automodel", "maxtext",
+                                       "llama 3", "llama3"))
+
+
 # SoftwareSpec fields a record's ``software`` entry may set, each with its source in that entry.
 STACK_FIELDS = ("ep_dispatcher", "ep_comm_overlap", "moe_drop_and_pad", "moe_router_padding", "moe_balanced_routing",
                 "elementwise_kernels", "norm_kernel", "attention_unpad", "overlap_p2p_comm")
@@ -318,7 +327,7 @@ def modern_setup(r: dict[str, Any]) -> tuple[ModelSpec, Any, int, TrainWorkload,
     # software of today regardless of the preset's default (the A100 preset describes Selene 2021)
     sw = base.software.model_copy(update={"overlap_grad_reduce": True, "tp_comm_overlap": 0.5,
                                           "zero3_rail_parallel": True, "tp_overlap_method": stack_tp_overlap(r),
-                                          **stack_software(r)})
+                                          "overlap_p2p_comm": stack_p2p_overlap(r), **stack_software(r)})
     system = job_system(base.model_copy(update={"software": sw}), n)
     work = TrainWorkload(seq_len=w["seq_len"], global_batch=batch, grad_reduce_dtype=stack_grad_reduce(r),
                          dtype=record_dtype(r), attention=stack_attention(r))
