@@ -18,7 +18,7 @@ REQUIRED_GPUS = {
 }
 REQUIRED_SYSTEMS = {
     "dgx-a100-40gb", "dgx-a100-80gb", "dgx-h100", "dgx-h800", "hgx-h200", "dgx-b200", "gb200-nvl72", "mi300x-8",
-    "mi325x-8", "gcp-t4", "a6000-ws", "rtx3090-pc", "rtx4090-pc", "l40s-8", "h100-pcie-8",
+    "mi325x-8", "mi355x-8", "gcp-t4", "a6000-ws", "rtx3090-pc", "rtx4090-pc", "l40s-8", "h100-pcie-8",
 }
 
 # Dense peaks (TFLOP/s) and HBM bandwidth (TB/s) copied from ../shared/reference/published_calibration.json,
@@ -108,14 +108,32 @@ def test_scaled_curve_moves_the_plateau_and_keeps_the_shape():
     assert len(ratios) == 1
 
 
-def test_amd_curves_use_the_measured_mi300x_plateaus():
-    # torchao roofline_utils.py: MI300X pct_achievable_gemm_tops 0.47 (one GEMM alone, × the in-job ratio of A100's
-    # Megatron-fitted plateau 0.768 to its MAMF 0.869), pct_achievable_mem_bw 0.72
-    assert max(f for _, f in CDNA3_MATMUL) == pytest.approx(0.47 * 0.768 / 0.869)
+def test_amd_curves_use_amds_max_achievable_flops():
+    """AMD's MAF (ROCm blog 'Measuring Max-Achievable FLOPs - Part 2', Table 1): MI300X BF16 708, FP8 1273 TFLOP/s;
+    MI325X BF16 843, FP8 1519 (higher power limit, higher sustained clocks); × the in-job ratio of A100's
+    Megatron-fitted plateau 0.768 to its MAMF 0.869. MI355X (no MAF published) takes the MI325X's fractions;
+    torchao's pct_achievable_mem_bw 0.72 for HBM."""
+    in_job = 0.768 / 0.869
+    assert max(f for _, f in CDNA3_MATMUL) == pytest.approx(708 / 1307.4 * in_job)
     assert max(f for _, f in CDNA3_MEMORY) == pytest.approx(0.72)
+    assert GPUS["mi300x"].matmul_efficiency == CDNA3_MATMUL and GPUS["mi250x"].matmul_efficiency == CDNA3_MATMUL
+    for name in ("mi325x", "mi355x"):
+        assert max(f for _, f in GPUS[name].matmul_efficiency) == pytest.approx(843 / 1307.4 * in_job)
+        assert GPUS[name].matmul_peak_fraction["fp8"] == pytest.approx(1519 / 2614.9)
+    assert GPUS["mi300x"].matmul_peak_fraction["fp8"] == pytest.approx(1273 / 2614.9)
     for name in ("mi250x", "mi300x", "mi325x", "mi355x"):
-        assert GPUS[name].matmul_efficiency == CDNA3_MATMUL
         assert GPUS[name].memory_efficiency == CDNA3_MEMORY
+
+
+def test_mi300x_all_reduce_matches_rccl_bus_bandwidth():
+    """8× MI300X, 8 GB all-reduce: RCCL 2.22.3 bus bandwidth 316.82 GB/s (Azure ND MI300X v5 results): time =
+    2·7/8·S / busbw, within the protocol's base latency."""
+    from shardplan.costmodel.core import comm
+    from shardplan.hardware import get_system
+
+    s = 8e9
+    t = float(comm.all_reduce_time(get_system("mi300x-8"), s, 8, 1))
+    assert t == pytest.approx(2 * 7 / 8 * s / 316.82e9 + comm.SIMPLE_BASE_S + 14 * 10e-6, rel=1e-3)  # ring: 14 hops
 
 
 def test_hopper_and_blackwell_share_one_curve_shape_at_their_own_in_job_plateaus():

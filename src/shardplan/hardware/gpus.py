@@ -10,64 +10,23 @@ memory.total), not the marketing figure, because that is what a framework can al
 from __future__ import annotations
 
 from shardplan.hardware.attention_data import H100_ATTENTION
+from shardplan.hardware.curves import (  # noqa: F401  (re-exported: the catalog's curves live in curves.py)
+    A100_SM_STREAM,
+    AMPERE_MATMUL,
+    BLACKWELL_MATMUL,
+    EAGER_ELEMENTWISE,
+    H100_SM_STREAM,
+    HBM_MEMORY,
+    HOPPER_MATMUL,
+    HOPPER_MATMUL_ISOLATED,
+    IN_JOB_OF_ISOLATED,
+    KERNEL_FIXED_S,
+    Curve,
+    scaled_curve,
+)
+from shardplan.hardware.gpus_amd import CDNA3_MATMUL, CDNA3_MEMORY, MI250X, MI300X, MI325X, MI355X  # noqa: F401
 from shardplan.hardware.spec import GpuSpec
 from shardplan.units import GB, TB, GiB, MiB
-
-Curve = list[tuple[float, float]]
-
-# --- achievable-efficiency curves (data, shared by GPUs of one generation) -------------------------
-# GEMM: fraction of dense peak vs FLOPs of one GEMM. Large-GEMM plateau: A100 ≈ 0.8 (cuBLAS bf16
-# 8192³ ≈ 250 TFLOP/s), H100 0.78 and MI300X 0.47 (torchao roofline_utils.py, "pct_achievable_gemm_tops").
-# The Ampere curve is fitted to the Megatron-LM runs on Selene (Korthikanti et al. 2022 Tables 4-5,
-# Narayanan et al. 2021 Tables 1-2; see shardplan/data/): 0.71 of peak at 1e11 FLOPs, 0.77 at 1e13.
-AMPERE_MATMUL: Curve = [
-    (1e7, 0.077), (1e8, 0.24), (1e9, 0.48), (1e10, 0.634), (1e11, 0.71), (1e12, 0.749), (1e13, 0.768),
-]
-# Hopper, one GEMM alone: torchao's 0.78 plateau for large GEMMs; below ~1e11 FLOPs the shape fitted to the H100
-# Megatron/NeMo runs of shardplan/data/modern_training_runs.json (small GEMMs leave Hopper's tensor cores idle).
-HOPPER_MATMUL_ISOLATED: Curve = [
-    (1e7, 0.04), (1e8, 0.128), (1e9, 0.304), (1e10, 0.464), (1e11, 0.56), (1e12, 0.76), (1e13, 0.78),
-]
-# Streaming kernels: fraction of peak HBM bandwidth vs bytes moved (torchao: 0.92 on H100, 0.72 MI300X).
-HBM_MEMORY: Curve = [(1e5, 0.10), (1e6, 0.35), (1e7, 0.70), (1e8, 0.85), (1e9, 0.90)]
-# Framework elementwise kernels (PyTorch eager / Megatron fused layernorm, bias-dropout-add, masked
-# softmax, GeLU): 0.70 of peak bandwidth for large tensors, fitted to the 22B layer times of Korthikanti
-# et al. 2022 Table 4 (fwd 7.7 ms, 7.2 ms with sequence parallelism) with the Ampere GEMM curve; the same
-# fraction fits the H100 Megatron/NeMo runs (shardplan/data/modern_training_runs.json).
-EAGER_ELEMENTWISE: Curve = [(1e5, 0.078), (1e6, 0.27), (1e7, 0.55), (1e8, 0.66), (1e9, 0.70)]
-
-
-def scaled_curve(curve: Curve, plateau: float) -> Curve:
-    """The same curve shape with its largest fraction moved to ``plateau`` (every point scaled alike)."""
-    top = max(f for _, f in curve)
-    return [(x, min(1.0, f * plateau / top)) for x, f in curve]
-
-
-# GEMMs inside a training or serving job vs the best isolated GEMM (MAMF, docs/physics_sources.md [MLE]): on A100 the
-# curve fitted to the Megatron-LM runs plateaus at 0.768 of peak where the isolated best reaches 0.869 (MAMF 271.2
-# TFLOP/s): in a job, GPUs run at their power limit for hours with other kernels and communication beside the GEMMs
-# (sustained clocks: DeepGEMM issue #120 sees H800 clocks fall from 1980 to 1575 MHz under compute + communication).
-# Hopper and Blackwell have only isolated measurements, so their curves take the same ratio: plateau = MAMF × 0.884.
-IN_JOB_OF_ISOLATED = 0.768 / 0.869
-HOPPER_MATMUL: Curve = scaled_curve(HOPPER_MATMUL_ISOLATED, 0.803 * IN_JOB_OF_ISOLATED)  # H100 MAMF 0.803
-BLACKWELL_MATMUL: Curve = scaled_curve(HOPPER_MATMUL_ISOLATED, 0.776 * IN_JOB_OF_ISOLATED)  # B200 MAMF 0.776
-
-# AMD CDNA3 (MI300X): torchao measures a 0.47 GEMM plateau (fw + bw GEMMs, M=K=N=8192, isolated: × the in-job
-# ratio above) and 0.72 of peak HBM bandwidth for a large pointwise Triton kernel; the Hopper shape is kept, rescaled.
-CDNA3_MATMUL: Curve = scaled_curve(HOPPER_MATMUL_ISOLATED, 0.47 * IN_JOB_OF_ISOLATED)
-CDNA3_MEMORY: Curve = scaled_curve(HBM_MEMORY, 0.72)
-
-# Fixed time every kernel pays beside its work: the α of a latency + bytes/bandwidth kernel model (launch to start,
-# first DRAM round trips, last wave's drain). Taken as the launch latency, 4 µs: submitting one kernel through the
-# CUDA runtime and driver takes ~4-6 µs (RTX 5070 Ti, "pegainfer (3): From Launch Overhead to CUDA Graph",
-# susun-blog.com/blog/pegainfer-3-cuda-graph), which an engine without CUDA graphs (TensorRT-LLM's 2024 C++ runtime,
-# NIM) pays per dependent kernel when the GPU waits on the host. Where the host runs ahead (training) the GPU-side
-# cost of queued back-to-back kernels is smaller, so there it is an upper estimate (docs/physics_sources.md, wave 4).
-KERNEL_FIXED_S = 4e-6
-# L2 read bandwidth 5120 B/clk on A100 and H100 (A100 whitepaper; PMC10448217 Table 3: 7219 GB/s at 1410 MHz on A100,
-# 8986 GB/s at 1755 MHz on H100), shared out per enabled SM: what one SM streams when it works almost alone.
-A100_SM_STREAM = 5120 * 1.41e9 / 108
-H100_SM_STREAM = 5120 * 1.755e9 / 132
 
 # --- NVIDIA Ampere ------------------------------------------------------------------------------
 A100_80GB = GpuSpec(
@@ -347,67 +306,6 @@ V100_SXM2 = GpuSpec(
     kernel_fixed_s=KERNEL_FIXED_S,
     tdp_w=300,
     source="NVIDIA Tesla V100 datasheet, SXM2 32GB (published_calibration.json: hw-v100-sxm2)",
-)
-
-# --- AMD Instinct -------------------------------------------------------------------------------
-# MI250X is two GCDs that software sees as two devices: one entry here is one GCD, i.e. half the
-# package numbers of hw-mi250x (383 TFLOPS bf16/fp16/int8, 95.7 TFLOPS fp32 matrix, 3.2 TB/s, 560 W).
-# No measured curve: borrows the MI300X (CDNA3) curves.
-MI250X = GpuSpec(
-    name="mi250x",
-    vendor="amd",
-    memory_bytes=68702699520,  # rocm-smi VRAM Total per GCD (64 GB HBM2e; 16 MiB short of 64 GiB)
-    memory_bandwidth_bytes_per_s=1.6 * TB,
-    peak_flops={"fp32": 47.85e12, "bf16": 191.5e12, "fp16": 191.5e12, "int8": 191.5e12},
-    matmul_efficiency=CDNA3_MATMUL,
-    memory_efficiency=CDNA3_MEMORY,
-    attention_efficiency=0.35,
-    kernel_fixed_s=KERNEL_FIXED_S,
-    tdp_w=280,
-    source="AMD Instinct MI250X data sheet, per GCD = package / 2 (published_calibration.json: hw-mi250x)",
-)
-# HBM capacities are binary: MI300X's "192 GB" is 192 GiB, of which rocm-smi reports 205822885888 B
-# (VRAM Total) usable. No tool report was found for MI325X/MI355X: they keep the same usable fraction.
-MI300X_USABLE = 205822885888
-# MI300X: FP32 matrix 163.4, TF32 653.7, INT8 2614.9 TOPS dense (AMD data sheet). Attention 0.35 ≈
-# H100's 0.6 scaled by the GEMM plateau ratio 0.47/0.78.
-MI300X = GpuSpec(
-    name="mi300x",
-    vendor="amd",
-    memory_bytes=MI300X_USABLE,  # rocm-smi VRAM Total (192 GB HBM3)
-    memory_bandwidth_bytes_per_s=5.3 * TB,
-    peak_flops={"fp32": 163.4e12, "tf32": 653.7e12, "bf16": 1307.4e12, "fp16": 1307.4e12, "fp8": 2614.9e12,
-                "int8": 2614.9e12},
-    matmul_efficiency=CDNA3_MATMUL,
-    memory_efficiency=CDNA3_MEMORY,
-    attention_efficiency=0.35,
-    kernel_fixed_s=KERNEL_FIXED_S,
-    tdp_w=750,
-    source="AMD Instinct MI300X data sheet (published_calibration.json: hw-mi300x); curves: torchao roofline_utils",
-)
-MI325X = MI300X.model_copy(
-    update={
-        "name": "mi325x",
-        "memory_bytes": 256 * MI300X_USABLE // 192,  # 8 stacks × 32 GiB HBM3E, same driver reserve as MI300X
-        "memory_bandwidth_bytes_per_s": 6.0 * TB,
-        "tdp_w": 1000,
-        "source": "AMD Instinct MI325X data sheet (published_calibration.json: hw-mi325x); same CDNA3 compute",
-    }
-)
-# MI355X (CDNA4): FP32 157.3 TFLOPS; no TF32 rate listed; INT8 = FP8 rate. No measured curve: CDNA3's.
-MI355X = GpuSpec(
-    name="mi355x",
-    vendor="amd",
-    memory_bytes=288 * MI300X_USABLE // 192,  # 8 stacks × 36 GiB HBM3E, same driver reserve as MI300X
-    memory_bandwidth_bytes_per_s=8.0 * TB,
-    peak_flops={"fp32": 157.3e12, "bf16": 2516.6e12, "fp16": 2516.6e12, "fp8": 5033.2e12, "int8": 5033.2e12,
-                "fp4": 10066.4e12},
-    matmul_efficiency=CDNA3_MATMUL,
-    memory_efficiency=CDNA3_MEMORY,
-    attention_efficiency=0.35,
-    kernel_fixed_s=KERNEL_FIXED_S,
-    tdp_w=1400,
-    source="AMD Instinct MI355X data sheet / CDNA 4 whitepaper (published_calibration.json: hw-mi355x)",
 )
 
 GPUS: dict[str, GpuSpec] = {

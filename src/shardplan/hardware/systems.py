@@ -24,6 +24,7 @@ from shardplan.hardware.gpus import (
     L40S,
     MI300X,
     MI325X,
+    MI355X,
     RTX3090,
     RTX4090,
     RTX_A6000,
@@ -46,8 +47,13 @@ NVLINK5 = LinkSpec(bandwidth_bytes_per_s=900 * GB, latency_s=8e-6, efficiency=0.
                    nvls_bus_bytes_per_s=838.0 * GB)
 # MI300X/MI325X xGMI: 7 links × 64 GB/s per direction, one to each peer (fully connected, no switch).
 # A collective over all 8 GPUs drives all 7 links (448 GB/s); smaller groups reach fewer peers.
-# Efficiency 0.75: RCCL all-reduce bus bandwidth sits below NVLink's (assumed, not measured here).
-XGMI_MI300 = LinkSpec(bandwidth_bytes_per_s=7 * 64 * GB, latency_s=10e-6, efficiency=0.75)
+# Efficiency 0.707: RCCL 2.22.3 all-reduce bus bandwidth 316.82 GB/s at 8 GB on 8 MI300X (Azure ND MI300X v5,
+# Azure AI-benchmarking-guide results Azure_Results/ND_MI300X_v5_results.md, as mirrored at
+# yosoyjay/AI-benchmarking-guide@a8263ef) ÷ 448.
+XGMI_MI300 = LinkSpec(bandwidth_bytes_per_s=7 * 64 * GB, latency_s=10e-6, efficiency=0.707)
+# MI355X (CDNA4) xGMI: 7 links of 153.6 GB/s bidirectional (AMD MI350-series specifications, read second-hand)
+# → 76.8 GB/s per direction each; no RCCL measurement found: MI300X's efficiency.
+XGMI_MI355 = LinkSpec(bandwidth_bytes_per_s=7 * 76.8 * GB, latency_s=10e-6, efficiency=0.707)
 HDR_IB_PER_GPU = LinkSpec(bandwidth_bytes_per_s=25 * GB, latency_s=10e-6, efficiency=0.85)  # 200 Gb/s
 NDR_IB_PER_GPU = LinkSpec(bandwidth_bytes_per_s=50 * GB, latency_s=10e-6, efficiency=0.85)  # 400 Gb/s
 XDR_800G_PER_GPU = LinkSpec(bandwidth_bytes_per_s=100 * GB, latency_s=10e-6, efficiency=0.85)  # 800 Gb/s
@@ -240,6 +246,17 @@ MI325X_8 = MI300X_8.model_copy(
         "source": "AMD MI325X data sheet (same xGMI as MI300X); host assumed as mi300x-8",
     }
 )
+# MLPerf Training v5.1 systems of 8× MI355X (AMD/Supermicro AS-4126GS-NMR-LCC, Dell XE9785L: 2× EPYC 9575F);
+# host as mi300x-8 otherwise.
+MI355X_8 = MI300X_8.model_copy(
+    update={
+        "name": "mi355x-8",
+        "description": "AMD Instinct MI355X platform: 8× MI355X 288GB, xGMI fully connected, 8×400 Gb/s",
+        "gpu": MI355X,
+        "intra_node": XGMI_MI355,
+        "source": "AMD MI355X data sheet; MLPerf Training v5.1 AMD MI355X_EPYC_9575F system; host assumed as mi300x-8",
+    }
+)
 # --- PCIe-only servers ------------------------------------------------------------------------
 # AWS g6e.48xlarge: 8× L40S, 192 vCPU (96 cores EPYC 7R13, 2.65 GHz), 1,536 GiB, 400 Gbps EFA for the
 # instance (50 Gb/s per GPU), 2× 3.8 TB local NVMe.
@@ -366,7 +383,7 @@ SYSTEMS: dict[str, SystemSpec] = {
     s.name: s
     for s in (
         DGX_A100_40GB, DGX_A100_80GB, DGX_H100, DGX_H800, HGX_H200, HGX_H20, DGX_B200, GB200_NVL72, DGX_B300,
-        GB300_NVL72, MI300X_8, MI325X_8,
+        GB300_NVL72, MI300X_8, MI325X_8, MI355X_8,
         L40S_8, H100_PCIE_8, GCP_T4, A6000_WS, RTX3090_PC, RTX4090_PC,
     )
 }

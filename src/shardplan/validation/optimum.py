@@ -36,7 +36,7 @@ BAND = (-10.0, 15.0)  # free-planner target band, percent of measured throughput
 # 500 W: lower sustained clocks and memory bandwidth than the 700 W H100 SXM 80GB) have no preset: they are
 # listed, not evaluated on the wrong GPU (_NOT_MODELLED).
 SYSTEM_OF_GPU = (("H100-SXM-80GB", "dgx-h100"), ("H200", "hgx-h200"), ("B200", "dgx-b200"), ("GB200", "gb200-nvl72"),
-                 ("GB300", "gb300-nvl72"), ("A100-SXM-80GB", "dgx-a100-80gb"))
+                 ("GB300", "gb300-nvl72"), ("A100-SXM-80GB", "dgx-a100-80gb"), ("MI355X", "mi355x-8"))
 _ALIASES = {"llama-3-8b": "llama-3.1-8b", "llama-3-70b": "llama-3.1-70b"}
 # Runs left out on purpose, with the reason (record name prefix → why): physics the catalogs do not have.
 _NOT_MODELLED = (

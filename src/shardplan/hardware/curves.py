@@ -1,0 +1,57 @@
+"""Achievable-efficiency curves and per-kernel constants shared by the GPU catalog (gpus.py, gpus_amd.py): data
+with their sources, one place for each."""
+
+from __future__ import annotations
+
+Curve = list[tuple[float, float]]
+
+# --- achievable-efficiency curves (data, shared by GPUs of one generation) -------------------------
+# GEMM: fraction of dense peak vs FLOPs of one GEMM. Large-GEMM plateau: A100 ≈ 0.8 (cuBLAS bf16
+# 8192³ ≈ 250 TFLOP/s), H100 0.78 (torchao roofline_utils.py, "pct_achievable_gemm_tops"; torchao's MI300X 0.47
+# gave way to AMD's own MAF below).
+# The Ampere curve is fitted to the Megatron-LM runs on Selene (Korthikanti et al. 2022 Tables 4-5,
+# Narayanan et al. 2021 Tables 1-2; see shardplan/data/): 0.71 of peak at 1e11 FLOPs, 0.77 at 1e13.
+AMPERE_MATMUL: Curve = [
+    (1e7, 0.077), (1e8, 0.24), (1e9, 0.48), (1e10, 0.634), (1e11, 0.71), (1e12, 0.749), (1e13, 0.768),
+]
+# Hopper, one GEMM alone: torchao's 0.78 plateau for large GEMMs; below ~1e11 FLOPs the shape fitted to the H100
+# Megatron/NeMo runs of shardplan/data/modern_training_runs.json (small GEMMs leave Hopper's tensor cores idle).
+HOPPER_MATMUL_ISOLATED: Curve = [
+    (1e7, 0.04), (1e8, 0.128), (1e9, 0.304), (1e10, 0.464), (1e11, 0.56), (1e12, 0.76), (1e13, 0.78),
+]
+# Streaming kernels: fraction of peak HBM bandwidth vs bytes moved (torchao: 0.92 on H100, 0.72 MI300X).
+HBM_MEMORY: Curve = [(1e5, 0.10), (1e6, 0.35), (1e7, 0.70), (1e8, 0.85), (1e9, 0.90)]
+# Framework elementwise kernels (PyTorch eager / Megatron fused layernorm, bias-dropout-add, masked
+# softmax, GeLU): 0.70 of peak bandwidth for large tensors, fitted to the 22B layer times of Korthikanti
+# et al. 2022 Table 4 (fwd 7.7 ms, 7.2 ms with sequence parallelism) with the Ampere GEMM curve; the same
+# fraction fits the H100 Megatron/NeMo runs (shardplan/data/modern_training_runs.json).
+EAGER_ELEMENTWISE: Curve = [(1e5, 0.078), (1e6, 0.27), (1e7, 0.55), (1e8, 0.66), (1e9, 0.70)]
+
+
+def scaled_curve(curve: Curve, plateau: float) -> Curve:
+    """The same curve shape with its largest fraction moved to ``plateau`` (every point scaled alike)."""
+    top = max(f for _, f in curve)
+    return [(x, min(1.0, f * plateau / top)) for x, f in curve]
+
+
+# GEMMs inside a training or serving job vs the best isolated GEMM (MAMF, docs/physics_sources.md [MLE]): on A100 the
+# curve fitted to the Megatron-LM runs plateaus at 0.768 of peak where the isolated best reaches 0.869 (MAMF 271.2
+# TFLOP/s): in a job, GPUs run at their power limit for hours with other kernels and communication beside the GEMMs
+# (sustained clocks: DeepGEMM issue #120 sees H800 clocks fall from 1980 to 1575 MHz under compute + communication).
+# Hopper and Blackwell have only isolated measurements, so their curves take the same ratio: plateau = MAMF × 0.884.
+IN_JOB_OF_ISOLATED = 0.768 / 0.869
+HOPPER_MATMUL: Curve = scaled_curve(HOPPER_MATMUL_ISOLATED, 0.803 * IN_JOB_OF_ISOLATED)  # H100 MAMF 0.803
+BLACKWELL_MATMUL: Curve = scaled_curve(HOPPER_MATMUL_ISOLATED, 0.776 * IN_JOB_OF_ISOLATED)  # B200 MAMF 0.776
+
+
+# Fixed time every kernel pays beside its work: the α of a latency + bytes/bandwidth kernel model (launch to start,
+# first DRAM round trips, last wave's drain). Taken as the launch latency, 4 µs: submitting one kernel through the
+# CUDA runtime and driver takes ~4-6 µs (RTX 5070 Ti, "pegainfer (3): From Launch Overhead to CUDA Graph",
+# susun-blog.com/blog/pegainfer-3-cuda-graph), which an engine without CUDA graphs (TensorRT-LLM's 2024 C++ runtime,
+# NIM) pays per dependent kernel when the GPU waits on the host. Where the host runs ahead (training) the GPU-side
+# cost of queued back-to-back kernels is smaller, so there it is an upper estimate (docs/physics_sources.md, wave 4).
+KERNEL_FIXED_S = 4e-6
+# L2 read bandwidth 5120 B/clk on A100 and H100 (A100 whitepaper; PMC10448217 Table 3: 7219 GB/s at 1410 MHz on A100,
+# 8986 GB/s at 1755 MHz on H100), shared out per enabled SM: what one SM streams when it works almost alone.
+A100_SM_STREAM = 5120 * 1.41e9 / 108
+H100_SM_STREAM = 5120 * 1.755e9 / 132
