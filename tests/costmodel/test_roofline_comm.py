@@ -80,8 +80,24 @@ def test_ring_latency_grows_with_every_rank_not_only_the_nodes() -> None:
     t = float(comm.reduce_scatter_time(SYSTEM, s, 64, 1))
     hops = 48 * 1e-6 + 15 * 5e-6
     simple = SIMPLE_BASE + hops + 15 / 16 * (s / 4) / 10e9
-    ll = comm.LL_BASE_S + comm.LL_HOP_RATIO * hops + 15 / 16 * (s / 4) / 10e9 / comm.LL_BW_FACTOR
+    ll = comm.LL_BASE_S + comm.LL_HOP_RATIO * hops + max(15 / 16 * (s / 4) / 10e9 / comm.LL_BW_FACTOR,
+                                                         63 / 64 * s / comm.LL_MAX_BUS_MORE_NODES)
     assert t == pytest.approx(min(simple, ll))
+
+
+def test_large_rings_across_nodes_keep_the_simple_protocol() -> None:
+    """NCCL caps LL's ring bus bandwidth at 20.4 GB/s beyond two nodes (tuning.cc ``llMaxBws``), so a 160 MB
+    reduce-scatter over 512 H100 runs Simple: bandwidth time plus 448 NVLink and 63 network steps, by hand."""
+    from shardplan.hardware import get_system
+
+    h100 = get_system("dgx-h100")
+    s, n = 160e6, 512
+    t = float(comm.reduce_scatter_time(h100, s, n, 1))
+    intra = 7 / 8 * s / comm.link_bandwidth(h100, "intra")
+    inter = 63 / 64 * s / 8 / comm.link_bandwidth(h100, "inter")
+    hops = 448 * h100.intra_node.latency_s + 63 * h100.inter_node.latency_s
+    assert t == pytest.approx(SIMPLE_BASE + hops + max(intra, inter))
+    assert 511 / 512 * s / comm.LL_MAX_BUS_MORE_NODES > t  # LL at its ceiling would be slower still
 
 
 def test_dgx_h100_all_reduce_matches_nccl_tests_bus_bandwidth() -> None:

@@ -244,3 +244,17 @@ def test_moe_padding_settings_the_plan_was_costed_with_are_written() -> None:
     assert "--moe-router-padding-for-quantization" not in args_of(dataclasses.replace(base, moe_router_padding=True))
     fp8 = dataclasses.replace(base, moe_router_padding=True, dtype="fp8")
     assert "--moe-router-padding-for-quantization" in args_of(fp8)
+
+
+def test_blocking_pipeline_sends_are_written_when_the_plan_priced_them() -> None:
+    """Megatron-LM's CLI overlaps interleaved sends unless told not to (``--no-overlap-p2p-communication``,
+    arguments.py@d98e8a6): a plan costed with blocking sends (the 2021 stack's preset) exports the flag, an
+    overlapped plan or one without interleaving does not."""
+    base = dict(pp=4, num_microbatches=16, global_batch=16, interleave=2)
+    blocking = dataclasses.replace(target("llama-3.1-8b", num_gpus=8, seq_len=4096, **base), overlap_p2p_comm=False)
+    assert "--no-overlap-p2p-communication" in dict(parse(export_train("megatron", blocking).text))
+    overlapped = target("llama-3.1-8b", num_gpus=8, seq_len=4096, **base)
+    assert "--no-overlap-p2p-communication" not in dict(parse(export_train("megatron", overlapped).text))
+    flat = dataclasses.replace(target("llama-3.1-8b", num_gpus=8, seq_len=4096, pp=4, num_microbatches=16,
+                                      global_batch=16), overlap_p2p_comm=False)
+    assert "--no-overlap-p2p-communication" not in dict(parse(export_train("megatron", flat).text))

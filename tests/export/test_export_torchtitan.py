@@ -178,3 +178,14 @@ def test_a_module_set_only_megatron_expresses_is_refused(fmt: str) -> None:
     plain = target("llama-3.1-8b", num_gpus=8, seq_len=4096, hardware="dgx-h100", tp=1, pp=1, dp=8,
                    microbatch_size=1, num_microbatches=8, global_batch=64, recompute="selective")
     assert export_train(fmt, plain).text
+
+
+def test_interleaved_plan_says_its_sends_were_priced_overlapped() -> None:
+    """torchtitan's Interleaved1F1B has no overlap_p2p_comm switch: an interleaved plan priced with overlapped sends
+    says so and names the hardware-file setting that plans with blocking ones."""
+    import dataclasses
+
+    t = target("llama-3.1-8b", num_gpus=8, seq_len=4096, pp=4, num_microbatches=16, global_batch=16, interleave=2)
+    assert any("overlap_p2p_comm: false" in n for n in export_train("torchtitan", t).notes)
+    blocking = dataclasses.replace(t, overlap_p2p_comm=False)
+    assert not any("overlap_p2p_comm" in n for n in export_train("torchtitan", blocking).notes)

@@ -164,6 +164,10 @@ def test_interleaved_sends_overlap_where_the_launcher_turns_it_on() -> None:
     assert not stack_p2p_overlap(rec("torchtitan benchmarks"))
     assert not stack_p2p_overlap(rec("MosaicML llm-foundry, MPT Training Benchmarks"))
     assert not stack_p2p_overlap(rec("NeMo AutoModel performance summary"))
+    assert not stack_p2p_overlap(rec("The Llama 3 Herd of Models (Llama Team, AI @ Meta), arXiv 2407.21783"))
+    for record in load_records_tuned():  # every interleaved record of an NVIDIA stack overlaps (URLs name llama3.1)
+        if (record["parallel"].get("vp") or 1) > 1 and not record["id"].startswith(("automodel", "llama3-paper")):
+            assert stack_p2p_overlap(record), record["id"]
     run = parse_run(_tuned("mbridge-26.04.01-llama3-70b-64gpu-h100-fp8"))
     assert isinstance(run, OptimumRun) and run.layout.interleave > 1 and run.system.software.overlap_p2p_comm
     over = estimate_training(run.model, run.system, run.gpus, run.work, run.layout).metrics

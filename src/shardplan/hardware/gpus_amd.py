@@ -14,7 +14,7 @@ from shardplan.hardware.curves import (
 from shardplan.hardware.spec import GpuSpec
 from shardplan.units import TB
 
-# AMD CDNA3: AMD's Max-Achievable FLOPs (MAF: hipBLASLt best shape, normal-like data, thermally stable, cold caches,
+# AMD CDNA3: AMD's Max-Achievable FLOPs (MAF: hipBLASLt best shape, trig_float data, thermally stable, cold caches,
 # the same method as MAMF; ROCm/rocm-blogs@8e01195 measuring-max-achievable-flops-part2 Table 1) — MI300X (750 W)
 # FP16 654, BF16 708, FP8 1273 TFLOP/s at median clocks 1115/1207/1230 MHz; MI325X (1000 W) 794/843/1519 at
 # 1354/1447/1464 MHz: the same CUs sustain higher clocks under the higher power limit. The plateau is the MAF × the
@@ -27,7 +27,8 @@ CDNA3_MEMORY: Curve = scaled_curve(HBM_MEMORY, 0.72)
 # --- AMD Instinct -------------------------------------------------------------------------------
 # MI250X is two GCDs that software sees as two devices: one entry here is one GCD, i.e. half the
 # package numbers of hw-mi250x (383 TFLOPS bf16/fp16/int8, 95.7 TFLOPS fp32 matrix, 3.2 TB/s, 560 W).
-# No measured curve: borrows the MI300X (CDNA3) curves.
+# No measured curve: borrows the MI300X (CDNA3) curves, whose MAF reflects the MI300X's own power limit and
+# clocks (an assumption for CDNA2; no MI250X record is validated).
 MI250X = GpuSpec(
     name="mi250x",
     vendor="amd",
@@ -60,7 +61,8 @@ MI300X = GpuSpec(
     attention_efficiency=0.35,
     kernel_fixed_s=KERNEL_FIXED_S,
     tdp_w=750,
-    source="AMD Instinct MI300X data sheet (published_calibration.json: hw-mi300x); curves: torchao roofline_utils",
+    source="AMD Instinct MI300X data sheet (published_calibration.json: hw-mi300x); GEMM: AMD MAF (ROCm blog), "
+    "HBM: torchao roofline_utils",
 )
 MI325X = MI300X.model_copy(
     update={

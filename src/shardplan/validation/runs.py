@@ -255,7 +255,7 @@ def stack_p2p_overlap(r: dict[str, Any]) -> bool:
     AutoModel, MaxText and Meta's Llama 3 stack have no such flag."""
     text = " ".join(str(r["source"].get(k, "")) for k in ("title", "url", "container_or_version")).lower()
     return not any(s in text for s in ("torchtitan", "llm-foundry", "llmfoundry", "mosaicml", "automodel", "maxtext",
-                                       "llama 3", "llama3"))
+                                       "herd of models", "2407.21783"))  # the last two: the Llama 3 paper
 
 
 # SoftwareSpec fields a record's ``software`` entry may set, each with its source in that entry.

@@ -43,6 +43,8 @@ class TrainTarget:
     eager_kernels: bool = False
     """Whether the cost model priced eager PyTorch elementwise kernels (SoftwareSpec.elementwise_kernels or
     norm_kernel not fused): a torchtitan export then leaves torch.compile off, as costed."""
+    overlap_p2p_comm: bool = True
+    """Whether the cost model priced interleaved pipeline sends beside compute (SoftwareSpec.overlap_p2p_comm)."""
 
     @property
     def num_nodes(self) -> int:
@@ -75,6 +77,7 @@ def train_target(plan: TrainPlanOut | None, *, model: ModelSpec, system: Any, nu
         else sw.overlap_grad_reduce, ep_dispatcher=str(sw.ep_dispatcher), ep_comm_overlap=bool(sw.ep_comm_overlap),
         moe_drop_and_pad=bool(sw.moe_drop_and_pad), moe_router_padding=bool(sw.moe_router_padding),
         eager_kernels=sw.elementwise_kernels != "fused" or sw.norm_kernel != "fused",
+        overlap_p2p_comm=bool(sw.overlap_p2p_comm),
     )
 
 

@@ -127,6 +127,8 @@ def _parallel(t: TrainTarget, args: Args, notes: list[str]) -> None:
                                      mtp=m.mtp_layers)))
     elif p.interleave > 1:
         args.append(("--num-layers-per-virtual-pipeline-stage", str(m.num_layers // (p.pp * p.interleave))))
+    if p.interleave > 1 and not t.overlap_p2p_comm:  # Megatron-LM's CLI overlaps interleaved sends by default
+        args.append(("--no-overlap-p2p-communication", None))
     if p.interleave > 1 and p.num_microbatches % p.pp:
         # schedules.py: the microbatch group size must lie in [PP, M] and leave no remainder below PP
         if p.num_microbatches < p.pp:

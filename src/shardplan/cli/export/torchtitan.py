@@ -89,6 +89,10 @@ def _parallelism(t: TrainTarget, notes: list[str]) -> dict[str, Value]:
                      "last backward (fsdp_reshard_after_forward \"default\"), as planned")
     if p.pp > 1:
         sec["pipeline_parallel_schedule"] = "Interleaved1F1B" if p.interleave > 1 else "1F1B"
+        if p.interleave > 1 and t.overlap_p2p_comm:
+            notes.append("the plan priced interleaved pipeline sends as overlapped with compute (Megatron's "
+                         "overlap_p2p_comm); torchtitan's Interleaved1F1B has no such switch: set the hardware "
+                         "file's software.overlap_p2p_comm: false to plan with blocking sends")
         sec["pipeline_parallel_microbatch_size"] = p.microbatch_size
         per_stage = _module_fqns(t)
         if per_stage is not None:

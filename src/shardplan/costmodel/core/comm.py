@@ -12,8 +12,8 @@ measured bus bandwidths of the presets (``LinkSpec.effective_bytes_per_s``).
 How NCCL runs them (NVIDIA/nccl@5067397 ``src/graph/tuning.cc``, the tuner that picks algorithm and
 protocol per call; the faster one is taken here too):
 - protocols: Simple (full bandwidth, per-hop latency of the link) and LL (8-byte flag per 16-byte line:
-  half the bandwidth, per-hop latency 0.18 of Simple's: NVLink 0.6 vs 3.4 µs, network 2.7 vs 14 µs), each
-  with its base latency per call (8.4 / 6.6 µs);
+  half the bandwidth, at most tuning.cc's ``llMaxBws`` bus bandwidth, per-hop latency 0.18 of Simple's: NVLink
+  0.6 vs 3.4 µs, network 2.7 vs 14 µs), each with its base latency per call (8.4 / 6.6 µs);
 - all-reduce inside an NVSwitch node with NVLink SHARP: NVLS (the switch reduces; measured bus bandwidth
   ``LinkSpec.nvls_bus_bytes_per_s``, NVLS hardware latency 25 µs) when more than 4 GPUs of the node take part;
 - across nodes the intra- and inter-node phases are pipelined (chunks stream through both at once), so the
@@ -36,6 +36,13 @@ LL_HOP_RATIO = 0.18  # tuning.cc hwLat ring LL/Simple: NVLink 0.6/3.4, network 2
 LL_BW_FACTOR = 0.5  # LL sends 8 bytes of data per 16-byte line (tuning.cc: busBw *= 1.0/2 for LL)
 NVLS_LATENCY_S = 25e-6  # tuning.cc hwLat[NVLINK][NVLS][Simple]
 NVLS_MIN_GPUS = 5  # NCCL selects NVLS above 4 GPUs per node (8×H200 all-reduce table, ml-engineering §SHARP)
+# Ceiling on the LL protocol's ring bus bandwidth (tuning.cc ``llMaxBws``, GB/s, ``busBw = min(llMaxBw, busBw·0.5)``):
+# one node by GPU generation (Volta 39, Ampere/Ada 87.7, Hopper 141, Blackwell 282); across nodes by host CPU, Intel
+# (and Grace) rows taken: 2 nodes 39, 3 or more 20.4 (AMD hosts: 22.5 / 19.0). RCCL's tuner is not modelled.
+LL_MAX_BUS_ONE_NODE = (("v100", 39e9), ("t4", 39e9), ("h", 141e9), ("b", 282e9), ("gb", 282e9), ("mi", 141e9))
+LL_MAX_BUS_AMPERE = 87.7e9
+LL_MAX_BUS_TWO_NODES = 39e9
+LL_MAX_BUS_MORE_NODES = 20.4e9
 
 
 def members_per_node(system: SystemSpec, n: np.ndarray, stride: np.ndarray) -> np.ndarray:
@@ -61,11 +68,20 @@ def _lat(link: LinkSpec | None) -> float:
     return link.latency_s if link is not None else 0.0
 
 
-def _nccl(transfer_s: np.ndarray, hops_s: np.ndarray) -> np.ndarray:
+def ll_max_bus(system: SystemSpec, nodes: np.ndarray) -> np.ndarray:
+    """tuning.cc's ceiling on LL ring bus bandwidth for a call over ``nodes`` nodes (``LL_MAX_BUS_*``)."""
+    name = system.gpu.name
+    one = next((bw for prefix, bw in LL_MAX_BUS_ONE_NODE if name.startswith(prefix)), LL_MAX_BUS_AMPERE)
+    nodes = np.asarray(nodes, dtype=float)
+    return np.where(nodes <= 1, one, np.where(nodes <= 2, LL_MAX_BUS_TWO_NODES, LL_MAX_BUS_MORE_NODES))
+
+
+def _nccl(transfer_s: np.ndarray, hops_s: np.ndarray, ll_floor_s: np.ndarray | float = 0.0) -> np.ndarray:
     """The faster of NCCL's Simple and LL protocols for a call moving data in ``transfer_s`` at full bandwidth
-    with per-hop latencies summing to ``hops_s`` under Simple."""
+    with per-hop latencies summing to ``hops_s`` under Simple; ``ll_floor_s`` is the LL transfer at NCCL's LL
+    bus-bandwidth ceiling (``ll_max_bus``: bus bytes / ceiling), which large calls hit first."""
     simple = SIMPLE_BASE_S + hops_s + transfer_s
-    ll = LL_BASE_S + LL_HOP_RATIO * hops_s + transfer_s / LL_BW_FACTOR
+    ll = LL_BASE_S + LL_HOP_RATIO * hops_s + np.maximum(transfer_s / LL_BW_FACTOR, ll_floor_s)
     return np.minimum(simple, ll)
 
 
@@ -84,7 +100,7 @@ def all_reduce_time(system: SystemSpec, nbytes: np.ndarray, n: np.ndarray, strid
     inter = np.where(nodes > 1, 2 * (nodes - 1) / nodes * s / k / link_bandwidth(system, "inter"), 0.0)
     hops = 2 * ((k - 1) * _lat(system.intra_node)
                 + np.ceil(np.log2(np.maximum(nodes, 1))) * _lat(system.inter_node))
-    t = _nccl(np.maximum(ring, inter), hops)
+    t = _nccl(np.maximum(ring, inter), hops, 2 * (n - 1) / n * s / ll_max_bus(system, nodes))
     nvls_bw = system.intra_node.nvls_bus_bytes_per_s
     if nvls_bw:
         nvls_bw = nvls_bw * system.calibration.intra_node_comm_scale
@@ -101,7 +117,8 @@ def reduce_scatter_time(system: SystemSpec, nbytes: np.ndarray, n: np.ndarray, s
     intra = (k - 1) / k * s / link_bandwidth(system, "intra")
     inter = np.where(nodes > 1, (nodes - 1) / nodes * s / k / link_bandwidth(system, "inter"), 0.0)
     hops = (n - nodes) * _lat(system.intra_node) + (nodes - 1) * _lat(system.inter_node)
-    return np.where(n > 1, _nccl(np.maximum(intra, inter), hops), 0.0)
+    ll_floor = (n - 1) / n * s / ll_max_bus(system, nodes)
+    return np.where(n > 1, _nccl(np.maximum(intra, inter), hops, ll_floor), 0.0)
 
 
 all_gather_time = reduce_scatter_time

@@ -85,15 +85,16 @@ def _objective(table: TrainTable, idx: np.ndarray | int, per_sequence: bool) -> 
 
 
 def comparisons(table: TrainTable, chosen: int, eligible: np.ndarray, report: Callable[[int], TrainReport],
-                limit: int = 8, per_sequence: bool = False) -> list[Comparison]:
+                limit: int = 8, per_sequence: bool = False, plan: TrainReport | None = None) -> list[Comparison]:
     """The best layout of each other (TP, PP) pair among the rows the solver chose from (``eligible``), named in
     full and re-evaluated by ``report`` (``estimate_training`` of that layout): its step time, or why it does not
     fit. A pair that fits only with CPU offload (which the solver sets aside by default) says so. ``delta_pct``
-    compares time per sequence (step time when the batch is fixed)."""
+    compares time per sequence (step time when the batch is fixed) with ``plan``, the plan as printed (its
+    per-stage split included); without it, with row ``chosen``."""
     r = table.rows
     radix = int(r.pp.max(initial=0)) + 1
     pairs = [(int(c) // radix, int(c) % radix) for c in np.unique(r.tp.astype(np.int64) * radix + r.pp)]
-    best = report(chosen)
+    best = plan if plan is not None else report(chosen)
 
     def delta(rep: TrainReport) -> float:
         return 100 * ((rep.metrics.step_time_s / rep.plan.global_batch)

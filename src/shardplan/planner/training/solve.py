@@ -208,7 +208,7 @@ def plan_training(req: TrainRequest, *, explain: bool = True) -> TrainPlan:
         status=status, model=req.model.name, hardware=req.system.name, num_gpus=req.num_gpus,
         seq_len=work.seq_len, plan=best.plan, metrics=best.metrics, memory=best.memory, stages=best.stages,
         layers=best.layers, solver=solver, alternatives=alts,
-        comparisons=comparisons(table, chosen[0], fits, report, per_sequence=per_seq),
+        comparisons=comparisons(table, chosen[0], fits, report, per_sequence=per_seq, plan=best),
         explanation=explained,
     )
     wall = time.perf_counter() - t0
