@@ -28,6 +28,20 @@ from shardplan.costmodel.training.knobs import Recompute
 from shardplan.planner.training.knobs import OffloadPolicy
 
 
+class Framework(StrEnum):
+    """The training framework a plan must run in (``--framework``): only the knobs it has."""
+
+    MEGATRON = "megatron"
+    TORCHTITAN = "torchtitan"
+    FSDP = "fsdp"
+
+
+FrameworkOpt = Annotated[Framework | None, typer.Option(
+    "--framework", help="Plan only layouts this framework can run: megatron (Megatron-LM/NeMo: every knob; ZeRO-3 "
+    "without PP), torchtitan (FSDP2 or DDP, TP, PP, CP, EP; no ZeRO-1/2), fsdp (PyTorch FSDP as llm-foundry or HF "
+    "Accelerate run it: data parallel only, ZeRO 0/2/3, full recompute or none). Default: every knob.")]
+
+
 class PlotKind(StrEnum):
     """What a training --plot draws."""
 
@@ -302,6 +316,7 @@ def train(
     grad_reduce_dtype: GradReduceDtype = None, optimizer: Optimizer = "adam", memory_headroom: HeadroomOpt = None,
     attention: Attention = None, as_json: JsonOpt = False, export: ExportOpt = None, output: OutputOpt = None,
     plot: PlotOpt = None, plot_kind: PlotKindOpt = None, uniform_stages: UniformOpt = False,
+    framework: FrameworkOpt = None,
 ) -> None:
     """Choose the fastest training layout (CP-SAT over the cost model), with the reasons.
 
@@ -337,8 +352,11 @@ def train(
         zero3_with_pp=export is None or export == "torchtitan",  # only torchtitan runs FSDP under PP
         zero3_with_ep=export != "deepspeed",  # deepspeed.moe.layer.MoE refuses ZeRO-3 (exporter's check)
         module_sets=export is None or export == "megatron",  # --recompute-modules is Megatron's
-        recompute_modules=_modules(recompute_modules),
+        recompute_modules=_modules(recompute_modules), framework=str(framework) if framework else None,
     )
+    if framework and export in (TrainFormat.MEGATRON, TrainFormat.TORCHTITAN) and str(export) != str(framework):
+        raise ShardplanError(f"--export {export} writes a {export} launch, but --framework {framework} plans for "
+                             f"{framework}: give one, or the same for both", field="framework")
     with solving(f"planning {spec.name} on {n} GPUs…", enabled=not as_json):
         plan = plan_training(req)
     _deliver(plan, spec=spec, system=system, n=n, work=work, as_json=as_json,

@@ -60,6 +60,22 @@ class OptimumRun:
     layout: TrainLayout
     measured_tokens_per_s_per_gpu: float
     derived_from_tflops: bool
+    framework: str | None = None  # what the free plan may use: the record's framework (``stack_framework``)
+
+
+def stack_framework(record: dict[str, Any]) -> str | None:
+    """The framework a record's software runs (``frameworks.FRAMEWORKS``), so the free plan stays inside it:
+    llm-foundry is PyTorch FSDP (``fsdp``); torchtitan and NeMo AutoModel (FSDP2, DTensor TP, torch PP) are
+    ``torchtitan``; NeMo, Megatron-Bridge, Megatron-LM and the NVIDIA stacks on them are ``megatron``; Meta's
+    Llama 3 stack and MaxText are not in the table (every knob)."""
+    text = " ".join(str(record["source"].get(k, "")) for k in ("title", "url", "container_or_version")).lower()
+    if any(s in text for s in ("llm-foundry", "llmfoundry", "mosaicml")):
+        return "fsdp"
+    if any(s in text for s in ("torchtitan", "automodel")):
+        return "torchtitan"
+    if any(s in text for s in ("herd of models", "2407.21783", "maxtext")):
+        return None
+    return "megatron"
 
 
 class OptimumRow(BaseModel):
@@ -81,6 +97,7 @@ class OptimumRow(BaseModel):
     free_layout: str | None
     why_free_faster: str | None = None  # when the free plan beats the published layout by > 15%: the costs it removes
     failure: str | None = None
+    framework: str | None = None  # the knobs the free plan could use (the record's framework; None: every knob)
 
 
 class OptimumSummary(BaseModel):
@@ -242,7 +259,7 @@ def parse_run(record: dict[str, Any]) -> OptimumRun | str:
         measured, derived = float(met["model_tflops_per_gpu"]) * 1e12 / source_flops_per_token(model, seq), True
     else:
         return "no throughput published"
-    return OptimumRun(record["id"], model, system, n, work, layout, measured, derived)
+    return OptimumRun(record["id"], model, system, n, work, layout, measured, derived, stack_framework(record))
 
 
 def load_records_tuned() -> list[dict[str, Any]]:
@@ -307,6 +324,7 @@ def evaluate_run(run: OptimumRun) -> OptimumRow:
     lay = run.layout
     common = dict(id=run.id, model=run.model.name, gpus=run.gpus, hardware=run.system.name, dtype=run.work.dtype,
                   measured=run.measured_tokens_per_s_per_gpu, derived_from_tflops=run.derived_from_tflops,
+                  framework=run.framework,
                   pinned_layout=layout_text(lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.microbatch, lay.interleave,
                                             str(lay.recompute), lay.zero_stage))
     pinned = fits = pinned_metrics = why = None
@@ -322,7 +340,8 @@ def evaluate_run(run: OptimumRun) -> OptimumRow:
         failure.append(f"pinned: {e}")
     free = free_layout = None
     try:
-        plan = plan_training(TrainRequest(model=run.model, system=run.system, num_gpus=run.gpus, workload=run.work),
+        plan = plan_training(TrainRequest(model=run.model, system=run.system, num_gpus=run.gpus, workload=run.work,
+                                          framework=run.framework),
                              explain=False)
         if plan.metrics is None or plan.plan is None:
             failure.append(f"free: {plan.reason or 'infeasible'}")

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from shardplan.costmodel.core.layouts import divisors, fmt_values, layer_kind_names
+from shardplan.costmodel.training.frameworks import FrameworkCaps
 from shardplan.costmodel.training.knobs import RECOMPUTE_MODULES, RECOMPUTE_POLICIES, modules_mask
 from shardplan.costmodel.training.layout import RECOMPUTE_CODE, LayoutArrays, Recompute, TrainLayout, TrainWorkload
 from shardplan.errors import ShardplanError
@@ -165,6 +166,7 @@ class SpaceRequest:
     zero3_with_pp: bool = True  # False: the target framework cannot shard weights under PP (Megatron, DeepSpeed)
     zero3_with_ep: bool = True  # False: the target cannot combine expert parallelism with ZeRO-3 (DeepSpeed MoE)
     recompute_modules: tuple[str, ...] | None = None  # pinned selective module set (None: Megatron's default)
+    framework: FrameworkCaps | None = None  # only the knobs this framework can run (``frameworks.FRAMEWORKS``)
 
 
 @dataclass
@@ -187,6 +189,16 @@ def enumerate_layouts(model: ModelSpec, work: TrainWorkload, req: SpaceRequest) 
         return [v for v in values if v == pin]
 
     n = req.num_gpus
+    fw = req.framework
+
+    def allowed(values: list[int], knob: str) -> list[int]:
+        if fw is None or getattr(fw, knob):
+            return values
+        out = [v for v in values if v == 1]
+        if len(out) < len(values):
+            pruned[f"{knob} > 1 ({fw.name} has none)"] = len(values) - len(out)
+        return out
+
     # A pinned value bypasses the soft limits (TP within a node, CP chunk size, interleave cap).
     tps = keep(valid_tp(model) if req.tp else [t for t in valid_tp(model) if t <= min(req.max_tp, n)],
                req.tp, "tp pinned")
@@ -194,11 +206,12 @@ def enumerate_layouts(model: ModelSpec, work: TrainWorkload, req: SpaceRequest) 
     # attention kernels are too short to hide the K/V exchange (Megatron-LM recommends CP from 8k+).
     cps = [c for c in divisors(n) if work.seq_len % c == 0
            and (req.cp or (c <= req.max_cp and (c == 1 or work.seq_len // c >= req.min_cp_chunk)))]
-    cps = keep(cps, req.cp, "cp pinned")
-    pps = keep([p for p in divisors(n) if p <= model.num_layers], req.pp, "pp pinned")
-    rcs = [Recompute(req.recompute)] if req.recompute is not None else list(Recompute)
+    tps = allowed(tps, "tp")
+    cps = allowed(keep(cps, req.cp, "cp pinned"), "cp")
+    pps = allowed(keep([p for p in divisors(n) if p <= model.num_layers], req.pp, "pp pinned"), "pp")
+    rcs = [Recompute(req.recompute)] if req.recompute is not None else list(fw.recompute if fw else Recompute)
     sps = [req.sequence_parallel] if req.sequence_parallel is not None else [False, True]
-    zeros = [req.zero_stage] if req.zero_stage is not None else [0, 1, 2, 3]
+    zeros = [req.zero_stage] if req.zero_stage is not None else list(fw.zero_stages if fw else (0, 1, 2, 3))
     batches = req.batches or [work.global_batch]
     experts = model.moe.num_experts if model.moe else 1
     cols: dict[str, list] = {k: [] for k in ("tp", "pp", "dp", "ep", "cp", "mb", "v", "rc", "sp", "zero", "gb",
@@ -214,10 +227,10 @@ def enumerate_layouts(model: ModelSpec, work: TrainWorkload, req: SpaceRequest) 
         etps = keep(sorted({tp, 1}) if model.moe else [tp], req.etp, "etp pinned")
         eps_of = {et: keep([e for e in divisors(experts) if (tp * cp * dp) % (et * e) == 0] if model.moe else [1],
                            req.ep, "ep pinned") for et in etps}
-        eps = [(et, e) for et in etps for e in eps_of[et]]
+        eps = [(et, e) for et in etps for e in eps_of[et] if fw is None or fw.ep or e == 1]
         top = max(req.max_interleave, req.interleave or 1)
         vs = [v for v in range(1, top + 1) if v == 1 or (pp > 1 and pp * v <= model.num_layers)]
-        vs = keep(vs, req.interleave, "interleave pinned")
+        vs = allowed(keep(vs, req.interleave, "interleave pinned"), "interleave")
         for gb in ([req.max_batch // dp * dp] if req.max_batch else batches):
             if gb == 0:
                 pruned["dp larger than the batch"] = pruned.get("dp larger than the batch", 0) + 1
@@ -253,7 +266,7 @@ def enumerate_layouts(model: ModelSpec, work: TrainWorkload, req: SpaceRequest) 
             z2 = ok & (z_c == 2) & (pp > 1)
             if z2.any():
                 pruned["ZeRO-2 with pipeline"] = pruned.get("ZeRO-2 with pipeline", 0) + int(z2.sum())
-            z3 = ok & ~z2 & (z_c == 3) & (pp > 1) & (not req.zero3_with_pp)
+            z3 = ok & ~z2 & (z_c == 3) & (pp > 1) & (not req.zero3_with_pp or (fw is not None and not fw.zero3_with_pp))
             if z3.any():
                 pruned["ZeRO-3 with pipeline (export target)"] = (
                     pruned.get("ZeRO-3 with pipeline (export target)", 0) + int(z3.sum()))

@@ -7,6 +7,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field
 
 from shardplan.costmodel.core.layouts import divisors
+from shardplan.costmodel.training.frameworks import FRAMEWORKS
 from shardplan.costmodel.training.layout import Recompute, TrainWorkload
 from shardplan.costmodel.training.space import ZERO2_PP, SpaceRequest, check_dtype, check_modules, valid_tp
 from shardplan.errors import ShardplanError
@@ -49,6 +50,7 @@ class TrainRequest(BaseModel):
     zero3_with_pp: bool = True  # False: ZeRO-3 with PP pruned (Megatron-LM and DeepSpeed exports cannot run it)
     zero3_with_ep: bool = True  # False: ZeRO-3 with EP pruned (DeepSpeed's MoE layer refuses the combination)
     recompute_modules: tuple[str, ...] | None = None  # pinned Megatron --recompute-modules (needs recompute selective)
+    framework: str | None = None  # megatron, torchtitan or fsdp: only layouts it can run (None: every knob)
     top_k: Annotated[int, Field(ge=1, le=50)] = 1
     time_limit_s: Annotated[float, Field(gt=0)] = 30.0
     seed: int = 0
@@ -67,6 +69,17 @@ def check_pins(req: TrainRequest) -> None:
     if req.etp is not None:
         require_allowed("etp", req.etp, divisors(n) if m.moe else ([req.tp] if req.tp else []))
     require_allowed("zero", req.zero_stage, [0, 1, 2, 3])
+    if req.framework is not None:
+        if req.framework not in FRAMEWORKS:
+            raise ShardplanError(f"framework must be one of {', '.join(FRAMEWORKS)} (got {req.framework!r})",
+                                 field="framework")
+        caps = FRAMEWORKS[req.framework]
+        for knob, value in (("tp", req.tp), ("pp", req.pp), ("interleave", req.interleave), ("cp", req.cp),
+                            ("ep", req.ep), ("zero", req.zero_stage), ("recompute", req.recompute)):
+            if caps.refuses(knob, value):
+                raise ShardplanError(f"{req.framework} cannot run {knob} {value}: drop --{knob} or --framework "
+                                     f"(it runs zero {'/'.join(map(str, caps.zero_stages))}, recompute "
+                                     f"{'/'.join(str(r) for r in caps.recompute)})", field=knob)
     if req.pp is not None and req.pp > 1 and req.zero_stage == 2:
         raise ShardplanError(ZERO2_PP, field="zero")
     if req.pp is not None and req.pp > 1 and req.zero_stage == 3 and not req.zero3_with_pp:
@@ -90,6 +103,7 @@ def check_pins(req: TrainRequest) -> None:
 
 def space_request(req: TrainRequest) -> SpaceRequest:
     node = req.system.gpus_per_node
+    caps = FRAMEWORKS[req.framework] if req.framework is not None else None
     return SpaceRequest(
         num_gpus=req.num_gpus, tp=req.tp, pp=req.pp, dp=req.dp, ep=req.ep, etp=req.etp, cp=req.cp,
         microbatch=req.microbatch, interleave=req.interleave, recompute=req.recompute,
@@ -98,6 +112,7 @@ def space_request(req: TrainRequest) -> SpaceRequest:
         max_interleave=max(req.max_interleave, req.interleave or 1),
         max_cp=max(req.max_cp, req.cp or 1),
         max_batch=None if req.fixed_global_batch else req.max_global_batch,
-        gpu_memory_bytes=float(req.system.gpu.memory_bytes), zero3_with_pp=req.zero3_with_pp,
-        zero3_with_ep=req.zero3_with_ep, recompute_modules=req.recompute_modules,
+        gpu_memory_bytes=float(req.system.gpu.memory_bytes),
+        zero3_with_pp=req.zero3_with_pp and (caps is None or caps.zero3_with_pp),
+        zero3_with_ep=req.zero3_with_ep, recompute_modules=req.recompute_modules, framework=caps,
     )

@@ -1,0 +1,54 @@
+"""What each training framework can run: the layout knobs a plan may use when the user names the framework
+(``--framework``). A plan outside them would be a layout the user's code cannot launch.
+
+Sources, one line each (read at the commits the exporters cite):
+- megatron: Megatron-LM / NeMo / Megatron-Bridge — TP, PP with interleaving, CP, EP, selective and full recompute;
+  ZeRO-1 as the distributed optimizer, ZeRO-2/3 as Megatron-FSDP (``optim_grads`` / ``optim_grads_params``), which
+  does not run under pipeline parallelism (the exporter refuses it).
+- torchtitan: FSDP2 (ZeRO-3, also under PP: ``fsdp_reshard_after_forward``), DDP (ZeRO-0), TP, PP with
+  Interleaved1F1B, CP, EP; activation checkpointing none / selective (per op) / full; no ZeRO-1 or ZeRO-2
+  (torchtitan/distributed/parallel_dims.py, config/job_config.py).
+- fsdp: PyTorch FSDP1 as llm-foundry (Composer) and HF Accelerate drive it — data parallelism only, sharding
+  NO_SHARD (ZeRO-0), SHARD_GRAD_OP (ZeRO-2) or FULL_SHARD (ZeRO-3), activation checkpointing of whole blocks, all
+  or some, or none (llm-foundry scripts/train/benchmarking/submit_benchmarks.py: fsdp_config sharding_strategy,
+  activation_checkpointing; llmfoundry/models/utils/act_ckpt.py at 8c8dd48: target blocks "first-n", "range-i-j").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from shardplan.costmodel.training.layout import Recompute
+
+
+@dataclass(frozen=True)
+class FrameworkCaps:
+    """The knobs a framework can set; a False degree means that degree stays 1."""
+
+    name: str
+    zero_stages: tuple[int, ...]
+    recompute: tuple[Recompute, ...]
+    tp: bool = True
+    pp: bool = True
+    interleave: bool = True
+    cp: bool = True
+    ep: bool = True
+    zero3_with_pp: bool = True
+
+    def refuses(self, knob: str, value: object) -> bool:
+        """Whether a pinned ``value`` of ``knob`` (a layout flag's name) is outside this framework."""
+        if knob in ("tp", "pp", "interleave", "cp", "ep"):
+            return isinstance(value, int) and value > 1 and not getattr(self, knob)
+        if knob == "zero":
+            return value is not None and value not in self.zero_stages
+        if knob == "recompute":
+            return value is not None and Recompute(value) not in self.recompute
+        return False
+
+
+FRAMEWORKS: dict[str, FrameworkCaps] = {
+    "megatron": FrameworkCaps("megatron", (0, 1, 2, 3), tuple(Recompute), zero3_with_pp=False),
+    "torchtitan": FrameworkCaps("torchtitan", (0, 3), tuple(Recompute)),
+    "fsdp": FrameworkCaps("fsdp", (0, 2, 3), (Recompute.NONE, Recompute.FULL), tp=False, pp=False,
+                          interleave=False, cp=False, ep=False),
+}

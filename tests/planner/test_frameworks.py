@@ -1,0 +1,93 @@
+"""``--framework``: the planner keeps to the knobs a framework can run (costmodel.training.frameworks)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from shardplan.costmodel.training.frameworks import FRAMEWORKS
+from shardplan.costmodel.training.layout import RECOMPUTE_CODE, Recompute, TrainWorkload
+from shardplan.costmodel.training.space import SpaceRequest, enumerate_layouts
+from shardplan.errors import ShardplanError
+from shardplan.hardware import get_system
+from shardplan.models import get_model
+from shardplan.planner.training.solve import TrainRequest, plan_training
+from shardplan.validation.optimum import load_records_tuned, parse_run, stack_framework
+
+LLAMA = get_model("llama-3.1-70b")
+MIXTRAL = get_model("mixtral-8x7b")
+WORK = TrainWorkload(seq_len=8192, global_batch=128)
+
+
+def _rows(model, name: str | None):
+    req = SpaceRequest(num_gpus=64, framework=FRAMEWORKS[name] if name else None, max_cp=8, min_cp_chunk=2048)
+    return enumerate_layouts(model, WORK, req)
+
+
+def test_fsdp_plans_data_parallel_only() -> None:
+    """PyTorch FSDP as llm-foundry runs it: no TP, PP, CP or EP; NO_SHARD, SHARD_GRAD_OP or FULL_SHARD; whole-block
+    checkpointing or none. Every enumerated row keeps to that, and the rule says what it pruned."""
+    space = _rows(MIXTRAL, "fsdp")
+    r = space.rows
+    assert len(r.tp) > 0
+    assert (r.tp == 1).all() and (r.pp == 1).all() and (r.cp == 1).all() and (r.ep == 1).all() and (r.v == 1).all()
+    assert set(np.unique(r.zero)) <= {0, 2, 3}
+    assert set(np.unique(r.rc)) <= {RECOMPUTE_CODE[Recompute.NONE], RECOMPUTE_CODE[Recompute.FULL]}
+    assert space.pruned.get("pp > 1 (fsdp has none)", 0) > 0 and space.pruned.get("tp > 1 (fsdp has none)", 0) > 0
+    free = _rows(MIXTRAL, None).rows
+    assert len(free.tp) > len(r.tp) and (free.pp > 1).any() and (free.ep > 1).any()
+
+
+def test_torchtitan_has_no_zero_1_or_2_and_megatron_no_zero_3_under_pp() -> None:
+    titan = _rows(LLAMA, "torchtitan").rows
+    assert set(np.unique(titan.zero)) <= {0, 3} and ((titan.zero == 3) & (titan.pp > 1)).any()
+    mega = _rows(LLAMA, "megatron").rows
+    assert not ((mega.zero == 3) & (mega.pp > 1)).any() and (mega.zero == 1).any()
+
+
+def test_the_plan_keeps_to_the_framework_and_costs_no_less_than_the_free_plan() -> None:
+    """The framework's space is a subset of the free one, so its optimum cannot be faster."""
+    system = get_system("dgx-h100")
+    plans = {fw: plan_training(TrainRequest(model=LLAMA, system=system, num_gpus=64, workload=WORK, framework=fw),
+                               explain=False) for fw in (None, "fsdp", "torchtitan")}
+    fsdp = plans["fsdp"].plan
+    assert fsdp is not None and (fsdp.tp, fsdp.pp, fsdp.cp) == (1, 1, 1) and fsdp.zero_stage in (0, 2, 3)
+    assert plans["torchtitan"].plan is not None and plans["torchtitan"].plan.zero_stage in (0, 3)
+    for fw in ("fsdp", "torchtitan"):
+        assert plans[fw].metrics.step_time_s >= plans[None].metrics.step_time_s * (1 - 1e-9)
+
+
+@pytest.mark.parametrize(("framework", "pin", "field"), [("fsdp", {"tp": 2}, "tp"), ("fsdp", {"pp": 2}, "pp"),
+                                                         ("torchtitan", {"zero_stage": 1}, "zero"),
+                                                         ("fsdp", {"recompute": Recompute.SELECTIVE}, "recompute")])
+def test_a_pin_the_framework_cannot_run_is_bad_input(framework: str, pin: dict, field: str) -> None:
+    req = TrainRequest(model=LLAMA, system=get_system("dgx-h100"), num_gpus=64, workload=WORK, framework=framework,
+                       **pin)
+    with pytest.raises(ShardplanError) as e:
+        plan_training(req, explain=False)
+    assert e.value.field == field and framework in str(e.value)
+
+
+def test_cli_framework_conflicts_are_one_line_exit_2(run_cli) -> None:
+    base = ("train", "-m", "llama-3.1-8b", "--hardware", "dgx-h100", "--gpus", "8", "-b", "32", "-s", "4096")
+    r = run_cli(*base, "--framework", "fsdp", "--tp", "2")
+    assert r.code == 2 and r.err.count("\n") == 1 and "fsdp cannot run tp 2" in r.err
+    r = run_cli(*base, "--framework", "torchtitan", "--export", "megatron")
+    assert r.code == 2 and r.err.count("\n") == 1 and "framework" in r.err
+    r = run_cli(*base, "--framework", "fsdp", "--json")
+    plan = json.loads(r.out)["plan"]
+    assert r.code == 0 and (plan["tp"], plan["pp"], plan["cp"]) == (1, 1, 1)
+
+
+def test_validation_plans_inside_each_records_framework() -> None:
+    """llm-foundry records plan as PyTorch FSDP, torchtitan and AutoModel as torchtitan, NVIDIA stacks as Megatron;
+    the Llama 3 paper's own stack keeps every knob."""
+    by_id = {r["id"]: r for r in load_records_tuned()}
+    assert stack_framework(by_id["llmfoundry-mpt-70b-512gpu-seq2048-h100-bf16"]) == "fsdp"
+    assert stack_framework(by_id["dgxc-v25.01-llama-31-70b-256gpu-h100-bf16"]) == "megatron"
+    assert stack_framework(by_id["mlperf-v5.0-llama3.1-405b-512gpu-h100-fp8"]) == "megatron"
+    assert stack_framework(by_id["llama3-paper-405b-8192gpu-bf16"]) is None
+    titan = [r for i, r in by_id.items() if i.startswith(("torchtitan", "automodel"))]
+    assert titan and all(stack_framework(r) == "torchtitan" for r in titan)
+    run = parse_run(by_id["llmfoundry-mpt-7b-8gpu-seq2048-h100-bf16"])
+    assert not isinstance(run, str) and run.framework == "fsdp"
