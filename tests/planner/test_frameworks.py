@@ -84,8 +84,13 @@ def test_validation_plans_inside_each_records_framework() -> None:
     the Llama 3 paper's own stack keeps every knob."""
     by_id = {r["id"]: r for r in load_records_tuned()}
     assert stack_framework(by_id["llmfoundry-mpt-70b-512gpu-seq2048-h100-bf16"]) == "fsdp"
-    assert stack_framework(by_id["dgxc-v25.01-llama-31-70b-256gpu-h100-bf16"]) == "megatron"
+    assert stack_framework(by_id["dgxc-v25.01-llama-31-70b-256gpu-h100-bf16"]) == "megatron-zero1"  # NeMo 24.09
     assert stack_framework(by_id["mlperf-v5.0-llama3.1-405b-512gpu-h100-fp8"]) == "megatron"
+    # NeMo up to 24.09 and Megatron-Core r0.8 ran no FSDP (Megatron-LM added FSDP2 on 2024-11-13): ZeRO-1 at most
+    assert stack_framework(by_id["nemo-24.07-nemotron-22b-64gpu-h100-fp8"]) == "megatron-zero1"
+    assert stack_framework(by_id["mlperf-v4.1-gpt3-175b-256gpu-h100-fp8"]) == "megatron-zero1"
+    assert stack_framework(by_id["nemo-25.02-gpt3-175b-512gpu-h100-fp8"]) == "megatron"
+    assert FRAMEWORKS["megatron-zero1"].zero_stages == (0, 1)
     assert stack_framework(by_id["llama3-paper-405b-8192gpu-bf16"]) is None
     titan = [r for i, r in by_id.items() if i.startswith(("torchtitan", "automodel"))]
     assert titan and all(stack_framework(r) == "torchtitan" for r in titan)

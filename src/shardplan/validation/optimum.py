@@ -66,8 +66,9 @@ class OptimumRun:
 def stack_framework(record: dict[str, Any]) -> str | None:
     """The framework a record's software runs (``frameworks.FRAMEWORKS``), so the free plan stays inside it:
     llm-foundry is PyTorch FSDP (``fsdp``); torchtitan and NeMo AutoModel (FSDP2, DTensor TP, torch PP) are
-    ``torchtitan``; NeMo, Megatron-Bridge, Megatron-LM and the NVIDIA stacks on them are ``megatron``; Meta's
-    Llama 3 stack and MaxText are not in the table (every knob)."""
+    ``torchtitan``; NeMo, Megatron-Bridge, Megatron-LM and the NVIDIA stacks on them are ``megatron``, or
+    ``megatron-zero1`` for versions from before Megatron-Core ran FSDP (NeMo containers up to 24.09, Megatron-Core
+    r0.8, MLPerf v3.x); Meta's Llama 3 stack and MaxText are not in the table (every knob)."""
     text = " ".join(str(record["source"].get(k, "")) for k in ("title", "url", "container_or_version")).lower()
     if any(s in text for s in ("llm-foundry", "llmfoundry", "mosaicml")):
         return "fsdp"
@@ -75,7 +76,10 @@ def stack_framework(record: dict[str, Any]) -> str | None:
         return "torchtitan"
     if any(s in text for s in ("herd of models", "2407.21783", "maxtext")):
         return None
-    return "megatron"
+    version = re.search(r"(?:nemo|ngc)[ :_.-]?(?:framework)?v?(\d\d)\.(\d\d)", text)
+    before_fsdp = ((version is not None and (int(version.group(1)), int(version.group(2))) <= (24, 9))
+                   or "megatron-core r0.8" in text or "mlperf training v3." in text)
+    return "megatron-zero1" if before_fsdp else "megatron"
 
 
 class OptimumRow(BaseModel):

@@ -5,6 +5,9 @@ Sources, one line each (read at the commits the exporters cite):
 - megatron: Megatron-LM / NeMo / Megatron-Bridge — TP, PP with interleaving, CP, EP, selective and full recompute;
   ZeRO-1 as the distributed optimizer, ZeRO-2/3 as Megatron-FSDP (``optim_grads`` / ``optim_grads_params``), which
   does not run under pipeline parallelism (the exporter refuses it).
+- megatron-zero1: Megatron-Core before it ran any FSDP (PyTorch FSDP2 support came in Megatron-LM e1993fa6f7,
+  2024-11-13; its own FSDP in d165a8548b, 2025-02-26): ZeRO-1 (the distributed optimizer) or none — NeMo containers
+  up to 24.09, Megatron-Core r0.8. Used for validation records of those versions; not a CLI choice.
 - torchtitan: FSDP2 (ZeRO-3, also under PP: ``fsdp_reshard_after_forward``), DDP (ZeRO-0), TP, PP with
   Interleaved1F1B, CP, EP; activation checkpointing none / selective (per op) / full; no ZeRO-1 or ZeRO-2
   (torchtitan/distributed/parallel_dims.py, config/job_config.py).
@@ -48,6 +51,7 @@ class FrameworkCaps:
 
 FRAMEWORKS: dict[str, FrameworkCaps] = {
     "megatron": FrameworkCaps("megatron", (0, 1, 2, 3), tuple(Recompute), zero3_with_pp=False),
+    "megatron-zero1": FrameworkCaps("megatron-zero1", (0, 1), tuple(Recompute), zero3_with_pp=False),
     "torchtitan": FrameworkCaps("torchtitan", (0, 3), tuple(Recompute)),
     "fsdp": FrameworkCaps("fsdp", (0, 2, 3), (Recompute.NONE, Recompute.FULL), tp=False, pp=False,
                           interleave=False, cp=False, ep=False),
