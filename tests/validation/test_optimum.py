@@ -205,3 +205,14 @@ def test_mlperf_mi355x_runs_are_evaluated_on_their_own_gpu() -> None:
         assert (run.layout.tp, run.layout.pp, run.layout.dp, run.layout.microbatch) == (1, 1, 8, 2)
         met = estimate_training(run.model, run.system, run.gpus, run.work, run.layout).metrics
         assert abs(met.tokens_per_s / run.gpus / run.measured_tokens_per_s_per_gpu - 1) < 0.15
+
+
+def test_every_catalogued_gpu_name_finds_its_preset() -> None:
+    """A held-back record on any GPU the catalog has is evaluated on that GPU's preset (H200 before H20: prefixes)."""
+    from shardplan.validation.optimum import _system
+
+    expect = {"H100-SXM-80GB": "dgx-h100", "H200": "hgx-h200", "H20": "hgx-h20", "H800": "dgx-h800", "B300": "dgx-b300",
+              "GB300": "gb300-nvl72", "A100-SXM4-40GB": "dgx-a100-40gb", "MI300X": "mi300x-8", "MI325X": "mi325x-8"}
+    for gpu, name in expect.items():
+        system = _system(gpu)
+        assert system is not None and system.name == name, gpu

@@ -35,8 +35,12 @@ BAND = (-10.0, 15.0)  # free-planner target band, percent of measured throughput
 # GPU name prefix in the records → system preset. The Grand Teton H100s of torchtitan's tables (96 GB HBM2e at
 # 500 W: lower sustained clocks and memory bandwidth than the 700 W H100 SXM 80GB) have no preset: they are
 # listed, not evaluated on the wrong GPU (_NOT_MODELLED).
-SYSTEM_OF_GPU = (("H100-SXM-80GB", "dgx-h100"), ("H200", "hgx-h200"), ("B200", "dgx-b200"), ("GB200", "gb200-nvl72"),
-                 ("GB300", "gb300-nvl72"), ("A100-SXM-80GB", "dgx-a100-80gb"), ("MI355X", "mi355x-8"))
+SYSTEM_OF_GPU = (("H100-SXM-80GB", "dgx-h100"), ("H100-SXM5-80GB", "dgx-h100"), ("H200", "hgx-h200"),
+                 ("H800", "dgx-h800"), ("H20", "hgx-h20"), ("B200", "dgx-b200"), ("B300", "dgx-b300"),
+                 ("GB200", "gb200-nvl72"), ("GB300", "gb300-nvl72"), ("A100-SXM-80GB", "dgx-a100-80gb"),
+                 ("A100-SXM4-80GB", "dgx-a100-80gb"), ("A100-SXM-40GB", "dgx-a100-40gb"),
+                 ("A100-SXM4-40GB", "dgx-a100-40gb"), ("MI300X", "mi300x-8"), ("MI325X", "mi325x-8"),
+                 ("MI355X", "mi355x-8"))
 _ALIASES = {"llama-3-8b": "llama-3.1-8b", "llama-3-70b": "llama-3.1-70b"}
 # Runs left out on purpose, with the reason (record name prefix → why): physics the catalogs do not have.
 _NOT_MODELLED = (
