@@ -186,8 +186,9 @@ def narayanan() -> list[Case]:
 
 
 _MODERN_SYSTEMS = {"H100-SXM-80GB": "dgx-h100", "H100-96GB-HBM2e": "dgx-h100", "H100-SXM-HBM2e": "dgx-h100",
-                   "B200": "dgx-b200", "H200": "hgx-h200", "A100-SXM-80GB": "dgx-a100-80gb", "GB200": "gb200-nvl72",
-                   "GB300": "gb300-nvl72"}
+                   "H800": "dgx-h800", "B200": "dgx-b200", "B300": "dgx-b300", "H200": "hgx-h200",
+                   "A100-SXM-80GB": "dgx-a100-80gb", "GB200": "gb200-nvl72", "GB300": "gb300-nvl72",
+                   "MI300X": "mi300x-8", "MI325X": "mi325x-8", "MI355X": "mi355x-8"}
 _ALIASES = {"llama-3-8b": "llama-3.1-8b", "llama-3-70b": "llama-3.1-70b"}
 
 
@@ -250,9 +251,8 @@ def stack_tp_overlap(r: dict[str, Any]) -> str:
 
 
 def stack_p2p_overlap(r: dict[str, Any]) -> bool:
-    """Whether a record's launcher overlaps interleaved-pipeline sends (``SoftwareSpec.overlap_p2p_comm``): Megatron-LM,
-    NeMo, Megatron-Bridge and the NVIDIA stacks on them do (docs/physics_sources.md); torchtitan, llm-foundry,
-    AutoModel, MaxText and Meta's Llama 3 stack have no such flag."""
+    """Whether a record's launcher overlaps interleaved-pipeline sends (``SoftwareSpec.overlap_p2p_comm``): the NVIDIA
+    stacks do (docs/physics_sources.md); torchtitan, llm-foundry, AutoModel, MaxText and Llama 3's have no such flag."""
     text = " ".join(str(r["source"].get(k, "")) for k in ("title", "url", "container_or_version")).lower()
     return not any(s in text for s in ("torchtitan", "llm-foundry", "llmfoundry", "mosaicml", "automodel", "maxtext",
                                        "herd of models", "2407.21783"))  # the last two: the Llama 3 paper
