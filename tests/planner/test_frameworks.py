@@ -74,6 +74,10 @@ def test_cli_framework_conflicts_are_one_line_exit_2(run_cli) -> None:
     assert r.code == 2 and r.err.count("\n") == 1 and "fsdp cannot run tp 2" in r.err
     r = run_cli(*base, "--framework", "torchtitan", "--export", "megatron")
     assert r.code == 2 and r.err.count("\n") == 1 and "framework" in r.err
+    r = run_cli("estimate", *base, "--tp", "2", "--framework", "fsdp")
+    assert r.code == 2 and r.err.count("\n") == 1 and "fsdp cannot run tp 2" in r.err
+    r = run_cli("estimate", *base, "--zero", "1", "--framework", "torchtitan")
+    assert r.code == 2 and "torchtitan cannot run zero 1" in r.err
     r = run_cli(*base, "--framework", "fsdp", "--json")
     plan = json.loads(r.out)["plan"]
     assert r.code == 0 and (plan["tp"], plan["pp"], plan["cp"]) == (1, 1, 1)

@@ -240,7 +240,7 @@ def estimate_train(
     grad_reduce_dtype: GradReduceDtype = None, optimizer: Optimizer = "adam", memory_headroom: HeadroomOpt = None,
     attention: Attention = None, as_json: JsonOpt = False, export: ExportOpt = None, output: OutputOpt = None,
     plot: PlotOpt = None, plot_kind: PlotKindOpt = None, stage_layers: StageLayersOpt = None,
-    stage_recompute_layers: StageRcOpt = None, recompute_modules: RcModulesOpt = None,
+    stage_recompute_layers: StageRcOpt = None, recompute_modules: RcModulesOpt = None, framework: FrameworkOpt = None,
 ) -> None:
     """Per-layer and per-stage time and memory of one pinned training layout.
 
@@ -271,6 +271,11 @@ def estimate_train(
         offload_activations=parse_fraction(offload_activations, field="offload-activations"),
         recompute_modules=_modules(recompute_modules),
     )
+    if framework is not None:  # the same check as train's pins: a layout the framework cannot run is bad input
+        from shardplan.costmodel.training.frameworks import FRAMEWORKS
+
+        FRAMEWORKS[str(framework)].check(tp=tp, pp=pp, interleave=layout.interleave, cp=cp, ep=layout.ep,
+                                         zero=layout.zero_stage, recompute=layout.recompute)
     work = _workload(seq_len, global_batch, dtype, grad_dtype, attention, optimizer,
                      parse_headroom(memory_headroom, system.gpu.memory_bytes), grad_reduce_dtype)
     if stage_layers is None:

@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from shardplan.costmodel.training.layout import Recompute
+from shardplan.errors import ShardplanError
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,14 @@ class FrameworkCaps:
         if knob == "recompute":
             return value is not None and Recompute(value) not in self.recompute
         return False
+
+    def check(self, **knobs: object) -> None:
+        """Bad input (one line naming the knob) when a pinned knob is outside this framework."""
+        for knob, value in knobs.items():
+            if self.refuses(knob, value):
+                raise ShardplanError(f"{self.name} cannot run {knob} {value}: drop --{knob} or --framework (it "
+                                     f"runs zero {'/'.join(map(str, self.zero_stages))}, recompute "
+                                     f"{'/'.join(str(r) for r in self.recompute)})", field=knob)
 
 
 FRAMEWORKS: dict[str, FrameworkCaps] = {

@@ -73,13 +73,8 @@ def check_pins(req: TrainRequest) -> None:
         if req.framework not in FRAMEWORKS:
             raise ShardplanError(f"framework must be one of {', '.join(FRAMEWORKS)} (got {req.framework!r})",
                                  field="framework")
-        caps = FRAMEWORKS[req.framework]
-        for knob, value in (("tp", req.tp), ("pp", req.pp), ("interleave", req.interleave), ("cp", req.cp),
-                            ("ep", req.ep), ("zero", req.zero_stage), ("recompute", req.recompute)):
-            if caps.refuses(knob, value):
-                raise ShardplanError(f"{req.framework} cannot run {knob} {value}: drop --{knob} or --framework "
-                                     f"(it runs zero {'/'.join(map(str, caps.zero_stages))}, recompute "
-                                     f"{'/'.join(str(r) for r in caps.recompute)})", field=knob)
+        FRAMEWORKS[req.framework].check(tp=req.tp, pp=req.pp, interleave=req.interleave, cp=req.cp, ep=req.ep,
+                                        zero=req.zero_stage, recompute=req.recompute)
     if req.pp is not None and req.pp > 1 and req.zero_stage == 2:
         raise ShardplanError(ZERO2_PP, field="zero")
     if req.pp is not None and req.pp > 1 and req.zero_stage == 3 and not req.zero3_with_pp:
