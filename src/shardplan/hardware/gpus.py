@@ -210,7 +210,9 @@ GB200 = B200.model_copy(
 
 # B300 (Blackwell Ultra, 1100 W): NVIDIA HGX B300 table ÷ 8 — FP4 144 | 108 PFLOPS (sparse | dense), FP8 72*,
 # BF16 36*, TF32 18*, INT8 2 POPS*, FP32 600 TFLOPS; 288 GB HBM3e at 8 TB/s per GPU (* with sparsity: ÷ 2).
-# No nvidia-smi capacity published: memory_bytes is the datasheet 288 GB. Efficiencies as B200 (no measurement).
+# No nvidia-smi capacity published: memory_bytes is the datasheet 288 GB. GEMM rates measured (below); GB300
+# (same chip, 1400 W) has no measurement and takes the B300's fractions.
+B300_NVFP4_OF_BF16 = 3.48 * 2250 / 13500  # TE gemm_profiling on B300, pre-quantized: NVFP4 3.48× BF16 (below)
 B300 = B200.model_copy(
     update={
         "name": "b300",
@@ -218,6 +220,13 @@ B300 = B200.model_copy(
         "memory_bandwidth_bytes_per_s": 8.0 * TB,
         "peak_flops": {"fp32": 75e12, "tf32": 1125e12, "bf16": 2250e12, "fp16": 2250e12, "fp8": 4500e12,
                        "int8": 125e12, "fp4": 13500e12},
+        # best-shape matmul (ml-engineering at 744d01e): bf16 1769.0 = 0.786 of 2250, fp8 3353.3 = 0.745 of 4500.
+        # NVFP4: Transformer Engine's GEMM benchmark on a B300 (docs/examples/gemm_profiling/gemm_profiling.rst at
+        # d0067d0, 5B-model layer GEMMs, M = 15,872, operands pre-quantized) runs a layer's Fprop+Dgrad+Wgrad GEMMs
+        # in 3.764 ms NVFP4 against 13.102 ms BF16: 3.48× BF16, where the peaks stand 6× apart, so NVFP4 reaches
+        # 3.48 × 2250/13500 = 0.58 of BF16's fraction of peak (quantization kernels are priced apart).
+        "matmul_efficiency": scaled_curve(HOPPER_MATMUL_ISOLATED, 0.786 * IN_JOB_OF_ISOLATED),
+        "matmul_peak_fraction": {"bf16": 0.786, "fp8": 0.745, "fp4": 0.786 * B300_NVFP4_OF_BF16},
         "tdp_w": 1100,
         "source": "NVIDIA HGX B300 datasheet (8-GPU table: FP4 108 PFLOPS dense, FP8 72 / BF16 36 / TF32 18 PFLOPS "
                   "and INT8 2 POPS with sparsity, FP32 600 TFLOPS, 2.3 TB HBM3e)",
