@@ -73,7 +73,9 @@ def stack_framework(record: dict[str, Any]) -> str | None:
     ``torchtitan``; NeMo, Megatron-Bridge, Megatron-LM and the NVIDIA stacks on them are ``megatron``, or
     ``megatron-zero1`` for versions from before Megatron-Core ran FSDP (NeMo containers up to 24.09, Megatron-Core
     r0.8, MLPerf v3.x); Meta's Llama 3 stack and MaxText are not in the table (every knob)."""
-    text = " ".join(str(record["source"].get(k, "")) for k in ("title", "url", "container_or_version")).lower()
+    from shardplan.validation.runs import source_text
+
+    text = source_text(record)
     if any(s in text for s in ("llm-foundry", "llmfoundry", "mosaicml")):
         return "fsdp"
     if any(s in text for s in ("torchtitan", "automodel")):

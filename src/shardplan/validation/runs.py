@@ -222,17 +222,19 @@ def record_dtype(r: dict[str, Any]) -> str:
     return r["precision"] if r["precision"] in ("fp8", "fp4") else "bf16"
 
 
+def source_text(r: dict[str, Any]) -> str:
+    """A record's source title, URL and container, lower case: what the ``stack_*`` readers search."""
+    return " ".join(str(r["source"].get(k, "")) for k in ("title", "url", "container_or_version")).lower()
+
+
 def stack_attention(r: dict[str, Any]) -> AttentionKernel:
-    """The fused attention kernel of a record's software stack. torchtitan and llm-foundry call PyTorch SDPA or
-    flash-attn, whose flash kernel is FlashAttention-2; Megatron-LM, NeMo, Megatron-Bridge and MaxText run
-    Transformer Engine / cuDNN attention (TE prefers cuDNN FusedAttention on Hopper+). GPUs without measured
-    curves for the kernel fall back to their scalar attention efficiency."""
-    text = " ".join(str(r["source"].get(k, "")) for k in ("title", "url", "container_or_version")).lower()
+    """A record's fused attention kernel: FlashAttention-2 for torchtitan and llm-foundry (PyTorch SDPA, flash-attn),
+    cuDNN for Transformer Engine stacks (preferred on Hopper+); GPUs without its curves use their scalar efficiency."""
+    text = source_text(r)
     if any(s in text for s in ("torchtitan", "llm-foundry", "llmfoundry", "mosaicml")):
         return AttentionKernel.FLASH2
-    # Transformer Engine prefers cuDNN FusedAttention over flash-attn on Hopper from v1.8 (TE commit 43569381c,
-    # 2024-06-13, first tagged in v1.8 of 2024-07-24); NeMo containers before 24.07 ship an older TE that runs
-    # flash-attn 2.
+    # TE prefers cuDNN FusedAttention on Hopper from v1.8 (commit 43569381c, 2024-06-13; tagged 2024-07-24): NeMo
+    # containers before 24.07 ship an older TE that runs flash-attn 2.
     version = re.search(r"nemo(?:[ :_-]|\.framework)?v?(\d\d)\.(\d\d)", text)
     if version and (int(version.group(1)), int(version.group(2))) < (24, 7):
         return AttentionKernel.FLASH2
@@ -243,7 +245,7 @@ def stack_tp_overlap(r: dict[str, Any]) -> str:
     """How a record's stack overlaps sequence-parallel TP collectives: Transformer Engine userbuffers for Megatron-LM,
     NeMo and Megatron-Bridge unless the recorded config turns them off (``ub_tp_comm_overlap false``); a fixed share
     for torchtitan (async TP) and llm-foundry."""
-    text = " ".join(str(r["source"].get(k, "")) for k in ("title", "url", "container_or_version")).lower()
+    text = source_text(r)
     notes = " ".join(map(str, r.get("notes", []))).lower()
     if any(s in text for s in ("torchtitan", "llm-foundry", "llmfoundry", "mosaicml")):
         return "share"
@@ -253,7 +255,7 @@ def stack_tp_overlap(r: dict[str, Any]) -> str:
 def stack_p2p_overlap(r: dict[str, Any]) -> bool:
     """Whether a record's launcher overlaps interleaved-pipeline sends (``SoftwareSpec.overlap_p2p_comm``): the NVIDIA
     stacks do (docs/physics_sources.md); torchtitan, llm-foundry, AutoModel, MaxText and Llama 3's have no such flag."""
-    text = " ".join(str(r["source"].get(k, "")) for k in ("title", "url", "container_or_version")).lower()
+    text = source_text(r)
     return not any(s in text for s in ("torchtitan", "llm-foundry", "llmfoundry", "mosaicml", "automodel", "maxtext",
                                        "herd of models", "2407.21783"))  # the last two: the Llama 3 paper
 
@@ -264,11 +266,8 @@ STACK_FIELDS = ("ep_dispatcher", "ep_comm_overlap", "moe_drop_and_pad", "moe_rou
 
 
 def stack_software(r: dict[str, Any]) -> dict[str, Any]:
-    """The stack settings a record's recipe ran with (``SoftwareSpec`` fields of ``STACK_FIELDS``: MoE dispatcher,
-    overlap, drop-and-pad, router padding and balanced routing; eager or fused elementwise kernels, norm, attention
-    unpadding), as its ``software`` entry gives them with their source (the recipe at the framework's commit); none
-    given: Megatron-Core's defaults (alltoall, no overlap, dropless, no router padding, routing per token, fused
-    kernels)."""
+    """The ``SoftwareSpec`` fields of ``STACK_FIELDS`` a record's ``software`` entry sets, each with its source (the
+    recipe at the framework's commit); the rest keep Megatron-Core's defaults."""
     sw = r.get("software") or {}
     return {k: sw[k] for k in STACK_FIELDS if k in sw}
 
