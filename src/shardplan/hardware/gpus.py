@@ -175,6 +175,11 @@ H20 = H100_SXM.model_copy(
 # No measured GEMM curve yet: Hopper's shape at B200's own isolated best (MAMF 0.776) × the in-job ratio; torchao
 # copies H100's 0.92 memory fraction for B200, and so do we.
 # fp32/tf32/int8: HGX B200 table (8 GPUs: FP32 600 TFLOPS, TF32 18 PFLOPS*, INT8 72 POPS*) ÷ 8, * ÷ 2.
+# NVFP4 on an SM100 GPU (vLLM PR #20646, benchmarks/kernels/bench_nvfp4_gemm.py, "Before" table, N=6144 K=4096):
+# the CUTLASS NVFP4 kernel on pre-quantized operands ("nvfp4-noquant") runs 3778.8 and 3904.3 TFLOP/s at M = 8192
+# and 16384 against torch bf16's 1421.0 and 1360.1 on the same shapes: 2.66× and 2.87× BF16, mean 2.76×, where the
+# B200/GB200 peaks stand 4× apart; so NVFP4 reaches 2.76/4 of BF16's fraction of peak (quantization priced apart).
+B200_NVFP4_OF_BF16 = (3778.8 / 1421.0 + 3904.3 / 1360.1) / 2 / 4
 B200 = GpuSpec(
     name="b200",
     memory_bytes=183359 * MiB,  # nvidia-smi "NVIDIA B200": 183359 MiB (180 GB HBM3e)
@@ -186,7 +191,7 @@ B200 = GpuSpec(
     elementwise_efficiency=EAGER_ELEMENTWISE,
     attention_efficiency=0.6,
     # best-shape matmul (ml-engineering at 744d01e): bf16 1745.0 = 0.776, fp8 3432.5 = 0.763 (torch 2.7.1+cu128)
-    matmul_peak_fraction={"bf16": 0.776, "fp8": 0.763},
+    matmul_peak_fraction={"bf16": 0.776, "fp8": 0.763, "fp4": 0.776 * B200_NVFP4_OF_BF16},
     kernel_fixed_s=KERNEL_FIXED_S,
     tdp_w=1000,
     source="NVIDIA DGX/HGX B200 datasheet, Blackwell technical brief (published_calibration.json: hw-b200-hgx)",
@@ -202,7 +207,7 @@ GB200 = B200.model_copy(
         "tdp_w": 1200,
         # best-shape matmul (same source): bf16 1822.0 = 0.729 of 2500, fp8 3615.6 = 0.723 of 5000. At 1200 W the
         # GB200 reaches 4.4% more than a 1000 W B200 (1745.0), not the datasheet's 11%: the curve takes its own MAMF.
-        "matmul_peak_fraction": {"bf16": 0.729, "fp8": 0.723},
+        "matmul_peak_fraction": {"bf16": 0.729, "fp8": 0.723, "fp4": 0.729 * B200_NVFP4_OF_BF16},
         "matmul_efficiency": scaled_curve(HOPPER_MATMUL_ISOLATED, 0.729 * IN_JOB_OF_ISOLATED),
         "source": "NVIDIA GB200 NVL72 datasheet (published_calibration.json: hw-gb200)",
     }
