@@ -106,7 +106,7 @@ def test_router_stays_in_16_bit_under_fp8() -> None:
     nbytes = t * h * 2 + h * e * 2 + t * e * 4
     flops = 2 * t * h * e
     assert float(ops["moe.router"].nbytes[0]) == pytest.approx(nbytes, rel=1e-12)
-    want = gemm_time(system.gpu, np.array([flops]), np.array([nbytes]), "bf16")
+    want = gemm_time(system.gpu, np.array([flops]), np.array([nbytes]), "bf16", m=t, n=e)
     assert float(ops["moe.router"].time[0]) == pytest.approx(float(want[0]), rel=1e-12)
 
 

@@ -315,7 +315,8 @@ def train(
     ] = OffloadPolicy.AUTO,
     max_cp: Annotated[int, typer.Option(
         "--max-cp", min=1, max=MAX_GPUS, help="Largest context-parallel degree to consider.")] = 8,
-    cross_node_tp: Annotated[bool, typer.Option("--allow-cross-node-tp", help="Let TP·CP span nodes.")] = False,
+    cross_node_tp: Annotated[bool, typer.Option(
+        "--allow-cross-node-tp", help="Let TP span nodes (CP always may).")] = False,
     top_k: Annotated[int, typer.Option("--top-k", min=1, max=50, help="Best K distinct layouts.")] = 1,
     time_limit: TimeLimitOpt = 30.0, dtype: Dtype = "bf16", grad_dtype: GradDtype = "fp32",
     grad_reduce_dtype: GradReduceDtype = None, optimizer: Optimizer = "adam", memory_headroom: HeadroomOpt = None,

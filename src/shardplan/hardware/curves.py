@@ -41,6 +41,13 @@ def scaled_curve(curve: Curve, plateau: float) -> Curve:
 # Hopper and Blackwell have only isolated measurements, so their curves take the same ratio: plateau = MAMF × 0.884.
 IN_JOB_OF_ISOLATED = 0.768 / 0.869
 HOPPER_MATMUL: Curve = scaled_curve(HOPPER_MATMUL_ISOLATED, 0.803 * IN_JOB_OF_ISOLATED)  # H100 MAMF 0.803
+# The SM clock a Hopper SXM die (700 W) sustains in a job over the boost clock an isolated benchmark runs at:
+# overlapping compute and communication pushes an H800 over its power limit and the core clock falls from 1980 to
+# 1575 MHz (DeepGEMM issue #120); TileOPs' H200 CI (PR #1588) finds 1500 MHz, not 1830, the clock a 700 W H200
+# sustains under full load. GPUs priced from a measured GEMM grid (gemm_data.py, kernel times at boost) run their
+# GEMMs at this share of it; the curve below (its plateau) serves GEMMs whose shape is not known.
+HOPPER_SUSTAINED_CLOCK = 1575 / 1980
+HOPPER_SUSTAINED_MATMUL: Curve = scaled_curve(HOPPER_MATMUL_ISOLATED, 0.803 * HOPPER_SUSTAINED_CLOCK)
 BLACKWELL_MATMUL: Curve = scaled_curve(HOPPER_MATMUL_ISOLATED, 0.776 * IN_JOB_OF_ISOLATED)  # B200 MAMF 0.776
 
 

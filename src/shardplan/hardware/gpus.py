@@ -19,6 +19,7 @@ from shardplan.hardware.curves import (  # noqa: F401  (re-exported: the catalog
     HBM_MEMORY,
     HOPPER_MATMUL,
     HOPPER_MATMUL_ISOLATED,
+    HOPPER_SUSTAINED_MATMUL,
     IN_JOB_OF_ISOLATED,
     KERNEL_FIXED_S,
     Curve,
@@ -102,7 +103,10 @@ H100_SXM = GpuSpec(
     memory_bandwidth_bytes_per_s=3.35 * TB,
     peak_flops={"fp32": 67e12, "tf32": 494.5e12, "bf16": 989.4e12, "fp16": 989.4e12, "fp8": 1978.9e12,
                 "int8": 1979e12},
-    matmul_efficiency=HOPPER_MATMUL,
+    # GEMMs by (M, N, K) from OpenXLA's measured H100 grid (gemm_data.py) at the clock a 700 W Hopper sustains
+    # (curves.HOPPER_SUSTAINED_CLOCK); the FLOPs curve fitted to H100 runs is kept for the PCIe part and the H20.
+    matmul_efficiency=HOPPER_SUSTAINED_MATMUL,
+    gemm_shape_table="xla-sm90",
     memory_efficiency=HBM_MEMORY,
     elementwise_efficiency=EAGER_ELEMENTWISE,
     attention_efficiency=0.6,
@@ -167,6 +171,7 @@ H20 = H100_SXM.model_copy(
         "matmul_peak_fraction": {},  # unmeasured
         "attention_curves": [],  # the H100 curves are absolute TFLOP/s of 132 SMs at 1830 MHz, not this part's
         "sm_count": None, "sm_stream_bytes_per_s": None,  # SM count unpublished
+        "gemm_shape_table": None, "matmul_efficiency": HOPPER_MATMUL,  # a 400 W part: not the H100 grid
         "source": "NVIDIA H20 product brief (FP8 296 TFLOPS, BF16 148 TFLOPS, 96 GB HBM3, 4.0 TB/s, NVLink 900 GB/s)",
     }
 )
@@ -193,6 +198,9 @@ B200 = GpuSpec(
     # best-shape matmul (ml-engineering at 744d01e): bf16 1745.0 = 0.776, fp8 3432.5 = 0.763 (torch 2.7.1+cu128)
     matmul_peak_fraction={"bf16": 0.776, "fp8": 0.763, "fp4": 0.776 * B200_NVFP4_OF_BF16},
     kernel_fixed_s=KERNEL_FIXED_S,
+    # GEMM efficiency by (M, N, K): OpenXLA's measured B200 grid (gemm_data.py); GB200 (same die) and B300/GB300
+    # (Blackwell Ultra, unmeasured) take its shape at their own best-shape rates.
+    gemm_shape_table="xla-sm100",
     tdp_w=1000,
     source="NVIDIA DGX/HGX B200 datasheet, Blackwell technical brief (published_calibration.json: hw-b200-hgx)",
 )

@@ -164,8 +164,7 @@ class GpuSpec(BaseModel):
         description="Achieved fraction of peak memory bandwidth vs bytes moved by one kernel, as points.")
     elementwise_efficiency: list[tuple[Positive, Fraction]] | None = Field(
         None, description="Framework elementwise kernels (norms, activations, dropout, softmax) vs bytes moved; "
-        "tuned GEMM/attention kernels use memory_efficiency. None: same as memory_efficiency."
-    )
+        "tuned GEMM/attention kernels use memory_efficiency. None: same as memory_efficiency.")
     attention_efficiency: Fraction = Field(
         0.55, description="Fused (flash) attention forward: fraction of the matmul peak it reaches.")
     matmul_peak_fraction: dict[str, Fraction] = Field(
@@ -182,8 +181,9 @@ class GpuSpec(BaseModel):
         "bandwidth); None: no per-SM limit is modelled.")
     kernel_fixed_s: Seconds = Field(0.0, description="Time every kernel pays on top of its compute or memory time "
                                     "(launch, first memory round trips, last wave's drain); 0 = the floor alone.")
-    tdp_w: Annotated[float, Field(ge=0.0, le=1e5, allow_inf_nan=False)] = Field(0.0,
-        description="Board power, for reference.")
+    tdp_w: Annotated[float, Field(ge=0.0, le=1e5, allow_inf_nan=False)] = Field(0.0, description="Board power.")
+    gemm_shape_table: Literal["xla-sm90", "xla-sm100"] | None = Field(None, description="Measured GEMM grid over "
+        "(M, N, K) (hardware/gemm_data.py) whose shape a GEMM's efficiency follows; None: the FLOPs curve.")
     source: str = Field("", description="Datasheet or measurement the numbers come from.")
     scales: KernelScales = Field(
         default_factory=lambda: KernelScales(), exclude=True,

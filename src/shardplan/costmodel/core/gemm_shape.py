@@ -24,7 +24,11 @@ holds, and its FLOPs dependence (small GEMMs under-fill the GPU on average) is k
 
 from __future__ import annotations
 
+from functools import cache
+
 import numpy as np
+
+from shardplan.hardware.gemm_data import GEMM_TABLE_BATCHES, GEMM_TABLE_DIMS, GEMM_TABLE_MAMF, GEMM_TABLES
 
 # CTA output tiles (M × N) of cuBLAS's large-GEMM kernels, NVIDIA DU-09799-001 §2.3 "Typical Tile Dimensions In
 # cuBLAS And Performance" (256×128 and 128×256 most efficient, 128×128 next; smaller tiles trade efficiency for
@@ -85,3 +89,58 @@ def shape_factor(sm_count: int | None, m: np.ndarray | float | None, n: np.ndarr
     if GROUPED_SHARES_WAVES:
         return slot_fill(sm_count, m, n, e) / reference_fill(sm_count, m, n)
     return slot_fill(sm_count, rows, n) / reference_fill(sm_count, rows, n)
+
+
+# --- measured GEMM grids (hardware/gemm_data.py) -------------------------------------------------------------------
+_DIMS = np.asarray(GEMM_TABLE_DIMS, dtype=float)
+_BATCHES = np.asarray(GEMM_TABLE_BATCHES, dtype=float)
+
+
+@cache
+def _grid(name: str) -> np.ndarray:
+    """TFLOP/s of table ``name`` as an array [batch, M, N, K] over the table's grid."""
+    t = GEMM_TABLES[name]
+    return np.asarray([[[t[b][(m, n)] for n in GEMM_TABLE_DIMS] for m in GEMM_TABLE_DIMS] for b in GEMM_TABLE_BATCHES],
+                      dtype=float)
+
+
+def _cell(x: np.ndarray, axis: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Lower grid index and the weight of the upper one, linear in log2 along ``axis`` (``x`` inside its range)."""
+    u = np.log2(x) - np.log2(axis[0])
+    i = np.clip(np.floor(u), 0, len(axis) - 2).astype(int)
+    return i, np.clip(u - i, 0.0, 1.0)
+
+
+def table_fraction(name: str, m: np.ndarray | float, n: np.ndarray | float, k: np.ndarray | float) -> np.ndarray:
+    """Fraction of the best-shape matmul rate (``GEMM_TABLE_MAMF``) an (M×K)·(K×N) GEMM reaches in the measured
+    grid ``name``, never above 1.
+
+    Inside the grid: linear in log2 of M, N (and of the batch) between measured points. Along K the kernel time is
+    affine (a fixed prologue/epilogue plus a main loop proportional to K: the grid's times are straight lines in K
+    to within a few percent), so time is interpolated linearly in K between grid points and extended along the last
+    segment beyond K = 4096; below K = 256 the time stays that of K = 256. An output larger than 4096×4096 runs more
+    tiles: read as the grid's batched rows (b = M·N / (4096·4096) independent 4096² outputs, up to 4). Below 256
+    rows or columns the math runs at the 256 row's rate (kernels with smaller tiles; such GEMMs are bound by their
+    weight read, which the memory roofline prices)."""
+    m, n, k = (np.maximum(x, 1.0) for x in np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (m, n, k))))
+    lo, hi = _DIMS[0], _DIMS[-1]
+    mc, nc = np.clip(m, lo, hi), np.clip(n, lo, hi)
+    b = np.clip(np.maximum(m, lo) * np.maximum(n, lo) / (mc * nc), _BATCHES[0], _BATCHES[-1])
+    (ib, wb), (im, wm), (jn, wn) = _cell(b, _BATCHES), _cell(mc, _DIMS), _cell(nc, _DIMS)
+    seg = np.clip(np.searchsorted(_DIMS, k) - 1, 0, len(_DIMS) - 2)
+    k_eff = np.maximum(k, lo)
+    grid = _grid(name)
+    rate = np.zeros(m.shape)
+    for db in (0, 1):
+        for dm in (0, 1):
+            for dn in (0, 1):
+                tflops = grid[ib + db, im + dm, jn + dn]  # [..., K]
+                work = 2.0 * _BATCHES[ib + db] * _DIMS[im + dm] * _DIMS[jn + dn]  # FLOPs per unit K
+                t = work[..., None] * _DIMS / tflops  # time (µs·1e6) at each grid K
+                t0 = np.take_along_axis(t, seg[..., None], -1)[..., 0]
+                t1 = np.take_along_axis(t, seg[..., None] + 1, -1)[..., 0]
+                k0, k1 = _DIMS[seg], _DIMS[seg + 1]
+                t_k = t0 + (k_eff - k0) * (t1 - t0) / (k1 - k0)
+                w = (wb if db else 1 - wb) * (wm if dm else 1 - wm) * (wn if dn else 1 - wn)
+                rate = rate + w * work * k_eff / t_k
+    return np.minimum(rate * (k / k_eff) / GEMM_TABLE_MAMF[name], 1.0)

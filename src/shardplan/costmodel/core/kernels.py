@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from shardplan.costmodel.core.gemm_shape import shape_factor
+from shardplan.costmodel.core.gemm_shape import shape_factor, table_fraction
 from shardplan.hardware.spec import AttentionCurve, GpuSpec
 
 # GEMM efficiency carries the tile/wave fill of the GEMM's (M, N) shape (``core.gemm_shape``) when the GPU states its
@@ -39,14 +39,17 @@ def dtype_gemm_ratio(gpu: GpuSpec, dtype: str) -> float:
 
 
 def compute_time(gpu: GpuSpec, flops: np.ndarray, dtype: str, *, efficiency: np.ndarray | float | None = None,
-                 shape: np.ndarray | float = 1.0) -> np.ndarray:
+                 shape: np.ndarray | float = 1.0, of_plateau: np.ndarray | None = None) -> np.ndarray:
     """Seconds to execute ``flops`` of matrix work: FLOPs / (peak · achievable fraction). ``shape`` is a GEMM's
     tile and wave fill relative to the expected fill of its size (``gemm_shape.shape_factor``); it never lifts the
-    fraction above the curve's plateau."""
+    fraction above the curve's plateau. ``of_plateau``: the GEMM's fraction of the plateau read from a measured
+    (M, N, K) grid (``gemm_shape.table_fraction``), in place of the FLOPs curve."""
     flops = np.asarray(flops, dtype=float)
     if efficiency is None:
         curve = gpu.matmul_efficiency
-        base = np.minimum(interp_efficiency(curve, flops) * shape, max(f for _, f in curve))
+        plateau = max(f for _, f in curve)
+        base = np.minimum(interp_efficiency(curve, flops) * shape, plateau) if of_plateau is None \
+            else np.asarray(of_plateau, dtype=float) * plateau
         eff = base * gpu.scales.gemm * dtype_gemm_ratio(gpu, dtype)
     else:  # attention kernels pass their own fraction
         eff = np.asarray(efficiency, dtype=float) * gpu.scales.attention
@@ -82,10 +85,11 @@ def elementwise_time(gpu: GpuSpec, nbytes: np.ndarray) -> np.ndarray:
 
 
 def kernel_time(gpu: GpuSpec, flops: np.ndarray, nbytes: np.ndarray, dtype: str, *,
-                efficiency: np.ndarray | float | None = None, shape: np.ndarray | float = 1.0) -> np.ndarray:
+                efficiency: np.ndarray | float | None = None, shape: np.ndarray | float = 1.0,
+                of_plateau: np.ndarray | None = None) -> np.ndarray:
     """Roofline time of one kernel (torchao roofline_utils: max of compute and memory) with the per-kernel fixed
     time and launch floor (``with_launch``)."""
-    t_c = compute_time(gpu, flops, dtype, efficiency=efficiency, shape=shape)
+    t_c = compute_time(gpu, flops, dtype, efficiency=efficiency, shape=shape, of_plateau=of_plateau)
     t_m = memory_time(gpu, nbytes)
     return with_launch(gpu, np.maximum(t_c, t_m))
 
@@ -95,14 +99,21 @@ def gemm_time(gpu: GpuSpec, flops: np.ndarray, nbytes: np.ndarray, dtype: str, *
               m: np.ndarray | float | None = None, n: np.ndarray | float | None = None) -> np.ndarray:
     """A linear layer's GEMM: roofline time. A grouped GEMM over ``experts`` weight matrices runs as that many
     GEMMs of one expert's share (its curve efficiency is that of the smaller GEMM, its launches one per expert).
-    Given the output shape (``m`` rows of all experts together, ``n`` columns) the efficiency carries the tile and
-    wave fill of that shape over the expected fill of its size (``gemm_shape.shape_factor``).
-    ``sustained_flops`` caps the rate where a system states the GEMM rate it sustains (e.g. a T4 held at its power
-    limit)."""
+    Given the output shape (``m`` rows of all experts together, ``n`` columns), a GPU with a measured GEMM grid
+    (``GpuSpec.gemm_shape_table``) runs each expert's GEMM at that grid's efficiency for its (M, N, K) shape
+    (``gemm_shape.table_fraction``) times the in-job plateau; otherwise the FLOPs curve (with the tile and wave fill
+    of ``gemm_shape.shape_factor`` when ``GEMM_SHAPE_TERM``). ``sustained_flops`` caps the rate where a system
+    states the GEMM rate it sustains (e.g. a T4 held at its power limit)."""
     flops = np.asarray(flops, dtype=float)
     shape = shape_factor(gpu.sm_count if GEMM_SHAPE_TERM else None, m, n, experts)
     experts = np.maximum(np.asarray(experts, dtype=float), 1e-9)
-    t = experts * kernel_time(gpu, flops / experts, np.asarray(nbytes, dtype=float) / experts, dtype, shape=shape)
+    of_plateau = None
+    if gpu.gemm_shape_table is not None and m is not None and n is not None:
+        rows = np.maximum(np.asarray(m, dtype=float) / experts, 1.0)
+        cols = np.maximum(np.asarray(n, dtype=float), 1.0)
+        of_plateau = table_fraction(gpu.gemm_shape_table, rows, cols, flops / experts / (2.0 * rows * cols))
+    t = experts * kernel_time(gpu, flops / experts, np.asarray(nbytes, dtype=float) / experts, dtype, shape=shape,
+                              of_plateau=of_plateau)
     if sustained_flops:
         t = np.maximum(t, np.asarray(flops, dtype=float) / sustained_flops)
     return t

@@ -154,9 +154,11 @@ class InferCtx:
             return [Op(g.name, GEMM, flops, nbytes, t)]
         # The tensor cores run whole M tiles: a dense GEMM of M rows computes ⌈M/64⌉·64 (``MMA_TILE_M``).
         m = self._col(g.m)
-        padded = flops * np.where(m > 0, np.ceil(m / MMA_TILE_M) * MMA_TILE_M / np.maximum(m, 1e-9), 1.0)
-        padded = np.where(np.asarray(g.experts, dtype=float) == 1.0, padded, flops)
-        return [Op(g.name, GEMM, flops, nbytes, gemm_time(self.system.gpu, padded, nbytes, dtype, experts=g.experts))]
+        dense = np.asarray(g.experts, dtype=float) == 1.0
+        rows = np.where(dense & (m > 0), np.ceil(m / MMA_TILE_M) * MMA_TILE_M, m)
+        padded = flops * np.where(m > 0, rows / np.maximum(m, 1e-9), 1.0)
+        return [Op(g.name, GEMM, flops, nbytes, gemm_time(self.system.gpu, padded, nbytes, dtype, experts=g.experts,
+                                                          m=rows, n=g.n))]
 
     def elementwise(self, x: Elementwise, *, selective: bool = False) -> Op:
         nbytes = self._col(x.nbytes(ACT_BYTES))

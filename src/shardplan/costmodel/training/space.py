@@ -156,7 +156,7 @@ class SpaceRequest:
     recompute: Recompute | None = None
     sequence_parallel: bool | None = None
     zero_stage: int | None = None
-    max_tp: int = 8  # TP·CP within a node unless allowed otherwise
+    max_tp: int = 8  # TP within a node unless allowed otherwise (CP may span nodes: its ring is priced)
     max_interleave: int = 8
     max_cp: int = 1
     min_cp_chunk: int = 4096  # tokens per rank below which CP is not considered (unless pinned)
@@ -217,7 +217,7 @@ def enumerate_layouts(model: ModelSpec, work: TrainWorkload, req: SpaceRequest) 
     cols: dict[str, list] = {k: [] for k in ("tp", "pp", "dp", "ep", "cp", "mb", "v", "rc", "sp", "zero", "gb",
                                              "etp")}
     for tp, cp, pp in itertools.product(tps, cps, pps):
-        if tp * cp * pp > n or n % (tp * cp * pp) or (req.tp is None and tp * cp > req.max_tp):
+        if tp * cp * pp > n or n % (tp * cp * pp):
             continue
         dp = n // (tp * cp * pp)
         if req.dp is not None and dp != req.dp:
