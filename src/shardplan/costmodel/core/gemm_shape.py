@@ -123,23 +123,36 @@ def table_fraction(name: str, m: np.ndarray | float, n: np.ndarray | float, k: n
     rows or columns the math runs at the 256 row's rate (kernels with smaller tiles; such GEMMs are bound by their
     weight read, which the memory roofline prices)."""
     m, n, k = (np.maximum(x, 1.0) for x in np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (m, n, k))))
+    shape = m.shape
+    # A table of many layouts repeats a few GEMM shapes: read each distinct (M, N, K) once.
+    m, n, k = m.ravel(), n.ravel(), k.ravel()
+    order = np.lexsort((k, n, m))
+    ms, ns, ks = m[order], n[order], k[order]
+    first = np.ones(order.size, dtype=bool)
+    first[1:] = (np.diff(ms) != 0) | (np.diff(ns) != 0) | (np.diff(ks) != 0)
+    out = np.empty(order.size)
+    out[order] = _read(name, ms[first], ns[first], ks[first])[np.cumsum(first) - 1]
+    return out.reshape(shape)
+
+
+def _read(name: str, m: np.ndarray, n: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """``table_fraction`` for 1-D arrays of shapes."""
     lo, hi = _DIMS[0], _DIMS[-1]
     mc, nc = np.clip(m, lo, hi), np.clip(n, lo, hi)
     b = np.clip(np.maximum(m, lo) * np.maximum(n, lo) / (mc * nc), _BATCHES[0], _BATCHES[-1])
     (ib, wb), (im, wm), (jn, wn) = _cell(b, _BATCHES), _cell(mc, _DIMS), _cell(nc, _DIMS)
     seg = np.clip(np.searchsorted(_DIMS, k) - 1, 0, len(_DIMS) - 2)
     k_eff = np.maximum(k, lo)
+    k0, k1 = _DIMS[seg], _DIMS[seg + 1]
     grid = _grid(name)
     rate = np.zeros(m.shape)
     for db in (0, 1):
         for dm in (0, 1):
             for dn in (0, 1):
-                tflops = grid[ib + db, im + dm, jn + dn]  # [..., K]
-                work = 2.0 * _BATCHES[ib + db] * _DIMS[im + dm] * _DIMS[jn + dn]  # FLOPs per unit K
-                t = work[..., None] * _DIMS / tflops  # time (µs·1e6) at each grid K
-                t0 = np.take_along_axis(t, seg[..., None], -1)[..., 0]
-                t1 = np.take_along_axis(t, seg[..., None] + 1, -1)[..., 0]
-                k0, k1 = _DIMS[seg], _DIMS[seg + 1]
+                i, j, q = ib + db, im + dm, jn + dn
+                work = 2.0 * _BATCHES[i] * _DIMS[j] * _DIMS[q]  # FLOPs per unit K
+                t0 = work * k0 / grid[i, j, q, seg]  # kernel time at the grid K's either side
+                t1 = work * k1 / grid[i, j, q, seg + 1]
                 t_k = t0 + (k_eff - k0) * (t1 - t0) / (k1 - k0)
                 w = (wb if db else 1 - wb) * (wm if dm else 1 - wm) * (wn if dn else 1 - wn)
                 rate = rate + w * work * k_eff / t_k
