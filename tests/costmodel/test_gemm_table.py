@@ -41,7 +41,9 @@ def test_between_grid_points_interpolates_in_log_dims() -> None:
 
 def test_grid_agrees_with_an_independent_h100_measurement() -> None:
     """zzc0721/torch-performance-test-data issue #79 (H100 80GB HBM3, torch 2.7.0+cu128): bf16 4096³ 788.72 and
-    8192³ 797.51 TFLOP/s; the grid (4096³ measured, 8192³ read from its batched rows and extended in K) within 2%."""
+    8192³ 797.51 TFLOP/s; the grid (4096³ measured, 8192³ read from its batched rows and extended in K, 791.6, below
+    the best-shape cap) within 2%."""
+    assert float(table_fraction("xla-sm90", 8192, 8192, 8192)) < 1.0
     assert float(table_fraction("xla-sm90", 4096, 4096, 4096)) * H100_MAMF == pytest.approx(788.72, rel=0.02)
     assert float(table_fraction("xla-sm90", 8192, 8192, 8192)) * H100_MAMF == pytest.approx(797.51, rel=0.02)
 
@@ -69,6 +71,30 @@ def test_parts_without_a_grid_keep_the_flops_curve() -> None:
     """The H100 PCIe and the H20 (other clocks and SM counts) are not priced from the SXM grid."""
     assert GPUS["h100-pcie"].gemm_shape_table is None and GPUS["h20"].gemm_shape_table is None
     assert GPUS["h200-sxm"].gemm_shape_table == "xla-sm90" and GPUS["gb200"].gemm_shape_table == "xla-sm100"
+
+
+def test_time_never_falls_with_k_and_the_rate_stays_in_range() -> None:
+    """The H100 grid's 256×256 cell runs 31.9 TFLOP/s at K = 2048 and 90.9 at 4096 (another kernel): more work may
+    not take less time, and K beyond the grid extends at no more than the best-shape rate (review of wave 8: the raw
+    line reached zero time near K = 8.9k)."""
+    k = np.array([256.0, 1024, 2048, 4096, 8192, 9000, 16384, 65536, 1e6])
+    for name in ("xla-sm90", "xla-sm100"):
+        for m, n in ((256, 256), (256, 400), (512, 256), (4096, 4096), (100, 7168)):
+            f = table_fraction(name, m, n, k)
+            assert np.all((f > 0) & (f <= 1))
+            t = k / f  # time per (m·n) output at each K, in units of the best-shape rate
+            assert np.all(np.diff(t) >= -1e-9 * t[1:])
+
+
+def test_expert_gemms_read_the_grid_at_their_own_k() -> None:
+    """64 routed rows over 256 experts (fewer rows than experts): each expert's GEMM is read at K = 7168, not at the
+    K its FLOPs imply once its rows are floored at one."""
+    gpu = GPUS["h100-sxm"]
+    m, n, k, e = 64.0, 2048.0, 7168.0, 256.0
+    flops, nbytes = 2.0 * m * n * k, 2.0 * (m * k + e * k * n + m * n)
+    with_k = float(gemm_time(gpu, flops, nbytes, "bf16", experts=e, m=m, n=n, k=k))
+    one = float(gemm_time(gpu, flops / e, nbytes / e, "bf16", m=m / e, n=n, k=k))
+    assert with_k == pytest.approx(e * one)
 
 
 def test_unknown_grid_name_is_rejected() -> None:

@@ -203,7 +203,7 @@ def test_p90_wait_follows_the_exponential_tail_and_is_zero_when_most_never_wait(
 
 def test_p90_limit_bounds_the_percentile_not_the_mean() -> None:
     base = dict(model=get_model("llama-3.1-8b"), system=H100, num_gpus=2,
-                workload=InferWorkload(prompt_len=1024, gen_len=256, request_rate=38.0, max_num_batched_tokens=8192,
+                workload=InferWorkload(prompt_len=1024, gen_len=256, request_rate=39.0, max_num_batched_tokens=8192,
                                        max_num_seqs=1024))
     mean = plan_inference(InferRequest(**base, max_ttft_s=1.0))
     p90 = plan_inference(InferRequest(**base, max_ttft_s=1.0, slo_statistic="p90"))

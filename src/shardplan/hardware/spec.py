@@ -183,7 +183,7 @@ class GpuSpec(BaseModel):
                                     "(launch, first memory round trips, last wave's drain); 0 = the floor alone.")
     tdp_w: Annotated[float, Field(ge=0.0, le=1e5, allow_inf_nan=False)] = Field(0.0, description="Board power.")
     gemm_shape_table: Literal["xla-sm90", "xla-sm100"] | None = Field(None, description="Measured GEMM grid over "
-        "(M, N, K) (hardware/gemm_data.py) whose shape a GEMM's efficiency follows; None: the FLOPs curve.")
+        "(M, N, K) (hardware/gemm_data.py): GEMMs of known shape follow it at matmul_efficiency's top; None: curve.")
     source: str = Field("", description="Datasheet or measurement the numbers come from.")
     scales: KernelScales = Field(
         default_factory=lambda: KernelScales(), exclude=True,

@@ -98,10 +98,15 @@ _BATCHES = np.asarray(GEMM_TABLE_BATCHES, dtype=float)
 
 @cache
 def _grid(name: str) -> np.ndarray:
-    """TFLOP/s of table ``name`` as an array [batch, M, N, K] over the table's grid."""
+    """TFLOP/s of table ``name`` as an array [batch, M, N, K] over the table's grid, each cell's kernel time made
+    non-decreasing in K (a few measured cells run a longer K faster, e.g. H100 256×256: 31.9 TFLOP/s at K = 2048,
+    90.9 at 4096 — another kernel; more work never takes less time, so such a cell keeps the shorter K's time)."""
     t = GEMM_TABLES[name]
-    return np.asarray([[[t[b][(m, n)] for n in GEMM_TABLE_DIMS] for m in GEMM_TABLE_DIMS] for b in GEMM_TABLE_BATCHES],
+    rate = np.asarray([[[t[b][(m, n)] for n in GEMM_TABLE_DIMS] for m in GEMM_TABLE_DIMS] for b in GEMM_TABLE_BATCHES],
                       dtype=float)
+    work = _BATCHES[:, None, None, None] * _DIMS[None, :, None, None] * _DIMS[None, None, :, None] * _DIMS
+    time = np.maximum.accumulate(work / rate, axis=-1)
+    return work / time
 
 
 def _cell(x: np.ndarray, axis: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -115,14 +120,15 @@ def table_fraction(name: str, m: np.ndarray | float, n: np.ndarray | float, k: n
     """Fraction of the best-shape matmul rate (``GEMM_TABLE_MAMF``) an (M×K)·(K×N) GEMM reaches in the measured
     grid ``name``, never above 1.
 
-    Inside the grid: linear in log2 of M, N (and of the batch) between measured points. Along K the kernel time is
-    affine (a fixed prologue/epilogue plus a main loop proportional to K: the grid's times are straight lines in K
-    to within a few percent), so time is interpolated linearly in K between grid points and extended along the last
-    segment beyond K = 4096; below K = 256 the time stays that of K = 256. An output larger than 4096×4096 runs more
+    Inside the grid: linear in log2 of M, N (and of the batch) between measured points. Along K a kernel's time is
+    a fixed prologue/epilogue plus a main loop proportional to K (most of the grid's cells are straight lines in K
+    within a few percent; a sixth deviate, by up to a quarter), so time is interpolated linearly in K between grid
+    points and extended along the last segment beyond K = 4096, never faster per unit K than the best-shape rate;
+    below K = 256 the time stays that of K = 256. An output larger than 4096×4096 runs more
     tiles: read as the grid's batched rows (b = M·N / (4096·4096) independent 4096² outputs, up to 4). Below 256
     rows or columns the math runs at the 256 row's rate (kernels with smaller tiles; such GEMMs are bound by their
     weight read, which the memory roofline prices)."""
-    m, n, k = (np.maximum(x, 1.0) for x in np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (m, n, k))))
+    m, n, k = (np.fmax(x, 1.0) for x in np.broadcast_arrays(*(np.asarray(v, dtype=float) for v in (m, n, k))))
     shape = m.shape
     # A table of many layouts repeats a few GEMM shapes: read each distinct (M, N, K) once.
     m, n, k = m.ravel(), n.ravel(), k.ravel()
@@ -144,16 +150,18 @@ def _read(name: str, m: np.ndarray, n: np.ndarray, k: np.ndarray) -> np.ndarray:
     seg = np.clip(np.searchsorted(_DIMS, k) - 1, 0, len(_DIMS) - 2)
     k_eff = np.maximum(k, lo)
     k0, k1 = _DIMS[seg], _DIMS[seg + 1]
-    grid = _grid(name)
+    grid, best = _grid(name), GEMM_TABLE_MAMF[name]
     rate = np.zeros(m.shape)
     for db in (0, 1):
         for dm in (0, 1):
             for dn in (0, 1):
                 i, j, q = ib + db, im + dm, jn + dn
                 work = 2.0 * _BATCHES[i] * _DIMS[j] * _DIMS[q]  # FLOPs per unit K
-                t0 = work * k0 / grid[i, j, q, seg]  # kernel time at the grid K's either side
+                t0 = work * k0 / grid[i, j, q, seg]  # kernel time (TFLOP units) at the grid K's either side
                 t1 = work * k1 / grid[i, j, q, seg + 1]
-                t_k = t0 + (k_eff - k0) * (t1 - t0) / (k1 - k0)
+                slope = (t1 - t0) / (k1 - k0)
+                t_k = np.where(k_eff <= k1, t0 + (k_eff - k0) * slope,
+                               t1 + (k_eff - k1) * np.maximum(slope, work / best))
                 w = (wb if db else 1 - wb) * (wm if dm else 1 - wm) * (wn if dn else 1 - wn)
                 rate = rate + w * work * k_eff / t_k
-    return np.minimum(rate * (k / k_eff) / GEMM_TABLE_MAMF[name], 1.0)
+    return np.clip(rate * (k / k_eff) / best, 1e-6, 1.0)

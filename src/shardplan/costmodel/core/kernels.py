@@ -96,10 +96,12 @@ def kernel_time(gpu: GpuSpec, flops: np.ndarray, nbytes: np.ndarray, dtype: str,
 
 def gemm_time(gpu: GpuSpec, flops: np.ndarray, nbytes: np.ndarray, dtype: str, *,
               experts: np.ndarray | float = 1.0, sustained_flops: float | None = None,
-              m: np.ndarray | float | None = None, n: np.ndarray | float | None = None) -> np.ndarray:
+              m: np.ndarray | float | None = None, n: np.ndarray | float | None = None,
+              k: np.ndarray | float | None = None) -> np.ndarray:
     """A linear layer's GEMM: roofline time. A grouped GEMM over ``experts`` weight matrices runs as that many
     GEMMs of one expert's share (its curve efficiency is that of the smaller GEMM, its launches one per expert).
-    Given the output shape (``m`` rows of all experts together, ``n`` columns), a GPU with a measured GEMM grid
+    Given the output shape (``m`` rows of all experts together, ``n`` columns; ``k`` the inner dimension, else
+    FLOPs / (2·m·n)), a GPU with a measured GEMM grid
     (``GpuSpec.gemm_shape_table``) runs each expert's GEMM at that grid's efficiency for its (M, N, K) shape
     (``gemm_shape.table_fraction``) times the in-job plateau; otherwise the FLOPs curve (with the tile and wave fill
     of ``gemm_shape.shape_factor`` when ``GEMM_SHAPE_TERM``). ``sustained_flops`` caps the rate where a system
@@ -111,7 +113,8 @@ def gemm_time(gpu: GpuSpec, flops: np.ndarray, nbytes: np.ndarray, dtype: str, *
     if gpu.gemm_shape_table is not None and m is not None and n is not None:
         rows = np.maximum(np.asarray(m, dtype=float) / experts, 1.0)
         cols = np.maximum(np.asarray(n, dtype=float), 1.0)
-        of_plateau = table_fraction(gpu.gemm_shape_table, rows, cols, flops / experts / (2.0 * rows * cols))
+        inner = flops / experts / (2.0 * rows * cols) if k is None else k
+        of_plateau = table_fraction(gpu.gemm_shape_table, rows, cols, inner)
     t = experts * kernel_time(gpu, flops / experts, np.asarray(nbytes, dtype=float) / experts, dtype, shape=shape,
                               of_plateau=of_plateau)
     if sustained_flops:

@@ -166,7 +166,7 @@ class FlexGenPricer:
         e = self.act_bytes
         nbytes = g.nbytes(e, e, e)
         t = gemm_time(self.system.gpu, g.flops, nbytes, self.dtype, experts=g.experts,
-                      sustained_flops=self.system.gpu_sustained_matmul_flops, m=g.m, n=g.n)
+                      sustained_flops=self.system.gpu_sustained_matmul_flops, m=g.m, n=g.n, k=g.k)
         return [Op(g.name, GEMM, g.flops, nbytes, t)]
 
     def elementwise(self, x: Elementwise, *, selective: bool = False) -> Op:

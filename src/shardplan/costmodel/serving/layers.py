@@ -23,6 +23,7 @@ import numpy as np
 from shardplan.costmodel.core import comm
 from shardplan.costmodel.core import operators as inv
 from shardplan.costmodel.core import recurrent as rec
+from shardplan.costmodel.core.gemm_shape import table_fraction
 from shardplan.costmodel.core.kernels import (
     attention_time,
     compute_time,
@@ -150,7 +151,8 @@ class InferCtx:
         flops = self._col(g.flops)
         if g.name.startswith("moe.experts"):
             t = fused_moe_time(self.system.gpu, flops, nbytes, dtype, experts=self._col(g.experts),
-                               imbalance=ep_imbalance(self.ep, self._col(g.m)))
+                               imbalance=ep_imbalance(self.ep, self._col(g.m)),
+                               shape=(self._col(g.m), self._col(g.n), self._col(g.k)))
             return [Op(g.name, GEMM, flops, nbytes, t)]
         # The tensor cores run whole M tiles: a dense GEMM of M rows computes ⌈M/64⌉·64 (``MMA_TILE_M``).
         m = self._col(g.m)
@@ -158,7 +160,7 @@ class InferCtx:
         rows = np.where(dense & (m > 0), np.ceil(m / MMA_TILE_M) * MMA_TILE_M, m)
         padded = flops * np.where(m > 0, rows / np.maximum(m, 1e-9), 1.0)
         return [Op(g.name, GEMM, flops, nbytes, gemm_time(self.system.gpu, padded, nbytes, dtype, experts=g.experts,
-                                                          m=rows, n=g.n))]
+                                                          m=rows, n=self._col(g.n), k=self._col(g.k)))]
 
     def elementwise(self, x: Elementwise, *, selective: bool = False) -> Op:
         nbytes = self._col(x.nbytes(ACT_BYTES))
@@ -212,12 +214,19 @@ class InferCtx:
 
 
 def fused_moe_time(gpu: GpuSpec, flops: np.ndarray, nbytes: np.ndarray, dtype: str, *, experts: np.ndarray,
-                   imbalance: np.ndarray) -> np.ndarray:
+                   imbalance: np.ndarray, shape: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+                   ) -> np.ndarray:
     """A fused grouped expert GEMM (vLLM ``fused_moe`` Triton kernel, SGLang/TRT-LLM grouped GEMMs): one launch
     streams every touched expert's weights once, so the bytes move at the efficiency of the whole transfer, while
-    the math runs at the efficiency of one expert's share (its M is the tokens routed to that expert); the
-    busiest EP rank's extra tokens (``imbalance``) scale the math."""
+    the math runs at the efficiency of one expert's share (its M is the tokens routed to that expert: on a GPU with
+    a measured GEMM grid, that shape's rate from ``shape`` = (rows of all experts, N, K)); the busiest EP rank's
+    extra tokens (``imbalance``) scale the math."""
     experts = np.maximum(experts, 1e-9)
+    if gpu.gemm_shape_table is not None and shape is not None:
+        m, n, k = shape
+        t_c = compute_time(gpu, flops * imbalance, dtype,
+                           of_plateau=table_fraction(gpu.gemm_shape_table, np.maximum(m / experts, 1.0), n, k))
+        return with_launch(gpu, np.maximum(t_c, memory_time(gpu, nbytes)))
     t_c = compute_time(gpu, flops * imbalance, dtype, efficiency=interp_efficiency(gpu.matmul_efficiency,
                                                                                   flops / experts))
     return with_launch(gpu, np.maximum(t_c, memory_time(gpu, nbytes)))

@@ -11,7 +11,7 @@ import numpy as np
 from pydantic import Field
 
 from shardplan.costmodel.core import bands
-from shardplan.costmodel.core.kernels import compute_time, memory_time
+from shardplan.costmodel.core.kernels import memory_time
 from shardplan.costmodel.core.layouts import check_gpus, divisors, fmt_values, model_kind_counts
 from shardplan.costmodel.core.ops import COMM, GEMM, Op
 from shardplan.costmodel.core.result import Out, ResultHead
@@ -151,17 +151,16 @@ def _f(x: np.ndarray, i: int) -> float:
 
 def _bound(cost: InferCost, ops: list[Op], i: int) -> str:
     """Largest share of the ops' time: compute-bound kernels, memory-bound kernels, or collectives."""
-    gpu, dtype = cost.ctx.system.gpu, cost.ctx.gemm_dtype
+    gpu = cost.ctx.system.gpu
     shares = {"compute": 0.0, "memory": 0.0, "communication": 0.0}
     for op in ops:
         t = _f(op.time, i)
         if op.kind == COMM:
             shares["communication"] += t
         elif op.kind in (GEMM, ATTN):
-            eff = gpu.attention_efficiency if op.kind == ATTN else None
-            tc = float(compute_time(gpu, _f(op.flops, i), dtype if op.kind == GEMM else "bf16", efficiency=eff))
+            # the priced time against its memory roofline: above it (beyond the one launch), the math binds
             tm = float(memory_time(gpu, _f(op.nbytes, i)))
-            shares["compute" if tc >= tm else "memory"] += t
+            shares["compute" if t > (tm + max(gpu.kernel_fixed_s, gpu.kernel_launch_s)) * (1 + 1e-9) else "memory"] += t
         else:
             shares["memory"] += t
     return max(shares, key=lambda k: shares[k])

@@ -106,11 +106,11 @@ class Ctx:
             dtype = "bf16" if self.mm_dtype in LOW_PRECISION else self.mm_dtype
             nbytes = g.nbytes(e, e, 4.0 if g.name.startswith("moe.") else e)
             return [Op(g.name, GEMM, g.flops, nbytes, gemm_time(self.gpu, g.flops, nbytes, dtype, experts=g.experts,
-                                                                m=g.m, n=g.n))]
+                                                                m=g.m, n=g.n, k=g.k))]
         wbytes = {"fp8": 1.0, "fp4": NVFP4_BYTES}.get(self.mm_dtype, e)
         nbytes = g.nbytes(wbytes, wbytes, e)
         ops = [Op(g.name, GEMM, g.flops, nbytes, gemm_time(self.gpu, g.flops, nbytes, self.mm_dtype,
-                                                           experts=g.experts, m=g.m, n=g.n))]
+                                                           experts=g.experts, m=g.m, n=g.n, k=g.k))]
         if self.mm_dtype in LOW_PRECISION:
             # tensorwise fp8: amax + cast of the input (2+2+1+1 B/elem) and of the weight (2+2+1 B/elem); NVFP4 the
             # same passes writing 4.5-bit elements (block scales included). The weight is cast once per step and
