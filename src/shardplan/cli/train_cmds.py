@@ -245,10 +245,10 @@ def estimate_train(
     """Per-layer and per-stage time and memory of one pinned training layout.
 
     MFU = model FLOPs / (step time · GPUs · the dtype's dense peak), model FLOPs = 6 per active weight per token +
-    12·L·s·a·d per token for attention over the full s×s matrix (causal masking not discounted, as Megatron,
-    PaLM and torchtitan count) + 6·V·h for the LM head, no recompute. HFU adds the forward work that recompute
-    reruns, counted the same way, so HFU ≥ MFU. A plan fits when its peak memory per GPU ≤ GPU memory less
-    --memory-headroom.
+    12·L·s·a·d per token for attention over the full s×s matrix (causal masking not discounted, as PaLM,
+    torchtitan and Megatron-LM before 2025-03 count; later Megatron-LM halves it) + 6·V·h for the LM head, no
+    recompute. HFU adds the forward work that recompute reruns, counted the same way, so HFU ≥ MFU. A plan fits
+    when its peak memory per GPU ≤ GPU memory less --memory-headroom.
     """
     from shardplan.cli.render_train import render_estimate
     from shardplan.costmodel.training.evaluate import estimate_training
@@ -327,10 +327,10 @@ def train(
     """Choose the fastest training layout (CP-SAT over the cost model), with the reasons.
 
     MFU = model FLOPs / (step time · GPUs · the dtype's dense peak), model FLOPs = 6 per active weight per token +
-    12·L·s·a·d per token for attention over the full s×s matrix (causal masking not discounted, as Megatron,
-    PaLM and torchtitan count) + 6·V·h for the LM head, no recompute. HFU adds the forward work that recompute
-    reruns, counted the same way, so HFU ≥ MFU. A plan fits when its peak memory per GPU ≤ GPU memory less
-    --memory-headroom.
+    12·L·s·a·d per token for attention over the full s×s matrix (causal masking not discounted, as PaLM,
+    torchtitan and Megatron-LM before 2025-03 count; later Megatron-LM halves it) + 6·V·h for the LM head, no
+    recompute. HFU adds the forward work that recompute reruns, counted the same way, so HFU ≥ MFU. A plan fits
+    when its peak memory per GPU ≤ GPU memory less --memory-headroom.
     """
     from shardplan.cli.progress import solving
     from shardplan.cli.render_train import render_plan

@@ -230,7 +230,8 @@ def _flops(ctx: Ctx, k: dict[str, KindCost], m: np.ndarray) -> tuple[np.ndarray,
 
     Model FLOPs (MFU; Megatron/PaLM convention, Narayanan et al. 2021 Eq. 3 without recompute): 6 per active
     weight per token, 12·L·s·a·d per token for attention scores and context over the whole s×s matrix (causal
-    masking is not discounted, as Megatron, PaLM and torchtitan count), 6·V·h for the LM head. Hardware FLOPs
+    masking is not discounted, as PaLM, torchtitan and Megatron-LM before 8873b55d6a (2025-03-06) count), 6·V·h for
+    the LM head. Hardware FLOPs
     (HFU; Korthikanti et al. 2022 §6.3): the same count plus the forward work recompute reruns, in the same
     convention, so HFU ≥ MFU. Executed FLOPs: what the kernels run (flash skips the masked half), for the
     per-layer table.
