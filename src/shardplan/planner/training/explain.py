@@ -134,6 +134,18 @@ def comparisons(table: TrainTable, chosen: int, eligible: np.ndarray, report: Ca
     return (out + other)[:limit]
 
 
+def _executed_note(m: Any) -> str:
+    """Where flash attention's skipped causal half makes MFU read well above what the kernels run: the share of peak
+    they execute (the count Megatron-LM's formula has used since 8873b55d6a, 2025-03: causal attention halved)."""
+    if m.tflops_per_gpu <= 0 or m.hfu <= 0:
+        return ""
+    executed = m.executed_tflops_per_gpu * m.hfu / m.tflops_per_gpu
+    if executed >= m.mfu - 0.05:
+        return ""
+    return (f"; the kernels run {executed:.1%} of peak (flash attention skips the masked half of the causal "
+            f"attention counted here; Megatron-LM's FLOP formula has left that half out since 2025)")
+
+
 def explanation(best: TrainReport, base: TrainReport | None, bare: TrainReport | None = None) -> list[str]:
     """Sentences: memory and headroom, where time goes, why recompute (``bare``: the plan without it), and the
     gain over the hand layout (``base``)."""
@@ -145,7 +157,8 @@ def explanation(best: TrainReport, base: TrainReport | None, bare: TrainReport |
         f"Memory {verb} the {mem.stage} stage: {format_bytes(mem.total_bytes)} of {format_bytes(usable)} usable "
         f"({format_bytes(mem.capacity_bytes)} less {format_bytes(mem.headroom_bytes)} kept free for fragmentation "
         f"and spikes; --memory-headroom).",
-        f"MFU {m.mfu:.1%}, HFU {m.hfu:.1%} (model FLOPs, causal attention counted in full; HFU adds recompute).",
+        f"MFU {m.mfu:.1%}, HFU {m.hfu:.1%} (model FLOPs, causal attention counted in full; HFU adds recompute)"
+        + _executed_note(m) + ".",
     ]
     parts = [("pipeline bubble", m.bubble_s), ("TP communication", m.tp_exposed_s), ("pipeline sends", m.pp_exposed_s),
              ("DP gradient sync", m.dp_exposed_s), ("ZeRO-3 gathers", m.zero3_exposed_s),
