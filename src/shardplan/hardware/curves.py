@@ -48,6 +48,11 @@ HOPPER_MATMUL: Curve = scaled_curve(HOPPER_MATMUL_ISOLATED, 0.803 * IN_JOB_OF_IS
 # GEMMs at this share of it; the curve below (its plateau) serves GEMMs whose shape is not known.
 HOPPER_SUSTAINED_CLOCK = 1575 / 1980
 HOPPER_SUSTAINED_MATMUL: Curve = scaled_curve(HOPPER_MATMUL_ISOLATED, 0.803 * HOPPER_SUSTAINED_CLOCK)
+# The same for a 1000 W B200: kernels run back to back draw ~1000 W and the SM clock falls from 1965 to ~1580 MHz
+# (flashinfer PR #2899, bf16 FA4 on B200: TFLOP/s 15% down over 100 iterations). GB200 (1200 W) and B300/GB300 have
+# no such measurement and keep the A100-derived in-job ratio.
+B200_SUSTAINED_CLOCK = 1580 / 1965
+B200_SUSTAINED_MATMUL: Curve = scaled_curve(HOPPER_MATMUL_ISOLATED, 0.776 * B200_SUSTAINED_CLOCK)
 BLACKWELL_MATMUL: Curve = scaled_curve(HOPPER_MATMUL_ISOLATED, 0.776 * IN_JOB_OF_ISOLATED)  # B200 MAMF 0.776
 
 

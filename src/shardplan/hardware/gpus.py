@@ -13,6 +13,7 @@ from shardplan.hardware.attention_data import H100_ATTENTION
 from shardplan.hardware.curves import (  # noqa: F401  (re-exported: the catalog's curves live in curves.py)
     A100_SM_STREAM,
     AMPERE_MATMUL,
+    B200_SUSTAINED_MATMUL,
     BLACKWELL_MATMUL,
     EAGER_ELEMENTWISE,
     H100_SM_STREAM,
@@ -193,7 +194,7 @@ B200 = GpuSpec(
     memory_bandwidth_bytes_per_s=8.0 * TB,
     peak_flops={"fp32": 75e12, "tf32": 1125e12, "bf16": 2250e12, "fp16": 2250e12, "fp8": 4500e12,
                 "int8": 4500e12, "fp4": 9000e12},
-    matmul_efficiency=BLACKWELL_MATMUL,
+    matmul_efficiency=B200_SUSTAINED_MATMUL,  # its grid at the clock a 1000 W B200 sustains (curves.py)
     memory_efficiency=HBM_MEMORY,
     elementwise_efficiency=EAGER_ELEMENTWISE,
     attention_efficiency=0.6,
