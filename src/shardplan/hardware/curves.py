@@ -38,7 +38,8 @@ def scaled_curve(curve: Curve, plateau: float) -> Curve:
 # curve fitted to the Megatron-LM runs plateaus at 0.768 of peak where the isolated best reaches 0.869 (MAMF 271.2
 # TFLOP/s): in a job, GPUs run at their power limit for hours with other kernels and communication beside the GEMMs
 # (sustained clocks: DeepGEMM issue #120 sees H800 clocks fall from 1980 to 1575 MHz under compute + communication).
-# Hopper and Blackwell have only isolated measurements, so their curves take the same ratio: plateau = MAMF × 0.884.
+# GPUs with only isolated measurements and no sustained-clock measurement (GB200, B300/GB300, AMD, the H100 PCIe and
+# H20) take the same ratio: plateau = MAMF × 0.884.
 IN_JOB_OF_ISOLATED = 0.768 / 0.869
 HOPPER_MATMUL: Curve = scaled_curve(HOPPER_MATMUL_ISOLATED, 0.803 * IN_JOB_OF_ISOLATED)  # H100 MAMF 0.803
 # The SM clock a Hopper SXM die (700 W) sustains in a job over the boost clock an isolated benchmark runs at:
@@ -53,7 +54,6 @@ HOPPER_SUSTAINED_MATMUL: Curve = scaled_curve(HOPPER_MATMUL_ISOLATED, 0.803 * HO
 # no such measurement and keep the A100-derived in-job ratio.
 B200_SUSTAINED_CLOCK = 1580 / 1965
 B200_SUSTAINED_MATMUL: Curve = scaled_curve(HOPPER_MATMUL_ISOLATED, 0.776 * B200_SUSTAINED_CLOCK)
-BLACKWELL_MATMUL: Curve = scaled_curve(HOPPER_MATMUL_ISOLATED, 0.776 * IN_JOB_OF_ISOLATED)  # B200 MAMF 0.776
 
 
 # Fixed time every kernel pays beside its work: the α of a latency + bytes/bandwidth kernel model (launch to start,

@@ -14,7 +14,6 @@ from shardplan.hardware.curves import (  # noqa: F401  (re-exported: the catalog
     A100_SM_STREAM,
     AMPERE_MATMUL,
     B200_SUSTAINED_MATMUL,
-    BLACKWELL_MATMUL,
     EAGER_ELEMENTWISE,
     H100_SM_STREAM,
     HBM_MEMORY,
