@@ -97,3 +97,36 @@ def test_alternating_moe_layers_keep_the_uniform_split() -> None:
     plan = plan_training(TrainRequest(model=model, system=get_system("dgx-h100"), num_gpus=8, pp=2,
                                       workload=TrainWorkload(seq_len=2048, global_batch=16)))
     assert plan.status == "optimal" and plan.solver.stage_search is None and plan.plan.stage_layers is None
+
+
+def test_per_layer_rows_count_each_ranks_recomputed_layers() -> None:
+    # the issue-11 complaint ("the per-layer table ignores --recompute-layers"), for a per-stage split: the rows of
+    # each rank split into its fully recomputed layers and the rest, as --stage-recompute-layers pins them
+    from shardplan.api import estimate_training
+
+    splits, recomputed = [19, 21, 21, 19], [4, 2, 1, 0]
+    rep = estimate_training("llama-3.1-70b", "dgx-h100", gpus=64, global_batch=256, seq_len=8192, tp=4, pp=4,
+                            recompute="full", sequence_parallel=True, zero_stage=1, stage_layers=splits,
+                            stage_recompute_layers=recomputed)
+    middle = max((1, 2), key=lambda i: rep.stages[i].fwd_time_s + rep.stages[i].bwd_time_s)
+    for name, i in (("first", 0), ("middle", middle), ("last", 3)):
+        rows = [r for r in rep.layers if r.stage == name and r.kind in ("attention", "mlp")]
+        for kind in ("attention", "mlp"):
+            full = sum(r.count for r in rows if r.kind == kind and r.recompute == "full")
+            plain = sum(r.count for r in rows if r.kind == kind and r.recompute != "full")
+            assert (full, plain) == (recomputed[i], splits[i] - recomputed[i]), (name, kind)
+        # a recomputed row re-runs its forward; a plain one does not
+        assert all((r.recompute_time_s > 0) == (r.recompute == "full") for r in rows)
+
+
+def test_a_split_that_recomputes_nothing_is_named_without_recompute() -> None:
+    from shardplan.api import estimate_training
+
+    kw = dict(gpus=64, global_batch=256, seq_len=8192, tp=4, pp=4, sequence_parallel=True, zero_stage=1,
+              stage_layers=[19, 21, 21, 19])
+    idle = estimate_training("llama-3.1-70b", "dgx-h100", recompute="full", stage_recompute_layers=[0, 0, 0, 0], **kw)
+    plain = estimate_training("llama-3.1-70b", "dgx-h100", recompute="none", **kw)
+    assert idle.plan.recompute == plain.plan.recompute == "none" and idle.plan.stage_recompute_layers is None
+    assert idle.metrics.step_time_s == plain.metrics.step_time_s
+    assert [s.total_bytes for s in idle.stages] == [s.total_bytes for s in plain.stages]
+    assert all(r.recompute == "none" for r in idle.layers)

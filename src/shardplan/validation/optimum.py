@@ -212,7 +212,7 @@ def parse_run(record: dict[str, Any]) -> OptimumRun | str:
     from shardplan.validation.runs import (
         record_dtype,
         stack_attention,
-        stack_grad_reduce,
+        stack_gradients,
         stack_modules,
         stack_p2p_overlap,
         stack_recompute,
@@ -262,7 +262,7 @@ def parse_run(record: dict[str, Any]) -> OptimumRun | str:
                          sequence_parallel=bool(sp) if sp is not None else tp > 1, zero_stage=int(zero),
                          recompute_modules=stack_modules(record) if recompute == Recompute.SELECTIVE else None)
     work = TrainWorkload(seq_len=seq, global_batch=batch, dtype=record_dtype(record), attention=stack_attention(record),
-                         grad_reduce_dtype=stack_grad_reduce(record))
+                         **stack_gradients(record))
     if met.get("tokens_per_s_per_gpu"):
         measured, derived = float(met["tokens_per_s_per_gpu"]), False
     elif met.get("model_tflops_per_gpu"):

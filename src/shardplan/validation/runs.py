@@ -272,14 +272,13 @@ def stack_software(r: dict[str, Any]) -> dict[str, Any]:
     return {k: sw[k] for k in STACK_FIELDS if k in sw}
 
 
-stack_moe = stack_software  # the earlier name (MoE settings only), for callers on other branches
-
-
-def stack_grad_reduce(r: dict[str, Any]) -> str | None:
-    """The gradient reduction datatype a record's recipe ran with (``TrainWorkload.grad_reduce_dtype``: torchtitan's
-    ``mixed_precision_reduce`` float32, Composer FSDP ``mixed_precision: DEFAULT`` fp32), from its ``software``
-    entry; None: the cost model's default."""
-    return (r.get("software") or {}).get("grad_reduce_dtype")
+def stack_gradients(r: dict[str, Any]) -> dict[str, str]:
+    """A record's gradient datatypes (``TrainWorkload`` fields): ``grad_reduce_dtype`` as its ``software`` entry says
+    (torchtitan's fp32 ``mixed_precision_reduce``, Composer FSDP fp32); a bf16 ``grad_dtype`` (gradient buffer) for
+    Megatron-Bridge's performance tables (``grad_reduce_in_fp32`` false: scripts/performance yaml at v0.1.0rc4,
+    configs v0.2.0-v0.4.0, ``perf_recipes/_common.py _benchmark_common`` at 067f987)."""
+    out = {"grad_reduce_dtype": (r.get("software") or {}).get("grad_reduce_dtype")}
+    return out | ({"grad_dtype": "bf16"} if "Megatron-Bridge" in str(r["source"].get("container_or_version")) else {})
 
 
 def stack_modules(r: dict[str, Any]) -> tuple[str, ...] | None:
@@ -328,7 +327,7 @@ def modern_setup(r: dict[str, Any]) -> tuple[ModelSpec, Any, int, TrainWorkload,
                                           "zero3_rail_parallel": True, "tp_overlap_method": stack_tp_overlap(r),
                                           "overlap_p2p_comm": stack_p2p_overlap(r), **stack_software(r)})
     system = job_system(base.model_copy(update={"software": sw}), n)
-    work = TrainWorkload(seq_len=w["seq_len"], global_batch=batch, grad_reduce_dtype=stack_grad_reduce(r),
+    work = TrainWorkload(seq_len=w["seq_len"], global_batch=batch, **stack_gradients(r),
                          dtype=record_dtype(r), attention=stack_attention(r))
     if met.get("tokens_per_s_per_gpu"):
         quantity, measured = "tokens_per_s_per_gpu", float(met["tokens_per_s_per_gpu"])

@@ -126,11 +126,11 @@ def report_row(cost: TrainCost, i: int, *, model: ModelSpec, system: SystemSpec,
     )
     return TrainReport(
         status="feasible", model=model.name, hardware=system.name, num_gpus=num_gpus, seq_len=w.seq_len,
-        plan=plan, metrics=metrics, memory=memory, stages=stages, layers=_layer_rows(cost, i),
+        plan=plan, metrics=metrics, memory=memory, stages=stages, layers=layer_rows(cost, i),
     )
 
 
-def _layer_rows(cost: TrainCost, i: int) -> list[LayerRow]:
+def layer_rows(cost: TrainCost, i: int) -> list[LayerRow]:
     """One row per layer kind per stage: per-layer costs and memory (multiply by ``count`` for the stage)."""
     r = cost.ctx.rows
     rows: list[LayerRow] = []

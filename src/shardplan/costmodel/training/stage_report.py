@@ -8,15 +8,24 @@ exposed TP/CP/EP/PP communication is rank 0's, as in ``train_cost``.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from shardplan.costmodel.training.ctx import Ctx
-from shardplan.costmodel.training.evaluate import estimate_training, gpu_capacity, host_capacity, infeasibility
-from shardplan.costmodel.training.layout import LayoutArrays, TrainLayout, TrainWorkload
+from shardplan.costmodel.training.evaluate import (
+    estimate_training,
+    gpu_capacity,
+    host_capacity,
+    infeasibility,
+    layer_rows,
+    normalize,
+)
+from shardplan.costmodel.training.layout import LayoutArrays, Recompute, TrainLayout, TrainWorkload
 from shardplan.costmodel.training.report import LayerRow, MemoryOut, StageRow, TrainReport
 from shardplan.costmodel.training.stage_split import StageSplitCost, check_split, evaluate_split, pipeline_factor
 from shardplan.costmodel.training.stages import kind_costs
-from shardplan.costmodel.training.step import _flops
+from shardplan.costmodel.training.step import _flops, train_cost
 from shardplan.errors import ShardplanError
 from shardplan.hardware.spec import SystemSpec
 from shardplan.models.spec import ModelSpec
@@ -45,6 +54,47 @@ def _layer_counts(model: ModelSpec, sc: StageSplitCost, i: int) -> dict[str, int
     moe = int(c.stage.shape.moe_layers[i])
     return {"embedding": int(i == 0), "attention": sc.stage_layers[i], "mlp": sc.stage_layers[i] - moe,
             "moe": moe, "head": int(i == p - 1)}
+
+
+def _recomputed(counts: dict[str, int], kind: str, k: int) -> int:
+    """Layers of ``kind`` among a rank's ``k`` fully recomputed ones (its first k: dense MLP layers precede MoE
+    layers; ``evaluate.layer_rows``' rule)."""
+    if kind in ("embedding", "head"):
+        return 0
+    before = counts["mlp"] if kind == "moe" else 0
+    return min(max(k - before, 0), counts[kind])
+
+
+def _split_layer_rows(model: ModelSpec, system: SystemSpec, work: TrainWorkload, layout: TrainLayout,
+                      sc: StageSplitCost, uniform: list[LayerRow]) -> list[LayerRow]:
+    """Per-layer rows with the split's counts (middle: the heaviest middle rank). Under full recompute each rank's
+    layers split into its recomputed ones and the rest, as ``stage_recompute_layers`` says, each row carrying the
+    per-layer costs of its mode (read from the layout recomputing every layer, and from it recomputing none)."""
+    p = layout.pp
+    mid = max(range(1, p - 1), key=lambda i: sc.per_mb_s[i], default=None)
+    rank_of = {"first": 0, "last": p - 1, "middle": mid}
+    full = str(layout.recompute) == "full"
+    if full:
+        variants = [normalize(dataclasses.replace(layout, recompute=rc, recompute_layers=None))
+                    for rc in (Recompute.FULL, Recompute.NONE)]
+        cost = train_cost(model, system, work, LayoutArrays.from_layouts(variants, work.global_batch))
+        templates = [*layer_rows(cost, 0), *layer_rows(cost, 1)]
+    else:
+        templates = uniform
+    rows: list[LayerRow] = []
+    seen: set[tuple[str, str, str]] = set()
+    for row in templates:
+        i = rank_of.get(row.stage)
+        if i is None or (row.stage, row.kind, row.recompute) in seen:
+            continue
+        seen.add((row.stage, row.kind, row.recompute))
+        counts = _layer_counts(model, sc, i)
+        rec = _recomputed(counts, row.kind, sc.recompute_layers[i]) if full else 0
+        count = rec if full and row.recompute == "full" else counts[row.kind] - rec
+        if count:
+            rows.append(row.model_copy(update={"count": count}))
+    order = {"first": 0, "middle": 1, "last": 2}
+    return sorted(rows, key=lambda r: (order[r.stage], r.kind == "head"))  # stable: else in the templates' order
 
 
 def split_report(model: ModelSpec, system: SystemSpec, num_gpus: int, work: TrainWorkload, layout: TrainLayout,
@@ -98,28 +148,23 @@ def split_report(model: ModelSpec, system: SystemSpec, num_gpus: int, work: Trai
         cpu_bytes=float(st.cpu_bytes[b]), host_bytes_per_node=sc.host_bytes_per_node,
         host_capacity_bytes=host_capacity(system, work),
     )
-    full = str(layout.recompute) == "full"
     ks = sc.recompute_layers
+    # A full-recompute layout whose split recomputes no layer is that layout without recompute (the same
+    # evaluation, tests/planner/test_stages_plan.py): named so.
+    full = str(layout.recompute) == "full" and any(ks)
     partial = [k for k, n in zip(ks, sc.stage_layers, strict=True) if k < n]
+    idle = str(layout.recompute) == "full" and not full
     plan = base.plan.model_copy(update=dict(
+        **({"recompute": "none"} if idle else {}),
         stage_layers=list(sc.stage_layers),
         stage_recompute_layers=list(ks) if full else None,
         stage_offload_activations=[x / 100 for x in sc.offload_pct],
         # a summary (stage_recompute_layers is the plan): the most layers a partly recomputed rank recomputes
-        recompute_layers=(max(partial) or None if partial else None) if full else base.plan.recompute_layers,
+        recompute_layers=(max(partial) or None if partial else None) if full else None if idle else
+        base.plan.recompute_layers,
         offload=base.plan.offload.model_copy(update={"activations": max(sc.offload_pct) / 100}),
     ))
-    # Per-layer rows: the same per-layer costs, with the split's counts (middle: the heaviest middle rank).
-    mid = max(range(1, p - 1), key=lambda i: sc.per_mb_s[i], default=None)
-    rank_of = {"first": 0, "last": p - 1, "middle": mid}
-    layers: list[LayerRow] = []
-    for row in base.layers:
-        i = rank_of.get(row.stage)
-        if i is None:
-            continue
-        count = _layer_counts(model, sc, i)[row.kind]
-        if count:
-            layers.append(row.model_copy(update={"count": count}))
+    layers = _split_layer_rows(model, system, work, layout, sc, base.layers)
     return base.model_copy(update=dict(plan=plan, metrics=metrics, memory=memory, stages=stages, layers=layers))
 
 
