@@ -56,7 +56,8 @@ def validate(
     as_json: JsonOpt = False,
 ) -> None:
     """Run the published cases (Megatron-LM, NeMo, torchtitan, vLLM, FlexGen) and print each prediction's error;
-    the `optimum` group runs the planner free on expert-tuned runs and shows it beside the published layout.
+    the `optimum` group runs the planner free on expert-tuned runs and shows it beside the published layout; the
+    `memory` group compares the peak GPU memory Megatron-Bridge logged with the plan's tensors (GiB).
 
     A case whose published layout the cost model finds infeasible is still scored, and marked INFEASIBLE."""
     from shardplan.errors import ShardplanError

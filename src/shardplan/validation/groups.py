@@ -6,6 +6,7 @@ import statistics
 from collections.abc import Callable
 from typing import Any
 
+from shardplan.validation.memory import memory_cases
 from shardplan.validation.projection import projection
 from shardplan.validation.runs import (
     Case,
@@ -43,6 +44,7 @@ GROUPS: dict[str, Callable[[], list[Case]]] = {
     "narayanan": narayanan,
     "modern": modern,
     "optimum": optimum,
+    "memory": memory_cases,
     "vllm-kv": vllm_kv,
     "flexgen": flexgen,
     "projection": projection,
