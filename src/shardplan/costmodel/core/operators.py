@@ -109,6 +109,7 @@ class Pricer(Protocol):
     dropout: bool
     kv_cache: bool  # serving writes new K/V into a paged cache (with rotary embedding, one kernel pair)
     capacity_factor: float  # MoE token copies per routed token (training's capacity; 1 when dropless)
+    expert_bias_apart: bool  # routed experts' FC2 biases added outside the GEMM (Megatron-Core TEGroupedMLP)
 
     def gemm(self, g: Gemm) -> list[Op]: ...
     def elementwise(self, x: Elementwise, *, selective: bool = False) -> Op: ...
@@ -313,6 +314,8 @@ def moe_block(model: ModelSpec, p: Pricer, T: Array, T_elem: Array) -> list[Op]:
     T_exp = T * k * p.etp / p.tp
     ops += ffn(m, p, "moe.experts", T_exp, moe.expert_ffn_hidden_size / p.etp, experts=p.touched_experts(T_exp),
                routed=True)
+    if m.mlp_bias and p.expert_bias_apart:
+        ops.append(p.elementwise(kernel("expert_bias", "moe.experts.fc2_bias", T_exp * h)))
     ops += [*p.expert_tp_exit("moe.experts", routed * h), p.ep_all_to_all("moe.ep_combine", routed * h),
             p.elementwise(Elementwise("moe.unpermute", routed * h, 2))]
     if moe.num_shared_experts:

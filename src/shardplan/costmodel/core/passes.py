@@ -48,6 +48,13 @@ FUSED: dict[str, Traffic] = {
     # jit-fused kernels): cast + max (read 16-bit, write fp32: 1 pass + 4 B), shift + exp + sum in place (8 B),
     # divide by the sum in place (8 B); backward one kernel: read the fp32 softmax, write the 16-bit gradient.
     "cross_entropy": Traffic(1, 20.0, 3, bwd_passes=1, bwd_extra=4.0),
+    # Megatron-Core TEGroupedMLP._apply_bias (megatron/core/transformer/moe/experts.py@core_v0.15.0 and d98e8a6's
+    # list path; FC2 runs with skip_bias_add): per expert ``t + b·p`` on its split of the FC2 output, promoted to fp32
+    # by the fp32 probabilities (b·p writes 4 B, the add reads the 16-bit t and 4 B, writes 4 B), ``torch.cat``
+    # (4 + 4 B), ``.to(16-bit)`` (4 B + 1 pass). Backward: the cast's inverse (1 pass + 4 B), the add's gradient to t
+    # cast back (4 B + 1 pass), b's and p's gradients each a product with the fp32 gradient and a sum (4 + 4 + 4 B
+    # each), the splits' gradient concatenated (2 passes). Per-expert launches counted as one kernel per op.
+    "expert_bias": Traffic(2, 24.0, 4, bwd_passes=4, bwd_extra=32.0, bwd_kernels=6),
 }
 
 EAGER: dict[str, Traffic] = {

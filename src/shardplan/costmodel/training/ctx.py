@@ -89,6 +89,8 @@ class Ctx:
     def kv_cache(self) -> bool:
         return False
 
+    expert_bias_apart = True  # Megatron-Core TEGroupedMLP: FC2's per-expert biases after the GEMM (core.passes)
+
     @property
     def capacity_factor(self) -> float:
         return self.model.moe.capacity_factor if self.model.moe is not None else 1.0

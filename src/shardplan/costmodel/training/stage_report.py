@@ -108,9 +108,9 @@ def split_report(model: ModelSpec, system: SystemSpec, num_gpus: int, work: Trai
     model_flops, hw_flops, exec_flops = _executed_flops(model, system, work, layout, recomputed)
     factor = pipeline_factor(layout, work)
     b0 = base.metrics
-    # Rank 0's exposed collectives (train_cost's convention): per-layer fwd+bwd collective time × its counts.
+    # The slowest rank's exposed collectives (train_cost's convention): per-layer fwd+bwd collective time × its counts.
     per_kind = {row.kind: row for row in base.layers}
-    counts0 = _layer_counts(model, sc, 0)
+    counts0 = _layer_counts(model, sc, int(np.argmax(sc.per_mb_s)))
 
     def exposed(attr: str) -> float:
         return factor * sum(counts0[k] * getattr(per_kind[k], attr) for k in ("attention", "mlp", "moe")

@@ -278,9 +278,14 @@ def train_cost(model: ModelSpec, system: SystemSpec, work: TrainWorkload, rows: 
     peak = np.max(np.stack([np.where(s.shape.exists, s.total, 0.0) for s in stages]), axis=0)
     host_gpu = np.max(np.stack([np.where(s.shape.exists, s.cpu_bytes, 0.0) for s in stages]), axis=0)
 
+    # Exposed collectives are the slowest stage's (the one that sets the pipeline's pace), so that a step's parts
+    # (validation.optimum.step_parts) add up along the path that times it.
+    slowest = np.argmax(np.stack([np.where(s.shape.exists, s.per_microbatch_s, -np.inf) for s in stages]), axis=0)
+
     def comm_exposed(attr: str) -> np.ndarray:
-        total = layer_sum(k, stage_counts(first.shape), lambda c: getattr(c.fwd, attr) + getattr(c.bwd, attr))
-        return (m + (p - 1) / v) * total
+        per_stage = np.stack([layer_sum(k, stage_counts(s.shape), lambda c: getattr(c.fwd, attr) + getattr(c.bwd, attr))
+                              + np.zeros_like(m) for s in stages])
+        return (m + (p - 1) / v) * np.take_along_axis(per_stage, slowest[None, :], axis=0)[0]
     return TrainCost(
         ctx=ctx, kinds=k, stages=stages, num_microbatches=m, pipeline_s=pipeline, bubble_s=bubble,
         dp_exposed_s=dp_exposed, zero3_exposed_s=z3, optimizer_s=opt, step_time_s=step,
