@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from shardplan.validation.memory import memory_cases
+from shardplan.validation.natural import natural_routing_cases
 from shardplan.validation.projection import projection
 from shardplan.validation.runs import (
     Case,
@@ -45,6 +46,7 @@ GROUPS: dict[str, Callable[[], list[Case]]] = {
     "modern": modern,
     "optimum": optimum,
     "memory": memory_cases,
+    "moe-natural": natural_routing_cases,
     "vllm-kv": vllm_kv,
     "flexgen": flexgen,
     "projection": projection,

@@ -272,13 +272,15 @@ def stack_software(r: dict[str, Any]) -> dict[str, Any]:
     return {k: sw[k] for k in STACK_FIELDS if k in sw}
 
 
-def stack_gradients(r: dict[str, Any]) -> dict[str, str]:
-    """A record's gradient datatypes (``TrainWorkload`` fields): ``grad_reduce_dtype`` as its ``software`` entry says
-    (torchtitan's fp32 ``mixed_precision_reduce``, Composer FSDP fp32); a bf16 ``grad_dtype`` (gradient buffer) for
-    Megatron-Bridge's performance tables (``grad_reduce_in_fp32`` false: scripts/performance yaml at v0.1.0rc4,
-    configs v0.2.0-v0.4.0, ``perf_recipes/_common.py _benchmark_common`` at 067f987)."""
-    out = {"grad_reduce_dtype": (r.get("software") or {}).get("grad_reduce_dtype")}
-    return out | ({"grad_dtype": "bf16"} if "Megatron-Bridge" in str(r["source"].get("container_or_version")) else {})
+def stack_gradients(r: dict[str, Any]) -> dict[str, str | None]:
+    """A record's gradient datatypes (``TrainWorkload`` fields), from its ``software.grad_reduce_dtype``: the reduction
+    only (torchtitan's fp32 ``mixed_precision_reduce``, Composer FSDP fp32), except in Megatron-Bridge, whose gradient
+    buffer has the reduction's datatype (``grad_reduce_in_fp32``); unstated there, bf16 as its performance recipes set
+    (scripts/performance yaml at v0.1.0rc4, configs v0.2.0-v0.4.0, ``perf_recipes/_common.py`` at 067f987)."""
+    red = (r.get("software") or {}).get("grad_reduce_dtype")
+    if "Megatron-Bridge" in str(r["source"].get("container_or_version")):
+        return {"grad_dtype": red or "bf16"}
+    return {"grad_reduce_dtype": red}
 
 
 def stack_modules(r: dict[str, Any]) -> tuple[str, ...] | None:
