@@ -169,5 +169,25 @@ def attention_time(gpu: GpuSpec, flops: np.ndarray, nbytes: np.ndarray, dtype: s
     dtype = "bf16" if dtype in ("fp8", "fp4") else dtype
     eff = attention_efficiency(gpu, kernel, backward=backward, causal=causal, head_dim=head_dim, seq=seq)
     if eff is None:
-        eff = gpu.attention_efficiency * (FLASH_BWD_EFFICIENCY_RATIO if backward else 1.0)
+        eff = gpu.attention_efficiency * (FLASH_BWD_EFFICIENCY_RATIO if backward else 1.0) \
+            * head_dim_factor(kernel, backward=backward, causal=causal, head_dim=head_dim, seq=seq)
     return kernel_time(gpu, flops, nbytes, dtype, efficiency=eff)
+
+
+def head_dim_factor(kernel: str, *, backward: bool, causal: bool, head_dim: float, seq: np.ndarray | float
+                    ) -> np.ndarray:
+    """How a head dim other than 128 changes a fused attention kernel's rate, for a GPU with no measured curves
+    (its scalar ``attention_efficiency`` is a head-dim-128 figure): the ratio the H100's measured curves show for
+    the same kernel (cuDNN where the H100 has none of that name), mask and length (FlashAttention-3 paper Figs. 5-6,
+    ``hardware/attention_data.py``). At head dim 64 a tile does half the MMA work per exponential and per byte of
+    K and V; on Blackwell "tensor core throughput doubles while other functional units (shared memory bandwidth,
+    exponential units) scale more slowly or remain unchanged" (FlashAttention-4 paper, Zadouri et al., abstract), so
+    the H100 ratio is a floor on the penalty there."""
+    from shardplan.hardware.gpus import H100_SXM
+
+    ref = kernel if any(c.kernel == kernel for c in H100_SXM.attention_curves) else "cudnn"
+    at = [attention_efficiency(H100_SXM, ref, backward=backward, causal=causal, head_dim=d, seq=seq)
+          for d in (head_dim, 128.0)]
+    if at[0] is None or at[1] is None:
+        return np.ones_like(np.asarray(seq, dtype=float))
+    return np.asarray(at[0] / at[1], dtype=float)

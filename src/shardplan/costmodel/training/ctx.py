@@ -178,7 +178,8 @@ class Ctx:
         eff_c, eff_f = (attention_efficiency(self.gpu, kernel, backward=backward, causal=causal, head_dim=head_dim,
                                              seq=seq) for causal in (True, False))
         if eff_c is None or eff_f is None:
-            return attention_time(self.gpu, flops, nbytes, self.mm_dtype, backward=backward, kernel=kernel)
+            return attention_time(self.gpu, flops, nbytes, self.mm_dtype, backward=backward, kernel=kernel,
+                                  head_dim=head_dim, seq=seq)
         eff = 1.0 / (1.0 / (cp * eff_c) + (cp - 1.0) / (cp * eff_f))  # FLOP-weighted harmonic mean
         return kernel_time(self.gpu, flops, nbytes, "bf16" if self.mm_dtype in LOW_PRECISION else self.mm_dtype,
                            efficiency=eff)
