@@ -6,6 +6,7 @@ import statistics
 from collections.abc import Callable
 from typing import Any
 
+from shardplan.validation.ab import ab_cases
 from shardplan.validation.memory import memory_cases
 from shardplan.validation.natural import natural_routing_cases
 from shardplan.validation.projection import projection
@@ -47,6 +48,7 @@ GROUPS: dict[str, Callable[[], list[Case]]] = {
     "optimum": optimum,
     "memory": memory_cases,
     "moe-natural": natural_routing_cases,
+    "ab": ab_cases,
     "vllm-kv": vllm_kv,
     "flexgen": flexgen,
     "projection": projection,

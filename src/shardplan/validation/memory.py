@@ -24,19 +24,26 @@ from shardplan.validation.runs import Case, load_records
 UNIT_BYTES = {"GB": 1e9, "GiB": float(GiB)}
 
 
+def record_layout(lay: dict[str, Any]) -> TrainLayout:
+    """A record's ``layout`` entry (data/memory_runs.json, data/ab_runs.json) as a ``TrainLayout``."""
+    mods = lay["recompute_modules"]
+    return TrainLayout(tp=lay["tp"], pp=lay["pp"], dp=lay["dp"], cp=lay["cp"], ep=lay["ep"], etp=lay["etp"],
+                       microbatch=lay["microbatch"], interleave=lay["interleave"],
+                       recompute=Recompute(lay["recompute"]), recompute_modules=tuple(mods) if mods else None,
+                       sequence_parallel=lay["sequence_parallel"], zero_stage=lay["zero_stage"])
+
+
+def record_workload(w: dict[str, Any]) -> TrainWorkload:
+    return TrainWorkload(seq_len=w["seq_len"], global_batch=w["global_batch"], dtype=w["dtype"],
+                         grad_dtype=w["grad_dtype"])
+
+
 def memory_setup(r: dict[str, Any]) -> tuple[Any, Any, int, TrainWorkload, TrainLayout, float]:
     """A record as (model, system, gpus, workload, layout, measured GiB)."""
-    lay, w, meas = r["layout"], r["workload"], r["measured"]
-    mods = lay["recompute_modules"]
-    layout = TrainLayout(tp=lay["tp"], pp=lay["pp"], dp=lay["dp"], cp=lay["cp"], ep=lay["ep"], etp=lay["etp"],
-                         microbatch=lay["microbatch"], interleave=lay["interleave"],
-                         recompute=Recompute(lay["recompute"]), recompute_modules=tuple(mods) if mods else None,
-                         sequence_parallel=lay["sequence_parallel"], zero_stage=lay["zero_stage"])
-    work = TrainWorkload(seq_len=w["seq_len"], global_batch=w["global_batch"], dtype=w["dtype"],
-                         grad_dtype=w["grad_dtype"])
     system = job_system(get_system(r["hardware"]), r["gpus"])
-    measured = float(meas["peak_allocated"]) * UNIT_BYTES[meas["unit"]] / GiB
-    return get_model(r["model"]), system, r["gpus"], work, layout, measured
+    measured = float(r["measured"]["peak_allocated"]) * UNIT_BYTES[r["measured"]["unit"]] / GiB
+    return (get_model(r["model"]), system, r["gpus"], record_workload(r["workload"]), record_layout(r["layout"]),
+            measured)
 
 
 def tensor_bytes(memory: Any) -> float:

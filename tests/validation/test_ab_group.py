@@ -1,0 +1,27 @@
+"""``validate --group ab``: NVIDIA's one-setting A/B pairs (data/ab_runs.json) against the cost model's ratios."""
+
+from __future__ import annotations
+
+import pytest
+
+from shardplan.validation.ab import measured_ratio
+from shardplan.validation.groups import run_validation
+from shardplan.validation.runs import load_records
+
+
+def test_measured_ratios_are_the_published_figures() -> None:
+    by_id = {r["id"]: r for r in load_records("ab_runs")}
+    # EP overlap off 24.7138 s, on 20.9920 s (nemo-mbridge-perf-expert-parallel-overlap/SKILL.md)
+    assert measured_ratio(by_id["mbskill-qwen3-30b-a3b-16gpu-h100-bf16-ep-overlap"]) == pytest.approx(24.7138 / 20.992)
+    # TP8: 508.7 against the ~704 TFLOP/s/GPU baseline (nemo-mbridge-perf-memory-tuning/SKILL.md)
+    assert measured_ratio(by_id["mbskill-llama3-70b-sft-32gpu-h100-fp8cs-tp8"]) == pytest.approx(508.7 / 704.0)
+
+
+def test_every_change_moves_the_way_it_measured_and_within_15_percent() -> None:
+    report = run_validation(["ab"])
+    rows = [r for r in report.rows if r.group == "ab"]
+    assert len(rows) == len(load_records("ab_runs")) == 6
+    for r in rows:
+        assert r.predicted is not None and r.error_pct is not None
+        assert (r.predicted > 1.0) == (r.measured > 1.0), r.id  # faster or slower, as measured
+        assert abs(r.error_pct) <= 15.0, (r.id, r.error_pct)
