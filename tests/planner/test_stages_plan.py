@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import tomllib
 
+import pytest
+
 from shardplan.cli.export.megatron import pipeline_layout
 from shardplan.costmodel.training.layout import TrainWorkload
 from shardplan.costmodel.training.stage_split import evaluate_split
@@ -119,14 +121,35 @@ def test_per_layer_rows_count_each_ranks_recomputed_layers() -> None:
         assert all((r.recompute_time_s > 0) == (r.recompute == "full") for r in rows)
 
 
-def test_a_split_that_recomputes_nothing_is_named_without_recompute() -> None:
+@pytest.mark.parametrize("offload", [0.0, 1.0])
+def test_a_split_that_recomputes_nothing_is_named_without_recompute(offload: float) -> None:
+    # with weights offloaded too: a full recompute of no layer streams them no third time
     from shardplan.api import estimate_training
 
     kw = dict(gpus=64, global_batch=256, seq_len=8192, tp=4, pp=4, sequence_parallel=True, zero_stage=1,
-              stage_layers=[19, 21, 21, 19])
+              stage_layers=[19, 21, 21, 19], offload_weights=offload)
     idle = estimate_training("llama-3.1-70b", "dgx-h100", recompute="full", stage_recompute_layers=[0, 0, 0, 0], **kw)
     plain = estimate_training("llama-3.1-70b", "dgx-h100", recompute="none", **kw)
     assert idle.plan.recompute == plain.plan.recompute == "none" and idle.plan.stage_recompute_layers is None
     assert idle.metrics.step_time_s == plain.metrics.step_time_s
     assert [s.total_bytes for s in idle.stages] == [s.total_bytes for s in plain.stages]
     assert all(r.recompute == "none" for r in idle.layers)
+
+
+@pytest.mark.parametrize(("recompute", "per_rank"), [("none", None), ("full", [2] * 16)])
+def test_per_layer_rows_list_every_kind_a_rank_holds(recompute: str, per_rank: list[int] | None) -> None:
+    # DeepSeek-V3 (3 dense layers first) at PP 16: the uniform split fills rank 0 with the dense layers only, this
+    # split gives it one MoE layer too; the rows of every listed rank add up to its layers, MLP and MoE together
+    from shardplan.api import estimate_training
+
+    splits = [4] * 14 + [2, 3]
+    rep = estimate_training("deepseek-v3", "dgx-h100", gpus=256, global_batch=1024, seq_len=4096, tp=1, pp=16, ep=16,
+                            recompute=recompute, zero_stage=1, stage_layers=splits, stage_recompute_layers=per_rank)
+    middle = max(range(1, 15), key=lambda i: rep.stages[i].fwd_time_s + rep.stages[i].bwd_time_s)
+    for name, i in (("first", 0), ("middle", middle), ("last", 15)):
+        rows = [r for r in rep.layers if r.stage == name]
+        assert sum(r.count for r in rows if r.kind == "attention") == splits[i], name
+        assert sum(r.count for r in rows if r.kind in ("mlp", "moe")) == splits[i], name
+        assert sum(r.count for r in rows if r.kind == "moe") == rep.stages[i].moe_layers, name
+        if per_rank is not None:
+            assert sum(r.count for r in rows if r.kind == "attention" and r.recompute == "full") == per_rank[i]

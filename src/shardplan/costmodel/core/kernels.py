@@ -176,13 +176,15 @@ def attention_time(gpu: GpuSpec, flops: np.ndarray, nbytes: np.ndarray, dtype: s
 
 def head_dim_factor(kernel: str, *, backward: bool, causal: bool, head_dim: float, seq: np.ndarray | float
                     ) -> np.ndarray:
-    """How a head dim other than 128 changes a fused attention kernel's rate, for a GPU with no measured curves
-    (its scalar ``attention_efficiency`` is a head-dim-128 figure): the ratio the H100's measured curves show for
-    the same kernel (cuDNN where the H100 has none of that name), mask and length (FlashAttention-3 paper Figs. 5-6,
-    ``hardware/attention_data.py``). At head dim 64 a tile does half the MMA work per exponential and per byte of
-    K and V; on Blackwell "tensor core throughput doubles while other functional units (shared memory bandwidth,
-    exponential units) scale more slowly or remain unchanged" (FlashAttention-4 paper, Zadouri et al., abstract), so
-    the H100 ratio is a floor on the penalty there."""
+    """How a head dim other than 128 changes a fused attention kernel's rate where the GPU has no measured curve for the
+    kernel (its scalar ``attention_efficiency`` is a head-dim-128 figure): the ratio the H100's measured curves show
+    for the same kernel (cuDNN where the H100 has none of that name), mask and length (FlashAttention-3 paper Figs.
+    5-6, ``hardware/attention_data.py``), at the nearest measured head dim on a log scale (64, 128, 256: a step, not
+    an interpolation). Backward takes the forward's ratio, as ``attention_efficiency`` derives it. At head dim 64 a
+    tile does half the MMA work per exponential and per byte of K and V; on Blackwell "tensor core throughput
+    doubles while other functional units (shared memory bandwidth, exponential units) scale more slowly or remain
+    unchanged" (FlashAttention-4 paper, Zadouri et al., abstract), so the H100 ratio is a floor on the penalty
+    there."""
     from shardplan.hardware.gpus import H100_SXM
 
     ref = kernel if any(c.kernel == kernel for c in H100_SXM.attention_curves) else "cudnn"

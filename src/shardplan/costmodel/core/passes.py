@@ -54,7 +54,7 @@ FUSED: dict[str, Traffic] = {
     # (4 + 4 B), ``.to(16-bit)`` (4 B + 1 pass). Backward: the cast's inverse (1 pass + 4 B), the add's gradient to t
     # cast back (4 B + 1 pass), b's and p's gradients each a product with the fp32 gradient and a sum (4 + 4 + 4 B
     # each), the splits' gradient concatenated (2 passes). Per-expert launches counted as one kernel per op.
-    "expert_bias": Traffic(2, 24.0, 4, bwd_passes=4, bwd_extra=32.0, bwd_kernels=6),
+    "expert_bias": Traffic(2, 24.0, 4, bwd_passes=4, bwd_extra=32.0, bwd_kernels=7),
 }
 
 EAGER: dict[str, Traffic] = {

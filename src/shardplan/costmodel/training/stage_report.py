@@ -3,7 +3,7 @@ evaluation's, per pipeline rank, in the shape of ``estimate_training``'s report.
 
 The pipeline, bubble, data-parallel, ZeRO-3 and optimizer times and the stage table come from the per-rank
 evaluation; the model FLOPs are the layout's; the executed FLOPs count each rank's recomputed layers; the
-exposed TP/CP/EP/PP communication is rank 0's, as in ``train_cost``.
+exposed TP/CP/EP communication is the slowest rank's and the pipeline sends rank 0's, as in ``train_cost``.
 """
 
 from __future__ import annotations
@@ -67,12 +67,14 @@ def _recomputed(counts: dict[str, int], kind: str, k: int) -> int:
 
 def _split_layer_rows(model: ModelSpec, system: SystemSpec, work: TrainWorkload, layout: TrainLayout,
                       sc: StageSplitCost, uniform: list[LayerRow]) -> list[LayerRow]:
-    """Per-layer rows with the split's counts (middle: the heaviest middle rank). Under full recompute each rank's
+    """Per-layer rows with the split's counts (middle: the heaviest middle rank). A layer's costs depend on its kind
+    and recompute mode, not on its rank, so every rank's kinds are listed, also one the uniform split does not put
+    there (a MoE layer on a first rank the uniform split fills with dense layers). Under full recompute each rank's
     layers split into its recomputed ones and the rest, as ``stage_recompute_layers`` says, each row carrying the
     per-layer costs of its mode (read from the layout recomputing every layer, and from it recomputing none)."""
     p = layout.pp
     mid = max(range(1, p - 1), key=lambda i: sc.per_mb_s[i], default=None)
-    rank_of = {"first": 0, "last": p - 1, "middle": mid}
+    ranks = [(0, "first"), *([] if mid is None else [(mid, "middle")]), (p - 1, "last")]
     full = str(layout.recompute) == "full"
     if full:
         variants = [normalize(dataclasses.replace(layout, recompute=rc, recompute_layers=None))
@@ -81,20 +83,26 @@ def _split_layer_rows(model: ModelSpec, system: SystemSpec, work: TrainWorkload,
         templates = [*layer_rows(cost, 0), *layer_rows(cost, 1)]
     else:
         templates = uniform
-    rows: list[LayerRow] = []
-    seen: set[tuple[str, str, str]] = set()
+    by_kind: dict[tuple[str, bool], LayerRow] = {}
     for row in templates:
-        i = rank_of.get(row.stage)
-        if i is None or (row.stage, row.kind, row.recompute) in seen:
-            continue
-        seen.add((row.stage, row.kind, row.recompute))
+        by_kind.setdefault((row.kind, full and row.recompute == "full"), row)
+    rows: list[LayerRow] = []
+    for i, name in ranks:
         counts = _layer_counts(model, sc, i)
-        rec = _recomputed(counts, row.kind, sc.recompute_layers[i]) if full else 0
-        count = rec if full and row.recompute == "full" else counts[row.kind] - rec
-        if count:
-            rows.append(row.model_copy(update={"count": count}))
-    order = {"first": 0, "middle": 1, "last": 2}
-    return sorted(rows, key=lambda r: (order[r.stage], r.kind == "head"))  # stable: else in the templates' order
+        for kind in ("embedding", "attention", "mlp", "moe", "head"):
+            rec = _recomputed(counts, kind, sc.recompute_layers[i]) if full else 0
+            for recomputed, count in ((True, rec), (False, counts[kind] - rec)):
+                if count and (kind, recomputed) in by_kind:
+                    rows.append(by_kind[(kind, recomputed)].model_copy(update={"stage": name, "count": count}))
+    return rows
+
+
+def _same_without_recompute(model: ModelSpec, system: SystemSpec, work: TrainWorkload, layout: TrainLayout,
+                            sc: StageSplitCost) -> bool:
+    plain = evaluate_split(model, system, work, dataclasses.replace(layout, recompute=Recompute.NONE,
+                                                                    recompute_layers=None),
+                           sc.stage_layers, None, sc.offload_pct)
+    return plain.step_time_s == sc.step_time_s and plain.memory_bytes == sc.memory_bytes
 
 
 def split_report(model: ModelSpec, system: SystemSpec, num_gpus: int, work: TrainWorkload, layout: TrainLayout,
@@ -149,11 +157,13 @@ def split_report(model: ModelSpec, system: SystemSpec, num_gpus: int, work: Trai
         host_capacity_bytes=host_capacity(system, work),
     )
     ks = sc.recompute_layers
-    # A full-recompute layout whose split recomputes no layer is that layout without recompute (the same
-    # evaluation, tests/planner/test_stages_plan.py): named so.
-    full = str(layout.recompute) == "full" and any(ks)
+    # A full-recompute layout whose split recomputes no layer is named without recompute where that layout evaluates
+    # the same (tests/planner/test_stages_plan.py); else (e.g. EP overlap, which Megatron refuses under full
+    # recompute) it stays full with zero layers per rank, as evaluated.
+    idle = str(layout.recompute) == "full" and not any(ks) and _same_without_recompute(
+        model, system, work, layout, sc)
+    full = str(layout.recompute) == "full" and not idle
     partial = [k for k, n in zip(ks, sc.stage_layers, strict=True) if k < n]
-    idle = str(layout.recompute) == "full" and not full
     plan = base.plan.model_copy(update=dict(
         **({"recompute": "none"} if idle else {}),
         stage_layers=list(sc.stage_layers),

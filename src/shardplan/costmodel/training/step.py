@@ -215,7 +215,7 @@ def _stage(ctx: Ctx, k: dict[str, KindCost], shape: StageShape, m: np.ndarray) -
     framework = np.broadcast_to(framework_memory(ctx), np.shape(activations)).astype(float)
 
     # Offload traffic per microbatch over PCIe (weights streamed for every pass, activations out and back).
-    passes = 2 + (r.rc == 2)
+    passes = 2 + ((r.rc == 2) & (r.rk > 0))  # full recompute of no layer streams no third time
     pcie_bw = sysm.pcie.effective_bytes_per_s
     xfer = (weights_full * r.f_w * passes + 2 * stored * r.f_act) / pcie_bw
     off_exposed = np.maximum(xfer - (fwd + bwd + rc), 0.0)
