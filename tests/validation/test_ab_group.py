@@ -18,10 +18,12 @@ def test_measured_ratios_are_the_published_figures() -> None:
 
 
 def test_every_change_moves_the_way_it_measured_and_within_15_percent() -> None:
+    # weak scaling (Qwen3-30B-A3B on GB300, 8 -> 256 GPUs at 64 sequences per GPU) measured flat within 1.3%
     report = run_validation(["ab"])
     rows = [r for r in report.rows if r.group == "ab"]
-    assert len(rows) == len(load_records("ab_runs")) == 6
+    assert len(rows) == len(load_records("ab_runs")) == 9
     for r in rows:
         assert r.predicted is not None and r.error_pct is not None
-        assert (r.predicted > 1.0) == (r.measured > 1.0), r.id  # faster or slower, as measured
+        if abs(r.measured - 1.0) > 0.02:  # a change that moved the run: faster or slower, as measured
+            assert (r.predicted > 1.0) == (r.measured > 1.0), r.id
         assert abs(r.error_pct) <= 15.0, (r.id, r.error_pct)

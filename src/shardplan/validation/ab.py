@@ -1,8 +1,9 @@
 """``validate --group ab``: what one changed setting does, measured by NVIDIA, against the cost model.
 
-Each record of ``data/ab_runs.json`` is a pair of Megatron-Bridge runs of the same model, machines and batch that
-differ in one setting (EP overlap, a recompute module set, TP or PP): the measured throughput ratio b/a (step times
-a/b, or model TFLOP/s b/a for the same batch) against the ratio of the cost model's step times for the two layouts.
+Each record of ``data/ab_runs.json`` is a pair of Megatron-Bridge runs of the same model and machines that differ in
+one setting (EP overlap, a recompute module set, TP or PP, or the GPU count with the batch per GPU held: weak
+scaling): the measured ratio of their tokens/s per GPU, b over a (from step times or model TFLOP/s where the batch is
+the same), against the ratio the cost model predicts for the two layouts.
 The absolute errors of the two runs partly cancel here: this is the check behind choosing between layouts.
 """
 
@@ -19,23 +20,29 @@ from shardplan.validation.runs import Case, load_records
 
 
 def measured_ratio(r: dict[str, Any]) -> float:
-    """Throughput of run b over run a, from their step times or their model TFLOP/s per GPU."""
+    """Throughput per GPU of run b over run a, from their tokens/s per GPU, step times or model TFLOP/s per GPU."""
     a, b = r["a"], r["b"]
+    if "tokens_per_s_per_gpu" in a:
+        return float(b["tokens_per_s_per_gpu"]) / float(a["tokens_per_s_per_gpu"])
     if "step_time_s" in a:
         return float(a["step_time_s"]) / float(b["step_time_s"])
     return float(b["model_tflops_per_gpu"]) / float(a["model_tflops_per_gpu"])
 
 
 def predicted_ratio(r: dict[str, Any]) -> float:
-    model, work = get_model(r["model"]), record_workload(r["workload"])
-    steps = []
+    """The cost model's tokens/s per GPU of run b over run a (a side may set its own GPU count and global batch)."""
+    model = get_model(r["model"])
+    rates = []
     for side in (r["a"], r["b"]):
+        gpus = side.get("gpus", r["gpus"])
+        work = record_workload({**r["workload"], **({"global_batch": side["global_batch"]}
+                                                     if "global_batch" in side else {})})
         base = get_system(r["hardware"])
         system = job_system(base.model_copy(update={"software": base.software.model_copy(update=side["software"])}),
-                            r["gpus"])
-        steps.append(estimate_training(model, system, r["gpus"], work, record_layout(side["layout"])).metrics
-                     .step_time_s)
-    return steps[0] / steps[1]
+                            gpus)
+        step = estimate_training(model, system, gpus, work, record_layout(side["layout"])).metrics.step_time_s
+        rates.append(work.global_batch * work.seq_len / (step * gpus))
+    return rates[1] / rates[0]
 
 
 def ab_cases() -> list[Case]:
