@@ -90,6 +90,15 @@ def test_why_faster_names_the_removed_costs_largest_first() -> None:
             SimpleNamespace(num_microbatches=4, pp=1, interleave=1))
     text = why_faster(metrics(10.0, 1.5, 0.4), metrics(8.2, 0.2, 0.0), pinned_detail=pinned, free_detail=free)
     assert text == "recompute -4.00 s, bubble -1.30 s, DP sync -0.40 s"
+    # two ranks at 3 and 5 s per microbatch (an LM head on the last): the first waits 1 s a microbatch above the
+    # mean, 4 s over 4 microbatches; a split that balances them (4 and 4 s) removes that wait, not kernel time
+    pinned = ([stage(fwd_time_s=1.0, bwd_time_s=2.0, recompute_time_s=0.0),
+               stage(fwd_time_s=1.5, bwd_time_s=3.5, recompute_time_s=0.0)],
+              SimpleNamespace(num_microbatches=4, pp=2, interleave=1))
+    free = ([stage(fwd_time_s=1.3, bwd_time_s=2.7, recompute_time_s=0.0)] * 2,
+            SimpleNamespace(num_microbatches=4, pp=2, interleave=1))
+    text = why_faster(metrics(10.0, 1.5, 0.4), metrics(8.2, 0.2, 0.0), pinned_detail=pinned, free_detail=free)
+    assert text == "stage imbalance -4.00 s, bubble -1.30 s, DP sync -0.40 s"
 
 
 def test_a_gpu_without_a_preset_is_listed_not_evaluated_on_another_gpu() -> None:

@@ -295,17 +295,22 @@ _PARTS = (("bubble", "bubble_s"), ("TP comm", "tp_exposed_s"), ("CP comm", "cp_e
 def step_parts(metrics: Any, stages: Any = None, plan: Any = None) -> dict[str, float]:
     """A step split into compute and its exposed costs (seconds). Given the layout's stage rows and plan, compute is
     split further into the recompute the schedule runs (the slowest stage's recompute per microbatch over its ``m``
-    microbatches; the fill and drain slots are in the bubble) and the kernels' own time, so that a plan faster through
-    avoided work reads apart from one faster through kernel efficiency at another shape."""
+    microbatches; the fill and drain slots are in the bubble), the other ranks' wait for the slowest (its time per
+    microbatch above the ranks' mean, over ``m``) and the kernels' own time, so that a plan faster through avoided work
+    or a better balanced split reads apart from one faster through kernel efficiency at another shape."""
     parts = {name: float(getattr(metrics, f)) for name, f in _PARTS}
     comm_in_pipeline = sum(parts[k] for k in ("bubble", "TP comm", "CP comm", "EP comm", "PP sends"))
     compute = float(metrics.pipeline_s) - comm_in_pipeline
     if not stages or plan is None:
         parts["compute+recompute"] = compute
         return parts
-    slowest = max(stages, key=lambda st: st.fwd_time_s + st.bwd_time_s)
+    per_mb = [st.fwd_time_s + st.bwd_time_s for st in stages]
+    slowest = stages[per_mb.index(max(per_mb))]
     parts["recompute"] = min(slowest.recompute_time_s * plan.num_microbatches, compute)  # bubble holds the rest
-    parts["kernel time"] = compute - parts["recompute"]
+    # the other ranks' wait for the slowest one (an LM head or embedding the split does not offset), per microbatch
+    parts["stage imbalance"] = min((max(per_mb) - sum(per_mb) / len(per_mb)) * plan.num_microbatches,
+                                   compute - parts["recompute"])
+    parts["kernel time"] = compute - parts["recompute"] - parts["stage imbalance"]
     return parts
 
 
