@@ -249,21 +249,17 @@ class SoftwareSpec(BaseModel):
         "interleaving (Megatron-Core's own default is off; sources: docs/physics_sources.md).")
     zero3_overlap_fraction: Fraction = Field(
         0.8, description="Share of the overlappable ZeRO-3 communication (forward gathers under the forward, "
-        "backward gathers and reduce-scatters under the backward) that hides when prefetching is on."
-    )
+        "backward gathers and reduce-scatters under the backward) that hides when prefetching is on.")
     zero3_rail_parallel: bool = Field(
         True, description="ZeRO-3 gathers spread a node's share over all its NICs (NCCL rings per rail); "
-        "False: one flat ring, each GPU's NIC carries the whole (n−1)/n of every gather."
-    )
+        "False: one flat ring, each GPU's NIC carries the whole (n−1)/n of every gather.")
     tp_comm_overlap: Annotated[float, Field(ge=0.0, lt=1.0, allow_inf_nan=False)] = Field(
         0.5, description="Sequence-parallel TP collectives overlap GEMMs when > 0 (0: blocking collectives); with "
-        "tp_overlap_method 'share', the share of them hidden (torchtitan async TP, Megatron without userbuffers)."
-    )
+        "tp_overlap_method 'share', the share of them hidden (torchtitan async TP, Megatron without userbuffers).")
     tp_overlap_method: Literal["userbuffers", "share"] = Field(
         "userbuffers", description="How SP TP collectives overlap when tp_comm_overlap > 0: 'userbuffers' (Transformer "
         "Engine comm+GEMM overlap: ring-exchange all-gathers, pipelined reduce-scatters, bulk overlap in backward, "
-        "each hidden as far as the GEMM beside it lasts) or 'share' (the fixed share tp_comm_overlap hides)."
-    )
+        "each hidden as far as the GEMM beside it lasts) or 'share' (the fixed share tp_comm_overlap hides).")
     overlap_slowdown: Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)] = Field(
         0.189, description="Compute time lost per second of communication hidden behind it: NCCL kernels take SMs "
         "and share the power budget with the overlapped kernels. 0.189 is the mean slowdown of compute overlapped "
@@ -301,8 +297,12 @@ class SoftwareSpec(BaseModel):
     ep_dispatcher: Literal["alltoall", "deepep"] = Field(
         "alltoall", description="How MoE tokens travel: 'alltoall' (one copy per routed expert, NCCL all-to-all: "
         "Megatron's alltoall dispatcher) or 'deepep' (Megatron's flex dispatcher with DeepEP/HybridEP: a token "
-        "crosses the network once per destination node and NVLink fans it out to the ranks there, one copy per rank)."
-    )
+        "crosses the network once per destination node and NVLink fans it out to the ranks there, one copy per rank).")
+    expert_mlp: Literal["te_grouped", "fused_ops", "compiled"] = Field(
+        "te_grouped", description="How the routed experts' MLP runs: 'te_grouped' (Megatron-Core TEGroupedMLP: FC2 "
+        "biases added after the GEMM, a clamped GLU's clamps as eager kernels), 'fused_ops' (Transformer Engine's op "
+        "fuser, NVTE_CUTEDSL_FUSED_GROUPED_MLP: both inside) or 'compiled' (torch.compile'd activation, clamps "
+        "inside; FC2 biases after the GEMM: NeMo AutoModel). Sources: costmodel/core/passes.py.")
 
 
 class SystemSpec(BaseModel):

@@ -50,7 +50,7 @@ def _gpt_oss(name: str, *, layers: int, experts: int, repo: str) -> ModelSpec:
         name=name, family="gpt-oss", num_layers=layers, hidden_size=2880, num_heads=64, num_kv_heads=8,
         head_dim=64, ffn_hidden_size=2880, mlp=MlpKind.SWIGLU, vocab_size=201_088, max_position_embeddings=131_072,
         qkv_bias=True, out_bias=True, mlp_bias=True, sliding_window=128, layer_pattern=("S", "F"),
-        attention_sinks=True,
+        attention_sinks=True, activation_clamp=7.0,  # config.json swiglu_limit
         moe=MoESpec(num_experts=experts, experts_per_token=4, expert_ffn_hidden_size=2880, router_bias=True),
         rope=RopeSpec(theta=150000.0, scaling=RopeScaling.YARN, factor=32.0, original_max_position_embeddings=4096,
                       beta_fast=32.0, beta_slow=1.0),

@@ -88,6 +88,9 @@ class ModelSpec(BaseModel):
         "n none) and *count, e.g. ('S*5', 'F'). None: every layer 'S' if sliding_window else 'F'."
     )
     attention_sinks: bool = Field(False, description="A learned sink logit per head (gpt-oss): heads per layer.")
+    activation_clamp: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = Field(
+        None, description="Gated MLP inputs clamped before the activation: gate ≤ c, up within ±c (gpt-oss "
+        "swiglu_limit 7). None: no clamp.")
     attn_output_gate: bool = Field(
         False, description="A sigmoid output gate from the query projection (Qwen3-Next): q projection doubled."
     )

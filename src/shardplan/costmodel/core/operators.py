@@ -110,6 +110,7 @@ class Pricer(Protocol):
     kv_cache: bool  # serving writes new K/V into a paged cache (with rotary embedding, one kernel pair)
     capacity_factor: float  # MoE token copies per routed token (training's capacity; 1 when dropless)
     expert_bias_apart: bool  # routed experts' FC2 biases added outside the GEMM (Megatron-Core TEGroupedMLP)
+    glu_clamp_apart: bool  # a clamped GLU's clamps as their own kernels (Megatron-Core; core.passes "glu_clamp")
 
     def gemm(self, g: Gemm) -> list[Op]: ...
     def elementwise(self, x: Elementwise, *, selective: bool = False) -> Op: ...
@@ -282,7 +283,9 @@ def ffn(model: ModelSpec, p: Pricer, prefix: str, T: Array, width: Array, *, exp
         routed: bool = False) -> list[Op]:
     """FC1 (gated: gate and up) → activation (act(gate)·up) → FC2 over ``width`` columns per GPU."""
     g, h = (2 if model.mlp.gated else 1), model.hidden_size
+    clamp = model.activation_clamp is not None and model.mlp.gated and p.glu_clamp_apart
     return [*p.gemm(Gemm(f"{prefix}.fc1", T, h, g * width, experts, routed=routed)),
+            *([p.elementwise(kernel("glu_clamp", f"{prefix}.clamp", T * width))] if clamp else []),
             p.elementwise(kernel("gated_act" if model.mlp.gated else "act", f"{prefix}.act", T * width)),
             *p.gemm(Gemm(f"{prefix}.fc2", T, width, h, experts, routed=routed))]
 

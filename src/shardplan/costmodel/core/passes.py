@@ -55,6 +55,15 @@ FUSED: dict[str, Traffic] = {
     # cast back (4 B + 1 pass), b's and p's gradients each a product with the fp32 gradient and a sum (4 + 4 + 4 B
     # each), the splits' gradient concatenated (2 passes). Per-expert launches counted as one kernel per op.
     "expert_bias": Traffic(2, 24.0, 4, bwd_passes=4, bwd_extra=32.0, bwd_kernels=7),
+    # A clamped GLU (gpt-oss, activation_clamp) under Megatron-Core's fused weighted_bias_quick_geglu_impl
+    # (megatron/core/fusions/fused_bias_geglu.py at core_v0.15.0 and d98e8a6; TEGroupedMLP's bias_activation_fusion
+    # path): chunk, ``clamp`` of the gate and of the up half, ``torch.cat`` as eager kernels before the fused GLU.
+    # Per element of the activation's output (one of each half): the clamps 2 + 2 passes, the cat 4. Backward
+    # (PyTorch FunctionsManual.cpp clamp_backward: ``where(self <= max, grad, 0)``; with both bounds
+    # ``where((self >= min).logical_and_(self <= max), grad, 0)``): the gate's compare and where (3 passes, 2 B of
+    # bool), the up half's two compares, and, where (4 passes, 6 B of bool), the chunk's gradient concatenated (4).
+    # Memory: the clamps keep the FC1 output and the GLU keeps the cat's copy: 2 × 16 bit more per element.
+    "glu_clamp": Traffic(8, 0.0, 3, bwd_passes=11, bwd_extra=8.0, bwd_kernels=7, saved=4.0),
 }
 
 EAGER: dict[str, Traffic] = {

@@ -162,6 +162,7 @@ class FlexGenPricer:
     kv_cache: bool = False  # the cache traffic is priced by the transfer lanes, not as a kernel
     capacity_factor: float = 1.0
     expert_bias_apart: bool = False  # FlexGen-style engines: the bias in the expert GEMM
+    glu_clamp_apart: bool = False  # one activation kernel clamps in place
 
     def gemm(self, g: Gemm) -> list[Op]:
         e = self.act_bytes

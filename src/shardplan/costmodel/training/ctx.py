@@ -89,7 +89,15 @@ class Ctx:
     def kv_cache(self) -> bool:
         return False
 
-    expert_bias_apart = True  # Megatron-Core TEGroupedMLP: FC2's per-expert biases after the GEMM (core.passes)
+    @property
+    def expert_bias_apart(self) -> bool:
+        """FC2's per-expert biases after the GEMM (TEGroupedMLP, AutoModel; core.passes ``expert_bias``)."""
+        return self.system.software.expert_mlp != "fused_ops"
+
+    @property
+    def glu_clamp_apart(self) -> bool:
+        """A clamped GLU's clamps as eager kernels (Megatron-Core TEGroupedMLP; core.passes ``glu_clamp``)."""
+        return self.system.software.expert_mlp == "te_grouped"
 
     @property
     def capacity_factor(self) -> float:

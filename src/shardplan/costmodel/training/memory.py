@@ -68,7 +68,8 @@ def layer_activations(ctx: Ctx, kind: str) -> LayerActivations:
     # input, eager SwiGLU's silu output (16-bit counts, scaled to the activation width).
     sw = ctx.system.software
     norm_saved = traffic("norm", sw.elementwise_kernels, sw.norm_kernel).saved
-    act_saved = traffic("gated_act" if m.mlp.gated else "act", sw.elementwise_kernels).saved * e / 2.0
+    act_saved = traffic("gated_act" if m.mlp.gated else "act", sw.elementwise_kernels).saved * e / 2.0 \
+        + clamp_saved(ctx)
     if kind in ("linear", "mamba"):
         # norm input, in_proj input, dropout mask | projections' outputs, conv output, fp32 gates/dt, core output,
         # gated-norm output and out_proj input (÷t), and the fp32 states kept at each chunk boundary for backward
@@ -123,6 +124,14 @@ def layer_activations(ctx: Ctx, kind: str) -> LayerActivations:
         base = T * (shard((2 * e + drop + norm_saved) * h) + experts + shared + router)  # norm input, router input
         return LayerActivations(none=base, selective=base, full=np.zeros_like(base))
     raise ValueError(f"unknown layer kind {kind}")
+
+
+def clamp_saved(ctx: Ctx) -> float:
+    """Bytes per activation-output element a clamped GLU's eager clamps keep (core.passes ``glu_clamp``)."""
+    m = ctx.model
+    if m.activation_clamp is None or not m.mlp.gated or not ctx.glu_clamp_apart:
+        return 0.0
+    return traffic("glu_clamp").saved * ctx.act_bytes / 2.0
 
 
 def embedding_activations(ctx: Ctx) -> np.ndarray:

@@ -66,7 +66,7 @@ from shardplan.costmodel.core.ops import ATTN, COMM, GEMM, MEM, Op
 from shardplan.costmodel.core.passes import traffic
 from shardplan.costmodel.training.ctx import Ctx
 from shardplan.costmodel.training.knobs import RECOMPUTE_MODULES, RECOMPUTE_POLICIES
-from shardplan.costmodel.training.memory import layer_activations
+from shardplan.costmodel.training.memory import clamp_saved, layer_activations
 
 MODULES = RECOMPUTE_MODULES
 ATTENTION_KINDS = ("attention", "sliding", "chunked")
@@ -89,6 +89,7 @@ def module_bytes(ctx: Ctx, kind: str) -> dict[str, np.ndarray]:
 
     norm_out = T * shard(e * m.hidden_size) * (q == e)  # the next GEMM's 16-bit input (under fp8 its fp8 copy stays)
     g = 2 if m.mlp.gated else 1
+    clamp = clamp_saved(ctx)
     policies = {p: layer_activations(ctx, kind).none - policy_kept(ctx, kind, p) for p in RECOMPUTE_POLICIES
                 if kind in POLICY_KINDS and m.mla is None}
     if kind in ATTENTION_KINDS:
@@ -101,7 +102,8 @@ def module_bytes(ctx: Ctx, kind: str) -> dict[str, np.ndarray]:
     if kind == "mlp":
         f = m.ffn_hidden_size / t
         # FC1 output(s) and the FC2 input go; the checkpointed input is the 16-bit one where fp8 kept a 1-byte copy
-        return {"layernorm": norm_out, "mlp": T * (f * (g * e + q) - shard((e - q) * m.hidden_size))} | policies
+        return {"layernorm": norm_out,
+                "mlp": T * (f * (g * e + q + clamp) - shard((e - q) * m.hidden_size))} | policies
     if kind == "moe":
         assert m.moe is not None
         moe = m.moe
@@ -112,10 +114,11 @@ def module_bytes(ctx: Ctx, kind: str) -> dict[str, np.ndarray]:
         norm_saved = traffic("norm", sw.elementwise_kernels, sw.norm_kernel).saved
         unsplit = (2 * e + (1.0 if ctx.dropout else 0.0) + norm_saved) * m.hidden_size
         out = {"layernorm": T * shard(e * m.hidden_size),  # the router's input is 16-bit
-               "moe_act": T * copies * q * moe.expert_ffn_hidden_size / t,  # each routed copy's FC2 input
+               # each routed copy's FC2 input (and what a clamped GLU's eager clamps keep)
+               "moe_act": T * copies * (q + clamp) * moe.expert_ffn_hidden_size / t,
                "moe": acts.none - T * shard(unsplit)}
         if moe.num_shared_experts:
-            out["shared_experts"] = T * moe.num_shared_experts * moe.shared_ffn / t * (g * e + q)
+            out["shared_experts"] = T * moe.num_shared_experts * moe.shared_ffn / t * (g * e + q + clamp)
         return out
     return {}
 
@@ -132,7 +135,7 @@ def _module_ops(kind: str, module: str, fwd: list[Op]) -> list[Op]:
     if module in ("mlp", "moe"):
         return inner if kind == module else []
     if module == "moe_act":
-        return [op for op in fwd if op.name == "moe.experts.act"]
+        return [op for op in fwd if op.name in ("moe.experts.clamp", "moe.experts.act")]
     if module == "mla_up_proj":  # the up-projections (and their fp8 casts) and the rotary on their output
         return [op for op in fwd
                 if op.name.split(".fp8")[0].split(".fp4")[0] in ("attn.q_up", "attn.kv_up", "attn.rope")]

@@ -100,7 +100,8 @@ def _gpt_oss(c: HFConfig) -> Fields:
                     top_k=c.num("num_experts_per_tok", "experts_per_token", default=4), ffn=ffn, layout=(0, 1),
                     router_bias=True)
     return f | dict(qkv_bias=c.flag("attention_bias", True), out_bias=c.flag("attention_bias", True),
-                    mlp_bias=True, attention_sinks=True, moe=moe, layer_pattern=pattern,
+                    mlp_bias=True, attention_sinks=True, activation_clamp=c.real("swiglu_limit", 7.0), moe=moe,
+                    layer_pattern=pattern,
                     sliding_window=c.num("sliding_window", default=128), rope=rope_spec(c, theta=150000.0))
 
 
