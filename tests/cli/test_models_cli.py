@@ -59,6 +59,13 @@ def test_show_renders_the_breakdown(run_cli):
     assert "Parameters by component" in r.out and "mlp/experts" in r.out and "MLA" in r.out
 
 
+def test_show_names_a_clamped_activation(run_cli):
+    """gpt-oss clamps the gate and up halves of its GLU at 7 (config.json swiglu_limit); Llama does not."""
+    r = run_cli("models", "show", "gpt-oss-120b")
+    assert r.code == 0 and "swiglu (gate ≤ 7, up within ±7)" in r.out
+    assert "gate ≤" not in run_cli("models", "show", "llama-3.1-8b").out
+
+
 def test_show_config_file_and_folder(run_cli, tmp_path: Path):
     r = run_cli("models", "show", str(CONFIGS / "mixtral.json"), "--json")
     assert r.code == 0

@@ -89,7 +89,9 @@ def describe(m: Any) -> list[tuple[str, str]]:
         s = m.mamba
         rows.append(("mamba-2", f"{s.num_heads} heads × {s.head_dim}, d_state {s.d_state}, groups {s.n_groups}, "
                      f"conv {s.conv_kernel}"))
-    rows.append(("mlp", f"{m.mlp.value}, FFN {m.ffn_hidden_size}" if m.moe is None else f"{m.mlp.value}; {_moe(m)}"))
+    act = m.mlp.value + (f" (gate ≤ {m.activation_clamp:g}, up within ±{m.activation_clamp:g})"
+                         if m.activation_clamp is not None else "")
+    rows.append(("mlp", f"{act}, FFN {m.ffn_hidden_size}" if m.moe is None else f"{act}; {_moe(m)}"))
     rows.append(("norm", f"{m.norm.value} × {m.norms_per_layer} per layer"))
     rows.append(("position", f"{m.position.value}" + (f"; {_rope(m)}" if m.rope is not None else "")))
     rows.append(("context", str(m.max_position_embeddings)))
