@@ -115,13 +115,14 @@ def _moe_overlapped(ctx: Ctx, costs: dict[str, KindCost]) -> KindCost:
     token mixer beside it is the mean of the model's mixer kinds."""
     mixers = [k for k in layer_kind_names(ctx.model) if k not in ("mlp", "moe")]
 
-    def compute(c: KindCost) -> np.ndarray:
-        return sum((op.time for op in c.fwd_ops + c.bwd_ops if op.kind not in (COMM, HOST)),
-                   start=np.zeros_like(ctx.tokens))
+    def compute(ops: list[Op]) -> np.ndarray:
+        return sum((op.time for op in ops if op.kind not in (COMM, HOST)), start=np.zeros_like(ctx.tokens))
 
-    mixer_s = sum((compute(costs[k]) for k in mixers), start=np.zeros_like(ctx.tokens)) / max(len(mixers), 1)
+    n = max(len(mixers), 1)
+    mixer_f = sum((compute(costs[k].fwd_ops) for k in mixers), start=np.zeros_like(ctx.tokens)) / n
+    mixer_b = sum((compute(costs[k].bwd_ops) for k in mixers), start=np.zeros_like(ctx.tokens)) / n
     c = costs["moe"]
-    fwd, bwd = overlap_ep(ctx, c.fwd_ops, c.bwd_ops, mixer_s)
+    fwd, bwd = overlap_ep(ctx, c.fwd_ops, c.bwd_ops, mixer_f, mixer_b)
     like = ctx.tokens
     return KindCost(c.kind, fwd, bwd, PhaseCost.of(fwd, like), PhaseCost.of(bwd, like), c.selective, c.params, c.acts,
                     module_costs(ctx, c.kind, fwd))
