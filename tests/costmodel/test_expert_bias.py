@@ -44,3 +44,21 @@ def test_models_without_expert_biases_have_no_such_op() -> None:
     fwd, bwd, _ = _moe_ops("qwen3-30b-a3b")
     assert not any("fc2_bias" in op.name for op in fwd + bwd)
 
+
+
+def test_automodel_adds_fc1_biases_after_the_gemm_too() -> None:
+    """NeMo AutoModel (SoftwareSpec.expert_mlp 'compiled') adds FC1's per-expert bias after its grouped GEMM: ``t + b``
+    and a cat, 4 passes of 2 B forward and 3 backward per element of FC1's output (2 × 2880 per routed copy);
+    Megatron-Core's TEGroupedMLP adds it inside the GEMM (skip_bias_add=False) and prices none."""
+    base = get_system("dgx-h100")
+    compiled = base.model_copy(update={"software": base.software.model_copy(update={"expert_mlp": "compiled"})})
+    rows = LayoutArrays.from_layouts([TrainLayout(tp=1, pp=1, dp=8, ep=8, microbatch=2, zero_stage=1)], 64)
+    work = TrainWorkload(seq_len=4096, global_batch=64)
+    moe = kind_costs(Ctx(get_model("gpt-oss-120b"), compiled, work, rows))["moe"]
+    elements = 2 * 4096 * 4 * 2 * 2880 * float(ep_imbalance(8, 2 * 4096 * 4))
+    (f,) = [op for op in moe.fwd_ops if op.name == "moe.experts.fc1_bias"]
+    (b,) = [op for op in moe.bwd_ops if op.name == "moe.experts.fc1_bias.bwd"]
+    assert float(np.ravel(f.nbytes)[0]) == pytest.approx(8.0 * elements)
+    assert float(np.ravel(b.nbytes)[0]) == pytest.approx(6.0 * elements)
+    fwd, _, _ = _moe_ops("gpt-oss-120b")  # TEGroupedMLP (the default)
+    assert not any(op.name == "moe.experts.fc1_bias" for op in fwd)

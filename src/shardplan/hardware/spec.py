@@ -302,7 +302,7 @@ class SoftwareSpec(BaseModel):
         "te_grouped", description="How the routed experts' MLP runs: 'te_grouped' (Megatron-Core TEGroupedMLP: FC2 "
         "biases added after the GEMM, a clamped GLU's clamps as eager kernels), 'fused_ops' (Transformer Engine's op "
         "fuser, NVTE_CUTEDSL_FUSED_GROUPED_MLP: both inside) or 'compiled' (torch.compile'd activation, clamps "
-        "inside; FC2 biases after the GEMM: NeMo AutoModel). Sources: costmodel/core/passes.py.")
+        "inside; FC1 and FC2 biases after their GEMMs: NeMo AutoModel). Sources: costmodel/core/passes.py.")
 
 
 class SystemSpec(BaseModel):

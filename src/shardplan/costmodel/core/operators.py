@@ -111,6 +111,7 @@ class Pricer(Protocol):
     capacity_factor: float  # MoE token copies per routed token (training's capacity; 1 when dropless)
     expert_bias_apart: bool  # routed experts' FC2 biases added outside the GEMM (Megatron-Core TEGroupedMLP)
     glu_clamp_apart: bool  # a clamped GLU's clamps as their own kernels (Megatron-Core; core.passes "glu_clamp")
+    expert_fc1_bias_apart: bool  # routed experts' FC1 biases added after the GEMM (NeMo AutoModel)
 
     def gemm(self, g: Gemm) -> list[Op]: ...
     def elementwise(self, x: Elementwise, *, selective: bool = False) -> Op: ...
@@ -283,7 +284,7 @@ def ffn(model: ModelSpec, p: Pricer, prefix: str, T: Array, width: Array, *, exp
         routed: bool = False) -> list[Op]:
     """FC1 (gated: gate and up) → activation (act(gate)·up) → FC2 over ``width`` columns per GPU."""
     g, h = (2 if model.mlp.gated else 1), model.hidden_size
-    clamp = model.activation_clamp is not None and model.mlp.gated and p.glu_clamp_apart
+    clamp = routed and model.activation_clamp is not None and model.mlp.gated and p.glu_clamp_apart  # TEGroupedMLP
     return [*p.gemm(Gemm(f"{prefix}.fc1", T, h, g * width, experts, routed=routed)),
             *([p.elementwise(kernel("glu_clamp", f"{prefix}.clamp", T * width))] if clamp else []),
             p.elementwise(kernel("gated_act" if model.mlp.gated else "act", f"{prefix}.act", T * width)),
@@ -317,6 +318,11 @@ def moe_block(model: ModelSpec, p: Pricer, T: Array, T_elem: Array) -> list[Op]:
     T_exp = T * k * p.etp / p.tp
     ops += ffn(m, p, "moe.experts", T_exp, moe.expert_ffn_hidden_size / p.etp, experts=p.touched_experts(T_exp),
                routed=True)
+    if m.mlp_bias and p.expert_fc1_bias_apart:
+        g = 2 if m.mlp.gated else 1
+        at = next(i for i, op in enumerate(ops) if op.name == "moe.experts.fc1") + 1
+        ops.insert(at, p.elementwise(kernel("expert_fc1_bias", "moe.experts.fc1_bias",
+                                            T_exp * g * moe.expert_ffn_hidden_size / p.etp)))
     if m.mlp_bias and p.expert_bias_apart:
         ops.append(p.elementwise(kernel("expert_bias", "moe.experts.fc2_bias", T_exp * h)))
     ops += [*p.expert_tp_exit("moe.experts", routed * h), p.ep_all_to_all("moe.ep_combine", routed * h),

@@ -64,6 +64,10 @@ FUSED: dict[str, Traffic] = {
     # bool), the up half's two compares, and, where (4 passes, 6 B of bool), the chunk's gradient concatenated (4).
     # Memory: the clamps keep the FC1 output and the GLU keeps the cat's copy: 2 × 16 bit more per element.
     "glu_clamp": Traffic(8, 0.0, 3, bwd_passes=11, bwd_extra=8.0, bwd_kernels=7, saved=4.0),
+    # NeMo AutoModel GroupedExpertsDeepEP._apply_bias on FC1's output (nemo_automodel/components/moe/layers.py@79d0ccf,
+    # no probabilities: 16-bit throughout): per expert ``t + b`` (2 passes), ``torch.cat`` (2). Backward: b's gradient
+    # a sum over the expert's tokens (1 pass), the splits' gradient concatenated (2). Per element of FC1's output.
+    "expert_fc1_bias": Traffic(4, 0.0, 2, bwd_passes=3, bwd_kernels=2),
 }
 
 EAGER: dict[str, Traffic] = {

@@ -163,6 +163,7 @@ class FlexGenPricer:
     capacity_factor: float = 1.0
     expert_bias_apart: bool = False  # FlexGen-style engines: the bias in the expert GEMM
     glu_clamp_apart: bool = False  # one activation kernel clamps in place
+    expert_fc1_bias_apart: bool = False  # the bias in the expert GEMM
 
     def gemm(self, g: Gemm) -> list[Op]:
         e = self.act_bytes

@@ -95,6 +95,11 @@ class Ctx:
         return self.system.software.expert_mlp != "fused_ops"
 
     @property
+    def expert_fc1_bias_apart(self) -> bool:
+        """FC1's per-expert biases after the GEMM (AutoModel; core.passes ``expert_fc1_bias``)."""
+        return self.system.software.expert_mlp == "compiled"
+
+    @property
     def glu_clamp_apart(self) -> bool:
         """A clamped GLU's clamps as eager kernels (Megatron-Core TEGroupedMLP; core.passes ``glu_clamp``)."""
         return self.system.software.expert_mlp == "te_grouped"

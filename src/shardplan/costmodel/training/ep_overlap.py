@@ -10,14 +10,16 @@ model_chunk_schedule_plan.py at d98e8a6, ``TransformerLayerSchedulePlan.run``)::
 
 with the data dependencies of the layer (``pair_time``): an all-to-all hides only behind the compute chunk beside
 it, so a transfer longer than its partner shows the difference even when the pair's total compute is longer.
-``pre_dispatch`` is the token mixer with the MoE's norm, router and permutation (and shared experts); ``mlp`` the
-experts; the combine node also runs the unpermutation and the residual add on the communication stream
-(gpt/fine_grained_callables.py ``submodule_combine_forward``). The hidden part slows the compute beside it
-(``comm.with_overlap_cost``). The schedule's warm-up forwards and cool-down backwards have no partner
-(``get_pp_rank_microbatches``: ``2(pp−1) + (v−1)·pp + 1`` of the ``m·v`` virtual microbatches on the first rank
-with interleaving; one of ``m`` without pipelining): their all-to-alls stay exposed. Megatron allows the overlap
-only with PP 1 or interleaving, and without full recompute (transformer_config.py ``__post_init__`` asserts);
-elsewhere nothing hides.
+``pre_dispatch`` is the token mixer with the MoE's norm, router, permutation and shared experts; ``mlp`` the experts
+(with DeepEP/HybridEP the permutation and unpermutation too: token_dispatcher.py ``_DeepepManager``); the combine
+node's unpermutation and residual add (gpt/fine_grained_callables.py ``submodule_combine_forward``) take SMs, so they
+are charged on the compute chain, not beside it. The experts' weight gradients are deferred past the backward
+dispatch (``--delay-wgrad-compute``, which Megatron-Bridge's MoE performance recipes set); without it they would run
+inside ``mlp_bwd``. The hidden part slows the compute beside it (``comm.with_overlap_cost``). The schedule's warm-up
+forwards and cool-down backwards have no partner (``get_pp_rank_microbatches``: ``2(pp−1) + (v−1)·pp + 1`` of the
+``m·v`` virtual microbatches on the first rank with interleaving; one of ``m`` without pipelining): their all-to-alls
+stay exposed. Megatron allows the overlap only with PP 1 or interleaving, and without full recompute
+(transformer_config.py ``__post_init__`` asserts); elsewhere nothing hides.
 """
 
 from __future__ import annotations
@@ -38,13 +40,16 @@ def unpaired_share(ctx: Ctx) -> np.ndarray:
     return np.minimum(warmup / m, 1.0)
 
 
-def pair_time(p_f: np.ndarray, p_b: np.ndarray, m_f: np.ndarray, m_b: np.ndarray, m_w: np.ndarray,
-              d_f: np.ndarray, c_f: np.ndarray, d_b: np.ndarray, c_b: np.ndarray) -> np.ndarray:
+def pair_time(*, p_f: np.ndarray, p_b: np.ndarray, m_f: np.ndarray, m_b: np.ndarray, m_w: np.ndarray,
+              d_f: np.ndarray, c_f: np.ndarray, d_b: np.ndarray, c_b: np.ndarray, post_f: np.ndarray | float = 0.0,
+              post_b: np.ndarray | float = 0.0) -> np.ndarray:
     """One layer pair of the combined 1F1B schedule, forward of A beside backward of B: pre-dispatch ``p``, experts
     ``m`` (backward ``m_b`` then weight gradients ``m_w``), dispatch ``d`` and combine ``c`` (forward ``_f``, backward
-    ``_b``), each stream in its order, each step after what it needs (``TransformerLayerSchedulePlan.run``)."""
-    cb_end = c_b  # comm: combine_bwd(B) || comp: pre_dispatch_fwd(A)
-    pf_end = p_f
+    ``_b``), each stream in its order, each step after what it needs (``TransformerLayerSchedulePlan.run``); the
+    combine node's compute (``post``: B's before its combine gradient, A's after its combine) on the compute chain."""
+    pb0 = np.asarray(post_b) + np.zeros_like(p_f)  # comp: B's unpermute/residual gradients, then A's pre-dispatch
+    cb_end = pb0 + c_b  # comm: combine_bwd(B) needs them
+    pf_end = pb0 + p_f
     df_end = np.maximum(pf_end, cb_end) + d_f  # dispatch_fwd(A) needs A's pre-dispatch
     mb_end = np.maximum(pf_end, cb_end) + m_b  # mlp_bwd(B) needs B's combine gradient
     mw_end = mb_end + m_w
@@ -52,7 +57,31 @@ def pair_time(p_f: np.ndarray, p_b: np.ndarray, m_f: np.ndarray, m_b: np.ndarray
     mf_end = np.maximum(mw_end, df_end) + m_f  # mlp_fwd(A) needs A's dispatched tokens
     cf_end = np.maximum(db_end, mf_end) + c_f  # combine_fwd(A) needs A's expert output
     pb_end = np.maximum(mf_end, db_end) + p_b  # pre_dispatch_bwd(B) needs B's dispatch gradient
-    return np.maximum(cf_end, pb_end)
+    return np.maximum(cf_end, pb_end) + post_f  # A's unpermute/residual once its combine and the SMs are free
+
+
+def chunk_times(ops: list[Op], *, deepep: bool, zero: np.ndarray) -> tuple[np.ndarray, ...]:
+    """An MoE layer's forward or backward operators as the combined 1F1B schedule's chunks: (pre-dispatch,
+    experts, experts' weight gradients, the combine node's compute, dispatch, combine) times. Shared experts run in
+    pre-dispatch (fine_grained_callables.py ``submodule_pre_dispatch_forward``); DeepEP's permutations in the
+    experts' node."""
+    names = [op.name.removesuffix(".bwd") for op in ops]
+    d, c = names.index("moe.ep_dispatch"), names.index("moe.ep_combine")
+    assert d < c, "the MoE inventory dispatches before it combines"
+    pre, exp, dw, post = zero, zero, zero, zero
+    for i, (op, name) in enumerate(zip(ops, names, strict=True)):
+        if op.kind in (COMM, HOST):
+            continue
+        if name.startswith("moe.shared.") or (i < d and not (deepep and name == "moe.permute")):
+            pre = pre + op.time
+        elif d < i < c or (deepep and name in ("moe.permute", "moe.unpermute")):
+            if op.kind == GEMM and op.name.endswith(".wgrad"):
+                dw = dw + op.time
+            else:
+                exp = exp + op.time
+        else:
+            post = post + op.time
+    return pre, exp, dw, post, ops[d].time, ops[c].time
 
 
 def overlap_ep(ctx: Ctx, fwd: list[Op], bwd: list[Op], mixer_f: np.ndarray | float, mixer_b: np.ndarray | float
@@ -67,23 +96,13 @@ def overlap_ep(ctx: Ctx, fwd: list[Op], bwd: list[Op], mixer_f: np.ndarray | flo
     def is_ep(op: Op) -> bool:
         return op.kind == COMM and op.dim == "ep"
 
-    def split(ops: list[Op]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """(before dispatch, experts, after combine, dispatch, combine) times, compute only, in the op order."""
-        names = [op.name.removesuffix(".bwd") for op in ops]
-        d, c = names.index("moe.ep_dispatch"), names.index("moe.ep_combine")
-        work = [op.time if op.kind not in (COMM, HOST) else zero for op in ops]
-        return (sum(work[:d], start=zero), sum(work[d + 1:c], start=zero), sum(work[c + 1:], start=zero),
-                ops[d].time, ops[c].time)
-
-    pre_f, exp_f, post_f, d_f, c_f = split(fwd)
-    pre_b, _, post_b, d_b, c_b = split(bwd)
-    names = [op.name for op in bwd]
-    d, c = names.index("moe.ep_dispatch.bwd"), names.index("moe.ep_combine.bwd")
-    m_w = sum((op.time for op in bwd[d + 1:c] if op.kind == GEMM and op.name.endswith(".wgrad")), start=zero)
-    m_b = sum((op.time for op in bwd[d + 1:c] if op.kind not in (COMM, HOST)), start=zero) - m_w
+    deepep = sw.ep_dispatcher == "deepep"
+    pre_f, m_f, _, post_f, d_f, c_f = chunk_times(fwd, deepep=deepep, zero=zero)
+    pre_b, m_b, m_w, post_b, d_b, c_b = chunk_times(bwd, deepep=deepep, zero=zero)
     a2a = d_f + c_f + d_b + c_b
-    work = mixer_f + pre_f + exp_f + post_f + mixer_b + pre_b + m_b + m_w + post_b
-    end = pair_time(mixer_f + pre_f, mixer_b + pre_b, exp_f, m_b, m_w, d_f, c_f + post_f, d_b, c_b + post_b)
+    work = mixer_f + pre_f + m_f + post_f + mixer_b + pre_b + m_b + m_w + post_b
+    end = pair_time(p_f=mixer_f + pre_f, p_b=mixer_b + pre_b, m_f=m_f, m_b=m_b, m_w=m_w, d_f=d_f, c_f=c_f, d_b=d_b,
+                    c_b=c_b, post_f=post_f, post_b=post_b)
     paired = comm.with_overlap_cost(ctx.system, a2a, np.clip(end - work, 0.0, a2a))
     u = unpaired_share(ctx)
     shown = u * a2a + (1 - u) * paired

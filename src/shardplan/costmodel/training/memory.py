@@ -68,8 +68,7 @@ def layer_activations(ctx: Ctx, kind: str) -> LayerActivations:
     # input, eager SwiGLU's silu output (16-bit counts, scaled to the activation width).
     sw = ctx.system.software
     norm_saved = traffic("norm", sw.elementwise_kernels, sw.norm_kernel).saved
-    act_saved = traffic("gated_act" if m.mlp.gated else "act", sw.elementwise_kernels).saved * e / 2.0 \
-        + clamp_saved(ctx)
+    act_saved = traffic("gated_act" if m.mlp.gated else "act", sw.elementwise_kernels).saved * e / 2.0
     if kind in ("linear", "mamba"):
         # norm input, in_proj input, dropout mask | projections' outputs, conv output, fp32 gates/dt, core output,
         # gated-norm output and out_proj input (÷t), and the fp32 states kept at each chunk boundary for backward
@@ -118,7 +117,7 @@ def layer_activations(ctx: Ctx, kind: str) -> LayerActivations:
         copies = moe.experts_per_token * moe.capacity_factor
         f = moe.expert_ffn_hidden_size / t
         # per routed copy: FC1 input, FC1 output (the activation's input), FC2 input (the activation's output)
-        experts = copies * (q * h / t + f * (g * e + q + act_saved))
+        experts = copies * (q * h / t + f * (g * e + q + act_saved + clamp_saved(ctx)))
         shared = moe.num_shared_experts * moe.shared_ffn / t * (g * e + q + act_saved)
         router = shard(moe.num_experts * 4.0 + copies * 8.0)
         base = T * (shard((2 * e + drop + norm_saved) * h) + experts + shared + router)  # norm input, router input
@@ -127,7 +126,8 @@ def layer_activations(ctx: Ctx, kind: str) -> LayerActivations:
 
 
 def clamp_saved(ctx: Ctx) -> float:
-    """Bytes per activation-output element a clamped GLU's eager clamps keep (core.passes ``glu_clamp``)."""
+    """Bytes per activation-output element a clamped GLU's eager clamps keep in the routed experts (core.passes
+    ``glu_clamp``)."""
     m = ctx.model
     if m.activation_clamp is None or not m.mlp.gated or not ctx.glu_clamp_apart:
         return 0.0

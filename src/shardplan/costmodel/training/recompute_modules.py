@@ -14,7 +14,8 @@ Bytes are ``memory.layer_activations``'s terms (Korthikanti et al. 2022 §4 gene
 - ``layernorm``: each norm's output, the next GEMM's input: ``2·s·b·h`` bytes (÷t under sequence parallelism) per
   norm — one per attention layer, one per MLP or MoE;
 - ``mlp``: the FC1 output(s) and activation output: ``s·b·(g + 1)·f·2/t`` (``g = 2`` gated, FC1 input kept);
-- ``moe_act``: each routed copy's activation output, the FC2 input: ``s·b·k·c·F·2/t`` (top-k, capacity factor);
+- ``moe_act``: each routed copy's activation output, the FC2 input: ``s·b·k·c·F·2/t`` (top-k, capacity factor), and
+  what a clamped GLU's eager clamps keep (``memory.clamp_saved``);
 - ``shared_experts``: the shared experts' FC1 output(s) and activation output;
 - ``moe``: everything the MoE MLP stores beyond its input (dispatched copies, expert and shared activations, router);
 - ``mla_up_proj``: MLA's Q, K and V after the up-projections (the latents stay for the weight gradients).
@@ -24,7 +25,7 @@ then frees nothing, the FC2 input and MLP activations count 1 byte (``memory.lay
 
 Recompute time is the forward time of the module's operators in the layer's inventory (``core.operators``):
 ``core_attn`` the selective ops, ``layernorm`` the ``.norm`` ops, ``mlp`` the dense MLP's ops between its norm
-and residual (GEMMs, activation, TP collectives), ``moe_act`` ``moe.experts.act``, ``shared_experts``
+and residual (GEMMs, activation, TP collectives), ``moe_act`` ``moe.experts.act`` (and ``.clamp``), ``shared_experts``
 ``moe.shared.*``, ``moe`` the MoE's ops between its norm and residual (all-to-alls included), ``mla_up_proj``
 the ``q_up``/``kv_up`` GEMMs (with their casts) and the rotary.
 
@@ -103,7 +104,7 @@ def module_bytes(ctx: Ctx, kind: str) -> dict[str, np.ndarray]:
         f = m.ffn_hidden_size / t
         # FC1 output(s) and the FC2 input go; the checkpointed input is the 16-bit one where fp8 kept a 1-byte copy
         return {"layernorm": norm_out,
-                "mlp": T * (f * (g * e + q + clamp) - shard((e - q) * m.hidden_size))} | policies
+                "mlp": T * (f * (g * e + q) - shard((e - q) * m.hidden_size))} | policies
     if kind == "moe":
         assert m.moe is not None
         moe = m.moe
@@ -118,7 +119,7 @@ def module_bytes(ctx: Ctx, kind: str) -> dict[str, np.ndarray]:
                "moe_act": T * copies * (q + clamp) * moe.expert_ffn_hidden_size / t,
                "moe": acts.none - T * shard(unsplit)}
         if moe.num_shared_experts:
-            out["shared_experts"] = T * moe.num_shared_experts * moe.shared_ffn / t * (g * e + q + clamp)
+            out["shared_experts"] = T * moe.num_shared_experts * moe.shared_ffn / t * (g * e + q)
         return out
     return {}
 
