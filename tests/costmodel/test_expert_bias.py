@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from shardplan.costmodel.core.operators import ep_imbalance
+from shardplan.costmodel.core.routing import ep_imbalance
 from shardplan.costmodel.training.ctx import Ctx
 from shardplan.costmodel.training.layout import LayoutArrays, TrainLayout, TrainWorkload
 from shardplan.costmodel.training.stages import kind_costs

@@ -6,7 +6,7 @@ import math
 import numpy as np
 import pytest
 
-from shardplan.costmodel.core.operators import ep_imbalance
+from shardplan.costmodel.core.routing import ep_imbalance
 from shardplan.costmodel.training.layers import HOST_SYNC_LAUNCHES
 from shardplan.costmodel.training.layout import LayoutArrays, Recompute, TrainLayout, TrainWorkload
 from shardplan.costmodel.training.step import train_cost

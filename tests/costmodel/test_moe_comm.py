@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from shardplan.costmodel.core import comm
-from shardplan.costmodel.core.operators import routed_blocks
+from shardplan.costmodel.core.routing import routed_blocks
 from shardplan.costmodel.training.ep_overlap import chunk_times, pair_time
 from shardplan.costmodel.training.layout import LayoutArrays, Recompute, TrainLayout, TrainWorkload
 from shardplan.costmodel.training.step import train_cost

@@ -5,42 +5,19 @@ efficiencies are data here (overridable by the user in a YAML/JSON file), never 
 
 from __future__ import annotations
 
-from enum import StrEnum
 from typing import Annotated, Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-# Physically plausible ranges, so that a typo (1e400, .inf, 5e-324) in a system file is refused instead of
-# overflowing a time or a memory sum. Each is several orders of magnitude wider than any real machine.
-Fraction = Annotated[float, Field(ge=1e-4, le=1.0, allow_inf_nan=False)]  # an efficiency of 0.01% … 100%
-Positive = Annotated[float, Field(gt=0.0, le=1e30, allow_inf_nan=False)]  # a curve's size axis (FLOPs, bytes)
-NonNeg = Annotated[float, Field(ge=0.0, le=1e3, allow_inf_nan=False)]  # fractions and overheads
-Seconds = Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)]  # a latency or launch floor: 0 … 1 s
-Flops = Annotated[float, Field(ge=1e9, le=1e18, allow_inf_nan=False)]  # 1 GFLOP/s … 1 EFLOP/s per device
-Rate = Annotated[float, Field(ge=1e6, le=1e15, allow_inf_nan=False)]  # 1 MB/s … 1 PB/s
-MaybeRate = Annotated[float, Field(ge=0.0, le=1e15, allow_inf_nan=False)]  # 0 = none, else as Rate
-Bytes = Annotated[int, Field(ge=2**20, le=2**60)]  # 1 MiB … 1 EiB
+from shardplan.hardware.software import AttentionKernel as AttentionKernel  # re-exported: defined here first
+from shardplan.hardware.software import SoftwareSpec
+from shardplan.hardware.units import Bytes, Flops, Fraction, MaybeRate, NonNeg, Positive, Rate, Seconds
+
 MAX_CURVE_POINTS = 256  # most points in one efficiency curve (the catalog's have at most a dozen)
 MAX_GPUS_PER_NODE = 65_536
 MAX_NODES = 2**20
 
 PEAK_DTYPES = ("fp32", "tf32", "bf16", "fp16", "fp8", "int8", "fp4")  # carry a peak rate (int4/fp4: dequantised)
-
-
-class AttentionKernel(StrEnum):
-    """How core attention runs on a system's software stack."""
-
-    FLASH = "flash"
-    """Fused IO-aware kernel (FlashAttention-2/3, cuDNN): no s² tensor in memory, causal blocks skipped; timed at
-    the GPU's ``attention_efficiency``."""
-    FLASH2 = "flash2"
-    """FlashAttention-2 (PyTorch SDPA's flash backend: torchtitan, llm-foundry): the GPU's measured curves."""
-    CUDNN = "cudnn"
-    """cuDNN fused attention (Transformer Engine's FusedAttention, preferred on Hopper+: Megatron-LM, NeMo)."""
-    FLASH3 = "flash3"
-    """FlashAttention-3 (Hopper)."""
-    UNFUSED = "unfused"
-    """Batched GEMMs plus a fused softmax kernel (Megatron-LM 2021–22): the s² scores pass through HBM."""
 
 
 class LinkSpec(BaseModel):
@@ -234,75 +211,6 @@ class GpuSpec(BaseModel):
             if d in self.peak_flops:
                 return self.peak_flops[d]
         return self.peak_flops.get("fp32", min(self.peak_flops.values()))
-
-
-class SoftwareSpec(BaseModel):
-    """The software stack the efficiencies were measured with (kernels and overlap behaviour)."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-
-    attention: AttentionKernel = Field(AttentionKernel.FLASH, description="Core-attention implementation.")
-    overlap_grad_reduce: bool = Field(True, description="Data-parallel gradient reduction overlaps backward.")
-    overlap_param_gather: bool = Field(True, description="ZeRO-3 parameter all-gathers overlap compute.")
-    overlap_p2p_comm: bool = Field(True, description="Interleaved-pipeline sends run beside compute, exposed only "
-        "along the fill and drain. On as Megatron-LM's CLI, NeMo's perf configs and Megatron-Bridge run it with "
-        "interleaving (Megatron-Core's own default is off; sources: docs/physics_sources.md).")
-    zero3_overlap_fraction: Fraction = Field(
-        0.8, description="Share of the overlappable ZeRO-3 communication (forward gathers under the forward, "
-        "backward gathers and reduce-scatters under the backward) that hides when prefetching is on.")
-    zero3_rail_parallel: bool = Field(
-        True, description="ZeRO-3 gathers spread a node's share over all its NICs (NCCL rings per rail); "
-        "False: one flat ring, each GPU's NIC carries the whole (n−1)/n of every gather.")
-    tp_comm_overlap: Annotated[float, Field(ge=0.0, lt=1.0, allow_inf_nan=False)] = Field(
-        0.5, description="Sequence-parallel TP collectives overlap GEMMs when > 0 (0: blocking collectives); with "
-        "tp_overlap_method 'share', the share of them hidden (torchtitan async TP, Megatron without userbuffers).")
-    tp_overlap_method: Literal["userbuffers", "share"] = Field(
-        "userbuffers", description="How SP TP collectives overlap when tp_comm_overlap > 0: 'userbuffers' (Transformer "
-        "Engine comm+GEMM overlap: ring-exchange all-gathers, pipelined reduce-scatters, bulk overlap in backward, "
-        "each hidden as far as the GEMM beside it lasts) or 'share' (the fixed share tp_comm_overlap hides).")
-    overlap_slowdown: Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)] = Field(
-        0.189, description="Compute time lost per second of communication hidden behind it: NCCL kernels take SMs "
-        "and share the power budget with the overlapped kernels. 0.189 is the mean slowdown of compute overlapped "
-        "with communication measured on A100, H100, MI250 and MI210 (Lee et al. 2025, arXiv 2507.03114)."
-    )
-    step_overhead_fraction: NonNeg = Field(
-        0.0, description="Unmodelled per-step time (data loading, logging, host sync) as a fraction.")
-    ep_comm_overlap: bool = Field(
-        False, description="MoE expert-parallel all-to-alls hide behind another microbatch's compute (Megatron-Core "
-        "overlap_moe_expert_parallel_comm: the combined 1F1B schedule pairs one microbatch's forward with another's "
-        "backward; needs PP 1 or interleaving, no full recompute). Off: Megatron-Core's default "
-        "(megatron/core/model_parallel_config.py at d98e8a6), every all-to-all exposed."
-    )
-    moe_host_sync: bool = Field(
-        True, description="Each dropless MoE forward copies its per-expert token counts to the host and waits, so the "
-        "GPU idles until the next launch (Megatron-Core d98e8a6 token_dispatcher.py: alltoall, DeepEP, HybridEP). "
-        "False: no such wait (moe_expert_rank_capacity_factor, or the MoE layer in a CUDA graph).")
-    moe_balanced_routing: bool = Field(
-        False, description="Tokens go to experts round-robin, every rank equally loaded (NeMo AutoModel's benchmark "
-        "FakeBalancedGate). False: routing per token (learned, or random logits: Megatron's forced balancing), so the "
-        "busiest EP rank carries more than the mean.")
-    moe_drop_and_pad: bool = Field(
-        False, description="Tokens over each expert's capacity are dropped and every expert's input padded to it "
-        "(Megatron-Core moe_pad_expert_input_to_capacity): fixed shapes, no host wait, no busiest rank. False: "
-        "dropless.")
-    moe_router_padding: bool = Field(
-        False, description="The router pads expert token counts to the fp8/fp4 alignment (Megatron-Core "
-        "moe_router_padding_for_quantization). False (the default): with the alltoall dispatcher the grouped MLP pads "
-        "and unpads with a copy each (TE Fp8Padding/Fp8Unpadding, experts.py at d98e8a6); HybridEP pads in dispatch.")
-    elementwise_kernels: Literal["fused", "eager"] = Field("fused", description="Rotary, activation and loss as one "
-        "kernel each way ('fused': TE or torch.compile) or as PyTorch eager kernels (costmodel/core/passes.py).")
-    norm_kernel: Literal["fused", "native", "composite"] = Field("fused", description="Norm as one kernel each way, "
-        "PyTorch's F.layer_norm ('native') or torchtitan's eager RMSNorm ('composite'): costmodel/core/passes.py.")
-    attention_unpad: bool = Field(False, description="q, k, v packed around a varlen flash kernel (passes.UNPAD).")
-    ep_dispatcher: Literal["alltoall", "deepep"] = Field(
-        "alltoall", description="How MoE tokens travel: 'alltoall' (one copy per routed expert, NCCL all-to-all: "
-        "Megatron's alltoall dispatcher) or 'deepep' (Megatron's flex dispatcher with DeepEP/HybridEP: a token "
-        "crosses the network once per destination node and NVLink fans it out to the ranks there, one copy per rank).")
-    expert_mlp: Literal["te_grouped", "fused_ops", "compiled"] = Field(
-        "te_grouped", description="How the routed experts' MLP runs: 'te_grouped' (Megatron-Core TEGroupedMLP: FC2 "
-        "biases added after the GEMM, a clamped GLU's clamps as eager kernels), 'fused_ops' (Transformer Engine's op "
-        "fuser, NVTE_CUTEDSL_FUSED_GROUPED_MLP: both inside) or 'compiled' (torch.compile'd activation, clamps "
-        "inside; FC1 and FC2 biases after their GEMMs: NeMo AutoModel). Sources: costmodel/core/passes.py.")
 
 
 class SystemSpec(BaseModel):

@@ -1,7 +1,7 @@
 """``validate --group moe-natural``: MoE training with a learned router early in training, against the cost model.
 
 The cost model prices dropless routing as random per token (Megatron's ``moe_router_force_load_balancing``, which
-the performance recipes set): the busiest EP rank carries ``operators.ep_imbalance`` times the mean. A learned
+the performance recipes set): the busiest EP rank carries ``core.routing.ep_imbalance`` times the mean. A learned
 router on real data, early in training, loads some experts far more. The functional runs of Megatron-Bridge's model
 verification cards (``data/natural_routing_runs.json``) ran so, with per-step NaN and large-gradient checks and
 logging as well; the group shows their gap to the model on the published layouts. It is not a target the model is

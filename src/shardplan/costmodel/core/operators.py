@@ -26,7 +26,6 @@ import numpy as np
 
 from shardplan.costmodel.core.ops import Op
 from shardplan.costmodel.core.passes import FUSED
-from shardplan.models.parts import MoESpec
 from shardplan.models.spec import ModelSpec
 
 Array = np.ndarray | float
@@ -145,54 +144,6 @@ def kv_token_bytes(model: ModelSpec, tp: Array, nbytes: float, *, latent: bool) 
             return np.full(np.shape(t), (mla.kv_lora_rank + mla.qk_rope_head_dim) * nbytes, dtype=float)
         return model.num_heads / t * (mla.qk_head_dim + mla.v_head_dim) * nbytes
     return 2.0 * kv_heads_per_rank(model, t) * model.head_size * nbytes
-
-
-def distinct_experts(num_experts: int, top_k: int, tokens: Array) -> np.ndarray:
-    """Expected distinct experts ``tokens`` tokens route to: E·(1 − (1 − k/E)^tokens) (uniform routing: an
-    expert misses one token with probability 1 − k/E, independently; the balancing loss targets uniform use)."""
-    return num_experts * (1.0 - (1.0 - top_k / num_experts) ** np.asarray(tokens, dtype=float))
-
-
-def ep_imbalance(ep: Array, routed_tokens: Array) -> np.ndarray:
-    """Busiest EP rank's token copies over the mean: with ``μ`` copies per rank routed uniformly at random over
-    ``ep`` ranks, the maximum load is ``μ + √(2 μ ln ep)`` (balls into bins, Raab & Steger 1998, for μ ≫ ln ep);
-    the step waits for the busiest rank. 1 without EP. Serving's engines and training's benchmark runs both route
-    this way (Megatron-Core ``moe_router_force_load_balancing``: random router logits per token)."""
-    ep = np.asarray(ep, dtype=float)
-    mu = np.maximum(np.asarray(routed_tokens, dtype=float), 1.0)
-    return np.where(ep > 1, 1.0 + np.sqrt(2.0 * np.log(np.maximum(ep, 1.0)) / mu), 1.0)
-
-
-def _miss(pool: Array, block: Array, picks: float) -> np.ndarray:
-    """Probability that ``picks`` distinct draws from ``pool`` items all miss a given ``block`` of them:
-    C(pool − block, picks)/C(pool, picks) = Π_{i<picks} (pool − block − i)/(pool − i)."""
-    pool, block = np.asarray(pool, dtype=float), np.asarray(block, dtype=float)
-    out = np.ones(np.broadcast(pool, block).shape)
-    for i in range(int(picks)):
-        out = out * np.clip((pool - block - i) / np.maximum(pool - i, 1.0), 0.0, 1.0)
-    return out
-
-
-def routed_blocks(moe: MoESpec, blocks: Array) -> np.ndarray:
-    """Expected distinct blocks one token's top-k experts fall in when the E experts are split into ``blocks``
-    equal contiguous blocks (EP ranks, or the nodes of an EP group: Megatron places experts rank by rank), under
-    uniform routing (the balancing loss targets it; NVIDIA's MoE benchmarks force it:
-    ``moe_router_force_load_balancing``). A block of b experts is missed with probability C(E−b, k)/C(E, k).
-    Group-limited routing (DeepSeek-V3 §2.1.2, n_group/topk_group): a block of whole groups is missed when none of
-    its g groups is among the M chosen, C(G−g, M)/C(G, M); a block inside a group when its group is not chosen, or
-    is and the k experts, spread over the M·E/G experts of the chosen groups, miss it."""
-    n = np.asarray(blocks, dtype=float)
-    E, k = float(moe.num_experts), float(moe.experts_per_token)
-    b = E / n
-    miss = _miss(E, b, k)
-    G, M = float(moe.num_groups), float(moe.topk_groups)
-    if G and M and M < G:
-        size = E / G
-        whole = (b >= size) & (np.mod(b, size) == 0)
-        inside = (b < size) & (np.mod(size, b) == 0)
-        miss = np.where(whole, _miss(G, b / size, M),
-                        np.where(inside, (1 - M / G) + M / G * _miss(M * size, b, k), miss))
-    return n * (1.0 - miss)
 
 
 # --- the blocks ---------------------------------------------------------------------------------------------------

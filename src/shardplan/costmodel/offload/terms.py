@@ -25,8 +25,9 @@ import numpy as np
 
 from shardplan.costmodel.core import operators as inv
 from shardplan.costmodel.core.kernels import elementwise_time, gemm_time, kernel_time
-from shardplan.costmodel.core.operators import Attention, Elementwise, Gemm, distinct_experts, unfused_attention
+from shardplan.costmodel.core.operators import Attention, Elementwise, Gemm, unfused_attention
 from shardplan.costmodel.core.ops import COMM, GEMM, MEM, Op
+from shardplan.costmodel.core.routing import distinct_experts
 from shardplan.costmodel.offload.policy import Knobs, OffloadWorkload
 from shardplan.hardware.spec import SystemSpec
 from shardplan.models.params import (

@@ -37,11 +37,10 @@ from shardplan.costmodel.core.operators import (
     Attention,
     Elementwise,
     Gemm,
-    distinct_experts,
-    ep_imbalance,
     kv_heads_per_rank,
 )
 from shardplan.costmodel.core.ops import ATTN, COMM, GEMM, MEM, Op
+from shardplan.costmodel.core.routing import distinct_experts, ep_imbalance
 from shardplan.costmodel.serving.collectives import ep_all_to_all_time, tp_all_reduce_time
 from shardplan.hardware.spec import GpuSpec, SystemSpec
 from shardplan.models.spec import ModelSpec

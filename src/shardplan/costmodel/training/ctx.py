@@ -27,11 +27,11 @@ from shardplan.costmodel.core.operators import (
     Elementwise,
     Gemm,
     attention_dims,
-    routed_blocks,
     unfused_attention,
 )
 from shardplan.costmodel.core.ops import ATTN, COMM, GEMM, HOST, MEM, Op
 from shardplan.costmodel.core.passes import FUSED, traffic
+from shardplan.costmodel.core.routing import routed_blocks
 from shardplan.costmodel.training.layout import LayoutArrays, TrainWorkload
 from shardplan.hardware.spec import AttentionKernel, GpuSpec, SystemSpec
 from shardplan.models.spec import ModelSpec
@@ -231,7 +231,7 @@ class Ctx:
         The alltoall dispatcher sends one copy per routed expert; DeepEP/HybridEP (``SoftwareSpec.ep_dispatcher``)
         send a token once to each node holding one of its experts (RDMA, one NIC per GPU) and once to each rank
         there (NVLink forwarding; DeepEP README "normal kernels"), so the network carries the distinct remote
-        nodes and the fabric the distinct other ranks (``core.operators.routed_blocks``: group-limited routing
+        nodes and the fabric the distinct other ranks (``core.routing.routed_blocks``: group-limited routing
         bounds the nodes, DeepSeek-V3's 4 of 8)."""
         op = self.collective(name, "all_to_all", elements * self.act_bytes, "ep")
         if self.system.software.ep_dispatcher != "deepep" or self.model.moe is None:

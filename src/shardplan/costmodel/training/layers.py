@@ -12,6 +12,7 @@ import numpy as np
 from shardplan.costmodel.core import operators as inv
 from shardplan.costmodel.core import recurrent as rec
 from shardplan.costmodel.core.ops import HOST, MEM, Op
+from shardplan.costmodel.core.routing import ep_imbalance
 from shardplan.costmodel.training.ctx import LOW_PRECISION, Ctx, masked
 
 # Flash attention skips the causal blocks above the diagonal and computes the diagonal blocks whole: half the
@@ -94,7 +95,7 @@ def moe_ops(ctx: Ctx) -> list[Op]:
 
     Routing is uniform at random per token in the published benchmark runs (Megatron-Bridge performance scripts set
     ``moe_router_force_load_balancing``: random router logits), so the busiest of the ``ep`` ranks receives
-    ``inv.ep_imbalance`` times the mean token copies, and every rank waits for it at the combine: its all-to-alls
+    ``routing.ep_imbalance`` times the mean token copies, and every rank waits for it at the combine: its all-to-alls
     and expert-side kernels take that much longer (the same bound serving uses). Under fp8/fp4 the alltoall
     dispatcher's experts pad and unpad their tokens with a copy each (``_padding_copies``). Dropping and padding to
     a capacity (a capacity factor > 1, or ``SoftwareSpec.moe_drop_and_pad``) prices every expert at that fixed
@@ -109,7 +110,7 @@ def moe_ops(ctx: Ctx) -> list[Op]:
         ops = _padding_copies(ctx, ops)
     if dropless and not sw.moe_balanced_routing:
         routed = ctx.tokens * moe.experts_per_token * ctx.etp / ctx.tp  # copies one rank's experts see on average
-        busiest = inv.ep_imbalance(ctx.rows.ep, routed)
+        busiest = ep_imbalance(ctx.rows.ep, routed)
         ops = [Op(o.name, o.kind, o.flops, o.nbytes * busiest if o.kind == MEM else o.nbytes, o.time * busiest,
                   dim=o.dim, selective=o.selective, bwd_kernels=o.bwd_kernels,
                   bwd_nbytes=None if o.bwd_nbytes is None else o.bwd_nbytes * busiest)
