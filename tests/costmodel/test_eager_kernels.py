@@ -134,7 +134,7 @@ def test_every_records_stack_settings_are_valid_software() -> None:
     """The software facts the validation records carry are SoftwareSpec values (a typo would otherwise pass
     through ``model_copy`` unchecked), and the eager kernels appear only where the recipe ran without compile."""
     from shardplan.hardware.spec import SoftwareSpec
-    from shardplan.validation.runs import stack_software
+    from shardplan.validation.stacks import stack_software
 
     records = load_records("modern_training_runs") + load_records("optimum_runs")["runs"]
     for r in records:

@@ -162,7 +162,8 @@ def test_round_robin_routing_has_no_busiest_rank() -> None:
 def test_validation_records_carry_their_routing() -> None:
     """Every AutoModel MoE record runs the round-robin gate; Megatron-Bridge's perf recipes force random logits (not
     round-robin), and its 25.09 Qwen3 runs dropped and padded to capacity."""
-    from shardplan.validation.runs import load_records, stack_software
+    from shardplan.validation.runs import load_records
+    from shardplan.validation.stacks import stack_software
 
     for r in load_records("modern_training_runs"):
         sw = stack_software(r)

@@ -12,7 +12,8 @@ from shardplan.errors import ShardplanError
 from shardplan.hardware import get_system
 from shardplan.models import get_model
 from shardplan.planner.training.solve import TrainRequest, plan_training
-from shardplan.validation.optimum import load_records_tuned, parse_run, stack_framework
+from shardplan.validation.optimum import load_records_tuned, parse_run
+from shardplan.validation.stacks import stack_framework
 
 LLAMA = get_model("llama-3.1-70b")
 MIXTRAL = get_model("mixtral-8x7b")

@@ -150,7 +150,7 @@ def test_stack_software_follows_the_recorded_container() -> None:
     24.03 record runs flash-attn 2, a 24.09 one cuDNN; torchtitan runs flash-attn 2 and no userbuffers; a NeMo
     config with ``ub_tp_comm_overlap false`` keeps the share rule."""
     from shardplan.hardware.spec import AttentionKernel
-    from shardplan.validation.runs import stack_attention, stack_tp_overlap
+    from shardplan.validation.stacks import stack_attention, stack_tp_overlap
 
     def rec(container: str, notes: list[str] | None = None, title: str = "NeMo") -> dict:
         return {"source": {"title": title, "url": "", "container_or_version": container}, "notes": notes or []}
@@ -170,7 +170,7 @@ def test_interleaved_sends_overlap_where_the_launcher_turns_it_on() -> None:
     import dataclasses
 
     from shardplan.costmodel.training.evaluate import estimate_training
-    from shardplan.validation.runs import stack_p2p_overlap
+    from shardplan.validation.stacks import stack_p2p_overlap
 
     def rec(title: str) -> dict:
         return {"source": {"title": title, "url": "", "container_or_version": ""}, "notes": []}

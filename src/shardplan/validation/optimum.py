@@ -30,6 +30,16 @@ from shardplan.costmodel.training.layout import Recompute, TrainLayout, TrainWor
 from shardplan.hardware.spec import SoftwareSpec, SystemSpec
 from shardplan.models import params as P
 from shardplan.models.spec import MlpKind, ModelSpec
+from shardplan.validation.stacks import (
+    stack_attention,
+    stack_framework,
+    stack_gradients,
+    stack_modules,
+    stack_p2p_overlap,
+    stack_recompute,
+    stack_software,
+    stack_tp_overlap,
+)
 
 BAND = (-10.0, 15.0)  # free-planner target band, percent of measured throughput (issue 11)
 # GPU name prefix in the records → system preset. The Grand Teton H100s of torchtitan's tables (96 GB HBM2e at
@@ -65,27 +75,6 @@ class OptimumRun:
     measured_tokens_per_s_per_gpu: float
     derived_from_tflops: bool
     framework: str | None = None  # what the free plan may use: the record's framework (``stack_framework``)
-
-
-def stack_framework(record: dict[str, Any]) -> str | None:
-    """The framework a record's software runs (``frameworks.FRAMEWORKS``), so the free plan stays inside it:
-    llm-foundry is PyTorch FSDP (``fsdp``); torchtitan and NeMo AutoModel (FSDP2, DTensor TP, torch PP) are
-    ``torchtitan``; NeMo, Megatron-Bridge, Megatron-LM and the NVIDIA stacks on them are ``megatron``, or
-    ``megatron-zero1`` for versions from before Megatron-Core ran FSDP (NeMo containers up to 24.09, Megatron-Core
-    r0.8, MLPerf v3.x); Meta's Llama 3 stack and MaxText are not in the table (every knob)."""
-    from shardplan.validation.runs import source_text
-
-    text = source_text(record)
-    if any(s in text for s in ("llm-foundry", "llmfoundry", "mosaicml")):
-        return "fsdp"
-    if any(s in text for s in ("torchtitan", "automodel")):
-        return "torchtitan"
-    if any(s in text for s in ("herd of models", "2407.21783", "maxtext")):
-        return None
-    version = re.search(r"(?:nemo|ngc)[ :_.-]?(?:framework)?v?(\d\d)\.(\d\d)", text)
-    before_fsdp = ((version is not None and (int(version.group(1)), int(version.group(2))) <= (24, 9))
-                   or "megatron-core r0.8" in text or "mlperf training v3." in text)
-    return "megatron-zero1" if before_fsdp else "megatron"
 
 
 class OptimumRow(BaseModel):
@@ -209,16 +198,7 @@ def parse_run(record: dict[str, Any]) -> OptimumRun | str:
     """A record as a run the cost model can evaluate, or why it cannot be (model or machine not in the catalogs)."""
     from shardplan.errors import ShardplanError
     from shardplan.hardware.domains import job_system
-    from shardplan.validation.runs import (
-        record_dtype,
-        stack_attention,
-        stack_gradients,
-        stack_modules,
-        stack_p2p_overlap,
-        stack_recompute,
-        stack_software,
-        stack_tp_overlap,
-    )
+    from shardplan.validation.runs import record_dtype
 
     shape = record["model"]["hf_or_shape"]
     for prefix, why in _NOT_MODELLED:

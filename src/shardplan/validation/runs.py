@@ -24,9 +24,17 @@ from shardplan.costmodel.training.evaluate import estimate_training
 from shardplan.costmodel.training.layout import Recompute, TrainLayout, TrainWorkload
 from shardplan.hardware import get_system
 from shardplan.hardware.domains import job_system
-from shardplan.hardware.spec import AttentionKernel
 from shardplan.models.catalog import megatron_gpt
 from shardplan.models.spec import ModelSpec
+from shardplan.validation.stacks import (
+    stack_attention,
+    stack_gradients,
+    stack_modules,
+    stack_p2p_overlap,
+    stack_recompute,
+    stack_software,
+    stack_tp_overlap,
+)
 
 Prediction = float | tuple[float, str | None]
 """A case's predicted value, with the reason when the cost model finds the published layout infeasible."""
@@ -220,80 +228,6 @@ def with_record_vocab(model: ModelSpec, record: dict[str, Any]) -> ModelSpec:
 def record_dtype(r: dict[str, Any]) -> str:
     """The compute datatype of a record's GEMMs: fp8 or fp4 (NVFP4) as its ``precision`` states, else bf16."""
     return r["precision"] if r["precision"] in ("fp8", "fp4") else "bf16"
-
-
-def source_text(r: dict[str, Any]) -> str:
-    """A record's source title, URL and container, lower case: what the ``stack_*`` readers search."""
-    return " ".join(str(r["source"].get(k, "")) for k in ("title", "url", "container_or_version")).lower()
-
-
-def stack_attention(r: dict[str, Any]) -> AttentionKernel:
-    """A record's fused attention kernel: FlashAttention-2 for torchtitan and llm-foundry (PyTorch SDPA, flash-attn),
-    cuDNN for Transformer Engine stacks (preferred on Hopper+); GPUs without its curves use their scalar efficiency."""
-    text = source_text(r)
-    if any(s in text for s in ("torchtitan", "llm-foundry", "llmfoundry", "mosaicml")):
-        return AttentionKernel.FLASH2
-    # TE prefers cuDNN FusedAttention on Hopper from v1.8 (commit 43569381c, 2024-06-13; tagged 2024-07-24): NeMo
-    # containers before 24.07 ship an older TE that runs flash-attn 2.
-    version = re.search(r"nemo(?:[ :_-]|\.framework)?v?(\d\d)\.(\d\d)", text)
-    if version and (int(version.group(1)), int(version.group(2))) < (24, 7):
-        return AttentionKernel.FLASH2
-    return AttentionKernel.CUDNN
-
-
-def stack_tp_overlap(r: dict[str, Any]) -> str:
-    """How a record's stack overlaps sequence-parallel TP collectives: Transformer Engine userbuffers for Megatron-LM,
-    NeMo and Megatron-Bridge unless the recorded config turns them off (``ub_tp_comm_overlap false``); a fixed share
-    for torchtitan (async TP) and llm-foundry."""
-    text = source_text(r)
-    notes = " ".join(map(str, r.get("notes", []))).lower()
-    if any(s in text for s in ("torchtitan", "llm-foundry", "llmfoundry", "mosaicml")):
-        return "share"
-    return "share" if "ub_tp_comm_overlap false" in notes else "userbuffers"
-
-
-def stack_p2p_overlap(r: dict[str, Any]) -> bool:
-    """Whether a record's launcher overlaps interleaved-pipeline sends (``SoftwareSpec.overlap_p2p_comm``): the NVIDIA
-    stacks do (docs/physics_sources.md); torchtitan, llm-foundry, AutoModel, MaxText and Llama 3's have no such flag."""
-    text = source_text(r)
-    return not any(s in text for s in ("torchtitan", "llm-foundry", "llmfoundry", "mosaicml", "automodel", "maxtext",
-                                       "herd of models", "2407.21783"))  # the last two: the Llama 3 paper
-
-
-# SoftwareSpec fields a record's ``software`` entry may set, each with its source in that entry.
-STACK_FIELDS = ("ep_dispatcher", "ep_comm_overlap", "moe_drop_and_pad", "moe_router_padding", "moe_balanced_routing",
-                "elementwise_kernels", "norm_kernel", "attention_unpad", "overlap_p2p_comm", "expert_mlp")
-
-
-def stack_software(r: dict[str, Any]) -> dict[str, Any]:
-    """The ``SoftwareSpec`` fields of ``STACK_FIELDS`` a record's ``software`` entry sets, each with its source (the
-    recipe at the framework's commit); the rest keep Megatron-Core's defaults."""
-    sw = r.get("software") or {}
-    return {k: sw[k] for k in STACK_FIELDS if k in sw}
-
-
-def stack_gradients(r: dict[str, Any]) -> dict[str, str | None]:
-    """A record's gradient datatypes (``TrainWorkload`` fields), from its ``software.grad_reduce_dtype``: the reduction
-    only (torchtitan's fp32 ``mixed_precision_reduce``, Composer FSDP fp32), except in Megatron-Bridge, whose gradient
-    buffer has the reduction's datatype (``grad_reduce_in_fp32``); unstated there, bf16 as its performance recipes set
-    (scripts/performance yaml at v0.1.0rc4, configs v0.2.0-v0.4.0, ``perf_recipes/_common.py`` at 067f987)."""
-    red = (r.get("software") or {}).get("grad_reduce_dtype")
-    if "Megatron-Bridge" in str(r["source"].get("container_or_version")):
-        return {"grad_dtype": red or "bf16"}
-    return {"grad_reduce_dtype": red}
-
-
-def stack_modules(r: dict[str, Any]) -> tuple[str, ...] | None:
-    """The selective recompute modules a record's recipe names (``TrainLayout.recompute_modules``); None: Megatron's
-    default (core_attn)."""
-    mods = (r.get("software") or {}).get("recompute_modules")
-    return tuple(mods) if mods else None
-
-
-def stack_recompute(r: dict[str, Any], rc_text: str) -> Recompute:
-    """A record's recompute short of full: selective where its text says so or its recipe names recompute_modules
-    (Megatron-Bridge set_recompute_overrides sets them on selective granularity), else none."""
-    return Recompute.SELECTIVE if "selective" in rc_text or stack_modules(r) else Recompute.NONE
 
 
 def modern_setup(r: dict[str, Any]) -> tuple[ModelSpec, Any, int, TrainWorkload, TrainLayout, str, float] | None:
