@@ -70,7 +70,7 @@ def test_validate_qwen3_235b_layouts_evaluate() -> None:
     """The three Megatron-Bridge Qwen3-235B runs (tp 2, ep 32, dp 16) no longer fail 'ep must divide dp·cp'; nor
     do Megatron-MoE-ModelZoo's (EP 32 at TP 2, EP 8 at TP 4)."""
     cases = [c for c in modern() if "qwen3-235b" in c.id]
-    assert len(cases) == 6 and sum(c.id.startswith("mbridge") for c in cases) == 3
+    assert len(cases) == 10 and sum(c.id.startswith("mbridge") for c in cases) == 3
     for c in cases:
         out = c.predict()  # a value, or (value, why infeasible)
         assert (out[0] if isinstance(out, tuple) else out) > 0
