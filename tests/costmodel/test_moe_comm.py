@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from shardplan.costmodel.core import comm
-from shardplan.costmodel.core.routing import routed_blocks
+from shardplan.costmodel.core.routing import round_robin_blocks, routed_blocks
 from shardplan.costmodel.training.ep_overlap import chunk_times, pair_time
 from shardplan.costmodel.training.layout import LayoutArrays, Recompute, TrainLayout, TrainWorkload
 from shardplan.costmodel.training.step import train_cost
@@ -57,6 +57,51 @@ def test_deepseek_v3_reaches_four_nodes() -> None:
     """EP 64 on 8 nodes of 8: a node's 32 experts are one of the 8 groups and a token uses 4 groups, so every
     token reaches 4 nodes (DeepSeek-V3 §2.1.2 node-limited routing)."""
     assert float(routed_blocks(DSV3.moe, 8)) == pytest.approx(4.0, rel=1e-12)
+
+
+def _gate_blocks(experts: int, k: int, blocks: int, tokens: int) -> float:
+    """AutoModel's FakeBalancedGate run literally (``arange(T·k).view(-1, k) % E``), experts in contiguous blocks of
+    E/blocks: the mean distinct blocks per token over ``tokens`` tokens."""
+    idx = (np.arange(tokens * k).reshape(-1, k) % experts) // (experts // blocks)
+    return float(np.mean([len(set(row)) for row in idx.tolist()]))
+
+
+@pytest.mark.parametrize(("experts", "k", "blocks"), [
+    (128, 8, 8),  # Qwen3-30B-A3B on EP 8: one rank per token
+    (32, 4, 8),  # gpt-oss-20b on EP 8: one rank
+    (128, 4, 64),  # gpt-oss-120b on EP 64: two ranks; on its 8 nodes one
+    (128, 4, 8),
+    (256, 8, 64),  # DeepSeek-V3 on EP 64: two ranks
+    (128, 6, 8),  # top-6 of 128 on EP 8: starts 6t mod 16 in {0,6,12,2,8,14,4,10}, two ranks for 12 and 14
+    (384, 8, 32),  # Kimi-K2 on EP 32: blocks of 12
+    (10, 3, 5),
+])
+def test_round_robin_blocks_match_the_gate(experts: int, k: int, blocks: int) -> None:
+    want = _gate_blocks(experts, k, blocks, tokens=experts * 7)  # whole cycles of E/gcd(E, k) tokens
+    assert float(round_robin_blocks(MoESpec(num_experts=experts, experts_per_token=k, expert_ffn_hidden_size=8),
+                                    blocks)) == pytest.approx(want, rel=1e-12)
+
+
+def test_round_robin_by_hand() -> None:
+    """Hand counts: 8 consecutive experts from a multiple of 8 stay in one block of 16; 4 from a multiple of 4 span
+    two blocks of 2; top-6 of 128 over blocks of 16 crosses a boundary for 2 of the 8 starts: 1.25."""
+    def rr(e: int, k: int, n: int) -> float:
+        return float(round_robin_blocks(MoESpec(num_experts=e, experts_per_token=k, expert_ffn_hidden_size=8), n))
+    assert rr(128, 8, 8) == 1.0
+    assert rr(128, 4, 64) == 2.0
+    assert rr(128, 6, 8) == 1.25
+    # uniform random routing reaches far more ranks: 8·(1 − C(112,8)/C(128,8)) ≈ 5.34
+    assert float(routed_blocks(QWEN.moe, 8)) == pytest.approx(5.34, abs=0.005)
+
+
+def test_deepep_under_the_round_robin_gate_sends_a_token_to_one_rank() -> None:
+    """Qwen3-30B-A3B on EP 8 in one node with AutoModel's round-robin gate: every token's 8 experts sit on one rank,
+    so DeepEP sends it once, to another rank 7 times in 8 (uniform routing: 5.34 ranks)."""
+    work = TrainWorkload(seq_len=4096, global_batch=64, dtype="bf16", attention="flash")
+    lay = TrainLayout(tp=1, pp=1, dp=8, ep=8, recompute=Recompute.NONE, zero_stage=1)
+    _, rr = _ep_ops("dgx-h100", lay, work, QWEN, ep_dispatcher="deepep", moe_balanced_routing=True)
+    token = 4096 * QWEN.hidden_size * 2.0
+    assert float(rr["moe.ep_dispatch"].nbytes[0]) == pytest.approx(token * 7 / 8, rel=1e-9)
 
 
 def _ep_ops(system_name: str, layout: TrainLayout, work: TrainWorkload, model=DSV3, **software):

@@ -57,3 +57,23 @@ def routed_blocks(moe: MoESpec, blocks: Array) -> np.ndarray:
         miss = np.where(whole, _miss(G, b / size, M),
                         np.where(inside, (1 - M / G) + M / G * _miss(M * size, b, k), miss))
     return n * (1.0 - miss)
+
+
+def round_robin_blocks(moe: MoESpec, blocks: Array) -> np.ndarray:
+    """Mean distinct blocks one token's experts fall in under round-robin routing, the E experts split into
+    ``blocks`` equal contiguous blocks: token t takes experts (t·k + j) mod E, j < k (NeMo AutoModel's benchmark gate,
+    ``FakeBalancedGate.forward`` at 79d0ccf: ``arange(T·k).view(-1, k) % E``), so its k experts are consecutive and
+    fall in as few blocks as their span allows (Qwen3-30B-A3B, 128 experts top-8 on EP 8: one rank, where uniform
+    routing reaches 5.34). Exact mean over the E/gcd(E, k) tokens after which the pattern repeats; group-limited
+    routing does not apply (the gate ignores groups)."""
+    E, k = moe.num_experts, moe.experts_per_token
+    n = np.asarray(blocks, dtype=float)
+    starts = np.arange(E // np.gcd(E, k)) * k
+    experts = (starts[:, None] + np.arange(k)[None, :]) % E  # one row per token of the cycle
+
+    def mean_blocks(nb: float) -> float:
+        block = np.floor(experts * nb / E)
+        return float(np.mean([len(np.unique(row)) for row in block]))
+
+    values = {float(v): mean_blocks(float(v)) for v in np.unique(n)}
+    return np.vectorize(lambda v: values[float(v)], otypes=[float])(n)

@@ -31,7 +31,7 @@ from shardplan.costmodel.core.operators import (
 )
 from shardplan.costmodel.core.ops import ATTN, COMM, GEMM, HOST, MEM, Op
 from shardplan.costmodel.core.passes import FUSED, traffic
-from shardplan.costmodel.core.routing import routed_blocks
+from shardplan.costmodel.core.routing import round_robin_blocks, routed_blocks
 from shardplan.costmodel.training.layout import LayoutArrays, TrainWorkload
 from shardplan.hardware.spec import AttentionKernel, GpuSpec, SystemSpec
 from shardplan.models.spec import ModelSpec
@@ -232,7 +232,7 @@ class Ctx:
         send a token once to each node holding one of its experts (RDMA, one NIC per GPU) and once to each rank
         there (NVLink forwarding; DeepEP README "normal kernels"), so the network carries the distinct remote
         nodes and the fabric the distinct other ranks (``core.routing.routed_blocks``: group-limited routing
-        bounds the nodes, DeepSeek-V3's 4 of 8)."""
+        bounds the nodes, DeepSeek-V3's 4 of 8; ``round_robin_blocks`` under AutoModel's round-robin gate)."""
         op = self.collective(name, "all_to_all", elements * self.act_bytes, "ep")
         if self.system.software.ep_dispatcher != "deepep" or self.model.moe is None:
             return op
@@ -241,7 +241,8 @@ class Ctx:
         k = comm.members_per_node(self.system, n, stride).astype(float)
         token = np.asarray(elements, dtype=float) * self.act_bytes / (self.model.moe.experts_per_token
                                                                       * self.capacity_factor)
-        ranks, nodes = routed_blocks(self.model.moe, n), routed_blocks(self.model.moe, n / k)
+        blocks = round_robin_blocks if self.system.software.moe_balanced_routing else routed_blocks
+        ranks, nodes = blocks(self.model.moe, n), blocks(self.model.moe, n / k)
         intra, inter = token * ranks * (n - 1) / n, token * nodes * (n / k - 1) / (n / k)
         t = comm.two_level_all_to_all_time(self.system, intra, inter, n, stride)
         return Op(name, COMM, np.zeros_like(op.nbytes), intra + inter + np.zeros_like(self.tokens), t, dim="ep")
