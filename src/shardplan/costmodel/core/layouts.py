@@ -136,18 +136,22 @@ def _window(table: dict[str, np.ndarray], lo: np.ndarray, hi: np.ndarray) -> dic
 def _heaviest_middle(table: dict[str, np.ndarray], n_first: np.ndarray, n_mid: np.ndarray, n_last: np.ndarray
                      ) -> np.ndarray:
     """Start of the middle window of ``n_mid`` layers, inside the middle stages, with the most full-attention
-    layers (then MoE layers): the heaviest middle stage of a hybrid pattern."""
+    layers (then MoE layers): the heaviest middle stage of a hybrid pattern. Searched once per distinct
+    (first, middle, last) split: a table's many rows share a few."""
     L = len(table["attention"]) - 1
     weight = table["attention"] * (L + 1) + table["moe"]
-    out = np.zeros(np.shape(n_mid))
-    for idx, (a, n, z) in enumerate(zip(np.ravel(n_first), np.ravel(n_mid), np.ravel(n_last), strict=True)):
-        a, n, z = int(a), int(n), int(z)
+    base = L + 1
+    key = (np.ravel(n_first).astype(np.int64) * base + np.ravel(n_mid).astype(np.int64)) * base \
+        + np.ravel(n_last).astype(np.int64)
+    distinct, inverse = np.unique(key, return_inverse=True)
+    best = np.zeros(len(distinct))
+    for i, k in enumerate(distinct.tolist()):
+        a, n, z = k // (base * base), k // base % base, k % base
         starts = np.arange(a, max(L - z - n, a) + 1)
         starts = starts[starts + n <= L]
-        if len(starts) == 0:
-            continue
-        out.flat[idx] = starts[np.argmax(weight[starts + n] - weight[starts])]
-    return out
+        if len(starts):
+            best[i] = starts[np.argmax(weight[starts + n] - weight[starts])]
+    return best[np.ravel(inverse)].reshape(np.shape(n_mid))
 
 
 def uniform_kinds(model: ModelSpec, layers: np.ndarray, moe_layers: np.ndarray) -> dict[str, np.ndarray]:

@@ -41,10 +41,12 @@ ALL = 10**9
 
 
 def stage_lower_bounds(model: ModelSpec, system: SystemSpec, work: TrainWorkload, rows: LayoutArrays, *,
-                       free_recompute: bool, allow_offload: bool, cutoff: np.ndarray | None = None) -> np.ndarray:
+                       free_recompute: bool, allow_offload: bool, cutoff: np.ndarray | None = None,
+                       kinds: dict[str, KindCost] | None = None) -> np.ndarray:
     """Per row: a lower bound on the step time (without the overhead factor) over every per-rank split,
     recompute count and activation offload; ``inf`` where no split can fit GPU memory. Rows whose balance bound
-    stays below ``cutoff`` (all rows without one) also get the joint bound on rank 0's layers and tail."""
+    stays below ``cutoff`` (all rows without one) also get the joint bound on rank 0's layers and tail.
+    ``kinds``: the rows' per-kind costs when the caller has them (they do not depend on recompute or offload)."""
     n_rows = len(rows)
     if n_rows == 0:
         return np.zeros(0)
@@ -68,7 +70,8 @@ def stage_lower_bounds(model: ModelSpec, system: SystemSpec, work: TrainWorkload
     # nothing recomputed where recompute is free; the row's own count where it is pinned
     ctx_fix = Ctx(model, system, work, sub.replace(rk=np.where(recompute, 0, sub.rk),
                                                   f_act=np.ones(len(row)) if allow_offload else sub.f_act))
-    kinds = kind_costs(ctx_fix, ops=False)
+    rows_kinds = kinds
+    kinds = kind_costs(ctx_fix, ops=False) if kinds is None else take_kinds(kinds, row, n_rows)
     r1 = stage(ctx_all, lo + 1)  # every layer recomputed (where free)
     a0, a1 = (stage(ctx_fix, lo), stage(ctx_fix, lo + 1)) if allow_offload else (None, None)
     cap = gpu_capacity(system, work)
@@ -93,7 +96,8 @@ def stage_lower_bounds(model: ModelSpec, system: SystemSpec, work: TrainWorkload
         out, keep = np.full(n_rows, np.inf), np.flatnonzero(fit)
         if len(keep):
             out[keep] = stage_lower_bounds(model, system, work, rows.take(keep), free_recompute=free_recompute,
-                                           allow_offload=allow_offload, cutoff=None if cutoff is None else cutoff[keep])
+                                           allow_offload=allow_offload, cutoff=None if cutoff is None else cutoff[keep],
+                                           kinds=None if rows_kinds is None else take_kinds(rows_kinds, keep, n_rows))
         return out
     if a0 is None or a1 is None:
         a0, a1 = stage(ctx_fix, lo), stage(ctx_fix, lo + 1)
@@ -252,14 +256,15 @@ def _joint_bounds(lines: _RankLines, tails: _Rank0Tails, row: np.ndarray, rank: 
 
 
 def average_lower_bounds(model: ModelSpec, system: SystemSpec, work: TrainWorkload, rows: LayoutArrays, *,
-                         free_recompute: bool) -> np.ndarray:
+                         free_recompute: bool, kinds: dict[str, KindCost] | None = None) -> np.ndarray:
     """A cheaper, weaker bound (no memory): the slowest rank is at least the average of the ranks' fastest
-    work (layer work adds up over ranks), plus rank 0's smallest tail (``dp_sync.tail_floor``)."""
+    work (layer work adds up over ranks), plus rank 0's smallest tail (``dp_sync.tail_floor``). ``kinds``: the
+    rows' per-kind costs when the caller has them."""
     n = len(rows)
     recompute = (rows.rc == 2) & free_recompute
     fast = rows.replace(rk=np.where(recompute, 0, rows.rk), f_act=np.zeros(n))
     ctx = Ctx(model, system, work, fast)
-    kinds = kind_costs(ctx, ops=False)
+    kinds = kind_costs(ctx, ops=False) if kinds is None else kinds
     p, v = rows.pp.astype(float), rows.v.astype(float)
     m = (rows.gb / (rows.dp * rows.mb)).astype(float)
 

@@ -177,12 +177,15 @@ def _offload_fills(cost: TrainCost, cap: float, order: tuple[str, ...]) -> dict[
 
 
 def build_train_table(model: ModelSpec, system: SystemSpec, work: TrainWorkload, rows: LayoutArrays, *,
-                      allow_offload: bool = True, partial_recompute: bool = True, module_sets: bool = True
-                      ) -> TrainTable:
+                      allow_offload: bool = True, partial_recompute: bool = True, module_sets: bool = True,
+                      offload_last_resort: bool = False) -> TrainTable:
     """Cost every candidate row; add recompute-layer, recompute-module and offload fixes; mark which rows fit.
 
     ``partial_recompute=False`` keeps full recompute on every layer (the user pinned ``--recompute full``);
     ``module_sets=False`` keeps Megatron's default selective module set (an export that cannot name others).
+    ``offload_last_resort``: offload is only a fallback (the planner's ``--offload auto``), so offload variants
+    are added only for the (TP, PP) pairs where nothing fits without offload (all pairs when nothing fits at
+    all): elsewhere the planner never reads them.
     """
     cap = gpu_capacity(system, work)
     # Each pass's arrays are dropped before the next pass is costed: peak memory is one pass, not two.
@@ -196,9 +199,13 @@ def build_train_table(model: ModelSpec, system: SystemSpec, work: TrainWorkload,
         rows = _concat([rows, rows.take(changed).replace(sel=sel[changed])]) if len(changed) else rows
     cost = train_cost(model, system, work, rows, ops=False)
     ok = fits(cost, system, work)
-    if allow_offload and (~ok).any():
+    bad = ~ok if allow_offload else np.zeros_like(ok)
+    if offload_last_resort and ok.any():
+        pair = rows.tp.astype(np.int64) * (int(rows.pp.max()) + 1) + rows.pp
+        bad &= ~np.isin(pair, pair[ok])
+    if bad.any():
         del cost  # costed again below, with the offload variants
-        bad = np.flatnonzero(~ok)
+        bad = np.flatnonzero(bad)
         sub = train_cost(model, system, work, rows.take(bad), ops=False)
         variants = []
         for order in itertools.permutations(OFFLOAD_CLASSES):

@@ -37,6 +37,9 @@ from shardplan.planner.training.stage_search import (
 from shardplan.units import format_bytes
 
 LAYOUT_KEY = ("tp", "pp", "dp", "ep", "cp", "mb", "v", "rc", "sp", "zero", "gb", "sel")
+# Rows handed to CP-SAT at most: the best distinct layouts in the exact order (objective, then tie rank). The k
+# best of the whole table are among them (k ≤ this), and the selector model stays small (~7 µs per boolean).
+SELECTOR_ROWS = 1024
 
 
 def primary_objective(table: TrainTable, idx: np.ndarray, per_sequence: bool) -> np.ndarray:
@@ -133,7 +136,7 @@ def plan_training(req: TrainRequest, *, explain: bool = True) -> TrainPlan:
     if req.recompute_layers is not None:
         rows = rows.replace(rk=np.where(rows.rc == 2, req.recompute_layers, rows.rk))
     table = build_train_table(req.model, req.system, work, rows, allow_offload=req.offload != "off",
-                              partial_recompute=req.recompute is None,
+                              offload_last_resort=req.offload == "auto", partial_recompute=req.recompute is None,
                               module_sets=req.module_sets and req.recompute_modules is None)
     build_s = time.perf_counter() - t0
     fits = table.fits
@@ -153,6 +156,9 @@ def plan_training(req: TrainRequest, *, explain: bool = True) -> TrainPlan:
     rank_all = tie_rank(table.rows)
     primary_all = primary_objective(table, np.arange(len(table)), per_seq)
     cand = feasible[distinct_best(table, feasible, primary_all[feasible], rank_all[feasible])]
+    keep = max(SELECTOR_ROWS, req.top_k)
+    if len(cand) > keep:  # rows past the best ``keep`` in the exact order cannot be among the top k: dominated
+        cand = np.sort(cand[np.lexsort((rank_all[cand], primary_all[cand]))[:keep]])
     base = baseline_row(table, fits, req.system)
     hint = int(np.flatnonzero(cand == base)[0]) if base is not None and (cand == base).any() else None
     sel = select(primary_all[cand], tie_rank(table.rows.take(cand)), k=req.top_k, time_limit_s=req.time_limit_s,

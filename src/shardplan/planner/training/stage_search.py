@@ -17,7 +17,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from shardplan.costmodel.training.ctx import Ctx
 from shardplan.costmodel.training.report import TrainReport
 from shardplan.costmodel.training.stage_bounds import average_lower_bounds, stage_lower_bounds
 from shardplan.costmodel.training.stage_report import split_report
@@ -28,7 +27,7 @@ from shardplan.costmodel.training.stage_split import (
     supports_stage_split,
     uniform_split,
 )
-from shardplan.costmodel.training.stages import KindCost, kind_costs
+from shardplan.costmodel.training.stages import KindCost, take_kinds
 from shardplan.costmodel.training.table import TrainTable
 from shardplan.planner.training.request import TrainRequest
 from shardplan.planner.training.schema import SolverOut, StageSearchOut
@@ -90,17 +89,20 @@ def search_stages(req: TrainRequest, table: TrainTable, rows: np.ndarray, best_r
     allow = req.offload == "on" or (req.offload == "auto" and bool((r.f_opt + r.f_w + r.f_act)[
         rows].max(initial=0) > 0))
     # Two bounds: a cheap average-work one for every row, the memory-aware one where the cheap one leaves hope.
-    lb = average_lower_bounds(model, system, work, r.take(deep), free_recompute=free) * overhead
+    # per-kind costs depend on neither recompute nor offload: the table's serve every bound and solve below
+    kinds = take_kinds(table.cost.kinds, deep, len(table))
+    lb = average_lower_bounds(model, system, work, r.take(deep), free_recompute=free, kinds=kinds) * overhead
     lb = lb / np.where(per_seq, r.gb[deep], 1)
     hope = np.flatnonzero(lb < incumbent * (1 - 1e-9))
     per = np.where(per_seq, r.gb[deep[hope]], 1)
     fine = stage_lower_bounds(model, system, work, r.take(deep[hope]), free_recompute=free, allow_offload=allow,
-                              cutoff=incumbent * (1 - 1e-9) * per / overhead)
+                              cutoff=incumbent * (1 - 1e-9) * per / overhead,
+                              kinds=take_kinds(kinds, hope, len(deep)))
     lb[hope] = np.maximum(lb[hope], fine * overhead / per)
     order = np.argsort(lb, kind="stable")
     # Per-kind costs of every row that may need solving, in one vectorized pass.
     maybe = order[lb[order] < incumbent * (1 - 1e-9)]
-    batch = kind_costs(Ctx(model, system, work, r.take(deep[maybe])), ops=False)
+    batch = take_kinds(kinds, maybe, len(deep))
     slot = {int(j): q for q, j in enumerate(maybe)}
     solved = bounded = 0
     status = "optimal"
