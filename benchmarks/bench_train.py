@@ -37,6 +37,8 @@ CASES = [
     ("Llama-3.1-70B, 256 H100", "llama-3.1-70b", "dgx-h100", 256, 1024, 8192, None),
     ("Llama-3.1-405B, 16384 H100", "llama-3.1-405b", "dgx-h100", 16384, 2048, 8192, None),
     ("DeepSeek-V3, 2048 H800 (EP)", "deepseek-v3", "dgx-h800", 2048, 4096, 4096, None),
+    ("Qwen3-235B-A22B, 256 H100 (EP)", "qwen3-235b-a22b", "dgx-h100", 256, 2048, 4096, None),
+    ("gpt-oss-120b, 64 H100 (EP, sliding layers)", "gpt-oss-120b", "dgx-h100", 64, 512, 4096, None),
     ("1T dense, 65536 A100", "gpt-1008b", "dgx-a100-80gb", 65536, 8192, 2048, None),
     ("1T dense, 131072 A100", "gpt-1008b", "dgx-a100-80gb", 131072, 16384, 2048, None),
 ]

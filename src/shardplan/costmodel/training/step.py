@@ -258,10 +258,12 @@ def _flops(ctx: Ctx, k: dict[str, KindCost], m: np.ndarray) -> tuple[np.ndarray,
 
 
 def train_cost(model: ModelSpec, system: SystemSpec, work: TrainWorkload, rows: LayoutArrays, *,
-               ops: bool = True) -> TrainCost:
-    """Time and memory of every layout row (valid: ``space.validate_layout``); ``ops``: see ``kind_costs``."""
+               ops: bool = True, kinds: dict[str, KindCost] | None = None) -> TrainCost:
+    """Time and memory of every layout row (valid: ``space.validate_layout``); ``ops``: see ``kind_costs``.
+    ``kinds``: the rows' per-kind costs when the caller has them (rows that differ only in recompute, module set
+    or offload share them: ``stages.KIND_COLUMNS``)."""
     ctx = Ctx(model, system, work, rows)
-    k = kind_costs(ctx, ops=ops)
+    k = kind_costs(ctx, ops=ops) if kinds is None else kinds
     m = (rows.gb / (rows.dp * rows.mb)).astype(float)
     stages = [_stage(ctx, k, shape, m) for shape in stage_shapes(ctx)]
     per_mb = np.max(np.stack([np.where(s.shape.exists, s.per_microbatch_s, 0.0) for s in stages]), axis=0)

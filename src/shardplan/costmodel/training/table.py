@@ -24,7 +24,7 @@ from shardplan.costmodel.training.layout import LayoutArrays, TrainWorkload
 from shardplan.costmodel.training.memory import head_activations
 from shardplan.costmodel.training.recompute_modules import NESTED
 from shardplan.costmodel.training.space import row_keys
-from shardplan.costmodel.training.stages import stage_counts
+from shardplan.costmodel.training.stages import stage_counts, take_kinds
 from shardplan.costmodel.training.step import TrainCost, train_cost
 from shardplan.hardware.spec import SystemSpec
 from shardplan.models.spec import ModelSpec
@@ -189,24 +189,31 @@ def build_train_table(model: ModelSpec, system: SystemSpec, work: TrainWorkload,
     """
     cap = gpu_capacity(system, work)
     # Each pass's arrays are dropped before the next pass is costed: peak memory is one pass, not two.
+    # Per-kind costs do not depend on recompute, module set or offload (``stages.KIND_COLUMNS``): computed once,
+    # every later pass takes each row's from the row it was derived from.
+    kinds = None
     if partial_recompute or (module_sets and (rows.rc == 1).any()):
         first = train_cost(model, system, work, rows, ops=False)
+        kinds = first.kinds
         sel = _module_sets(first, cap) if module_sets else rows.sel
         rows = rows.replace(rk=_recompute_layers(first, cap)) if partial_recompute else rows
         del first
         # a module set is another layout: added beside the default one (which a per-stage split may still fit)
         changed = np.flatnonzero(sel != rows.sel)
-        rows = _concat([rows, rows.take(changed).replace(sel=sel[changed])]) if len(changed) else rows
-    cost = train_cost(model, system, work, rows, ops=False)
+        if len(changed):
+            kinds = take_kinds(kinds, np.concatenate([np.arange(len(rows)), changed]), len(rows))
+            rows = _concat([rows, rows.take(changed).replace(sel=sel[changed])])
+    cost = train_cost(model, system, work, rows, ops=False, kinds=kinds)
     ok = fits(cost, system, work)
     bad = ~ok if allow_offload else np.zeros_like(ok)
     if offload_last_resort and ok.any():
         pair = rows.tp.astype(np.int64) * (int(rows.pp.max()) + 1) + rows.pp
         bad &= ~np.isin(pair, pair[ok])
     if bad.any():
+        kinds = cost.kinds
         del cost  # costed again below, with the offload variants
         bad = np.flatnonzero(bad)
-        sub = train_cost(model, system, work, rows.take(bad), ops=False)
+        sub = train_cost(model, system, work, rows.take(bad), ops=False, kinds=take_kinds(kinds, bad, len(rows)))
         variants = []
         for order in itertools.permutations(OFFLOAD_CLASSES):
             f = _offload_fills(sub, cap, order)
@@ -214,12 +221,15 @@ def build_train_table(model: ModelSpec, system: SystemSpec, work: TrainWorkload,
         del sub
         extra = _concat(variants)
         # distinct variants only
-        key = row_keys([extra.f_opt, extra.f_w, extra.f_act, np.tile(bad, len(variants))])
+        source = np.tile(bad, len(variants))  # the row each variant offloads from
+        key = row_keys([extra.f_opt, extra.f_w, extra.f_act, source])
         _, uniq = np.unique(key, return_index=True)
-        extra = extra.take(np.sort(uniq))
-        changed = (extra.f_opt + extra.f_w + extra.f_act) > 0
-        rows = _concat([rows, extra.take(np.flatnonzero(changed))])
-        cost = train_cost(model, system, work, rows, ops=False)
+        uniq = np.sort(uniq)
+        extra, source = extra.take(uniq), source[uniq]
+        changed = np.flatnonzero((extra.f_opt + extra.f_w + extra.f_act) > 0)
+        kinds = take_kinds(kinds, np.concatenate([np.arange(len(rows)), source[changed]]), len(rows))
+        rows = _concat([rows, extra.take(changed)])
+        cost = train_cost(model, system, work, rows, ops=False, kinds=kinds)
         ok = fits(cost, system, work)
     return TrainTable(cost=cost, fits=ok, gpu_over=cost.peak_memory - cap, capacity=cap,
                       host_over=cost.host_bytes_per_node - host_capacity(system, work))
