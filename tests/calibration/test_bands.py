@@ -8,7 +8,17 @@ from importlib import resources
 
 import pytest
 
-from shardplan.costmodel.core.bands import around, band, compute_band_table, coverage, covered, generation, half_width
+from shardplan.costmodel.core.bands import (
+    around,
+    band,
+    case_key,
+    compute_band_table,
+    coverage,
+    covered,
+    generation,
+    half_width,
+    lookup,
+)
 from shardplan.hardware import get_system
 from shardplan.hardware.spec import Calibration, with_calibration
 
@@ -36,6 +46,22 @@ def test_table_pools_small_generations() -> None:
     assert "b200" not in table and table["all"] == pytest.approx(1.0, abs=1e-4)  # ln 2 → w = 1
     assert table["calibrated"] == pytest.approx(math.exp(0.05) - 1, abs=1e-4)
     assert table["cases"] == {"a100": 8, "b200": 1}
+
+
+def test_moe_models_carry_their_own_band() -> None:
+    """MoE cases form their own key per generation (8 cases needed), a pooled 'moe' key, and fall back to the
+    generation's band, then every case's; dense predictions never read the MoE keys."""
+    rows = [("train", case_key("h100", False), 1.0, math.exp(0.05)) for _ in range(8)]
+    rows += [("train", case_key("h100", True), 1.0, math.exp(0.3)) for _ in range(8)]
+    rows += [("train", case_key("b200", True), 1.0, math.exp(0.4))]
+    table = compute_band_table(rows, quantile=1.0, min_cases=8)["train"]
+    assert table["h100"] == pytest.approx(math.exp(0.05) - 1, abs=1e-4)
+    assert table["h100-moe"] == pytest.approx(math.exp(0.3) - 1, abs=1e-4)
+    assert table["moe"] == pytest.approx(math.exp(0.4) - 1, abs=1e-4)  # pooled over the 9 MoE cases (quantile 1)
+    assert "b200-moe" not in table
+    assert lookup(table, "h100", moe=True) == table["h100-moe"] and lookup(table, "h100") == table["h100"]
+    assert lookup(table, "b200", moe=True) == table["moe"] and lookup(table, "b200") == table["all"]
+    assert lookup({"all": 0.2, "h100": 0.1}, "h100", moe=True) == 0.1  # no MoE key: the generation's band
 
 
 def test_generation_and_calibrated_band() -> None:

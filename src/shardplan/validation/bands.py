@@ -8,14 +8,17 @@ what share of the measured values falls inside the band their prediction carries
 from __future__ import annotations
 
 import math
+from functools import lru_cache
 from typing import Any
 
 from shardplan.costmodel.core.bands import (
     BAND_QUANTILE,
     MIN_CASES,
+    case_key,
     compute_band_table,
     coverage,
     generation,
+    lookup,
     shipped_table,
 )
 from shardplan.hardware import get_system
@@ -27,7 +30,8 @@ OFFLOAD_GROUPS = ("flexgen",)
 SERVE_GROUPS = ("serving",)
 NOTE = (f"Half-widths w (fractions) of the error band: exp(q)-1, q = the {BAND_QUANTILE:.0%} quantile of "
         "|ln(measured/predicted)| over the `shardplan validate` cases of the job (train: korthikanti-t5, "
-        f"korthikanti-t4, narayanan, modern) per GPU generation (own entry from {MIN_CASES} cases, else 'all'); "
+        f"korthikanti-t4, narayanan, modern) per GPU generation (own entry from {MIN_CASES} cases, else 'all'), "
+        "MoE models apart ('<generation>-moe', else 'moe' pooled, else the generation's); "
         "'calibrated': the same over the projection group (prediction after calibrating on a series' smallest "
         "runs); offload: the flexgen group; serve: the serving group (infer's output tokens/s). "
         "Recompute: .venv/bin/python benchmarks/error_bands.py")
@@ -45,6 +49,25 @@ def case_generation(group: str, case_id: str) -> str:
     return generation(get_system(_MODERN_SYSTEMS[gpu]).gpu.name)
 
 
+def case_is_moe(group: str, case_id: str) -> bool:
+    """Whether a training validation case's model is an MoE (only the ``modern`` group has them)."""
+    if group != "modern":
+        return False
+    return case_id in _modern_moe_ids()
+
+
+@lru_cache(maxsize=1)
+def _modern_moe_ids() -> frozenset[str]:
+    from shardplan.validation.runs import _modern_model
+
+    out = set()
+    for r in load_records("modern_training_runs"):
+        model = _modern_model(r)
+        if model is not None and model.moe is not None:
+            out.add(r["id"])
+    return frozenset(out)
+
+
 def _serving_generation() -> dict[str, str]:
     """Case id → generation of the serving group's records (their ``hardware.system`` preset)."""
     return {r["id"].removeprefix("trtllm-"): generation(get_system(r["hardware"]["system"]).gpu.name)
@@ -60,7 +83,9 @@ def band_table(report: ValidationReport | None = None) -> dict[str, Any]:
     ok = [r for r in report.rows if r.predicted is not None and r.predicted > 0]
     jobs = {**dict.fromkeys(TRAIN_GROUPS, "train"), **dict.fromkeys(OFFLOAD_GROUPS, "offload"),
             **dict.fromkeys(SERVE_GROUPS, "serve")}
-    rows = [(jobs[r.group], case_generation(r.group, r.id), r.measured, r.predicted) for r in ok if r.group in jobs]
+    rows = [(jobs[r.group], case_key(case_generation(r.group, r.id), jobs[r.group] == "train"
+                                     and case_is_moe(r.group, r.id)), r.measured, r.predicted)
+            for r in ok if r.group in jobs]
     proj = [math.log(r.measured / r.predicted) for r in ok if r.group == "projection"]
     return {"note": NOTE, "quantile": BAND_QUANTILE, "bands": compute_band_table(rows, projection=proj)}
 
@@ -73,7 +98,7 @@ def band_coverage(report: ValidationReport, table: dict[str, Any] | None = None)
     bands, off = table["train"], table["offload"]
     ok = [r for r in report.rows if r.predicted is not None and r.predicted > 0]
     kinds = {
-        "train": [(r.measured, r.predicted, bands.get(case_generation(r.group, r.id), bands["all"]))
+        "train": [(r.measured, r.predicted, lookup(bands, case_generation(r.group, r.id), case_is_moe(r.group, r.id)))
                   for r in ok if r.group in TRAIN_GROUPS],
         "projection": [(r.measured, r.predicted, bands["calibrated"]) for r in ok if r.group == "projection"],
         "offload": [(r.measured, r.predicted, off.get(case_generation(r.group, r.id), off["all"]))

@@ -60,15 +60,20 @@ def stack_software(r: dict[str, Any]) -> dict[str, Any]:
     return {k: sw[k] for k in STACK_FIELDS if k in sw}
 
 
-def stack_gradients(r: dict[str, Any]) -> dict[str, str | None]:
-    """A record's gradient datatypes (``TrainWorkload`` fields), from its ``software.grad_reduce_dtype``: the reduction
-    only (torchtitan's fp32 ``mixed_precision_reduce``, Composer FSDP fp32), except in Megatron-Bridge, whose gradient
-    buffer has the reduction's datatype (``grad_reduce_in_fp32``); unstated there, bf16 as its performance recipes set
-    (scripts/performance yaml at v0.1.0rc4, configs v0.2.0-v0.4.0, ``perf_recipes/_common.py`` at 067f987)."""
-    red = (r.get("software") or {}).get("grad_reduce_dtype")
+def stack_gradients(r: dict[str, Any]) -> dict[str, Any]:
+    """A record's gradient and optimizer-state datatypes (``TrainWorkload`` fields), from its ``software`` entry:
+    ``grad_reduce_dtype`` is the reduction only (torchtitan's fp32 ``mixed_precision_reduce``, Composer FSDP fp32),
+    except in Megatron-Bridge, whose gradient buffer has the reduction's datatype (``grad_reduce_in_fp32``); unstated
+    there, bf16 as its performance recipes set (scripts/performance yaml at v0.1.0rc4, configs v0.2.0-v0.4.0,
+    ``perf_recipes/_common.py`` at 067f987). A stack that trains its parameters in 16 bit with no fp32 master (NeMo
+    AutoModel's MoE models) states ``grad_dtype`` and ``optimizer_bytes_per_param`` (the moments alone)."""
+    sw = r.get("software") or {}
+    red = sw.get("grad_reduce_dtype")
     if "Megatron-Bridge" in str(r["source"].get("container_or_version")):
         return {"grad_dtype": red or "bf16"}
-    return {"grad_reduce_dtype": red}
+    out: dict[str, Any] = {"grad_reduce_dtype": red}
+    out.update({k: sw[k] for k in ("grad_dtype", "optimizer_bytes_per_param") if k in sw})
+    return out
 
 
 def stack_modules(r: dict[str, Any]) -> tuple[str, ...] | None:

@@ -3,7 +3,9 @@
 A band of half-width ``w`` around a predicted step time ``t`` is ``[t/(1+w), t·(1+w)]`` (and the same for
 tokens/s): symmetric on a log axis, printed as "±w". ``w`` for a job and GPU generation is
 ``exp(q) − 1`` where ``q`` is the 85th percentile of ``|ln(measured/predicted)|`` over the validation cases of
-that job on that generation (``BAND_QUANTILE``; fewer than ``MIN_CASES`` cases: all generations pooled). A
+that job on that generation (``BAND_QUANTILE``; fewer than ``MIN_CASES`` cases: all generations pooled). Training
+keys MoE models apart (``<generation>-moe``, else ``moe`` pooled over generations): their published runs miss by
+more, and a dense plan should not carry their band nor an MoE plan the dense one. A
 calibrated system uses the band measured on calibrated predictions instead: its own leave-one-out band
 (``Calibration.band_pct``, ≥ 3 runs), or else the band of the ``projection`` validation group (predictions
 after calibrating on a series' one or two smallest runs). Calibration narrows the band only as far as those
@@ -48,11 +50,20 @@ def half_width(log_ratios: Sequence[float], quantile: float = BAND_QUANTILE) -> 
     return float(math.exp(np.quantile(np.abs(np.asarray(log_ratios, dtype=float)), quantile)) - 1)
 
 
+MOE = "moe"  # key suffix (and pooled key) of the MoE models' training bands
+
+
+def case_key(gen: str, moe: bool) -> str:
+    """The band-table key of a case or prediction: its generation, ``<generation>-moe`` for an MoE model."""
+    return f"{gen}-{MOE}" if moe else gen
+
+
 def compute_band_table(rows: Iterable[tuple[str, str, float, float]], *, projection: Sequence[float] = (),
                        quantile: float = BAND_QUANTILE, min_cases: int = MIN_CASES) -> dict[str, Any]:
-    """Band half-widths (fractions) per job and generation from ``(job, generation, measured, predicted)``
-    rows of time-like quantities (step time, or throughput: the log ratio only changes sign);
-    ``projection`` holds the projection group's ``ln(measured/predicted)``."""
+    """Band half-widths (fractions) per job and key from ``(job, key, measured, predicted)`` rows of time-like
+    quantities (step time, or throughput: the log ratio only changes sign), the key a generation or
+    ``case_key``'s MoE key; ``projection`` holds the projection group's ``ln(measured/predicted)``. Besides
+    ``all`` (every case) and the keys with enough cases, ``moe`` pools the MoE keys of a job."""
     by: dict[str, dict[str, list[float]]] = {}
     for job, gen, measured, predicted in rows:
         by.setdefault(job, {}).setdefault(gen, []).append(math.log(measured / predicted))
@@ -60,6 +71,9 @@ def compute_band_table(rows: Iterable[tuple[str, str, float, float]], *, project
     for job, gens in by.items():
         pooled = [x for xs in gens.values() for x in xs]
         entry = {"all": half_width(pooled, quantile)}
+        moe = [x for g, xs in gens.items() if g.endswith(f"-{MOE}") for x in xs]
+        if len(moe) >= min_cases:
+            entry[MOE] = half_width(moe, quantile)
         entry.update({g: half_width(xs, quantile) for g, xs in sorted(gens.items()) if len(xs) >= min_cases})
         if projection and job == "train":
             entry["calibrated"] = half_width(projection, quantile)
@@ -73,12 +87,20 @@ def shipped_table() -> dict[str, Any]:
     return json.loads(resources.files("shardplan.data").joinpath("error_bands.json").read_text())
 
 
-def band(system: SystemSpec, job: str = "train") -> float | None:
-    """Half-width (fraction) of the band for predictions of ``job`` on ``system``; None if the table has no job."""
+def lookup(entry: dict[str, Any], gen: str, moe: bool = False) -> float:
+    """A job's band for a generation and model class: its own key, else (MoE) the pooled MoE band, else the
+    generation's, else every case's."""
+    keys = ([case_key(gen, True), MOE] if moe else []) + [gen, "all"]
+    return float(next(entry[k] for k in keys if k in entry))
+
+
+def band(system: SystemSpec, job: str = "train", *, moe: bool = False) -> float | None:
+    """Half-width (fraction) of the band for predictions of ``job`` on ``system`` (``moe``: of an MoE model);
+    None if the table has no job."""
     entry = shipped_table()["bands"].get(job)
     if entry is None:
         return None
-    w = float(entry.get(generation(system.gpu.name), entry["all"]))
+    w = lookup(entry, generation(system.gpu.name), moe)
     cal = system.calibration
     # a calibration is fitted to training runs: it speaks for training predictions only
     if job == "train" and any(getattr(cal, name) != default for name, default in _TIME_DEFAULTS.items()):

@@ -100,7 +100,7 @@ def report_row(cost: TrainCost, i: int, *, model: ModelSpec, system: SystemSpec,
         ep_exposed_s=_f(cost.ep_exposed_s, i), cp_exposed_s=_f(cost.cp_exposed_s, i),
         optimizer_s=_f(cost.optimizer_s, i),
     )
-    half = bands.band(system, "train")
+    half = bands.band(system, "train", moe=model.moe is not None)
     metrics = metrics.model_copy(update={
         "band_pct": None if half is None else 100 * half, "step_time_s_range": bands.around(step, half),
         "tokens_per_s_range": bands.around(metrics.tokens_per_s, half)})
