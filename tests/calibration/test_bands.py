@@ -76,6 +76,10 @@ def test_generation_and_calibrated_band() -> None:
     memory_only = with_calibration(h100, Calibration(memory_overhead_bytes=2**30))
     assert band(memory_only) == shipped["train"]["h100"]
     # a training calibration says nothing about offloaded generation or serving; a job without cases has no band
+    # an MoE plan on a system calibrated without its own band keeps the wider of the calibrated and the MoE band
+    assert band(one_run, moe=True) == max(shipped["train"]["calibrated"], shipped["train"]["h100-moe"])
+    assert band(with_loo, moe=True) == pytest.approx(0.04)  # its own leave-one-out band speaks for it
+    assert band(h100, moe=True) == shipped["train"]["h100-moe"] > band(h100)
     t4 = with_calibration(get_system("gcp-t4"), Calibration(gemm_scale=0.9, band_pct=4.0))
     assert band(t4, "offload") == shipped["offload"]["t4"] and band(h100, "infer") is None
     assert band(with_loo, "serve") == band(h100, "serve") == shipped["serve"]["h100"]

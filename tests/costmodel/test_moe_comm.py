@@ -82,6 +82,16 @@ def test_round_robin_blocks_match_the_gate(experts: int, k: int, blocks: int) ->
                                     blocks)) == pytest.approx(want, rel=1e-12)
 
 
+@pytest.mark.parametrize(("experts", "k", "blocks"), [(256, 8, 8.0), (96, 8, 1.5), (128, 4, 2.5), (384, 8, 4.0)])
+def test_round_robin_over_nodes_matches_the_gate(experts: int, k: int, blocks: float) -> None:
+    """Nodes of an EP group: n/g blocks, g GPUs per node (EP 64 on 8-GPU nodes: 8; EP 12 on them: 1.5, the last node
+    half full). Expert e sits on node ⌊e·blocks/E⌋; the gate run literally over whole cycles gives the same mean."""
+    idx = np.floor((np.arange(experts * 7 * k).reshape(-1, k) % experts) * blocks / experts)
+    want = float(np.mean([len(set(row)) for row in idx.tolist()]))
+    got = float(round_robin_blocks(MoESpec(num_experts=experts, experts_per_token=k, expert_ffn_hidden_size=8), blocks))
+    assert got == pytest.approx(want, rel=1e-12)
+
+
 def test_round_robin_by_hand() -> None:
     """Hand counts: 8 consecutive experts from a multiple of 8 stay in one block of 16; 4 from a multiple of 4 span
     two blocks of 2; top-6 of 128 over blocks of 16 crosses a boundary for 2 of the 8 starts: 1.25."""

@@ -102,6 +102,17 @@ def test_every_printed_row_reestimates_to_its_numbers(planned) -> None:
         assert float(m.group(2)) == pytest.approx(plan.metrics.step_time_s, rel=5e-3)
 
 
+def test_band_and_bound_frame_the_printed_step(planned) -> None:
+    """The error band is centred on the step the plan prints (a per-stage split's, not the uniform split's it was
+    derived from), and the solver's bound never exceeds its objective."""
+    _, _, _, _, plan = planned
+    m, w = plan.metrics, plan.metrics.band_pct / 100
+    assert m.step_time_s_range == pytest.approx([m.step_time_s / (1 + w), m.step_time_s * (1 + w)], rel=1e-12)
+    assert m.tokens_per_s_range == pytest.approx([m.tokens_per_s / (1 + w), m.tokens_per_s * (1 + w)], rel=1e-12)
+    if plan.status == "optimal":
+        assert plan.solver.best_bound <= plan.solver.objective
+
+
 def test_no_fitting_comparison_beats_the_optimum(planned) -> None:
     _, _, _, _, plan = planned
     best = plan.metrics.step_time_s

@@ -135,7 +135,7 @@ def render_plan(con: Console, plan: Any) -> None:
     con.print(f"[bold]{plan.model}[/] on {plan.num_gpus}× {plan.hardware}, seq {plan.seq_len}")
     con.print(f"CP-SAT: {s.status.upper()} in {format_seconds(s.wall_time_s)} (table {format_seconds(s.build_s)}, "
               f"solve {format_seconds(s.solve_s)}); {s.candidates:,} layouts, {s.evaluated:,} costed, "
-              f"{s.feasible:,} fit, {s.selector_rows:,} distinct to the solver"
+              f"{s.feasible:,} fit, the best {s.selector_rows:,} distinct to the solver"
               + (f"; gap {s.gap:.2%}" if s.status == "feasible" else ""))
     if render_infeasible(con, plan):
         return

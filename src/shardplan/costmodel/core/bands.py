@@ -104,9 +104,12 @@ def band(system: SystemSpec, job: str = "train", *, moe: bool = False) -> float 
     cal = system.calibration
     # a calibration is fitted to training runs: it speaks for training predictions only
     if job == "train" and any(getattr(cal, name) != default for name, default in _TIME_DEFAULTS.items()):
-        calibrated = cal.band_pct / 100 if cal.band_pct is not None else entry.get("calibrated")
-        if calibrated is not None:
-            w = float(calibrated)  # measured on calibrated predictions: it replaces the generation's band
+        if cal.band_pct is not None:
+            w = cal.band_pct / 100  # the system's own leave-one-out band: it replaces the generation's
+        elif entry.get("calibrated") is not None:
+            # measured on calibrated predictions of the projection series, nearly all dense: it speaks for a dense
+            # model; an MoE plan keeps the wider of it and the MoE band (nothing shows calibration narrows that)
+            w = max(float(entry["calibrated"]), w) if moe else float(entry["calibrated"])
     return w
 
 

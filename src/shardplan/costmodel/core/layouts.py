@@ -141,6 +141,9 @@ def _heaviest_middle(table: dict[str, np.ndarray], n_first: np.ndarray, n_mid: n
     L = len(table["attention"]) - 1
     weight = table["attention"] * (L + 1) + table["moe"]
     base = L + 1
+    for x in (n_first, n_mid, n_last):  # the packed key below holds whole layer counts in [0, L]
+        if np.any((np.asarray(x) < 0) | (np.asarray(x) > L)):
+            raise ValueError(f"stage layer counts must lie in [0, {L}]")
     key = (np.ravel(n_first).astype(np.int64) * base + np.ravel(n_mid).astype(np.int64)) * base \
         + np.ravel(n_last).astype(np.int64)
     distinct, inverse = np.unique(key, return_inverse=True)

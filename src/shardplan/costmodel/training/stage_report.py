@@ -12,6 +12,7 @@ import dataclasses
 
 import numpy as np
 
+from shardplan.costmodel.core import bands
 from shardplan.costmodel.training.ctx import Ctx
 from shardplan.costmodel.training.evaluate import (
     estimate_training,
@@ -134,6 +135,9 @@ def split_report(model: ModelSpec, system: SystemSpec, num_gpus: int, work: Trai
         dp_exposed_s=float(c.dp_s[0]), zero3_exposed_s=float(c.zero3_s[0]),
         optimizer_s=float(c.optimizer_s[0]),
     ))
+    half = None if b0.band_pct is None else b0.band_pct / 100  # the band, around this split's own numbers
+    metrics = metrics.model_copy(update=dict(step_time_s_range=bands.around(step, half),
+                                             tokens_per_s_range=bands.around(metrics.tokens_per_s, half)))
     cap = float(system.gpu.memory_bytes)
     usable = gpu_capacity(system, work)
     headroom = cap - usable

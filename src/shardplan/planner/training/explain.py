@@ -218,7 +218,7 @@ def _fits_on(req: TrainRequest, n: int, *, prune: bool = True) -> str | None:
     if req.recompute_layers is not None:
         rows = rows.replace(rk=np.where(rows.rc == 2, req.recompute_layers, rows.rk))
     table = build_train_table(req.model, req.system, req.workload, rows, allow_offload=offload,
-                              partial_recompute=req.recompute is None)
+                              offload_last_resort=req.offload == "auto", partial_recompute=req.recompute is None)
     if not table.fits.any():
         return None
     r = table.rows

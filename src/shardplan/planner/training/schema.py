@@ -28,7 +28,8 @@ class SolverOut(Out):
     candidates: int = Field(description="Valid layouts enumerated (before memory).")
     evaluated: int = Field(description="Rows costed, including recompute-layer and offload variants.")
     feasible: int = Field(description="Rows that fit GPU and host memory.")
-    selector_rows: int = Field(description="Rows handed to CP-SAT (one per distinct layout).")
+    selector_rows: int = Field(description="Rows handed to CP-SAT: the best distinct layouts (one row each), at "
+                               "most planner.training.solve.SELECTOR_ROWS.")
     objective: float = Field(description="Optimised quantity in seconds (step time, or time per sequence).")
     best_bound: float = Field(description="CP-SAT's proven lower bound on it.")
     gap: float = Field(description="Relative gap between objective and bound (0 when optimal).")

@@ -8,6 +8,7 @@ re-evaluated by ``costmodel.evaluate.estimate_training`` (the reported numbers) 
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 
 import numpy as np
@@ -167,7 +168,7 @@ def plan_training(req: TrainRequest, *, explain: bool = True) -> TrainPlan:
     unit = RATE_UNIT_S if per_seq else TIME_UNIT_S
     n_rows = len(cand)
     obj = from_int_time(sel.objective[0] // n_rows, unit)
-    bound = from_int_time(sel.bound[0] / n_rows, unit)
+    bound = from_int_time(math.floor(sel.bound[0] / n_rows), unit)  # the primary part: ties' rank fraction dropped
     solver = SolverOut(status=sel.statuses[0], wall_time_s=0.0, solve_s=sel.build_s + sel.solve_s,
                        selector_rows=n_rows, objective=obj, best_bound=bound,
                        gap=max(0.0, (obj - bound) / obj) if obj else 0.0, **common)
