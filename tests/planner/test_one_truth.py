@@ -175,15 +175,20 @@ def test_pipeline_plot_bubble_equals_the_table() -> None:
     from shardplan.cli.plots import paced_times, pipeline_schedule
 
     model, system = get_model("llama-3.1-70b"), get_system("dgx-h100")
-    for v, rc in ((1, Recompute.NONE), (2, Recompute.FULL), (5, Recompute.NONE)):
+    # the last case: three schedules of 8 microbatches a step (--local-batch 8), each drawn alike
+    for v, rc, local in ((1, Recompute.NONE, None), (2, Recompute.FULL, None), (5, Recompute.NONE, None),
+                         (2, Recompute.NONE, 8)):
         lay = TrainLayout(tp=8, pp=8 if v != 2 else 4, dp=1, interleave=v, recompute=rc, sequence_parallel=True)
-        gb = 16 if v == 2 else 24
-        rep = _estimate(model, system, lay.tp * lay.pp, TrainWorkload(seq_len=4096, global_batch=gb), lay)
+        gb = 16 if v == 2 and local is None else 24
+        work = TrainWorkload(seq_len=4096, global_batch=gb, local_batch=local)
+        rep = _estimate(model, system, lay.tp * lay.pp, work, lay)
         f, b = paced_times(rep.plan, rep.stages, rep.metrics.pipeline_s)
-        m = rep.plan.num_microbatches
+        n = rep.plan.schedules
+        assert n == (1 if local is None else 3)
+        m = rep.plan.num_microbatches // n
         span = max(x.end_s for x in pipeline_schedule(rep.plan.pp, m, v, f, b))
-        assert span == pytest.approx(rep.metrics.pipeline_s, rel=5e-3)
-        assert span - m * (f[0] + b[0]) == pytest.approx(rep.metrics.bubble_s, rel=5e-3)
+        assert n * span == pytest.approx(rep.metrics.pipeline_s, rel=5e-3)
+        assert n * (span - m * (f[0] + b[0])) == pytest.approx(rep.metrics.bubble_s, rel=5e-3)
 
 
 def test_infeasible_fix_names_the_pin_to_drop() -> None:

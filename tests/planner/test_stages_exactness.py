@@ -8,6 +8,7 @@ uniform split's need under the layout's recompute mode and 120% of it with none,
 import dataclasses
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -45,8 +46,10 @@ def spaces(draw: st.DrawFn) -> StageSpace:
     rc = draw(st.sampled_from(list(Recompute)))
     layout = TrainLayout(tp=tp, pp=pp, dp=dp, microbatch=mb, interleave=v, recompute=rc,
                          sequence_parallel=tp > 1 and draw(st.booleans()), zero_stage=draw(st.sampled_from([0, 1, 3])))
+    # gradient accumulation over whole schedules (torchtitan's local_batch_size) or one schedule per step
+    per_schedule = draw(st.sampled_from([k for k in (1, 2, 4, 8) if m % k == 0]))
     work = TrainWorkload(seq_len=draw(st.sampled_from([512, 2048, 8192])), global_batch=m * dp * mb,
-                         framework_bytes=0)
+                         framework_bytes=0, local_batch=draw(st.sampled_from([None, per_schedule * mb])))
     # GPU memory: between 90% of the uniform split's peak (all layers recomputed under full) and 120% of it with none.
     def peak(rc: Recompute) -> float:
         rows = LayoutArrays.from_layouts([dataclasses.replace(layout, recompute=rc)], work.global_batch)
@@ -105,14 +108,16 @@ def test_cp_sat_equals_brute_force(space: StageSpace) -> None:
         assert choice.recompute_layers == [chunk_recompute(big_k, n, v) for n in choice.layers]
 
 
-def test_uniform_split_equals_train_cost() -> None:
-    """With the uniform split, the per-stage evaluation is ``train_cost``'s (same formulas, same composition)."""
+@pytest.mark.parametrize(("local_batch", "zero"), [(None, 1), (4, 1), (4, 3)])
+def test_uniform_split_equals_train_cost(local_batch: int | None, zero: int) -> None:
+    """With the uniform split, the per-stage evaluation is ``train_cost``'s (same formulas, same composition), also
+    with four schedules a step (``local_batch``: 16 sequences per dp rank, 4 per schedule) and FSDP under PP."""
     from shardplan.models import get_model
 
     model, system = get_model("llama-3.1-405b"), get_system("dgx-h100")
-    work = TrainWorkload(seq_len=8192, global_batch=2048)
+    work = TrainWorkload(seq_len=8192, global_batch=2048, local_batch=local_batch)
     lay = TrainLayout(tp=8, pp=16, dp=128, recompute=Recompute.FULL, recompute_layers=3, sequence_parallel=True,
-                      zero_stage=1)
+                      zero_stage=zero)
     split = uniform_split(model.num_layers, lay.pp)
     assert split == [7] + [8] * 14 + [7]  # 126 = 16·7 + 14: the 14 middle ranks take one more
     ev = evaluate_split(model, system, work, lay, split)

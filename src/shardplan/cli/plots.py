@@ -192,8 +192,8 @@ def paced_times(plan: TrainPlanOut, stages: list[StageRow], pipeline_s: float) -
     """Per-stage forward and backward time per microbatch as the cost model charges them: every stage runs at the
     pace of the slowest (its forward, and the rest of the per-microbatch time ``pipeline_s / (m + (p−1)/v)``,
     which includes recompute, sends and exposed offload, as backward)."""
-    pp, m, v = plan.pp, plan.num_microbatches, plan.interleave
-    per_mb = pipeline_s / (m + (pp - 1) / v)
+    pp, m, v, n = plan.pp, plan.num_microbatches, plan.interleave, plan.schedules
+    per_mb = pipeline_s / (m + n * (pp - 1) / v)
     slowest = max(stages, key=lambda r: r.fwd_time_s + r.bwd_time_s)
     fwd = min(slowest.fwd_time_s, per_mb)
     return [fwd] * pp, [per_mb - fwd] * pp
@@ -202,17 +202,19 @@ def paced_times(plan: TrainPlanOut, stages: list[StageRow], pipeline_s: float) -
 def pipeline_plot(plan: TrainPlanOut, stages: list[StageRow], path: Path, *, title: str,
                   pipeline_s: float | None = None, bubble_s: float | None = None, step_s: float | None = None) -> float:
     """Timeline of one step's forward and backward passes per stage and microbatch, every stage paced by the
-    slowest as the cost model charges it; returns the drawn bubble (s): the schedule's length minus one stage's
-    work. The title prints ``bubble_s`` (the report's) when given."""
+    slowest as the cost model charges it (with several schedules per step, the first, which the others repeat);
+    returns the drawn bubble (s) of the step: the schedule's length minus one stage's work, times the schedules.
+    The title prints ``bubble_s`` (the report's) when given."""
     from matplotlib.patches import Patch
 
-    pp, m, v = plan.pp, plan.num_microbatches, plan.interleave
+    pp, m_all, v, n = plan.pp, plan.num_microbatches, plan.interleave, plan.schedules
+    m = m_all // n  # microbatches per schedule
     if pipeline_s is None:
-        pipeline_s = m * max(r.fwd_time_s + r.bwd_time_s for r in stages) * (1 + (pp - 1) / (v * m))
+        pipeline_s = m_all * max(r.fwd_time_s + r.bwd_time_s for r in stages) * (1 + n * (pp - 1) / (v * m_all))
     fwd, bwd = paced_times(plan, stages, pipeline_s)
     boxes = pipeline_schedule(pp, m, v, fwd, bwd)
     span = max(b.end_s for b in boxes)
-    bubble = span - max(m * (f + b) for f, b in zip(fwd, bwd, strict=True))
+    bubble = n * (span - max(m * (f + b) for f, b in zip(fwd, bwd, strict=True)))
     scale, unit = (1e3, "ms") if span < 10 else (1.0, "s")
     fig = _figure(12.0, max(2.8, 0.42 * pp + 2.0))
     ax = fig.add_subplot()
@@ -235,15 +237,17 @@ def pipeline_plot(plan: TrainPlanOut, stages: list[StageRow], path: Path, *, tit
     ax.set_yticks(range(pp), [f"stage {s}" for s in range(pp)])
     ax.invert_yaxis()
     ax.set_xlim(0, span * scale)
-    ax.set_xlabel(f"time within one step ({unit})" + ("; numbers are microbatches" if numbered else ""))
+    ax.set_xlabel(f"time within {'one step' if n == 1 else 'one schedule'} ({unit})"
+                  + ("; numbers are microbatches" if numbered else ""))
     told = bubble if bubble_s is None else bubble_s
     shown = f"{told * 1e3:.0f} ms" if told < 10 else f"{told:.1f} s"
     if pp == 1:
         sched = f"no pipeline: {m} microbatches back to back (gradient accumulation)"
     else:
         sched = (f"interleaved 1F1B with {v} model chunks per stage" if v > 1 else "1F1B") + (
-            f", PP={pp}, {m} microbatches: bubble {shown} "
-            f"({told / (step_s or span):.1%} of the {'step' if step_s else 'pipeline'})")
+            f", PP={pp}, {m} microbatches" + ("" if n == 1 else f" per schedule, {n} schedules a step (drawn: the "
+                                              "first)") + f": bubble {shown} "
+            f"({told / (step_s or n * span):.1%} of the {'step' if step_s else 'pipeline'})")
     ax.set_title(f"{title}\n{sched}; every stage paced by the slowest; data-parallel sync and optimizer step not "
                  "shown", fontsize=10)
     back = "backward\n(with recompute)" if plan.recompute != "none" else "backward"
@@ -300,7 +304,7 @@ def train_plots(specs: list[tuple[str, Path]], result: Any) -> list[str]:
             memory_plot(result.stages, path, pp=result.plan.pp, title=f"{title}\nmemory per GPU by pipeline stage")
         else:
             p = result.plan
-            passes = 2 * p.pp * p.num_microbatches * p.interleave
+            passes = 2 * p.pp * (p.num_microbatches // p.schedules) * p.interleave
             if passes > MAX_PIPELINE_PASSES:
                 messages.append(f"note: pipeline plot {path} skipped: {passes:,} passes (more than "
                                 f"{MAX_PIPELINE_PASSES:,}) are too many to draw")

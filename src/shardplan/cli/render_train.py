@@ -36,6 +36,8 @@ def layout_line(plan: Any) -> str:
     parts = [f"TP={p.tp}", f"PP={p.pp}", f"DP={p.dp}", f"CP={p.cp}", f"EP={p.ep}",
              f"microbatch={p.microbatch_size}×{p.num_microbatches}", f"batch={p.global_batch}",
              f"interleave={p.interleave}"]
+    if getattr(p, "schedules", 1) > 1:  # gradient accumulation over whole pipeline schedules (--local-batch)
+        parts.insert(6, f"schedules={p.schedules}")
     rc = p.recompute + (f"({p.recompute_layers} layers/stage)" if p.recompute_layers else "")
     if getattr(p, "stage_layers", None) and len(p.stage_layers) > 1:
         parts.append("layers/stage=" + ",".join(map(str, p.stage_layers)))

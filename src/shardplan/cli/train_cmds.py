@@ -84,6 +84,10 @@ GradReduceDtype = Annotated[str | None, typer.Option(
 Optimizer = Annotated[str, typer.Option(
     "--optimizer", help="adam (12 B/param state), adam-8bit (6), sgd (8), adafactor (4); all with an fp32 master.")]
 Attention = Annotated[str | None, typer.Option("--attention", help="flash or unfused (default: the system's).")]
+LocalBatch = Annotated[int | None, typer.Option(
+    "--local-batch", min=1, max=MAX_BATCH, help="Sequences per data-parallel rank in one pipeline schedule, when "
+    "gradient accumulation repeats whole schedules (torchtitan and NeMo AutoModel local_batch_size): each schedule "
+    "pays its own fill and drain and gradient reduction. Default: one schedule per step (Megatron).")]
 ExportOpt = Annotated[TrainFormat | None, typer.Option(
     "--export", help="Print the layout as launch settings instead of the tables: megatron (Megatron-LM "
     "arguments), deepspeed (config JSON) or torchtitan (TOML); with --output, write them to a file.")]
@@ -144,16 +148,20 @@ def parse_headroom(text: str | None, gpu_memory_bytes: float) -> dict[str, Any]:
 
 def _workload(seq_len: int, global_batch: int, dtype: str, grad_dtype: str, attention: str | None,
               optimizer: str = "adam", headroom: dict[str, Any] | None = None,
-              grad_reduce_dtype: str | None = None) -> Any:
+              grad_reduce_dtype: str | None = None, local_batch: int | None = None,
+              framework: str | None = None) -> Any:
     from pydantic import ValidationError
 
     from shardplan.costmodel.training.layout import TrainWorkload
     from shardplan.errors import ShardplanError
 
+    if local_batch is not None and framework in ("megatron", "deepspeed"):
+        raise ShardplanError(f"{framework} runs every microbatch of a step in one pipeline schedule: drop "
+                             "--local-batch", field="local-batch")
     try:
         return TrainWorkload(seq_len=seq_len, global_batch=global_batch, dtype=dtype, grad_dtype=grad_dtype,
                              grad_reduce_dtype=grad_reduce_dtype, attention=attention, optimizer=optimizer,
-                             **(headroom or {}))
+                             local_batch=local_batch, **(headroom or {}))
     except ValidationError as e:
         err = e.errors()[0]
         raise ShardplanError(err["msg"].removeprefix("Value error, "), field=str(err["loc"][0]) if err["loc"]
@@ -241,6 +249,7 @@ def estimate_train(
     attention: Attention = None, as_json: JsonOpt = False, export: ExportOpt = None, output: OutputOpt = None,
     plot: PlotOpt = None, plot_kind: PlotKindOpt = None, stage_layers: StageLayersOpt = None,
     stage_recompute_layers: StageRcOpt = None, recompute_modules: RcModulesOpt = None, framework: FrameworkOpt = None,
+    local_batch: LocalBatch = None,
 ) -> None:
     """Per-layer and per-stage time and memory of one pinned training layout.
 
@@ -277,7 +286,8 @@ def estimate_train(
         FRAMEWORKS[str(framework)].check(tp=tp, pp=pp, interleave=layout.interleave, cp=cp, ep=layout.ep,
                                          zero=layout.zero_stage, recompute=layout.recompute)
     work = _workload(seq_len, global_batch, dtype, grad_dtype, attention, optimizer,
-                     parse_headroom(memory_headroom, system.gpu.memory_bytes), grad_reduce_dtype)
+                     parse_headroom(memory_headroom, system.gpu.memory_bytes), grad_reduce_dtype, local_batch,
+                     None if framework is None else str(framework))
     if stage_layers is None:
         if stage_recompute_layers is not None:
             raise ShardplanError("needs --stage-layers", field="stage-recompute-layers")
@@ -322,7 +332,7 @@ def train(
     grad_reduce_dtype: GradReduceDtype = None, optimizer: Optimizer = "adam", memory_headroom: HeadroomOpt = None,
     attention: Attention = None, as_json: JsonOpt = False, export: ExportOpt = None, output: OutputOpt = None,
     plot: PlotOpt = None, plot_kind: PlotKindOpt = None, uniform_stages: UniformOpt = False,
-    framework: FrameworkOpt = None,
+    framework: FrameworkOpt = None, local_batch: LocalBatch = None,
 ) -> None:
     """Choose the fastest training layout (CP-SAT over the cost model), with the reasons.
 
@@ -346,7 +356,9 @@ def train(
         raise ShardplanError("give --global-batch B, or --max-global-batch B to let the planner choose",
                              field="global-batch")
     work = _workload(seq_len, global_batch or max_global_batch or 1, dtype, grad_dtype, attention, optimizer,
-                     parse_headroom(memory_headroom, system.gpu.memory_bytes), grad_reduce_dtype)
+                     parse_headroom(memory_headroom, system.gpu.memory_bytes), grad_reduce_dtype, local_batch,
+                     str(export) if export in ("megatron", "deepspeed") else None if framework is None
+                     else str(framework))
     req = TrainRequest(
         model=spec, system=system, num_gpus=n, workload=work, max_global_batch=max_global_batch,
         fixed_global_batch=global_batch is not None, tp=tp, pp=pp, dp=dp, ep=ep, etp=etp, cp=cp,

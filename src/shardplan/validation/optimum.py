@@ -37,6 +37,7 @@ from shardplan.validation.stacks import (
     stack_modules,
     stack_p2p_overlap,
     stack_recompute,
+    stack_schedule,
     stack_software,
     stack_tp_overlap,
 )
@@ -224,9 +225,8 @@ def parse_run(record: dict[str, Any]) -> OptimumRun | str:
     rc_text = str(p.get("recompute") or "").lower()
     recompute = (Recompute.FULL if rc_text.startswith("full") or "activation_checkpointing: true" in rc_text
                  else stack_recompute(record, rc_text))
-    zero = p.get("zero_stage")
-    if zero is None:  # modern_training_runs.json: FSDP as ZeRO-3, Llama 3's FSDP keeps weights (ZeRO-2 like)
-        zero = 3 if p.get("fsdp") and not record["id"].startswith("llama3-paper") and pp == 1 else 1
+    zero, local_batch = stack_schedule(record)
+    zero = zero if p.get("zero_stage") is None else p["zero_stage"]  # modern_training_runs.json: from the stack
     batch, seq = w["global_batch_sequences"], w["seq_len"]
     dp = n // (tp * pp * cp)
     mb = p.get("microbatch") or 1
@@ -242,7 +242,7 @@ def parse_run(record: dict[str, Any]) -> OptimumRun | str:
                          sequence_parallel=bool(sp) if sp is not None else tp > 1, zero_stage=int(zero),
                          recompute_modules=stack_modules(record) if recompute == Recompute.SELECTIVE else None)
     work = TrainWorkload(seq_len=seq, global_batch=batch, dtype=record_dtype(record), attention=stack_attention(record),
-                         **stack_gradients(record))
+                         local_batch=local_batch, **stack_gradients(record))
     if met.get("tokens_per_s_per_gpu"):
         measured, derived = float(met["tokens_per_s_per_gpu"]), False
     elif met.get("model_tflops_per_gpu"):

@@ -32,6 +32,7 @@ from shardplan.validation.stacks import (
     stack_modules,
     stack_p2p_overlap,
     stack_recompute,
+    stack_schedule,
     stack_software,
     stack_tp_overlap,
 )
@@ -242,8 +243,7 @@ def modern_setup(r: dict[str, Any]) -> tuple[ModelSpec, Any, int, TrainWorkload,
     rc_text = str(p.get("recompute") or "").lower()
     recompute = (Recompute.FULL if "full" in rc_text or "activation_checkpointing: true" in rc_text
                  else stack_recompute(r, rc_text))
-    # Llama 3 keeps parameters unsharded after the forward pass: ZeRO-1/2, not ZeRO-3 (paper §3.3.1).
-    zero = 3 if p.get("fsdp") and not r["id"].startswith("llama3-paper") and pp == 1 else 1
+    zero, local_batch = stack_schedule(r)  # Llama 3 keeps weights after the forward: ZeRO-1/2 (paper §3.3.1)
     batch = w["global_batch_sequences"]
     mb = p.get("microbatch") or 1
     dp = n // (tp * pp * cp)
@@ -263,7 +263,7 @@ def modern_setup(r: dict[str, Any]) -> tuple[ModelSpec, Any, int, TrainWorkload,
                                           "zero3_rail_parallel": True, "tp_overlap_method": stack_tp_overlap(r),
                                           "overlap_p2p_comm": stack_p2p_overlap(r), **stack_software(r)})
     system = job_system(base.model_copy(update={"software": sw}), n)
-    work = TrainWorkload(seq_len=w["seq_len"], global_batch=batch, **stack_gradients(r),
+    work = TrainWorkload(seq_len=w["seq_len"], global_batch=batch, local_batch=local_batch, **stack_gradients(r),
                          dtype=record_dtype(r), attention=stack_attention(r))
     if met.get("tokens_per_s_per_gpu"):
         quantity, measured = "tokens_per_s_per_gpu", float(met["tokens_per_s_per_gpu"])

@@ -106,3 +106,19 @@ def stack_framework(record: dict[str, Any]) -> str | None:
     before_fsdp = ((version is not None and (int(version.group(1)), int(version.group(2))) <= (24, 9))
                    or "megatron-core r0.8" in text or "mlperf training v3." in text)
     return "megatron-zero1" if before_fsdp else "megatron"
+
+
+def stack_schedule(record: dict[str, Any]) -> tuple[int, int | None]:
+    """A record's ZeRO stage when it does not state one, and its ``TrainWorkload.local_batch``.
+
+    FSDP is ZeRO-3. Under PP the torch-pipelining stacks (torchtitan, NeMo AutoModel: ``stack_framework``
+    'torchtitan') keep it (the weights stay gathered through a schedule: ``dp_sync.fsdp_under_pp``) and repeat whole
+    schedules of ``local_batch_size`` sequences per DP rank for gradient accumulation (AutoModel@79d0ccf
+    recipes/llm/benchmark.py: one ``schedule.step`` per GA step). Llama 3's FSDP keeps the weights after the forward
+    (paper §3.3.1: ZeRO-2 like) and the other stacks run no FSDP under PP: ZeRO-1 there."""
+    p = record["parallel"]
+    pp = p.get("pp") or 1
+    torch_pp = stack_framework(record) == "torchtitan" and pp > 1
+    zero = 3 if p.get("fsdp") and not record["id"].startswith("llama3-paper") and (pp == 1 or torch_pp) else 1
+    local = p.get("local_batch_size")
+    return zero, int(local) if torch_pp and local else None

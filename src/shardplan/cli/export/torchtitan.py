@@ -141,9 +141,9 @@ def _training(t: TrainTarget, notes: list[str]) -> dict[str, Value]:
                              "--offload-optimizer 100%, or --offload off", field="export")
     if t.grad_dtype != "fp32":
         notes.append("torchtitan reduces gradients in float32 (training.mixed_precision_reduce)")
-    # local_batch_size is per data-parallel rank; with PP it is cut into microbatches, without PP the trainer
-    # accumulates global / (local × DP) steps (train.py)
-    local = p.microbatch_size * (p.num_microbatches if p.pp > 1 else 1)
+    # local_batch_size is per data-parallel rank; with PP it is cut into microbatches (one schedule), and the
+    # trainer accumulates global / (local × DP) steps (train.py): one schedule each under PP
+    local = p.microbatch_size * (p.num_microbatches // p.schedules if p.pp > 1 else 1)
     sec: dict[str, Value] = {"local_batch_size": local, "global_batch_size": p.global_batch, "seq_len": t.seq_len,
                              "mixed_precision_param": "float32" if t.dtype == "fp32" else "bfloat16"}
     if cpu_offload:

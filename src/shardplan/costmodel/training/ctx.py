@@ -32,7 +32,7 @@ from shardplan.costmodel.core.operators import (
 from shardplan.costmodel.core.ops import ATTN, COMM, GEMM, HOST, MEM, Op
 from shardplan.costmodel.core.passes import FUSED, traffic
 from shardplan.costmodel.core.routing import round_robin_blocks, routed_blocks
-from shardplan.costmodel.training.layout import LayoutArrays, TrainWorkload
+from shardplan.costmodel.training.layout import LayoutArrays, TrainWorkload, fill_drain_slots, pipeline_schedules
 from shardplan.hardware.spec import AttentionKernel, GpuSpec, SystemSpec
 from shardplan.models.spec import ModelSpec
 from shardplan.units import DTYPE_BYTES
@@ -72,6 +72,18 @@ class Ctx:
         # context parallelism needs a fused kernel: the stack's generic one when it runs unfused otherwise
         self.flash_kernel = AttentionKernel.FLASH if kernel == AttentionKernel.UNFUSED else kernel
         self.dropout = w.dropout if w.dropout is not None else self.model.family in DROPOUT_FAMILIES
+
+    @property
+    def schedules(self) -> np.ndarray:
+        """Pipeline schedules per step (``layout.pipeline_schedules``)."""
+        r = self.rows
+        return pipeline_schedules(r.gb, r.dp, r.pp, self.work.local_batch)
+
+    @property
+    def fill_slots(self) -> np.ndarray:
+        """Microbatch slots of fill and drain per step (``layout.fill_drain_slots``)."""
+        r = self.rows
+        return fill_drain_slots(r.gb, r.dp, r.pp, r.v, self.work.local_batch)
 
     @property
     def gpu(self) -> GpuSpec:

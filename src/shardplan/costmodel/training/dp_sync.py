@@ -79,9 +79,10 @@ def synchronised(ctx: Ctx, st: StageCost) -> np.ndarray:
 def tail_floor(ctx: Ctx, st: StageCost) -> np.ndarray:
     """A lower bound on rank 0's tail (gradient sync, ZeRO-3 gathers, optimizer step) for every layer count at
     least ``st``'s: the optimizer step, plus under FSDP with PP the exposed reduce-scatter and the part of the
-    gather no forward can hide, ``(1 − f)·AG`` (``_data_parallel``); each grows with the parameters held."""
+    gather no forward can hide, ``(1 − f)·AG``, once per schedule (``data_parallel``); each grows with the
+    parameters held."""
     ag, rs, f = fsdp_collectives(ctx, st)
-    return optimizer_time(ctx, st) + np.where(fsdp_under_pp(ctx.rows), rs + (1 - f) * ag, 0.0)
+    return optimizer_time(ctx, st) + np.where(fsdp_under_pp(ctx.rows), ctx.schedules * (rs + (1 - f) * ag), 0.0)
 
 
 def data_parallel(ctx: Ctx, st: StageCost, m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -133,7 +134,10 @@ def data_parallel(ctx: Ctx, st: StageCost, m: np.ndarray) -> tuple[np.ndarray, n
         return comm.with_overlap_cost(s, t, chunked_gather_exposed(t, edge, st.fwd_s, chunk_bucket, st.params,
                                                                    r.pp, r.v, m)) if gather_overlap else t
     gather = np.where(r.zero >= 1, gathered(ag, ag_first), 0.0)
-    sync = reduce + gather
+    # Gradient accumulation over whole schedules (``layout.pipeline_schedules``): torch pipelining reduces the
+    # gradients at each schedule's last backward (pytorch@88fa1e7 pipelining/stage.py backward_maybe_with_nosync).
+    n_s = ctx.schedules
+    sync = np.where(r.zero == 2, reduce, n_s * reduce) + gather
     # ZeRO-3: every microbatch gathers weights for forward and for backward (and again for a full recompute)
     # and reduce-scatters gradients, layer by layer. With prefetching (FSDP forward/backward prefetch,
     # DeepSpeed's prefetch bucket) layer i+1's gather runs under layer i's compute, so the forward's gathers
@@ -152,9 +156,11 @@ def data_parallel(ctx: Ctx, st: StageCost, m: np.ndarray) -> tuple[np.ndarray, n
     # forward (the forward term above, once); gradients reduce-scattered once, in fp32 (torchtitan
     # mixed_precision_reduce), after the last backward, exposed: torch pipelining runs FSDP's post-backward only
     # then (pytorch@88fa1e7 pipelining/stage.py backward_maybe_with_nosync; later: a REDUCE_GRAD action).
+    # Each schedule's post-backward also reshards the weights (set_reshard_after_backward(True)), so every schedule
+    # gathers them again under its first forward.
     pp_fsdp = fsdp_under_pp(r)
-    z3 = np.where(pp_fsdp, comm.with_overlap_cost(s, z_ag, z_ag - f * np.minimum(z_ag, st.fwd_s)), z3)
-    sync = np.where(pp_fsdp, pp_rs, sync)
+    z3 = np.where(pp_fsdp, n_s * comm.with_overlap_cost(s, z_ag, z_ag - f * np.minimum(z_ag, st.fwd_s)), z3)
+    sync = np.where(pp_fsdp, n_s * pp_rs, sync)
     on = synchronised(ctx, st)
     return np.where(on & ((r.zero < 3) | pp_fsdp), sync, 0.0), np.where(on, z3, 0.0)
 

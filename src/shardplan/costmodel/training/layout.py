@@ -76,6 +76,12 @@ class TrainWorkload(BaseModel):
     host_reserve_fraction: Annotated[float, Field(ge=0, lt=1)] = Field(
         0.2, description="Share of host DRAM kept free of offloaded tensors (OS, pinned buffers)."
     )
+    local_batch: Annotated[int, Field(ge=1)] | None = Field(
+        None, description="Sequences per data-parallel rank in one pipeline schedule, when gradient accumulation "
+        "runs whole schedules one after another (torchtitan and NeMo AutoModel ``local_batch_size``): a step runs "
+        "global_batch/(dp·local_batch) schedules, each with its own fill and drain and its own gradient reduction. "
+        "None: one schedule per step (Megatron-LM, NeMo, DeepSpeed)."
+    )
 
     @property
     def optimizer_state_bytes(self) -> float:
@@ -101,6 +107,25 @@ class TrainWorkload(BaseModel):
         if self.grad_reduce_dtype not in (None, "bf16", "fp16", "fp32"):
             raise ValueError(f"grad_reduce_dtype must be bf16, fp16 or fp32 (got {self.grad_reduce_dtype})")
         return self
+
+
+def pipeline_schedules(gb: np.ndarray, dp: np.ndarray, pp: np.ndarray, local_batch: int | None) -> np.ndarray:
+    """Pipeline schedules one step runs: ``gb/(dp·local_batch)`` under PP when gradient accumulation repeats whole
+    schedules (torchtitan train.py and AutoModel recipes/llm/benchmark.py call ``schedule.step`` once per
+    accumulation step; NVIDIA-NeMo/Automodel@79d0ccf), else one (Megatron-LM runs every microbatch of the step in
+    one schedule: schedules.py@d98e8a6)."""
+    gb, dp, pp = (np.asarray(x, dtype=float) for x in (gb, dp, pp))
+    if local_batch is None:
+        return np.ones(np.broadcast(gb, dp, pp).shape)
+    return np.where(pp > 1, np.maximum(gb / (dp * local_batch), 1.0), 1.0)
+
+
+def fill_drain_slots(gb: np.ndarray, dp: np.ndarray, pp: np.ndarray, v: np.ndarray, local_batch: int | None
+                     ) -> np.ndarray:
+    """Microbatch slots a step spends filling and draining the pipeline: ``(p−1)/v`` per schedule (Narayanan et al.
+    2021 §2.2), times ``pipeline_schedules``."""
+    p, v = np.asarray(pp, dtype=float), np.asarray(v, dtype=float)
+    return pipeline_schedules(gb, dp, pp, local_batch) * (p - 1) / v
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

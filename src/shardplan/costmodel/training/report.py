@@ -25,6 +25,9 @@ class TrainPlanOut(Out):
     cp: int
     microbatch_size: int
     num_microbatches: int
+    schedules: int = Field(1, description="Pipeline schedules per step: global_batch/(dp·local_batch) when "
+                           "gradient accumulation repeats whole schedules (--local-batch), each with its own fill "
+                           "and drain; 1 otherwise.")
     global_batch: int
     interleave: int
     recompute: str

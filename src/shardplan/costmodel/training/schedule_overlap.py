@@ -73,15 +73,13 @@ def chunked_gather_exposed(t: np.ndarray, edge: np.ndarray, fwd_s: np.ndarray, b
     return first + second + later
 
 
-def overlapped_send_s(send_s: np.ndarray, p: np.ndarray, v: np.ndarray, m: np.ndarray, slowdown: float
-                      ) -> np.ndarray:
+def overlapped_send_s(send_s: np.ndarray, edge: np.ndarray, m: np.ndarray, slowdown: float) -> np.ndarray:
     """Cost per microbatch slot of one direction's pipeline sends (``send_s`` per microbatch: ``v`` chunk sends)
     when they run asynchronously beside compute (Megatron ``overlap_p2p_comm``): in the steady state each send
     hides behind the other direction's chunk compute (costing ``slowdown`` of it), while the fill and drain chain
-    of ``p − 1`` hops waits for every send (the ``(p−1)/v`` slots of the bubble). Spread over the ``m + (p−1)/v``
-    slots the pipeline takes, so that the step carries ``(p−1)/v·send_s + m·slowdown·send_s``."""
-    p, v = np.asarray(p, dtype=float), np.asarray(v, dtype=float)
-    edge = (p - 1) / v
+    of ``p − 1`` hops waits for every send (``edge``: the fill and drain slots of the bubble, ``(p−1)/v`` per
+    schedule). Spread over the ``m + edge`` slots the pipeline takes, so that the step carries
+    ``edge·send_s + m·slowdown·send_s``."""
     return send_s * (edge + m * slowdown) / (m + edge)
 
 
@@ -96,4 +94,4 @@ def pipeline_send_s(ctx: Ctx, m: np.ndarray) -> np.ndarray:
     p2p = np.where(r.pp > 1, r.v * comm.p2p_time(sysm, p2p_bytes, crosses), 0.0)
     if not sysm.software.overlap_p2p_comm:
         return p2p
-    return np.where(r.v > 1, overlapped_send_s(p2p, r.pp, r.v, m, sysm.software.overlap_slowdown), p2p)
+    return np.where(r.v > 1, overlapped_send_s(p2p, ctx.fill_slots, m, sysm.software.overlap_slowdown), p2p)

@@ -94,10 +94,17 @@ def validate_layout(model: ModelSpec, num_gpus: int, work: TrainWorkload, lay: T
         raise ShardplanError(f"global batch ({work.global_batch}) must be divisible by dp·microbatch "
                              f"({lay.dp}·{lay.microbatch} = {per_replica})", field="microbatch")
     m = work.global_batch // per_replica
+    if lay.pp > 1 and work.local_batch:
+        per_rank = work.global_batch // lay.dp
+        if per_rank % work.local_batch or work.local_batch % lay.microbatch:
+            raise ShardplanError(f"local batch ({work.local_batch}) must divide the sequences per dp rank, global "
+                                 f"batch/dp = {per_rank}, and be a multiple of microbatch ({lay.microbatch})",
+                                 field="local-batch")
+        m = work.local_batch // lay.microbatch  # microbatches per schedule
     if lay.interleave > 1 and m % lay.pp:
-        raise ShardplanError(f"interleave > 1 needs the microbatches per step, global batch/(dp·microbatch) = {m}, "
-                             f"to be a multiple of pp ({lay.pp}): Megatron-Core's interleaved schedule runs them in "
-                             f"groups of pp", field="interleave")
+        raise ShardplanError(f"interleave > 1 needs the microbatches per schedule, {m}, to be a multiple of pp "
+                             f"({lay.pp}): Megatron-Core's interleaved schedule runs them in groups of pp",
+                             field="interleave")
     if lay.ep > 1:
         if model.moe is None:
             raise ShardplanError(f"ep ({lay.ep}) needs a mixture-of-experts model; {model.name} is dense", field="ep")
@@ -238,7 +245,14 @@ def enumerate_layouts(model: ModelSpec, work: TrainWorkload, req: SpaceRequest) 
             if gb % dp:
                 pruned["batch not divisible by dp"] = pruned.get("batch not divisible by dp", 0) + 1
                 continue
-            mbs = keep(divisors(gb // dp), req.microbatch, "microbatch pinned")
+            # Gradient accumulation over whole schedules (torchtitan, AutoModel): each schedule runs local_batch
+            # sequences per dp rank, so gb/dp holds whole schedules and microbatches divide local_batch.
+            sched = work.local_batch if pp > 1 and work.local_batch else gb // dp
+            if (gb // dp) % sched:
+                pruned["batch per dp rank not a multiple of local_batch"] = (
+                    pruned.get("batch per dp rank not a multiple of local_batch", 0) + 1)
+                continue
+            mbs = keep(divisors(sched), req.microbatch, "microbatch pinned")
             if req.gpu_memory_bytes is not None and req.microbatch is None:
                 # Every layout holds at least the input of the layer it is running: mb·s/cp tokens × h in 16 bits,
                 # ÷ tp at best (sequence parallel). A microbatch whose input alone exceeds GPU memory cannot fit.
@@ -258,7 +272,7 @@ def enumerate_layouts(model: ModelSpec, work: TrainWorkload, req: SpaceRequest) 
             # microbatch_group_size_per_vp_stage), refusing fewer microbatches than pp or a last group under pp
             # (pipeline_parallel/schedules.py@d98e8a6): m = gb/(dp·mb) must be a multiple of pp.
             v_c, mb_c = np.array(vs, dtype=np.int64)[v_i], np.array(mbs, dtype=np.int64)[mb_i]
-            vm = ok & (v_c > 1) & (((gb // dp) // mb_c) % pp != 0)
+            vm = ok & (v_c > 1) & ((sched // mb_c) % pp != 0)  # per schedule
             if vm.any():
                 pruned["interleave with microbatches not a multiple of pp"] = (
                     pruned.get("interleave with microbatches not a multiple of pp", 0) + int(vm.sum()))

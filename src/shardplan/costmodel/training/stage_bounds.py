@@ -30,7 +30,7 @@ import numpy as np
 from shardplan.costmodel.training.ctx import Ctx
 from shardplan.costmodel.training.dp_sync import data_parallel, fsdp_under_pp, optimizer_time, tail_floor
 from shardplan.costmodel.training.evaluate import gpu_capacity
-from shardplan.costmodel.training.layout import LayoutArrays, TrainWorkload
+from shardplan.costmodel.training.layout import LayoutArrays, TrainWorkload, fill_drain_slots
 from shardplan.costmodel.training.stage_split import min_first_layers, rank_shape
 from shardplan.costmodel.training.stages import KindCost, kind_costs, take_kinds
 from shardplan.costmodel.training.step import _stage
@@ -142,7 +142,7 @@ def stage_lower_bounds(model: ModelSpec, system: SystemSpec, work: TrainWorkload
             ok = layers_within(mid) >= L * (1 - 1e-12)
             high = np.where(ok, mid, high)
             low = np.where(ok, low, mid)
-    factor = (rows.gb / (rows.dp * rows.mb)) + (rows.pp - 1) / rows.v
+    factor = (rows.gb / (rows.dp * rows.mb)) + fill_drain_slots(rows.gb, rows.dp, rows.pp, rows.v, work.local_batch)
     first = rank == 0
     tail = np.zeros(n_rows)
     tail[row[first]] = tail_floor(ctx_fix, a0)[first]
@@ -281,4 +281,4 @@ def average_lower_bounds(model: ModelSpec, system: SystemSpec, work: TrainWorklo
     everything, _ = work_of(zero, np.full(n, float(model.num_layers)))
     total = c_first + c_last + np.maximum(p - 2, 0) * c_mid + (everything - c_first)
     _, st0 = work_of(zero, np.maximum(v, min_first_layers(model)))
-    return (m + (p - 1) / v) * total / p + tail_floor(ctx, st0)
+    return (m + ctx.fill_slots) * total / p + tail_floor(ctx, st0)

@@ -26,7 +26,7 @@ from shardplan.costmodel.core.layouts import uniform_kinds
 from shardplan.costmodel.training.ctx import Ctx
 from shardplan.costmodel.training.dp_sync import data_parallel, optimizer_time
 from shardplan.costmodel.training.evaluate import gpu_capacity, host_capacity
-from shardplan.costmodel.training.layout import LayoutArrays, TrainLayout, TrainWorkload
+from shardplan.costmodel.training.layout import LayoutArrays, TrainLayout, TrainWorkload, fill_drain_slots
 from shardplan.costmodel.training.stages import KindCost, StageShape, kind_costs, take_kinds
 from shardplan.costmodel.training.step import StageCost, _stage
 from shardplan.errors import ShardplanError
@@ -127,10 +127,14 @@ def rank_costs(model: ModelSpec, system: SystemSpec, work: TrainWorkload, layout
                      st.total, st.cpu_bytes, st.stored_mb * st.inflight, st)
 
 
+def fill_slots(layout: TrainLayout, work: TrainWorkload) -> float:
+    """Fill and drain slots per step, ``n·(p−1)/v`` (``layout.fill_drain_slots``)."""
+    return float(fill_drain_slots(work.global_batch, layout.dp, layout.pp, layout.interleave, work.local_batch))
+
+
 def pipeline_factor(layout: TrainLayout, work: TrainWorkload) -> float:
-    """``m + (p−1)/v``: how many per-microbatch times of the slowest rank the pipeline takes."""
-    m = work.global_batch / (layout.dp * layout.microbatch)
-    return m + (layout.pp - 1) / layout.interleave
+    """``m + n·(p−1)/v``: how many per-microbatch times of the slowest rank the pipeline takes."""
+    return work.global_batch / (layout.dp * layout.microbatch) + fill_slots(layout, work)
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,7 +193,7 @@ def evaluate_split(model: ModelSpec, system: SystemSpec, work: TrainWorkload, la
                    kinds)
     worst = float(np.max(c.per_mb_s))
     pipeline = pipeline_factor(layout, work) * worst
-    bubble = (p - 1) / layout.interleave * worst
+    bubble = fill_slots(layout, work) * worst
     tail = float(c.tail_s[0])
     step = (pipeline + tail) * (1 + system.software.step_overhead_fraction) + system.calibration.step_overhead_s
     host = float(np.max(c.host_bytes)) * system.gpus_per_node

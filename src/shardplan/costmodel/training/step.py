@@ -4,10 +4,10 @@
 ``table.build_train_table`` with thousands, so a table row equals the evaluation of that layout.
 
 Step composition (per iteration):
-- pipeline: ``(m + (p−1)/v)·max_s(F_s + B_s)`` for m microbatches, p stages, v interleaved chunks
-  (Narayanan et al. 2021 §2.2: bubble fraction ``(p−1)/(v·m)``), where F/B are a stage's forward and
-  backward time per microbatch including recompute, exposed TP/CP/EP collectives, pipeline sends and
-  exposed offload transfers;
+- pipeline: ``(m + n·(p−1)/v)·max_s(F_s + B_s)`` for m microbatches, p stages, v interleaved chunks, n schedules
+  per step (``layout.pipeline_schedules``; Narayanan et al. 2021 §2.2: bubble fraction ``(p−1)/(v·m)``), where
+  F/B are a stage's forward and backward time per microbatch including recompute, exposed TP/CP/EP collectives,
+  pipeline sends and exposed offload transfers;
 - data-parallel gradient reduction (all-reduce, or reduce-scatter + all-gather with ZeRO), exposed
   unless overlapped with the last backward; ZeRO-3 parameter gathers per microbatch;
 - the optimizer step, memory-bound on the GPU or on the CPU for offloaded state.
@@ -269,8 +269,8 @@ def train_cost(model: ModelSpec, system: SystemSpec, work: TrainWorkload, rows: 
     per_mb = np.max(np.stack([np.where(s.shape.exists, s.per_microbatch_s, 0.0) for s in stages]), axis=0)
     cal = system.calibration
     per_mb = per_mb + cal.microbatch_overhead_s  # calibrated: per microbatch per stage slot
-    p, v = rows.pp.astype(float), rows.v.astype(float)
-    bubble = (p - 1) / v * per_mb
+    slots = m + ctx.fill_slots  # m microbatch slots plus (p−1)/v of fill and drain per schedule
+    bubble = ctx.fill_slots * per_mb
     pipeline = m * per_mb + bubble
     dp_exposed, z3 = data_parallel(ctx, first := stages[0], m)
     opt = optimizer_time(ctx, first)
@@ -287,12 +287,12 @@ def train_cost(model: ModelSpec, system: SystemSpec, work: TrainWorkload, rows: 
     def comm_exposed(attr: str) -> np.ndarray:
         per_stage = np.stack([layer_sum(k, stage_counts(s.shape), lambda c: getattr(c.fwd, attr) + getattr(c.bwd, attr))
                               + np.zeros_like(m) for s in stages])
-        return (m + (p - 1) / v) * np.take_along_axis(per_stage, slowest[None, :], axis=0)[0]
+        return slots * np.take_along_axis(per_stage, slowest[None, :], axis=0)[0]
     return TrainCost(
         ctx=ctx, kinds=k, stages=stages, num_microbatches=m, pipeline_s=pipeline, bubble_s=bubble,
         dp_exposed_s=dp_exposed, zero3_exposed_s=z3, optimizer_s=opt, step_time_s=step,
         model_flops=model_flops, hardware_flops=hw_flops, executed_flops=exec_flops, peak_memory=peak,
         host_bytes_per_node=host_gpu * system.gpus_per_node,
         tp_exposed_s=comm_exposed("comm_tp"), cp_exposed_s=comm_exposed("comm_cp"),
-        ep_exposed_s=comm_exposed("comm_ep"), pp_exposed_s=(m + (p - 1) / v) * first.p2p_s,
+        ep_exposed_s=comm_exposed("comm_ep"), pp_exposed_s=slots * first.p2p_s,
     )

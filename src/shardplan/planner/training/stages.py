@@ -26,7 +26,7 @@ from ortools.sat.python import cp_model
 
 from shardplan.costmodel.training.evaluate import gpu_capacity, host_capacity
 from shardplan.costmodel.training.knobs import RECOMPUTE_CODE, Recompute
-from shardplan.costmodel.training.layout import TrainLayout, TrainWorkload
+from shardplan.costmodel.training.layout import TrainLayout, TrainWorkload, pipeline_schedules
 from shardplan.costmodel.training.stage_split import (
     RankCosts,
     layout_kinds,
@@ -187,22 +187,29 @@ class StageChoice:
     options: int
 
 
+def _schedules(space: StageSpace) -> int:
+    """Pipeline schedules per step (``layout.pipeline_schedules``: a whole number on a valid layout)."""
+    lay, w = space.layout, space.work
+    return round(float(pipeline_schedules(w.global_batch, lay.dp, lay.pp, w.local_batch)))
+
+
 def scale(space: StageSpace, per_mb_s: np.ndarray, tail_s: np.ndarray) -> tuple[float, np.ndarray, np.ndarray]:
     """The time unit and integer times (rounded up) of a per-stage model."""
     lay = space.layout
     m = space.work.global_batch // (lay.dp * lay.microbatch)
-    upper = (m * lay.interleave + lay.pp) * float(per_mb_s.max(initial=0)) + lay.interleave * float(
-        tail_s.max(initial=0))
+    upper = (m * lay.interleave + _schedules(space) * lay.pp) * float(per_mb_s.max(initial=0)) \
+        + lay.interleave * float(tail_s.max(initial=0))
     tie = space.model.num_layers + 100 * lay.pp + 1
     unit = fine_time_unit(upper * tie * 2)
     return unit, to_int_time(per_mb_s, unit), to_int_time(tail_s, unit)
 
 
 def coefficients(space: StageSpace) -> tuple[int, int]:
-    """Integer weights of the slowest rank's time and rank 0's tail: ``m·v + p − 1`` and ``v``."""
+    """Integer weights of the slowest rank's time and rank 0's tail: ``m·v + n·(p − 1)`` (n schedules per step)
+    and ``v``."""
     lay = space.layout
     m = space.work.global_batch // (lay.dp * lay.microbatch)
-    return m * lay.interleave + lay.pp - 1, lay.interleave
+    return m * lay.interleave + _schedules(space) * (lay.pp - 1), lay.interleave
 
 
 def solve_stages(space: StageSpace, *, time_limit_s: float = 10.0, seed: int = 0,
