@@ -9,7 +9,8 @@ outside the EP group, so the EP ranks of one node do not pool their NICs for it.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
@@ -38,7 +39,23 @@ def fsdp_under_pp(r: LayoutArrays) -> np.ndarray:
     return (r.zero >= 3) & (r.pp > 1)
 
 
-def dp_collective(ctx: Ctx, fn: Collective, st: StageCost, bytes_per_param: float, stride: np.ndarray, *,
+class HeldParams(Protocol):
+    """A stage's parameters held per GPU (before ZeRO sharding), and of them the experts'."""
+
+    @property
+    def params(self) -> np.ndarray: ...
+
+    @property
+    def expert_params(self) -> np.ndarray: ...
+
+
+@dataclass(frozen=True, slots=True)
+class _Held:
+    params: np.ndarray
+    expert_params: np.ndarray
+
+
+def dp_collective(ctx: Ctx, fn: Collective, st: HeldParams, bytes_per_param: float, stride: np.ndarray, *,
                   across_nodes: bool = False) -> np.ndarray:
     """One data-parallel collective over the stage's parameters: the dense ones across the dp·cp ranks with
     rank stride ``stride``, the experts' across the edp = tp·cp·dp/(etp·ep) expert-data-parallel ranks, whose
@@ -54,7 +71,7 @@ def dp_collective(ctx: Ctx, fn: Collective, st: StageCost, bytes_per_param: floa
     return t + np.where(st.expert_params > 0, t_e, 0.0)
 
 
-def fsdp_collectives(ctx: Ctx, st: StageCost) -> tuple[np.ndarray, np.ndarray, float]:
+def fsdp_collectives(ctx: Ctx, st: HeldParams) -> tuple[np.ndarray, np.ndarray, float]:
     """ZeRO-3's collectives over the data-parallel ranks (rail-aligned or across nodes as the software places
     them) for the stage's parameters held: the all-gather of the bf16 weights, the reduce-scatter of the
     gradients in the reduce dtype, and the share of an overlappable gather that prefetching hides (0 without
@@ -85,6 +102,46 @@ def tail_floor(ctx: Ctx, st: StageCost) -> np.ndarray:
     return optimizer_time(ctx, st) + np.where(fsdp_under_pp(ctx.rows), ctx.schedules * (rs + (1 - f) * ag), 0.0)
 
 
+def _collective_times(ctx: Ctx, st: StageCost, overlap: bool) -> tuple[dict[str, np.ndarray], float]:
+    """Every collective ``data_parallel`` prices, per row: evaluated once per distinct (parameters held, degrees,
+    model chunks), the only inputs they read, and spread back to the rows that share them (a table's rows differ
+    mostly in microbatch, recompute, ZeRO stage and offload). Element for element the same arithmetic as on every
+    row."""
+    r, w, s = ctx.rows, ctx.work, ctx.system
+    shape = np.shape(r.tp)
+    cols = [np.broadcast_to(np.asarray(x, dtype=float), shape) for x in
+            (st.params, st.expert_params, r.dp, r.cp, r.tp, r.etp, r.ep, r.v)]
+    key = np.ascontiguousarray(np.stack(cols, axis=1)).view(np.dtype((np.void, 8 * len(cols)))).ravel()
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    sub = Ctx(ctx.model, s, w, r.take(first))
+    held = _Held(cols[0][first], cols[1][first])
+    u = sub.rows
+    n = (u.dp * u.cp).astype(float)
+    stride = u.tp
+    g_bytes = DTYPE_BYTES[w.grad_reduce_dtype or w.grad_dtype]
+    z3_g_bytes = DTYPE_BYTES[w.grad_reduce_dtype or ("bf16" if w.dtype in ("fp8", "fp4") else w.dtype)]
+    p_bytes = DTYPE_BYTES["bf16"]
+    bucket = np.minimum(np.maximum(BUCKET_MIN_PARAMS, BUCKET_PARAMS_PER_DP_RANK * n), held.params) if overlap \
+        else held.params
+    chunk_bucket = np.minimum(bucket, held.params / u.v)  # one DDP module (own buckets) per model chunk
+    z_ag, pp_rs, f = fsdp_collectives(sub, held)
+    z_stride = stride if s.software.zero3_rail_parallel else np.full_like(stride, s.gpus_per_node)
+    out = {
+        "ar": dp_collective(sub, comm.all_reduce_time, held, g_bytes, stride),
+        "rs": dp_collective(sub, comm.reduce_scatter_time, held, g_bytes, stride),
+        "ag": dp_collective(sub, comm.all_gather_time, held, p_bytes, stride),
+        "ar_last": comm.all_reduce_time(s, chunk_bucket * g_bytes, n, stride),
+        "rs_last": comm.reduce_scatter_time(s, chunk_bucket * g_bytes, n, stride),
+        "ag_first": comm.all_gather_time(s, chunk_bucket * p_bytes, n, stride),  # chunk 0's first bucket
+        "z_ag": z_ag, "pp_rs": pp_rs,
+        "z_rs": dp_collective(sub, comm.reduce_scatter_time, held, z3_g_bytes, z_stride,
+                              across_nodes=not s.software.zero3_rail_parallel),
+        "bucket": bucket, "chunk_bucket": chunk_bucket,
+    }
+    return {k: np.broadcast_to(np.asarray(v, dtype=float), first.shape)[inverse].reshape(shape)
+            for k, v in out.items()}, f
+
+
 def data_parallel(ctx: Ctx, st: StageCost, m: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Exposed gradient-sync time per step, and exposed ZeRO-3 gather time per step.
 
@@ -99,21 +156,10 @@ def data_parallel(ctx: Ctx, st: StageCost, m: np.ndarray) -> tuple[np.ndarray, n
     Without overlap the whole collective is exposed.
     """
     r, w, s = ctx.rows, ctx.work, ctx.system
-    n = (r.dp * r.cp).astype(float)
-    stride = r.tp
-    g_bytes = DTYPE_BYTES[w.grad_reduce_dtype or w.grad_dtype]
-    z3_g_bytes = DTYPE_BYTES[w.grad_reduce_dtype or ("bf16" if w.dtype in ("fp8", "fp4") else w.dtype)]
-    p_bytes = DTYPE_BYTES["bf16"]
     overlap = s.software.overlap_grad_reduce if w.overlap_grad_reduce is None else w.overlap_grad_reduce
-    bucket = np.minimum(np.maximum(BUCKET_MIN_PARAMS, BUCKET_PARAMS_PER_DP_RANK * n), st.params) if overlap \
-        else st.params
-    ar = dp_collective(ctx, comm.all_reduce_time, st, g_bytes, stride)
-    rs = dp_collective(ctx, comm.reduce_scatter_time, st, g_bytes, stride)
-    ag = dp_collective(ctx, comm.all_gather_time, st, p_bytes, stride)
-    chunk_bucket = np.minimum(bucket, st.params / r.v)  # one DDP module (own buckets) per model chunk
-    ar_last = comm.all_reduce_time(s, chunk_bucket * g_bytes, n, stride)
-    rs_last = comm.reduce_scatter_time(s, chunk_bucket * g_bytes, n, stride)
-    ag_first = comm.all_gather_time(s, chunk_bucket * p_bytes, n, stride)  # chunk 0's first bucket
+    c, f = _collective_times(ctx, st, overlap)
+    ar, rs, ag, ar_last, rs_last, ag_first = (c[k] for k in ("ar", "rs", "ag", "ar_last", "rs_last", "ag_first"))
+    bucket, chunk_bucket = c["bucket"], c["chunk_bucket"]
     last_bwd = st.bwd_s if overlap else 0.0
     gather_overlap = overlap and s.software.overlap_param_gather
 
@@ -144,10 +190,7 @@ def data_parallel(ctx: Ctx, st: StageCost, m: np.ndarray) -> tuple[np.ndarray, n
     # can hide only behind the forward and the backward's gathers and reduce-scatters only behind the
     # backward; of that overlappable part the measured share ``zero3_overlap_fraction`` hides (Primus measured
     # 93% for FSDP; the presets keep 0.8). Without prefetching all of it is exposed.
-    z_ag, pp_rs, f = fsdp_collectives(ctx, st)
-    z_stride = stride if s.software.zero3_rail_parallel else np.full_like(stride, s.gpus_per_node)
-    z_rs = dp_collective(ctx, comm.reduce_scatter_time, st, z3_g_bytes, z_stride,
-                         across_nodes=not s.software.zero3_rail_parallel)
+    z_ag, pp_rs, z_rs = c["z_ag"], c["pp_rs"], c["z_rs"]
     bwd_comm = z_ag * (1 + (r.rc == 2)) + z_rs
     per_mb = comm.with_overlap_cost(s, z_ag, z_ag - f * np.minimum(z_ag, st.fwd_s)) \
         + comm.with_overlap_cost(s, bwd_comm, bwd_comm - f * np.minimum(bwd_comm, st.bwd_s))

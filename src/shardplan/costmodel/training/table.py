@@ -111,6 +111,17 @@ def _module_sets(cost: TrainCost, cap: float) -> np.ndarray:
             or at(kc.modules[m].time).any()) for kc in cost.kinds.values())] if len(need) else []
     if not mods:
         return sel
+    # Rows that no module set can fit are left as they are: a stage's memory is at least its total less every
+    # module's freed bytes per microbatch in flight (core_attn's included: it is in the default), transients aside.
+    hopeless = np.zeros(len(need), dtype=bool)
+    for st in cost.stages:
+        counts = stage_counts(st.shape)
+        most = sum((at(c) * np.maximum(at(cost.kinds[k].modules[m].freed), 0.0) for m in mods for k, c in counts.items()
+                    if k in cost.kinds and m in cost.kinds[k].modules and m != "core_attn"), start=np.zeros(len(need)))
+        hopeless |= (at(st.shape.exists) > 0) & (at(st.total) - most * at(st.inflight * (1 - r.f_act)) > cap)
+    need = need[~hopeless]
+    if not len(need):
+        return sel
     masks = np.arange(1 << len(mods))
     bits = (masks[:, None] >> np.arange(len(mods))) & 1  # (subsets, modules)
     nested = [(mods.index(a), mods.index(b)) for a, inner in NESTED.items() for b in inner if a in mods and b in mods]
@@ -137,7 +148,9 @@ def _module_sets(cost: TrainCost, cap: float) -> np.ndarray:
         freed = on @ np.stack([t[0] for t in terms])
         time = on @ np.stack([t[1] for t in terms])
         live = np.where(np.arange(len(mods)) == core, 0, bits)
-        transient = np.max(live[:, :, None] * np.stack([t[2] for t in terms])[None], axis=1)
+        transient = np.zeros((len(masks), len(need)))  # the largest recomputed module's bytes, per subset
+        for i, t in enumerate(terms):
+            transient = np.maximum(transient, live[:, i:i + 1] * t[2][None, :])
         h = at(st.shape.has_head) * head
         mem = at(st.total) - freed * at(st.inflight * (1 - r.f_act)) + np.maximum(transient, h) - h
         exists = at(st.shape.exists) > 0
