@@ -253,3 +253,24 @@ def estimate_training(model: ModelSpec, system: SystemSpec, num_gpus: int, work:
         suggestions = ["raise --tp or --pp, or use more GPUs (`shardplan train` finds the smallest layout that fits)"]
     return report.model_copy(update={"status": "infeasible", "reason": infeasibility(report),
                                      "suggestions": suggestions})
+
+
+def estimate_rows(model: ModelSpec, system: SystemSpec, num_gpus: int, work: TrainWorkload,
+                  layouts: list[TrainLayout], batches: list[int]) -> list[TrainReport]:
+    """``estimate_training`` of several layouts (each with its global batch), those that fit costed in one batch of
+    rows: the same arithmetic row by row, so the same reports; a layout that does not fit goes through
+    ``estimate_training`` alone for its fixes."""
+    for lay, gb in zip(layouts, batches, strict=True):
+        check_gpus(system, num_gpus)
+        check_dtype(work, system.gpu)
+        validate_layout(model, num_gpus, work.model_copy(update={"global_batch": gb}), lay)
+    if system.software.ep_comm_overlap and any("moe" in (lay.recompute_modules or ()) for lay in layouts):
+        return [estimate_training(model, system, num_gpus, work.model_copy(update={"global_batch": gb}), lay)
+                for lay, gb in zip(layouts, batches, strict=True)]
+    rows = LayoutArrays.from_layouts([normalize(lay) for lay in layouts], work.global_batch)
+    rows = rows.replace(gb=np.asarray(batches, dtype=np.int64))
+    cost = train_cost(model, system, work, rows)
+    ok = fits(cost, system, work)
+    return [report_row(cost, i, model=model, system=system, num_gpus=num_gpus) if ok[i]
+            else estimate_training(model, system, num_gpus, work.model_copy(update={"global_batch": gb}), lay)
+            for i, (lay, gb) in enumerate(zip(layouts, batches, strict=True))]

@@ -85,12 +85,14 @@ def _objective(table: TrainTable, idx: np.ndarray | int, per_sequence: bool) -> 
 
 
 def comparisons(table: TrainTable, chosen: int, eligible: np.ndarray, report: Callable[[int], TrainReport],
-                limit: int = 8, per_sequence: bool = False, plan: TrainReport | None = None) -> list[Comparison]:
+                limit: int = 8, per_sequence: bool = False, plan: TrainReport | None = None,
+                prefetch: Callable[[list[int]], None] | None = None) -> list[Comparison]:
     """The best layout of each other (TP, PP) pair among the rows the solver chose from (``eligible``), named in
     full and re-evaluated by ``report`` (``estimate_training`` of that layout): its step time, or why it does not
     fit. A pair that fits only with CPU offload (which the solver sets aside by default) says so. ``delta_pct``
     compares time per sequence (step time when the batch is fixed) with ``plan``, the plan as printed (its
-    per-stage split included); without it, with row ``chosen``."""
+    per-stage split included); without it, with row ``chosen``. ``prefetch``: evaluates the rows named before
+    ``report`` is asked for them one at a time (the same reports, in one batch)."""
     r = table.rows
     radix = int(r.pp.max(initial=0)) + 1
     pairs = [(int(c) // radix, int(c) % radix) for c in np.unique(r.tp.astype(np.int64) * radix + r.pp)]
@@ -101,7 +103,7 @@ def comparisons(table: TrainTable, chosen: int, eligible: np.ndarray, report: Ca
                       / (best.metrics.step_time_s / best.plan.global_batch) - 1)
 
     fitting: list[tuple[float, int]] = []
-    other: list[Comparison] = []
+    other: list[int | Comparison] = []  # in pair order: a row that fits only with offload, or why none fits
     for tp, pp in pairs:
         if (tp, pp) == (int(r.tp[chosen]), int(r.pp[chosen])):
             continue
@@ -110,12 +112,7 @@ def comparisons(table: TrainTable, chosen: int, eligible: np.ndarray, report: Ca
             i = _best(table, mask & eligible, per_sequence)
             fitting.append((float(_objective(table, i, per_sequence)), i))
         elif (mask & table.fits).any():
-            i = _best(table, mask & table.fits, per_sequence)
-            rep = report(i)
-            other.append(Comparison(layout=describe_plan(rep.plan), plan=rep.plan, fits=False,
-                                    step_time_s=rep.metrics.step_time_s, delta_pct=delta(rep),
-                                    note="fits only with CPU offload, which is used only when nothing fits without "
-                                         "it (--offload on to let it compete)"))
+            other.append(_best(table, mask & table.fits, per_sequence))
         else:
             i = int(np.flatnonzero(mask)[np.argmin(table.cost.peak_memory[mask])])
             need = float(table.cost.peak_memory[i])
@@ -123,15 +120,25 @@ def comparisons(table: TrainTable, chosen: int, eligible: np.ndarray, report: Ca
                     f"{_binding(table, i)}" if need > table.capacity
                     else "does not fit: offloaded tensors exceed host memory")
             other.append(Comparison(layout=describe_row(table, i), fits=False, note=note))
+    shown = [i for _, i in sorted(fitting)[:limit]]
+    if prefetch is not None:
+        prefetch([*shown, *(i for i in other if isinstance(i, int))])
+
+    def offloaded(i: int) -> Comparison:
+        rep = report(i)
+        return Comparison(layout=describe_plan(rep.plan), plan=rep.plan, fits=False,
+                          step_time_s=rep.metrics.step_time_s, delta_pct=delta(rep),
+                          note="fits only with CPU offload, which is used only when nothing fits without it "
+                               "(--offload on to let it compete)")
     out: list[Comparison] = []
-    for _, i in sorted(fitting)[:limit]:
+    for i in shown:
         rep = report(i)
         note = f"best of TP={rep.plan.tp} PP={rep.plan.pp}"
         if rep.plan.global_batch != best.plan.global_batch:
             note += f", batch {rep.plan.global_batch} (vs plan: time per sequence)"
         out.append(Comparison(layout=describe_plan(rep.plan), plan=rep.plan, fits=True,
                               step_time_s=rep.metrics.step_time_s, delta_pct=delta(rep), note=note))
-    return (out + other)[:limit]
+    return (out + [offloaded(c) if isinstance(c, int) else c for c in other])[:limit]
 
 
 def _executed_note(m: Any) -> str:
