@@ -54,8 +54,16 @@ def render(spec: str) -> str:
 
 
 def masked(text: str) -> str:
-    """The text with the solver line cut to its status (its timings, and where the terminal wraps them, vary)."""
-    return "\n".join(_CLOCK.sub("<t>", ln.split(";")[0]) if "CP-SAT" in ln else ln for ln in text.splitlines())
+    """The text with the solver line cut to its status (its timings vary) and its wrapped tail dropped (a timing's
+    width moves where the terminal wraps the rest of that line)."""
+    out: list[str] = []
+    tail = False
+    for ln in text.splitlines():
+        if tail and ln[:1].islower():
+            continue
+        tail = "CP-SAT" in ln
+        out.append(_CLOCK.sub("<t>", ln.split(";")[0]) if tail else ln)
+    return "\n".join(out)
 
 
 def blocks(text: str) -> list[tuple[str, str]]:

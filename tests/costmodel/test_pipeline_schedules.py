@@ -98,6 +98,9 @@ def test_cli_estimate_and_bad_input(run_cli) -> None:
     assert bad.code == 2 and "local-batch" in bad.err and "Traceback" not in bad.err
     mega = run_cli(*PLAN, "--framework", "megatron", "--local-batch", "4")
     assert mega.code == 2 and "one pipeline schedule" in mega.err
+    for fmt in ("megatron", "deepspeed"):  # launchers that run a step as one schedule cannot take it
+        exp = run_cli(*EST, "--local-batch", "4", "--export", fmt)
+        assert exp.code == 2 and f"{fmt} runs every microbatch" in exp.err
 
 
 def test_planner_and_torchtitan_export_carry_the_schedule(run_cli) -> None:

@@ -287,7 +287,8 @@ def estimate_train(
                                          zero=layout.zero_stage, recompute=layout.recompute)
     work = _workload(seq_len, global_batch, dtype, grad_dtype, attention, optimizer,
                      parse_headroom(memory_headroom, system.gpu.memory_bytes), grad_reduce_dtype, local_batch,
-                     None if framework is None else str(framework))
+                     str(export) if export in ("megatron", "deepspeed") else None if framework is None
+                     else str(framework))
     if stage_layers is None:
         if stage_recompute_layers is not None:
             raise ShardplanError("needs --stage-layers", field="stage-recompute-layers")
