@@ -5,7 +5,7 @@ import json
 import numpy as np
 import pytest
 
-from shardplan.costmodel.training.frameworks import FRAMEWORKS
+from shardplan.costmodel.training.frameworks import FRAMEWORKS, caps_for
 from shardplan.costmodel.training.layout import RECOMPUTE_CODE, Recompute, TrainWorkload
 from shardplan.costmodel.training.space import SpaceRequest, enumerate_layouts
 from shardplan.errors import ShardplanError
@@ -85,8 +85,8 @@ def test_cli_framework_conflicts_are_one_line_exit_2(run_cli) -> None:
 
 
 def test_validation_plans_inside_each_records_framework() -> None:
-    """llm-foundry records plan as PyTorch FSDP, torchtitan and AutoModel as torchtitan, NVIDIA stacks as Megatron;
-    the Llama 3 paper's own stack keeps every knob."""
+    """llm-foundry records plan as PyTorch FSDP, torchtitan as torchtitan, AutoModel as AutoModel, NVIDIA stacks as
+    Megatron; the Llama 3 paper's own stack keeps every knob."""
     by_id = {r["id"]: r for r in load_records_tuned()}
     assert stack_framework(by_id["llmfoundry-mpt-70b-512gpu-seq2048-h100-bf16"]) == "fsdp"
     assert stack_framework(by_id["dgxc-v25.01-llama-31-70b-256gpu-h100-bf16"]) == "megatron-zero1"  # NeMo 24.09
@@ -97,7 +97,51 @@ def test_validation_plans_inside_each_records_framework() -> None:
     assert stack_framework(by_id["nemo-25.02-gpt3-175b-512gpu-h100-fp8"]) == "megatron"
     assert FRAMEWORKS["megatron-zero1"].zero_stages == (0, 1)
     assert stack_framework(by_id["llama3-paper-405b-8192gpu-bf16"]) is None
-    titan = [r for i, r in by_id.items() if i.startswith(("torchtitan", "automodel"))]
+    titan = [r for i, r in by_id.items() if i.startswith("torchtitan")]
     assert titan and all(stack_framework(r) == "torchtitan" for r in titan)
+    auto = [r for i, r in by_id.items() if i.startswith("automodel")]
+    assert len(auto) >= 8 and all(stack_framework(r) == "automodel" for r in auto)
     run = parse_run(by_id["llmfoundry-mpt-7b-8gpu-seq2048-h100-bf16"])
     assert not isinstance(run, str) and run.framework == "fsdp"
+
+
+QWEN = get_model("qwen3-30b-a3b")
+
+
+def test_automodel_moe_runs_neither_tp_nor_cp_and_recomputes_whole_blocks() -> None:
+    """NeMo AutoModel@79d0ccf: its MoE parallelizer asserts TP 1 and CP 1, and its activation checkpointing wraps
+    whole blocks or nothing; the dense parallelizer keeps TP and CP."""
+    moe = caps_for("automodel", QWEN)
+    assert moe.name == "automodel-moe" and not moe.tp and not moe.cp and moe.zero_stages == (3,)
+    assert moe.recompute == (Recompute.NONE, Recompute.FULL)
+    dense = caps_for("automodel", LLAMA)
+    assert dense.tp and dense.cp and dense.recompute == (Recompute.NONE, Recompute.FULL)
+    r = enumerate_layouts(QWEN, WORK, SpaceRequest(num_gpus=64, framework=moe, max_cp=8, min_cp_chunk=2048)).rows
+    assert len(r) and (r.tp == 1).all() and (r.cp == 1).all() and (r.ep > 1).any() and set(np.unique(r.zero)) == {3}
+    plan = plan_training(TrainRequest(model=QWEN, system=get_system("dgx-h100"), num_gpus=16, workload=WORK,
+                                      framework="automodel"), explain=False).plan
+    assert plan is not None and (plan.tp, plan.cp, plan.zero_stage) == (1, 1, 3) and plan.recompute != "selective"
+
+
+def test_torchtitan_selective_is_its_op_policy_and_absent_on_moe() -> None:
+    """torchtitan's selective checkpointing is op-level (``torchtitan_op``), never Megatron's module sets; the model
+    prices that policy on attention + dense-MLP layers only, so an MoE plan under torchtitan recomputes all or
+    nothing."""
+    assert Recompute.SELECTIVE not in caps_for("torchtitan", QWEN).recompute
+    assert caps_for("torchtitan", LLAMA).selective_policy == "torchtitan_op"
+    req = TrainRequest(model=LLAMA, system=get_system("dgx-h100"), num_gpus=64, workload=WORK,
+                       framework="torchtitan", recompute=Recompute.SELECTIVE)
+    plan = plan_training(req, explain=False).plan
+    assert plan is not None and plan.recompute_modules == ["torchtitan_op"]
+    free = plan_training(TrainRequest(model=QWEN, system=get_system("dgx-h100"), num_gpus=16, workload=WORK,
+                                      framework="torchtitan"), explain=False).plan
+    assert free is not None and free.recompute != "selective"
+    with pytest.raises(ShardplanError, match="torchtitan cannot run recompute selective"):
+        plan_training(TrainRequest(model=QWEN, system=get_system("dgx-h100"), num_gpus=16, workload=WORK,
+                                   framework="torchtitan", recompute=Recompute.SELECTIVE), explain=False)
+
+
+def test_cli_automodel_refuses_tp_on_an_moe_model(run_cli) -> None:
+    r = run_cli("train", "-m", "qwen3-30b-a3b", "--hardware", "dgx-h100", "--gpus", "16", "-b", "64", "-s", "4096",
+                "--framework", "automodel", "--tp", "2")
+    assert r.code == 2 and r.err.count("\n") == 1 and "automodel-moe cannot run tp 2" in r.err

@@ -33,13 +33,16 @@ class Framework(StrEnum):
 
     MEGATRON = "megatron"
     TORCHTITAN = "torchtitan"
+    AUTOMODEL = "automodel"
     FSDP = "fsdp"
 
 
 FrameworkOpt = Annotated[Framework | None, typer.Option(
     "--framework", help="Plan only layouts this framework can run: megatron (Megatron-LM/NeMo: every knob; ZeRO-3 "
-    "without PP), torchtitan (FSDP2 or DDP, TP, PP, CP, EP; no ZeRO-1/2), fsdp (PyTorch FSDP as llm-foundry or HF "
-    "Accelerate run it: data parallel only, ZeRO 0/2/3, full recompute or none). Default: every knob.")]
+    "without PP), torchtitan (FSDP2 or DDP, TP, PP, CP, EP; no ZeRO-1/2; selective recompute is its op-level "
+    "policy), automodel (NeMo AutoModel: FSDP2, PP, EP, and TP/CP for dense models only; full recompute or none), "
+    "fsdp (PyTorch FSDP as llm-foundry or HF Accelerate run it: data parallel only, ZeRO 0/2/3, full recompute or "
+    "none). Default: every knob.")]
 
 
 class PlotKind(StrEnum):
@@ -281,9 +284,9 @@ def estimate_train(
         recompute_modules=_modules(recompute_modules),
     )
     if framework is not None:  # the same check as train's pins: a layout the framework cannot run is bad input
-        from shardplan.costmodel.training.frameworks import FRAMEWORKS
+        from shardplan.costmodel.training.frameworks import caps_for
 
-        FRAMEWORKS[str(framework)].check(tp=tp, pp=pp, interleave=layout.interleave, cp=cp, ep=layout.ep,
+        caps_for(str(framework), spec).check(tp=tp, pp=pp, interleave=layout.interleave, cp=cp, ep=layout.ep,
                                          zero=layout.zero_stage, recompute=layout.recompute)
     work = _workload(seq_len, global_batch, dtype, grad_dtype, attention, optimizer,
                      parse_headroom(memory_headroom, system.gpu.memory_bytes), grad_reduce_dtype, local_batch,

@@ -91,14 +91,17 @@ def stack_recompute(r: dict[str, Any], rc_text: str) -> Recompute:
 
 def stack_framework(record: dict[str, Any]) -> str | None:
     """The framework a record's software runs (``frameworks.FRAMEWORKS``), so the free plan stays inside it:
-    llm-foundry is PyTorch FSDP (``fsdp``); torchtitan and NeMo AutoModel (FSDP2, DTensor TP, torch PP) are
-    ``torchtitan``; NeMo, Megatron-Bridge, Megatron-LM and the NVIDIA stacks on them are ``megatron``, or
+    llm-foundry is PyTorch FSDP (``fsdp``); torchtitan is ``torchtitan``; NeMo AutoModel (FSDP2, DTensor TP, torch
+    PP; its MoE parallelizer without TP or CP: ``frameworks.caps_for``) is ``automodel``; NeMo, Megatron-Bridge,
+    Megatron-LM and the NVIDIA stacks on them are ``megatron``, or
     ``megatron-zero1`` for versions from before Megatron-Core ran FSDP (NeMo containers up to 24.09, Megatron-Core
     r0.8, MLPerf v3.x); Meta's Llama 3 stack and MaxText are not in the table (every knob)."""
     text = source_text(record)
     if any(s in text for s in ("llm-foundry", "llmfoundry", "mosaicml")):
         return "fsdp"
-    if any(s in text for s in ("torchtitan", "automodel")):
+    if "automodel" in text:
+        return "automodel"
+    if "torchtitan" in text:
         return "torchtitan"
     if any(s in text for s in ("herd of models", "2407.21783", "maxtext")):
         return None
@@ -111,14 +114,14 @@ def stack_framework(record: dict[str, Any]) -> str | None:
 def stack_schedule(record: dict[str, Any]) -> tuple[int, int | None]:
     """A record's ZeRO stage when it does not state one, and its ``TrainWorkload.local_batch``.
 
-    FSDP is ZeRO-3. Under PP the torch-pipelining stacks (torchtitan, NeMo AutoModel: ``stack_framework``
-    'torchtitan') keep it (the weights stay gathered through a schedule: ``dp_sync.fsdp_under_pp``) and repeat whole
+    FSDP is ZeRO-3. Under PP the torch-pipelining stacks (torchtitan, NeMo AutoModel) keep it (the weights stay
+    gathered through a schedule: ``dp_sync.fsdp_under_pp``) and repeat whole
     schedules of ``local_batch_size`` sequences per DP rank for gradient accumulation (AutoModel@79d0ccf
     recipes/llm/benchmark.py: one ``schedule.step`` per GA step). Llama 3's FSDP keeps the weights after the forward
     (paper §3.3.1: ZeRO-2 like) and the other stacks run no FSDP under PP: ZeRO-1 there."""
     p = record["parallel"]
     pp = p.get("pp") or 1
-    torch_pp = stack_framework(record) == "torchtitan" and pp > 1
+    torch_pp = stack_framework(record) in ("torchtitan", "automodel") and pp > 1
     zero = 3 if p.get("fsdp") and not record["id"].startswith("llama3-paper") and (pp == 1 or torch_pp) else 1
     local = p.get("local_batch_size")
     return zero, int(local) if torch_pp and local else None

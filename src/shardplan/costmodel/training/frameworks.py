@@ -11,6 +11,13 @@ Sources, one line each (read at the commits the exporters cite):
 - torchtitan: FSDP2 (ZeRO-3, also under PP: ``fsdp_reshard_after_forward``), DDP (ZeRO-0), TP, PP with
   Interleaved1F1B, CP, EP; activation checkpointing none / selective (per op) / full; no ZeRO-1 or ZeRO-2
   (torchtitan/distributed/parallel_dims.py, config/job_config.py).
+  Its selective activation checkpointing is op-level (``selective_ac_option = "op"``: ``knobs.RECOMPUTE_POLICIES``
+  ``torchtitan_op``), not Megatron's module sets; the cost model prices that policy on attention + dense-MLP layers,
+  so on other models a torchtitan plan recomputes everything or nothing.
+- automodel: NeMo AutoModel (FSDP2 always, DTensor TP, CP, torch PP with interleaving; ``activation_checkpointing``
+  a whole-block ``checkpoint_wrapper``, on or off: components/distributed/parallelizer.py at
+  NVIDIA-NeMo/Automodel@79d0ccf). Its MoE parallelizer (components/moe/parallelizer.py ``parallelize_model``) asserts
+  TP 1 and CP 1: ``automodel-moe``, which ``caps_for`` picks for an MoE model.
 - fsdp: PyTorch FSDP1 as llm-foundry (Composer) and HF Accelerate drive it — data parallelism only, sharding
   NO_SHARD (ZeRO-0), SHARD_GRAD_OP (ZeRO-2) or FULL_SHARD (ZeRO-3), activation checkpointing of whole blocks, all
   or some, or none (llm-foundry scripts/train/benchmarking/submit_benchmarks.py: fsdp_config sharding_strategy,
@@ -19,10 +26,15 @@ Sources, one line each (read at the commits the exporters cite):
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
+from shardplan.costmodel.core.layouts import layer_kind_names
 from shardplan.costmodel.training.layout import Recompute
 from shardplan.errors import ShardplanError
+
+if TYPE_CHECKING:
+    from shardplan.models.spec import ModelSpec
 
 
 @dataclass(frozen=True)
@@ -38,6 +50,7 @@ class FrameworkCaps:
     cp: bool = True
     ep: bool = True
     zero3_with_pp: bool = True
+    selective_policy: str | None = None  # its selective recompute (``knobs.RECOMPUTE_POLICIES``); None: Megatron's
 
     def refuses(self, knob: str, value: object) -> bool:
         """Whether a pinned ``value`` of ``knob`` (a layout flag's name) is outside this framework."""
@@ -61,7 +74,27 @@ class FrameworkCaps:
 FRAMEWORKS: dict[str, FrameworkCaps] = {
     "megatron": FrameworkCaps("megatron", (0, 1, 2, 3), tuple(Recompute), zero3_with_pp=False),
     "megatron-zero1": FrameworkCaps("megatron-zero1", (0, 1), tuple(Recompute), zero3_with_pp=False),
-    "torchtitan": FrameworkCaps("torchtitan", (0, 3), tuple(Recompute)),
+    "torchtitan": FrameworkCaps("torchtitan", (0, 3), tuple(Recompute), selective_policy="torchtitan_op"),
+    "automodel": FrameworkCaps("automodel", (3,), (Recompute.NONE, Recompute.FULL)),
+    "automodel-moe": FrameworkCaps("automodel-moe", (3,), (Recompute.NONE, Recompute.FULL), tp=False, cp=False),
     "fsdp": FrameworkCaps("fsdp", (0, 2, 3), (Recompute.NONE, Recompute.FULL), tp=False, pp=False,
                           interleave=False, cp=False, ep=False),
 }
+
+
+def caps_for(name: str, model: ModelSpec) -> FrameworkCaps:
+    """The knobs framework ``name`` can run on ``model``: AutoModel's MoE parallelizer for an MoE model; a
+    framework whose selective recompute is its own policy keeps selective only where that policy is priced (bad
+    input for an unknown name: one line naming the choices)."""
+    if name not in FRAMEWORKS:
+        raise ShardplanError(f"framework must be one of {', '.join(FRAMEWORKS)} (got {name!r})", field="framework")
+    caps = FRAMEWORKS["automodel-moe" if name == "automodel" and model.moe is not None else name]
+    if caps.selective_policy is not None and not policy_priced(model):
+        caps = replace(caps, recompute=tuple(r for r in caps.recompute if r != Recompute.SELECTIVE))
+    return caps
+
+
+def policy_priced(model: ModelSpec) -> bool:
+    """Whether the cost model prices a whole-layer recompute policy (``knobs.RECOMPUTE_POLICIES``) on ``model``:
+    attention layers with dense MLPs, no MoE, MLA or recurrent layers (``recompute_modules``' policy terms)."""
+    return model.mla is None and not set(layer_kind_names(model)) - {"attention", "sliding", "chunked", "mlp"}

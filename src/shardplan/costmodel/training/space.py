@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from shardplan.costmodel.core.layouts import divisors, fmt_values, layer_kind_names
-from shardplan.costmodel.training.frameworks import FrameworkCaps
+from shardplan.costmodel.core.layouts import divisors, fmt_values
+from shardplan.costmodel.training.frameworks import FrameworkCaps, policy_priced
 from shardplan.costmodel.training.knobs import RECOMPUTE_MODULES, RECOMPUTE_POLICIES, modules_mask
 from shardplan.costmodel.training.layout import RECOMPUTE_CODE, LayoutArrays, Recompute, TrainLayout, TrainWorkload
 from shardplan.errors import ShardplanError
@@ -52,8 +52,7 @@ def check_modules(model: ModelSpec, modules: tuple[str, ...]) -> None:
     if policies and len(set(modules)) > 1:
         raise ShardplanError(f"{policies[0]} is a whole-layer recompute policy: name it alone; got {','.join(modules)}",
                              field="recompute_modules")
-    if policies and (model.mla is not None or set(layer_kind_names(model)) - {"attention", "sliding", "chunked",
-                                                                              "mlp"}):
+    if policies and not policy_priced(model):
         raise ShardplanError(f"{policies[0]} needs a model of attention layers with dense MLPs (no MoE, MLA or "
                              f"recurrent layers); {model.name} has other layers", field="recompute_modules")
     bad = [n for n in modules if n not in RECOMPUTE_MODULES]
@@ -306,7 +305,8 @@ def enumerate_layouts(model: ModelSpec, work: TrainWorkload, req: SpaceRequest) 
     rows = LayoutArrays(tp=arr["tp"], pp=arr["pp"], dp=arr["dp"], ep=arr["ep"], cp=arr["cp"], mb=arr["mb"],
                         v=arr["v"], rc=arr["rc"], rk=np.full(size, 10**9, dtype=np.int64), sp=arr["sp"],
                         zero=arr["zero"], f_opt=zeros_f, f_w=zeros_f.copy(), f_act=zeros_f.copy(), gb=arr["gb"],
-                        etp=arr["etp"], sel=np.full(size, modules_mask(req.recompute_modules), dtype=np.int64))
+                        etp=arr["etp"], sel=np.where(arr["rc"] == RECOMPUTE_CODE[Recompute.SELECTIVE],
+                                                     modules_mask(req.recompute_modules), modules_mask(None)))
     return Space(rows, pruned)
 
 

@@ -7,7 +7,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field
 
 from shardplan.costmodel.core.layouts import divisors
-from shardplan.costmodel.training.frameworks import FRAMEWORKS
+from shardplan.costmodel.training.frameworks import caps_for
 from shardplan.costmodel.training.layout import Recompute, TrainWorkload
 from shardplan.costmodel.training.space import ZERO2_PP, SpaceRequest, check_dtype, check_modules, valid_tp
 from shardplan.errors import ShardplanError
@@ -70,11 +70,8 @@ def check_pins(req: TrainRequest) -> None:
         require_allowed("etp", req.etp, divisors(n) if m.moe else ([req.tp] if req.tp else []))
     require_allowed("zero", req.zero_stage, [0, 1, 2, 3])
     if req.framework is not None:
-        if req.framework not in FRAMEWORKS:
-            raise ShardplanError(f"framework must be one of {', '.join(FRAMEWORKS)} (got {req.framework!r})",
-                                 field="framework")
-        FRAMEWORKS[req.framework].check(tp=req.tp, pp=req.pp, interleave=req.interleave, cp=req.cp, ep=req.ep,
-                                        zero=req.zero_stage, recompute=req.recompute)
+        caps_for(req.framework, m).check(tp=req.tp, pp=req.pp, interleave=req.interleave, cp=req.cp, ep=req.ep,
+                                         zero=req.zero_stage, recompute=req.recompute)
     if req.pp is not None and req.pp > 1 and req.zero_stage == 2:
         raise ShardplanError(ZERO2_PP, field="zero")
     if req.pp is not None and req.pp > 1 and req.zero_stage == 3 and not req.zero3_with_pp:
@@ -96,9 +93,18 @@ def check_pins(req: TrainRequest) -> None:
                                  field="recompute_modules")
 
 
+def selective_modules(req: TrainRequest) -> tuple[str, ...] | None:
+    """The selective recompute module set every selective row runs: the user's pin, else the framework's own
+    policy (torchtitan's op-level checkpointing), else None (Megatron's sets, searched by the table)."""
+    if req.recompute_modules is not None or req.framework is None:
+        return req.recompute_modules
+    caps = caps_for(req.framework, req.model)
+    return (caps.selective_policy,) if caps.selective_policy and Recompute.SELECTIVE in caps.recompute else None
+
+
 def space_request(req: TrainRequest) -> SpaceRequest:
     node = req.system.gpus_per_node
-    caps = FRAMEWORKS[req.framework] if req.framework is not None else None
+    caps = caps_for(req.framework, req.model) if req.framework is not None else None
     return SpaceRequest(
         num_gpus=req.num_gpus, tp=req.tp, pp=req.pp, dp=req.dp, ep=req.ep, etp=req.etp, cp=req.cp,
         microbatch=req.microbatch, interleave=req.interleave, recompute=req.recompute,
@@ -109,5 +115,5 @@ def space_request(req: TrainRequest) -> SpaceRequest:
         max_batch=None if req.fixed_global_batch else req.max_global_batch,
         gpu_memory_bytes=float(req.system.gpu.memory_bytes),
         zero3_with_pp=req.zero3_with_pp and (caps is None or caps.zero3_with_pp),
-        zero3_with_ep=req.zero3_with_ep, recompute_modules=req.recompute_modules, framework=caps,
+        zero3_with_ep=req.zero3_with_ep, recompute_modules=selective_modules(req), framework=caps,
     )

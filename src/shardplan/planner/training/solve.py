@@ -15,6 +15,7 @@ import numpy as np
 
 from shardplan.costmodel.core.layouts import check_gpus
 from shardplan.costmodel.training.evaluate import estimate_rows, estimate_training
+from shardplan.costmodel.training.knobs import RECOMPUTE_POLICIES
 from shardplan.costmodel.training.layout import Recompute, TrainLayout
 from shardplan.costmodel.training.report import TrainReport
 from shardplan.costmodel.training.space import enumerate_layouts, row_keys
@@ -26,7 +27,7 @@ from shardplan.planner.core.scaling import RATE_UNIT_S, TIME_UNIT_S, from_int_ti
 from shardplan.planner.core.select import select
 from shardplan.planner.training.explain import comparisons, explanation, infeasible_plan
 from shardplan.planner.training.rank import tie_rank
-from shardplan.planner.training.request import TrainRequest, check_pins, space_request
+from shardplan.planner.training.request import TrainRequest, check_pins, selective_modules, space_request
 from shardplan.planner.training.schema import Alternative, SolverOut, TrainPlan
 from shardplan.planner.training.stage_search import (
     row_report,
@@ -101,7 +102,8 @@ def _modules_sentence(req: TrainRequest, best: TrainReport) -> str | None:
     """What a selective module set other than Megatron's default saved: the same layout (uniform split) with
     core_attn alone against the chosen set, both evaluated by the cost model."""
     p = best.plan
-    if p is None or p.recompute != "selective" or p.recompute_modules in (None, ["core_attn"]):
+    if p is None or p.recompute != "selective" or p.recompute_modules in (None, ["core_attn"]) \
+            or set(p.recompute_modules) & set(RECOMPUTE_POLICIES):  # another framework's policy: no Megatron set
         return None
     lay = TrainLayout(tp=p.tp, pp=p.pp, dp=p.dp, ep=p.ep, cp=p.cp, etp=p.etp, microbatch=p.microbatch_size,
                       interleave=p.interleave, recompute=Recompute.SELECTIVE, sequence_parallel=p.sequence_parallel,
@@ -138,7 +140,7 @@ def plan_training(req: TrainRequest, *, explain: bool = True) -> TrainPlan:
         rows = rows.replace(rk=np.where(rows.rc == 2, req.recompute_layers, rows.rk))
     table = build_train_table(req.model, req.system, work, rows, allow_offload=req.offload != "off",
                               offload_last_resort=req.offload == "auto", partial_recompute=req.recompute is None,
-                              module_sets=req.module_sets and req.recompute_modules is None)
+                              module_sets=req.module_sets and selective_modules(req) is None)
     build_s = time.perf_counter() - t0
     fits = table.fits
     offloaded = (table.rows.f_opt + table.rows.f_w + table.rows.f_act) > 0
