@@ -96,6 +96,8 @@ def test_cli_estimate_and_bad_input(run_cli) -> None:
     assert "schedules=4" in run_cli(*EST, "--local-batch", "4").out
     bad = run_cli(*EST, "--local-batch", "5")
     assert bad.code == 2 and "local-batch" in bad.err and "Traceback" not in bad.err
+    none = run_cli(*PLAN, "--pp", "4", "--local-batch", "7")  # 16 GPUs, PP 4: dp 4 holds 16 a rank, not 7s
+    assert none.code == 2 and none.err.count("\n") == 1 and "local-batch" in none.err
     mega = run_cli(*PLAN, "--framework", "megatron", "--local-batch", "4")
     assert mega.code == 2 and "one pipeline schedule" in mega.err
     for fmt in ("megatron", "deepspeed"):  # launchers that run a step as one schedule cannot take it

@@ -132,6 +132,10 @@ def plan_training(req: TrainRequest, *, explain: bool = True) -> TrainPlan:
     work = req.workload
     space = enumerate_layouts(req.model, work, space_request(req))
     if len(space.rows) == 0:
+        if space.pruned.get("batch per dp rank not a multiple of local_batch") and work.local_batch:
+            raise ShardplanError(f"no pipelined layout holds whole schedules of {work.local_batch} sequences per dp "
+                                 f"rank (global batch/dp must be a multiple of it): lower it or drop it",
+                                 field="local-batch")
         raise ShardplanError(
             f"no layout with these pins uses exactly {req.num_gpus} GPUs and a valid batch (tp·pp·dp·cp must equal "
             f"--gpus, dp·microbatch must divide the global batch)", field="gpus")
