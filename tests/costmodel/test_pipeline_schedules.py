@@ -9,7 +9,7 @@ import dataclasses
 import pytest
 
 from shardplan.costmodel.training.evaluate import estimate_training
-from shardplan.costmodel.training.layout import TrainLayout, TrainWorkload, pipeline_schedules
+from shardplan.costmodel.training.layout import Recompute, TrainLayout, TrainWorkload, pipeline_schedules
 from shardplan.costmodel.training.space import SpaceRequest, enumerate_layouts, validate_layout
 from shardplan.errors import ShardplanError
 from shardplan.hardware import get_system
@@ -123,3 +123,29 @@ def test_pipeline_plot_draws_one_schedule_and_counts_them_all(tmp_path) -> None:
     drawn = pipeline_plot(rep.plan, rep.stages, tmp_path / "p.png", title="t", pipeline_s=rep.metrics.pipeline_s)
     assert drawn == pytest.approx(rep.metrics.bubble_s, rel=5e-3)
     assert (tmp_path / "p.png").stat().st_size > 0
+
+
+def test_activations_in_flight_are_a_schedules() -> None:
+    """1F1B keeps min(microbatches of the schedule, stages left) in flight: 16 schedules of 4 microbatches hold what
+    one schedule of 4 holds, not what one of 64 holds (llama-3.1-70b, TP 8 × PP 8, full recompute)."""
+    model = get_model("llama-3.1-70b")
+    lay = TrainLayout(tp=8, pp=8, dp=1, recompute=Recompute.FULL, sequence_parallel=True)
+
+    def acts(gb: int, local: int | None) -> float:
+        work = TrainWorkload(seq_len=4096, global_batch=gb, local_batch=local)
+        return estimate_training(model, SYSTEM, 64, work, lay).stages[0].activations_bytes
+
+    assert acts(64, 4) == pytest.approx(acts(4, None), rel=1e-12)
+    assert acts(64, 4) < acts(64, None)
+
+
+def test_without_pp_the_local_batch_is_the_microbatch(run_cli) -> None:
+    """torchtitan's and AutoModel's loops step local_batch sequences at a time when there is no pipeline."""
+    work = ONE.model_copy(update={"local_batch": 4})
+    validate_layout(MODEL, 16, work, TrainLayout(dp=16, microbatch=4))
+    with pytest.raises(ShardplanError, match="local batch is the microbatch"):
+        validate_layout(MODEL, 16, work, TrainLayout(dp=16, microbatch=2))
+    r = enumerate_layouts(MODEL, work, SpaceRequest(num_gpus=16)).rows
+    assert (r.mb[r.pp == 1] == 4).all()
+    plan = run_cli(*PLAN, "--pp", "1", "--local-batch", "4", "--json").json()["plan"]
+    assert plan["microbatch_size"] == 4

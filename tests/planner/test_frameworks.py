@@ -112,7 +112,7 @@ def test_automodel_moe_runs_neither_tp_nor_cp_and_recomputes_whole_blocks() -> N
     """NeMo AutoModel@79d0ccf: its MoE parallelizer asserts TP 1 and CP 1, and its activation checkpointing wraps
     whole blocks or nothing; the dense parallelizer keeps TP and CP."""
     moe = caps_for("automodel", QWEN)
-    assert moe.name == "automodel-moe" and not moe.tp and not moe.cp and moe.zero_stages == (3,)
+    assert moe is FRAMEWORKS["automodel-moe"] and not moe.tp and not moe.cp and moe.zero_stages == (3,)
     assert moe.recompute == (Recompute.NONE, Recompute.FULL)
     dense = caps_for("automodel", LLAMA)
     assert dense.tp and dense.cp and dense.recompute == (Recompute.NONE, Recompute.FULL)
@@ -144,4 +144,23 @@ def test_torchtitan_selective_is_its_op_policy_and_absent_on_moe() -> None:
 def test_cli_automodel_refuses_tp_on_an_moe_model(run_cli) -> None:
     r = run_cli("train", "-m", "qwen3-30b-a3b", "--hardware", "dgx-h100", "--gpus", "16", "-b", "64", "-s", "4096",
                 "--framework", "automodel", "--tp", "2")
-    assert r.code == 2 and r.err.count("\n") == 1 and "automodel-moe cannot run tp 2" in r.err
+    assert r.code == 2 and r.err.count("\n") == 1 and "automodel (MoE models) cannot run tp 2" in r.err
+
+
+def test_framework_recompute_pins(run_cli) -> None:
+    """torchtitan runs its own selective policy (a Megatron module set is bad input; estimate prices the policy, as
+    the planner does); AutoModel checkpoints every block or none (no per-rank counts, no --recompute-layers)."""
+    base = ("-m", "llama-3.1-8b", "--hardware", "dgx-h100", "--gpus", "16", "-b", "128", "-s", "4096")
+    r = run_cli("train", *base, "--framework", "torchtitan", "--recompute", "selective", "--recompute-modules",
+                "core_attn,mlp")
+    assert r.code == 2 and r.err.count("\n") == 1 and "torchtitan_op" in r.err
+    est = run_cli("estimate", "train", *base, "--tp", "2", "--zero", "3", "--framework", "torchtitan",
+                  "--recompute", "selective", "--json").json()
+    assert est["plan"]["recompute_modules"] == ["torchtitan_op"]
+    r = run_cli("train", *base, "--framework", "automodel", "--recompute", "full", "--recompute-layers", "2")
+    assert r.code == 2 and "every block or none" in r.err
+    plan = plan_training(TrainRequest(model=LLAMA, system=get_system("dgx-h100"), num_gpus=32,
+                                      workload=TrainWorkload(seq_len=16384, global_batch=64), framework="automodel"),
+                         explain=False).plan
+    assert plan is not None and plan.recompute_layers is None and plan.stage_recompute_layers is None
+    assert plan.stage_layers is None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from enum import StrEnum
 from pathlib import Path
@@ -286,8 +287,12 @@ def estimate_train(
     if framework is not None:  # the same check as train's pins: a layout the framework cannot run is bad input
         from shardplan.costmodel.training.frameworks import caps_for
 
-        caps_for(str(framework), spec).check(tp=tp, pp=pp, interleave=layout.interleave, cp=cp, ep=layout.ep,
-                                         zero=layout.zero_stage, recompute=layout.recompute)
+        caps = caps_for(str(framework), spec)
+        caps.check(tp=tp, pp=pp, interleave=layout.interleave, cp=cp, ep=layout.ep, zero=layout.zero_stage,
+                   recompute=layout.recompute)
+        caps.check_recompute(layout.recompute_modules, layout.recompute_layers)
+        if caps.selective_policy and layout.recompute == Recompute.SELECTIVE:  # its policy, as the planner runs it
+            layout = dataclasses.replace(layout, recompute_modules=(caps.selective_policy,))
     work = _workload(seq_len, global_batch, dtype, grad_dtype, attention, optimizer,
                      parse_headroom(memory_headroom, system.gpu.memory_bytes), grad_reduce_dtype, local_batch,
                      str(export) if export in ("megatron", "deepspeed") else None if framework is None

@@ -17,7 +17,8 @@ Sources, one line each (read at the commits the exporters cite):
 - automodel: NeMo AutoModel (FSDP2 always, DTensor TP, CP, torch PP with interleaving; ``activation_checkpointing``
   a whole-block ``checkpoint_wrapper``, on or off: components/distributed/parallelizer.py at
   NVIDIA-NeMo/Automodel@79d0ccf). Its MoE parallelizer (components/moe/parallelizer.py ``parallelize_model``) asserts
-  TP 1 and CP 1: ``automodel-moe``, which ``caps_for`` picks for an MoE model.
+  TP 1 and CP 1: ``automodel-moe``, which ``caps_for`` picks for an MoE model. Its pipeline splits uniformly
+  (``layers_per_stage``) and checkpoints every block or none: no per-rank recompute counts or splits.
 - fsdp: PyTorch FSDP1 as llm-foundry (Composer) and HF Accelerate drive it — data parallelism only, sharding
   NO_SHARD (ZeRO-0), SHARD_GRAD_OP (ZeRO-2) or FULL_SHARD (ZeRO-3), activation checkpointing of whole blocks, all
   or some, or none (llm-foundry scripts/train/benchmarking/submit_benchmarks.py: fsdp_config sharding_strategy,
@@ -51,6 +52,7 @@ class FrameworkCaps:
     ep: bool = True
     zero3_with_pp: bool = True
     selective_policy: str | None = None  # its selective recompute (``knobs.RECOMPUTE_POLICIES``); None: Megatron's
+    partial_recompute: bool = True  # False: every block or none (no per-rank counts, uniform pipeline splits)
 
     def refuses(self, knob: str, value: object) -> bool:
         """Whether a pinned ``value`` of ``knob`` (a layout flag's name) is outside this framework."""
@@ -66,17 +68,28 @@ class FrameworkCaps:
         """Bad input (one line naming the knob) when a pinned knob is outside this framework."""
         for knob, value in knobs.items():
             if self.refuses(knob, value):
-                raise ShardplanError(f"{self.name} cannot run {knob} {value}: drop --{knob} or --framework (it "
+                raise ShardplanError(f"{self.name} cannot run {knob} {value}: change --{knob} or drop --framework (it "
                                      f"runs zero {'/'.join(map(str, self.zero_stages))}, recompute "
                                      f"{'/'.join(str(r) for r in self.recompute)})", field=knob)
+
+    def check_recompute(self, modules: tuple[str, ...] | None, layers: int | None) -> None:
+        """Bad input for a selective module set other than the framework's own policy, or a partial recompute
+        count where it checkpoints every block or none."""
+        if self.selective_policy is not None and modules is not None and modules != (self.selective_policy,):
+            raise ShardplanError(f"{self.name}'s selective recompute is its own policy, {self.selective_policy}: "
+                                 f"drop --recompute-modules or name it alone", field="recompute_modules")
+        if layers is not None and not self.partial_recompute:
+            raise ShardplanError(f"{self.name} checkpoints every block or none: drop --recompute-layers",
+                                 field="recompute-layers")
 
 
 FRAMEWORKS: dict[str, FrameworkCaps] = {
     "megatron": FrameworkCaps("megatron", (0, 1, 2, 3), tuple(Recompute), zero3_with_pp=False),
     "megatron-zero1": FrameworkCaps("megatron-zero1", (0, 1), tuple(Recompute), zero3_with_pp=False),
     "torchtitan": FrameworkCaps("torchtitan", (0, 3), tuple(Recompute), selective_policy="torchtitan_op"),
-    "automodel": FrameworkCaps("automodel", (3,), (Recompute.NONE, Recompute.FULL)),
-    "automodel-moe": FrameworkCaps("automodel-moe", (3,), (Recompute.NONE, Recompute.FULL), tp=False, cp=False),
+    "automodel": FrameworkCaps("automodel", (3,), (Recompute.NONE, Recompute.FULL), partial_recompute=False),
+    "automodel-moe": FrameworkCaps("automodel (MoE models)", (3,), (Recompute.NONE, Recompute.FULL), tp=False,
+                                   cp=False, partial_recompute=False),
     "fsdp": FrameworkCaps("fsdp", (0, 2, 3), (Recompute.NONE, Recompute.FULL), tp=False, pp=False,
                           interleave=False, cp=False, ep=False),
 }

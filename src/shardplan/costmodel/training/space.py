@@ -93,12 +93,15 @@ def validate_layout(model: ModelSpec, num_gpus: int, work: TrainWorkload, lay: T
         raise ShardplanError(f"global batch ({work.global_batch}) must be divisible by dp·microbatch "
                              f"({lay.dp}·{lay.microbatch} = {per_replica})", field="microbatch")
     m = work.global_batch // per_replica
-    if lay.pp > 1 and work.local_batch:
+    if work.local_batch:
         per_rank = work.global_batch // lay.dp
         if per_rank % work.local_batch or work.local_batch % lay.microbatch:
             raise ShardplanError(f"local batch ({work.local_batch}) must divide the sequences per dp rank, global "
                                  f"batch/dp = {per_rank}, and be a multiple of microbatch ({lay.microbatch})",
                                  field="local-batch")
+        if lay.pp == 1 and lay.microbatch != work.local_batch:
+            raise ShardplanError(f"without PP the local batch is the microbatch: give --microbatch "
+                                 f"{work.local_batch} (got {lay.microbatch})", field="local-batch")
         m = work.local_batch // lay.microbatch  # microbatches per schedule
     if lay.interleave > 1 and m % lay.pp:
         raise ShardplanError(f"interleave > 1 needs the microbatches per schedule, {m}, to be a multiple of pp "
@@ -245,13 +248,15 @@ def enumerate_layouts(model: ModelSpec, work: TrainWorkload, req: SpaceRequest) 
                 pruned["batch not divisible by dp"] = pruned.get("batch not divisible by dp", 0) + 1
                 continue
             # Gradient accumulation over whole schedules (torchtitan, AutoModel): each schedule runs local_batch
-            # sequences per dp rank, so gb/dp holds whole schedules and microbatches divide local_batch.
-            sched = work.local_batch if pp > 1 and work.local_batch else gb // dp
+            # sequences per dp rank, so gb/dp holds whole schedules and microbatches divide local_batch; without PP
+            # local_batch is the microbatch (their training loops step local_batch sequences at a time).
+            sched = work.local_batch or gb // dp
             if (gb // dp) % sched:
                 pruned["batch per dp rank not a multiple of local_batch"] = (
                     pruned.get("batch per dp rank not a multiple of local_batch", 0) + 1)
                 continue
-            mbs = keep(divisors(sched), req.microbatch, "microbatch pinned")
+            mbs = keep(divisors(sched) if pp > 1 or not work.local_batch else [sched], req.microbatch,
+                       "microbatch pinned")
             if req.gpu_memory_bytes is not None and req.microbatch is None:
                 # Every layout holds at least the input of the layer it is running: mb·s/cp tokens × h in 16 bits,
                 # ÷ tp at best (sequence parallel). A microbatch whose input alone exceeds GPU memory cannot fit.

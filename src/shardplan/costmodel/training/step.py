@@ -199,7 +199,7 @@ def _stage(ctx: Ctx, k: dict[str, KindCost], shape: StageShape, m: np.ndarray) -
     stored = stored + emb * embedding_activations(ctx)
     p = r.pp.astype(float)
     interleave = np.where(r.v > 1, 1 + (p - 1) / (p * r.v), 1.0)  # Korthikanti et al. 2022 §4.2.3
-    inflight = np.minimum(m, p - shape.index) * interleave
+    inflight = np.minimum(m / ctx.schedules, p - shape.index) * interleave  # per schedule (1F1B warm-up)
     # Transients at the peak, one at a time: the layer being recomputed holds its full activations, less its
     # input (already stored as its checkpoint); the LM head's logits are freed by the loss backward before the
     # last layer is recomputed, so the two never coexist (Megatron's backward order).

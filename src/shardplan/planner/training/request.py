@@ -70,8 +70,10 @@ def check_pins(req: TrainRequest) -> None:
         require_allowed("etp", req.etp, divisors(n) if m.moe else ([req.tp] if req.tp else []))
     require_allowed("zero", req.zero_stage, [0, 1, 2, 3])
     if req.framework is not None:
-        caps_for(req.framework, m).check(tp=req.tp, pp=req.pp, interleave=req.interleave, cp=req.cp, ep=req.ep,
-                                         zero=req.zero_stage, recompute=req.recompute)
+        caps = caps_for(req.framework, m)
+        caps.check(tp=req.tp, pp=req.pp, interleave=req.interleave, cp=req.cp, ep=req.ep, zero=req.zero_stage,
+                   recompute=req.recompute)
+        caps.check_recompute(req.recompute_modules, req.recompute_layers)
     if req.pp is not None and req.pp > 1 and req.zero_stage == 2:
         raise ShardplanError(ZERO2_PP, field="zero")
     if req.pp is not None and req.pp > 1 and req.zero_stage == 3 and not req.zero3_with_pp:

@@ -15,6 +15,7 @@ import numpy as np
 
 from shardplan.costmodel.core.layouts import check_gpus
 from shardplan.costmodel.training.evaluate import estimate_rows, estimate_training
+from shardplan.costmodel.training.frameworks import caps_for
 from shardplan.costmodel.training.knobs import RECOMPUTE_POLICIES
 from shardplan.costmodel.training.layout import Recompute, TrainLayout
 from shardplan.costmodel.training.report import TrainReport
@@ -132,18 +133,21 @@ def plan_training(req: TrainRequest, *, explain: bool = True) -> TrainPlan:
     work = req.workload
     space = enumerate_layouts(req.model, work, space_request(req))
     if len(space.rows) == 0:
-        if space.pruned.get("batch per dp rank not a multiple of local_batch") and work.local_batch:
-            raise ShardplanError(f"no pipelined layout holds whole schedules of {work.local_batch} sequences per dp "
-                                 f"rank (global batch/dp must be a multiple of it): lower it or drop it",
-                                 field="local-batch")
+        if work.local_batch and ({"batch per dp rank not a multiple of local_batch",
+                                  "interleave with microbatches not a multiple of pp"} & set(space.pruned)):
+            raise ShardplanError(f"no layout holds whole schedules of {work.local_batch} sequences per dp rank "
+                                 f"(global batch/dp must be a multiple of it, and with interleaving its microbatches "
+                                 f"a multiple of pp): change it or drop it", field="local-batch")
         raise ShardplanError(
             f"no layout with these pins uses exactly {req.num_gpus} GPUs and a valid batch (tp·pp·dp·cp must equal "
             f"--gpus, dp·microbatch must divide the global batch)", field="gpus")
     rows = space.rows
     if req.recompute_layers is not None:
         rows = rows.replace(rk=np.where(rows.rc == 2, req.recompute_layers, rows.rk))
+    whole = req.framework is not None and not caps_for(req.framework, req.model).partial_recompute
     table = build_train_table(req.model, req.system, work, rows, allow_offload=req.offload != "off",
-                              offload_last_resort=req.offload == "auto", partial_recompute=req.recompute is None,
+                              offload_last_resort=req.offload == "auto",
+                              partial_recompute=req.recompute is None and not whole,
                               module_sets=req.module_sets and selective_modules(req) is None)
     build_s = time.perf_counter() - t0
     fits = table.fits
@@ -199,7 +203,7 @@ def plan_training(req: TrainRequest, *, explain: bool = True) -> TrainPlan:
 
     best = report(chosen[0])
     stages = None
-    if not req.uniform_stages and supports_stage_split(req.model):  # else: the uniform split, as requested
+    if not req.uniform_stages and not whole and supports_stage_split(req.model):  # else: the uniform split
         every = np.arange(len(table))
         rows_all = distinct_best(table, every, primary_all, rank_all)
         if req.offload == "auto" and (table.fits & ~offloaded).any():
