@@ -150,6 +150,12 @@ def parse_headroom(text: str | None, gpu_memory_bytes: float) -> dict[str, Any]:
     return {"memory_headroom_bytes": size}
 
 
+def _launcher(export: Any, framework: Any) -> str | None:
+    """What runs the plan, for the checks that depend on it: the export target if it fixes the launcher (Megatron-LM,
+    DeepSpeed), else --framework."""
+    return str(export) if export in ("megatron", "deepspeed") else None if framework is None else str(framework)
+
+
 def _workload(seq_len: int, global_batch: int, dtype: str, grad_dtype: str, attention: str | None,
               optimizer: str = "adam", headroom: dict[str, Any] | None = None,
               grad_reduce_dtype: str | None = None, local_batch: int | None = None,
@@ -295,8 +301,7 @@ def estimate_train(
             layout = dataclasses.replace(layout, recompute_modules=(caps.selective_policy,))
     work = _workload(seq_len, global_batch, dtype, grad_dtype, attention, optimizer,
                      parse_headroom(memory_headroom, system.gpu.memory_bytes), grad_reduce_dtype, local_batch,
-                     str(export) if export in ("megatron", "deepspeed") else None if framework is None
-                     else str(framework))
+                     _launcher(export, framework))
     if stage_layers is None:
         if stage_recompute_layers is not None:
             raise ShardplanError("needs --stage-layers", field="stage-recompute-layers")
@@ -366,8 +371,7 @@ def train(
                              field="global-batch")
     work = _workload(seq_len, global_batch or max_global_batch or 1, dtype, grad_dtype, attention, optimizer,
                      parse_headroom(memory_headroom, system.gpu.memory_bytes), grad_reduce_dtype, local_batch,
-                     str(export) if export in ("megatron", "deepspeed") else None if framework is None
-                     else str(framework))
+                     _launcher(export, framework))
     req = TrainRequest(
         model=spec, system=system, num_gpus=n, workload=work, max_global_batch=max_global_batch,
         fixed_global_batch=global_batch is not None, tp=tp, pp=pp, dp=dp, ep=ep, etp=etp, cp=cp,

@@ -228,9 +228,9 @@ def _variants(lay: TrainLayout, work: TrainWorkload) -> list[tuple[str, TrainLay
     return out
 
 
-def estimate_training(model: ModelSpec, system: SystemSpec, num_gpus: int, work: TrainWorkload,
-                      layout: TrainLayout) -> TrainReport:
-    """Validate and evaluate one layout; an over-capacity layout is an ``infeasible`` result with fixes."""
+def _checked(model: ModelSpec, system: SystemSpec, num_gpus: int, work: TrainWorkload,
+             layout: TrainLayout) -> TrainLayout:
+    """The layout, normalized, once it passes every rule (bad input otherwise)."""
     check_gpus(system, num_gpus)
     check_dtype(work, system.gpu)
     validate_layout(model, num_gpus, work, layout)
@@ -239,7 +239,13 @@ def estimate_training(model: ModelSpec, system: SystemSpec, num_gpus: int, work:
         raise ShardplanError("moe cannot be recomputed with the system's ep_comm_overlap (Megatron's "
                              "--overlap-moe-expert-parallel-comm); use moe_act or shared_experts",
                              field="recompute_modules")
-    layout = normalize(layout)
+    return normalize(layout)
+
+
+def estimate_training(model: ModelSpec, system: SystemSpec, num_gpus: int, work: TrainWorkload,
+                      layout: TrainLayout) -> TrainReport:
+    """Validate and evaluate one layout; an over-capacity layout is an ``infeasible`` result with fixes."""
+    layout = _checked(model, system, num_gpus, work, layout)
     variants = _variants(layout, work)
     rows = LayoutArrays.from_layouts([layout] + [normalize(v) for _, v in variants], work.global_batch)
     cost = train_cost(model, system, work, rows)
@@ -260,14 +266,9 @@ def estimate_rows(model: ModelSpec, system: SystemSpec, num_gpus: int, work: Tra
     """``estimate_training`` of several layouts (each with its global batch), those that fit costed in one batch of
     rows: the same arithmetic row by row, so the same reports; a layout that does not fit goes through
     ``estimate_training`` alone for its fixes."""
-    for lay, gb in zip(layouts, batches, strict=True):
-        check_gpus(system, num_gpus)
-        check_dtype(work, system.gpu)
-        validate_layout(model, num_gpus, work.model_copy(update={"global_batch": gb}), lay)
-    if system.software.ep_comm_overlap and any("moe" in (lay.recompute_modules or ()) for lay in layouts):
-        return [estimate_training(model, system, num_gpus, work.model_copy(update={"global_batch": gb}), lay)
-                for lay, gb in zip(layouts, batches, strict=True)]
-    rows = LayoutArrays.from_layouts([normalize(lay) for lay in layouts], work.global_batch)
+    checked = [_checked(model, system, num_gpus, work.model_copy(update={"global_batch": gb}), lay)
+               for lay, gb in zip(layouts, batches, strict=True)]
+    rows = LayoutArrays.from_layouts(checked, work.global_batch)
     rows = rows.replace(gb=np.asarray(batches, dtype=np.int64))
     cost = train_cost(model, system, work, rows)
     ok = fits(cost, system, work)
