@@ -67,3 +67,11 @@ KERNEL_FIXED_S = 4e-6
 # 8986 GB/s at 1755 MHz on H100), shared out per enabled SM: what one SM streams when it works almost alone.
 A100_SM_STREAM = 5120 * 1.41e9 / 108
 H100_SM_STREAM = 5120 * 1.755e9 / 132
+
+
+# The optimizer step's multi-tensor kernels (PyTorch fused AdamW, torch._foreach_norm / _copy_ / _zero_, the
+# multi_tensor_apply pattern Megatron's fused Adam shares) stream at 0.72 of an H200's 4.8 TB/s, not the 0.90 one large
+# copy reaches: on a 2e9-parameter fp32-master step, AdamW 16.1 ms for 56 GB (3.47 TB/s), gradient norm 2.38 ms for
+# 8 GB, master-to-bf16 copy 3.47 ms for 12 GB, zeroing the fp32 gradients 2.27 ms for 8 GB (benchmarks/gpu/RESULTS.md,
+# H200, torch 2.11, 2026-11-28). Taken for the Hopper die (H100, H800, H200: same SMs and kernels).
+HOPPER_OPTIMIZER_BANDWIDTH = 0.72

@@ -19,6 +19,7 @@ from shardplan.hardware.curves import (  # noqa: F401  (re-exported: the catalog
     HBM_MEMORY,
     HOPPER_MATMUL,
     HOPPER_MATMUL_ISOLATED,
+    HOPPER_OPTIMIZER_BANDWIDTH,
     HOPPER_SUSTAINED_MATMUL,
     IN_JOB_OF_ISOLATED,
     KERNEL_FIXED_S,
@@ -109,6 +110,7 @@ H100_SXM = GpuSpec(
     gemm_shape_table="xla-sm90",
     memory_efficiency=HBM_MEMORY,
     elementwise_efficiency=EAGER_ELEMENTWISE,
+    optimizer_bandwidth_fraction=HOPPER_OPTIMIZER_BANDWIDTH,  # measured on H200 (curves.py)
     attention_efficiency=0.6,
     attention_curves=H100_ATTENTION,  # FlashAttention-3 paper Figs. 5-6 (attention_data.py)
     # Maximum achievable matmul (best shape; stas00/ml-engineering compute/accelerator README at 744d01e):

@@ -90,8 +90,10 @@ class SoftwareSpec(BaseModel):
         "alltoall", description="How MoE tokens travel: 'alltoall' (one copy per routed expert, NCCL all-to-all: "
         "Megatron's alltoall dispatcher) or 'deepep' (Megatron's flex dispatcher with DeepEP/HybridEP: a token "
         "crosses the network once per destination node and NVLink fans it out to the ranks there, one copy per rank).")
-    expert_mlp: Literal["te_grouped", "fused_ops", "compiled"] = Field(
+    expert_mlp: Literal["te_grouped", "fused_ops", "compiled", "grouped_mm"] = Field(
         "te_grouped", description="How the routed experts' MLP runs: 'te_grouped' (Megatron-Core TEGroupedMLP: FC2 "
         "biases added after the GEMM, a clamped GLU's clamps as eager kernels), 'fused_ops' (Transformer Engine's op "
-        "fuser, NVTE_CUTEDSL_FUSED_GROUPED_MLP: both inside) or 'compiled' (torch.compile'd activation, clamps "
-        "inside; FC1 and FC2 biases after their GEMMs: NeMo AutoModel). Sources: costmodel/core/passes.py.")
+        "fuser, NVTE_CUTEDSL_FUSED_GROUPED_MLP: both inside), 'compiled' (torch.compile'd activation, clamps "
+        "inside; FC1 and FC2 biases after their GEMMs: NeMo AutoModel) or 'grouped_mm' (torchtitan: each expert "
+        "GEMM one torch._grouped_mm CUTLASS kernel over every local expert, biases after it). Every choice but "
+        "'grouped_mm' prices one GEMM per expert. Sources: costmodel/core/passes.py, benchmarks/gpu/RESULTS.md §4.")

@@ -142,6 +142,10 @@ class GpuSpec(BaseModel):
     elementwise_efficiency: list[tuple[Positive, Fraction]] | None = Field(
         None, description="Framework elementwise kernels (norms, activations, dropout, softmax) vs bytes moved; "
         "tuned GEMM/attention kernels use memory_efficiency. None: same as memory_efficiency.")
+    optimizer_bandwidth_fraction: Fraction | None = Field(
+        None, description="Achieved fraction of peak memory bandwidth of the optimizer step's multi-tensor kernels "
+        "(fused Adam, gradient norm, master-to-model copy, gradient-buffer zeroing), measured; None: "
+        "memory_efficiency.")
     attention_efficiency: Fraction = Field(
         0.55, description="Fused (flash) attention forward: fraction of the matmul peak it reaches.")
     matmul_peak_fraction: dict[str, Fraction] = Field(

@@ -63,6 +63,16 @@ def memory_time(gpu: GpuSpec, nbytes: np.ndarray) -> np.ndarray:
     return nbytes / (gpu.memory_bandwidth_bytes_per_s * _bandwidth_fraction(gpu, gpu.memory_efficiency, nbytes))
 
 
+def multi_tensor_time(gpu: GpuSpec, nbytes: np.ndarray) -> np.ndarray:
+    """Seconds for the optimizer step's multi-tensor kernels to stream ``nbytes``: at the GPU's measured
+    ``optimizer_bandwidth_fraction`` where it has one (times the calibration's elementwise scale), else as
+    ``memory_time``."""
+    if gpu.optimizer_bandwidth_fraction is None:
+        return memory_time(gpu, nbytes)
+    frac = min(gpu.optimizer_bandwidth_fraction * gpu.scales.elementwise, 1.0)
+    return np.asarray(nbytes, dtype=float) / (gpu.memory_bandwidth_bytes_per_s * frac)
+
+
 def _bandwidth_fraction(gpu: GpuSpec, curve: list[tuple[float, float]], nbytes: np.ndarray) -> np.ndarray:
     """Achieved fraction of memory bandwidth, times the calibration's elementwise scale, never above 1."""
     return np.minimum(interp_efficiency(curve, nbytes) * gpu.scales.elementwise, 1.0)
@@ -97,9 +107,12 @@ def kernel_time(gpu: GpuSpec, flops: np.ndarray, nbytes: np.ndarray, dtype: str,
 def gemm_time(gpu: GpuSpec, flops: np.ndarray, nbytes: np.ndarray, dtype: str, *,
               experts: np.ndarray | float = 1.0, sustained_flops: float | None = None,
               m: np.ndarray | float | None = None, n: np.ndarray | float | None = None,
-              k: np.ndarray | float | None = None) -> np.ndarray:
+              k: np.ndarray | float | None = None, one_kernel: bool = False) -> np.ndarray:
     """A linear layer's GEMM: roofline time. A grouped GEMM over ``experts`` weight matrices runs as that many
-    GEMMs of one expert's share (its curve efficiency is that of the smaller GEMM, its launches one per expert).
+    GEMMs of one expert's share (its curve efficiency is that of the smaller GEMM, its launches one per expert:
+    Transformer Engine's per-expert cuBLAS GEMMs); with ``one_kernel`` (a CUTLASS grouped GEMM scheduling every
+    expert's tiles in one launch: ``torch._grouped_mm``) as one GEMM over all ``m`` rows, which is how it measures
+    (benchmarks/gpu/RESULTS.md §4: 0.97–1.09 of that price, up to 4.5× faster than per-expert GEMMs at 128 experts).
     Given the output shape (``m`` rows of all experts together, ``n`` columns; ``k`` the inner dimension, else
     FLOPs / (2·m·n)), a GPU with a measured GEMM grid
     (``GpuSpec.gemm_shape_table``) runs each expert's GEMM at that grid's efficiency for its (M, N, K) shape
@@ -107,6 +120,8 @@ def gemm_time(gpu: GpuSpec, flops: np.ndarray, nbytes: np.ndarray, dtype: str, *
     of ``gemm_shape.shape_factor`` when ``GEMM_SHAPE_TERM``). ``sustained_flops`` caps the rate where a system
     states the GEMM rate it sustains (e.g. a T4 held at its power limit)."""
     flops = np.asarray(flops, dtype=float)
+    if one_kernel:
+        experts = 1.0
     shape = shape_factor(gpu.sm_count if GEMM_SHAPE_TERM else None, m, n, experts)
     experts = np.maximum(np.asarray(experts, dtype=float), 1e-9)
     of_plateau = None

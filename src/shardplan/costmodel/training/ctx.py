@@ -108,8 +108,9 @@ class Ctx:
 
     @property
     def expert_fc1_bias_apart(self) -> bool:
-        """FC1's per-expert biases after the GEMM (AutoModel; core.passes ``expert_fc1_bias``)."""
-        return self.system.software.expert_mlp == "compiled"
+        """FC1's per-expert biases after the GEMM (AutoModel; torchtitan, whose torch._grouped_mm takes no bias;
+        core.passes ``expert_fc1_bias``)."""
+        return self.system.software.expert_mlp in ("compiled", "grouped_mm")
 
     @property
     def glu_clamp_apart(self) -> bool:
@@ -136,8 +137,10 @@ class Ctx:
                                                                 m=g.m, n=g.n, k=g.k))]
         wbytes = {"fp8": 1.0, "fp4": NVFP4_BYTES}.get(self.mm_dtype, e)
         nbytes = g.nbytes(wbytes, wbytes, e)
+        one_kernel = g.routed and self.system.software.expert_mlp == "grouped_mm"
         ops = [Op(g.name, GEMM, g.flops, nbytes, gemm_time(self.gpu, g.flops, nbytes, self.mm_dtype,
-                                                           experts=g.experts, m=g.m, n=g.n, k=g.k))]
+                                                           experts=g.experts, m=g.m, n=g.n, k=g.k,
+                                                           one_kernel=one_kernel))]
         if self.mm_dtype in LOW_PRECISION:
             # tensorwise fp8: amax + cast of the input (2+2+1+1 B/elem) and of the weight (2+2+1 B/elem); NVFP4 the
             # same passes writing 4.5-bit elements (block scales included). The weight is cast once per step and

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Protocol
 import numpy as np
 
 from shardplan.costmodel.core import comm
-from shardplan.costmodel.core.kernels import memory_time
+from shardplan.costmodel.core.kernels import multi_tensor_time
 from shardplan.costmodel.training.ctx import Ctx
 from shardplan.costmodel.training.layout import LayoutArrays, TrainWorkload
 from shardplan.costmodel.training.schedule_overlap import chunked_gather_exposed, chunked_reduce_exposed
@@ -210,10 +210,13 @@ def data_parallel(ctx: Ctx, st: StageCost, m: np.ndarray) -> tuple[np.ndarray, n
 
 def optimizer_bytes_per_param(work: TrainWorkload) -> float:
     """HBM traffic of one mixed-precision Adam step per parameter (Megatron's optimizer passes):
-    grad-norm read, Adam read grad + state, write state, write the 16-bit copy; fp16 adds loss-scale
-    unscaling and the inf/nan check (two more passes over the fp32 gradients)."""
+    grad-norm read, Adam read grad + state, write state, then the 16-bit weights: read the fp32 master and write the
+    16-bit copy (Megatron-Core d98e8a6 distrib_optimizer.py ``_copy_main_params_to_model_params``), or, with no fp32
+    master (``optimizer_bytes_per_param`` set: the moments alone), Adam reads and writes the 16-bit weights
+    themselves; fp16 adds loss-scale unscaling and the inf/nan check (two more passes over the fp32 gradients)."""
     g = DTYPE_BYTES[work.grad_dtype]
-    per = g + (g + work.optimizer_state_bytes) + work.optimizer_state_bytes + DTYPE_BYTES["bf16"]
+    weights_read = DTYPE_BYTES["bf16"] if work.optimizer_bytes_per_param is not None else DTYPE_BYTES["fp32"]
+    per = g + (g + work.optimizer_state_bytes) + work.optimizer_state_bytes + weights_read + DTYPE_BYTES["bf16"]
     if work.dtype == "fp16":
         per += 3 * DTYPE_BYTES["fp32"]  # unscale (read + write) and the overflow check (read)
     return per
@@ -229,7 +232,7 @@ def optimizer_time(ctx: Ctx, st: StageCost) -> np.ndarray:
     local = (st.params - st.expert_params) / dpz + st.expert_params / edpz
     per_param = optimizer_bytes_per_param(w)
     grad_buffer = np.where(r.zero >= 2, local, st.params) * DTYPE_BYTES[w.grad_dtype]
-    gpu = memory_time(s.gpu, local * per_param * (1 - r.f_opt)) + memory_time(s.gpu, grad_buffer)
+    gpu = multi_tensor_time(s.gpu, local * per_param * (1 - r.f_opt)) + multi_tensor_time(s.gpu, grad_buffer)
     # Offloaded share runs on the CPU (ZeRO-Offload): CPU DRAM traffic, and grads/weights over PCIe.
     cpu_bw = s.cpu_memory_bandwidth_bytes_per_s / s.gpus_per_node
     cpu = local * r.f_opt * per_param / cpu_bw

@@ -1,0 +1,151 @@
+"""Measured kernel times (``measure.py`` on a device) against the cost model's kernel times for the same shapes.
+
+``python benchmarks/gpu/compare.py [RESULTS.json ...]`` (default: every ``results/h200_run*.json``) prints, per kernel
+group, the median ratio predicted / measured, its spread and the worst shapes; then each measured training step
+against ``shardplan estimate train`` of the same model (``configs/``: the HF config and the system file of the software
+the step ran) on one GPU. Kernel predictions use the catalog's ``h200-sxm`` (the GPU measured), through the functions
+the cost model calls (``costmodel.core.kernels``).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+from shardplan.api import estimate_training
+from shardplan.costmodel.core.kernels import (
+    attention_time,
+    elementwise_time,
+    gemm_time,
+    memory_time,
+    multi_tensor_time,
+    with_launch,
+)
+from shardplan.costmodel.training.dp_sync import optimizer_bytes_per_param
+from shardplan.costmodel.training.layout import TrainWorkload
+from shardplan.hardware.gpus import H200_SXM
+
+HERE = Path(__file__).parent
+
+GPU = H200_SXM
+B = 2  # bytes per bf16 element
+
+
+def gemm_pred(m: int, n: int, k: int, experts: int = 1) -> float:
+    """One (grouped) GEMM as the cost model prices it: ``experts`` GEMMs of (m/experts)×n×k."""
+    flops = 2.0 * m * n * k
+    nbytes = B * (m * k + experts * k * n + m * n)
+    return float(gemm_time(GPU, np.array(flops), np.array(nbytes), "bf16", experts=experts, m=m, n=n, k=k))
+
+
+def attn_pred(row: dict, backward: bool) -> float:
+    kernel = {"FLASH_ATTENTION": "flash2", "CUDNN_ATTENTION": "cudnn"}[row["backend"]]
+    b, h, s, d = row["batch"], row["heads"], row["seq"], row["head_dim"]
+    dv = row.get("v_head_dim", d)
+    fwd = 2.0 * b * h * s * s * (d + dv) / 2  # QKᵀ and PV, causal half executed (the benchmark's convention)
+    flops = fwd * (2.5 if backward else 1.0)
+    nbytes = B * b * h * s * (2 * d + dv + dv) * (2.0 if backward else 1.0)
+    return float(attention_time(GPU, np.array(flops), np.array(nbytes), "bf16", backward=backward, kernel=kernel,
+                                causal=True, head_dim=d, seq=s))
+
+
+def summarise(label: str, pairs: list[tuple[str, float, float]]) -> None:
+    """pairs: (name, predicted s, measured s)."""
+    if not pairs:
+        return
+    r = [p / m for _, p, m in pairs]
+    q = np.percentile(r, [10, 50, 90])
+    print(f"{label:34s} n={len(r):3d}  predicted/measured median {q[1]:.3f}  p10 {q[0]:.3f}  p90 {q[2]:.3f}  "
+          f"time-weighted {sum(p for _, p, _ in pairs) / sum(m for _, _, m in pairs):.3f}")
+    worst = sorted(pairs, key=lambda x: abs(np.log(x[1] / x[2])), reverse=True)[:3]
+    for name, p, m in worst:
+        print(f"    {name:60s} pred {p * 1e6:9.1f} µs  meas {m * 1e6:9.1f} µs  ratio {p / m:.2f}")
+
+
+def kernel_groups(res: dict) -> dict[str, list[tuple[str, float, float]]]:
+    groups: dict[str, list[tuple[str, float, float]]] = defaultdict(list)
+    for g in res.get("gemm", []):
+        key = "gemm decode" if g["pass"] == "decode" else f"gemm {g['pass']}"
+        groups[key].append((f"{g['name']} {g['pass']} {g['m']}x{g['n']}x{g['k']}",
+                            gemm_pred(g["m"], g["n"], g["k"]), g["s"]))
+    for a in res.get("attn", []):
+        if "fwd_s" not in a:
+            continue
+        name = f"{a['backend'][:5]} d{a['head_dim']} h{a['heads']} s{a['seq']} b{a['batch']}"
+        groups[f"attn {a['backend'][:5].lower()} fwd"].append((name, attn_pred(a, False), a["fwd_s"]))
+        groups[f"attn {a['backend'][:5].lower()} bwd"].append((name, attn_pred(a, True), a["fwdbwd_s"] - a["fwd_s"]))
+    for g in res.get("grouped", []):
+        if "grouped_fwd_s" not in g:
+            continue
+        m = g["local_experts"] * g["rows_per_expert"]
+        name = f"{g['model']} ep{g['ep']} {g['gemm']} E{g['local_experts']} rows{g['rows_per_expert']}"
+        p = gemm_pred(m, g["n"], g["k"], g["local_experts"])
+        groups["torch._grouped_mm fwd (model: per expert)"].append((name, p, g["grouped_fwd_s"]))
+        groups["torch._grouped_mm fwd (as one GEMM)"].append((name, gemm_pred(m, g["n"], g["k"]), g["grouped_fwd_s"]))
+        if "loop_fwd_s" in g:
+            groups["per-expert matmul loop fwd"].append((name, p, g["loop_fwd_s"]))
+    for x in res.get("membw", []):
+        groups["eager add (elementwise curve)"].append(
+            (f"add {x['add_bytes']} B", float(elementwise_time(GPU, np.array(x["add_bytes"]))), x["add_s"]))
+        groups["copy (memory curve)"].append(
+            (f"copy {x['copy_bytes']} B", float(with_launch(GPU, memory_time(GPU, np.array(x["copy_bytes"])))),
+             x["copy_s"]))
+    opt = {r["stage"]: r for r in res.get("optim", [])}
+    if "total" in opt:
+        n = opt["total"]["params"]
+        per = optimizer_bytes_per_param(TrainWorkload(seq_len=1, global_batch=1))
+        p = float(multi_tensor_time(GPU, np.array(n * per)) + multi_tensor_time(GPU, np.array(n * 4.0)))
+        groups["optimizer step (fp32 master)"].append((f"{n:.0e} params", p, opt["total"]["s"]))
+    return groups
+
+
+STEP_CONFIG = {False: "h200-eager.yaml", True: "h200-compiled.yaml"}
+
+
+def step_rows(res: dict) -> None:
+    """Each measured step against ``estimate train`` of the same model and software on one GPU: forward+backward per
+    microbatch (the measured optimizer keeps bf16 moments, the model's an fp32 master: compared apart), kernel time by
+    category, and memory held after the forward against the model's stored activations."""
+    rows = [r for part in ("step", "compiled", "mbsweep") for r in res.get(part, []) if "step_s" in r]
+    for r in rows:
+        accum = r.get("accum", 1)
+        rep = estimate_training(str(HERE / "configs" / f"llama-3.1-8b-{r['layers']}l.json"),
+                                str(HERE / "configs" / STEP_CONFIG[r.get("compiled", False)]), gpus=1,
+                                global_batch=r["microbatch"] * accum, seq_len=r["seq"], microbatch=r["microbatch"],
+                                recompute=r["recompute"], grad_dtype="bf16")
+        fb_pred = (rep.metrics.step_time_s - rep.metrics.optimizer_s) / accum
+        kern = r["kernel_s_by_category"]
+        mem = "" if "after_forward_bytes" not in r else (
+            f"; after forward pred {rep.memory.activations_bytes / 2**30:.2f} GiB meas "
+            f"{r['after_forward_bytes'] / 2**30:.2f} GiB")
+        print(f"L{r['layers']} s{r['seq']} mb{r['microbatch']}x{accum} {r['recompute']:4s} "
+              f"{'compiled' if r.get('compiled') else 'eager':8s} fwd+bwd pred {fb_pred * 1e3:7.1f} ms  meas "
+              f"{r['fwdbwd_s'] * 1e3:7.1f} ms  ({fb_pred / r['fwdbwd_s'] - 1:+.1%}); step meas "
+              f"{r['step_s'] * 1e3:.1f} ms{mem}")
+        print("      measured kernels (ms, one step): " + ", ".join(f"{k} {v * 1e3:.1f}" for k, v in kern.items()))
+
+
+def main(paths: list[str]) -> None:
+    for path in paths:
+        with open(path) as fh:
+            res = json.load(fh)
+        env = res["env"]
+        print(f"== {Path(path).name}: {env['name']}, torch {env['torch']}, 8192³ bf16 {env['gemm_8192_tflops']:.0f} "
+              f"TFLOP/s, fp8 {env.get('fp8', {}).get('8192', {}).get('tflops', float('nan')):.0f} TFLOP/s")
+        if "clocks" in res:
+            c = res["clocks"]["samples"][5:]
+            print(f"continuous 8192³ bf16 for {res['clocks']['seconds']:.1f} s: {res['clocks']['tflops']:.0f} TFLOP/s, "
+                  f"SM clock median {statistics.median(float(x[1]) for x in c):.0f} MHz, power "
+                  f"{statistics.median(float(x[3]) for x in c):.0f} W")
+        for label, pairs in kernel_groups(res).items():
+            summarise(label, pairs)
+        step_rows(res)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:] or sorted(str(p) for p in (HERE / "results").glob("h200_run*.json")))
