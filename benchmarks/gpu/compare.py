@@ -26,9 +26,13 @@ from shardplan.costmodel.core.kernels import (
     multi_tensor_time,
     with_launch,
 )
+from shardplan.costmodel.training.ctx import Ctx
 from shardplan.costmodel.training.dp_sync import optimizer_bytes_per_param
-from shardplan.costmodel.training.layout import TrainWorkload
+from shardplan.costmodel.training.layout import LayoutArrays, TrainLayout, TrainWorkload
+from shardplan.costmodel.training.stages import kind_costs
 from shardplan.hardware.gpus import H200_SXM
+from shardplan.hardware.load import resolve_system
+from shardplan.models import get_model
 
 HERE = Path(__file__).parent
 
@@ -130,6 +134,29 @@ def step_rows(res: dict) -> None:
         print("      measured kernels (ms, one step): " + ", ".join(f"{k} {v * 1e3:.1f}" for k, v in kern.items()))
 
 
+def moe_rows(res: dict) -> None:
+    """The measured MoE blocks (Qwen3-30B-A3B's shape, EP 1, no host copy) against the model's MoE layer for the same
+    tokens, forward+backward, under ``configs/h200-grouped-mm.yaml``."""
+    moe = res.get("moe", {})
+    for key, r in moe.items():
+        if not key.endswith("_nosync") or "wall_s" not in r:
+            continue
+        tokens = int(key[1:].split("_")[0])
+        system = resolve_system(str(HERE / "configs" / "h200-grouped-mm.yaml"))
+        work = TrainWorkload(seq_len=tokens, global_batch=1, grad_dtype="bf16")
+        ctx = Ctx(get_model("qwen3-30b-a3b"), system, work, LayoutArrays.from_layouts([TrainLayout()], 1))
+        costs = kind_costs(ctx)["moe"]
+        by: dict[str, float] = defaultdict(float)
+        for op in (*costs.fwd_ops, *costs.bwd_ops):
+            by[op.kind] += float(np.ravel(op.time)[0])
+        cats = r["kernel_s_by_category"]
+        n = r["layers"]
+        print(f"MoE layer, {tokens} tokens, fwd+bwd: predicted {sum(by.values()) * 1e3:.2f} ms (GEMM "
+              f"{by['gemm'] * 1e3:.2f}, other {(sum(by.values()) - by['gemm']) * 1e3:.2f}); measured wall "
+              f"{r['wall_s'] / n * 1e3:.2f} ms (GEMM {cats['gemm'] / n * 1e3:.2f}, other "
+              f"{(r['gpu_busy_s'] - cats['gemm']) / n * 1e3:.2f})")
+
+
 def main(paths: list[str]) -> None:
     for path in paths:
         with open(path) as fh:
@@ -145,6 +172,7 @@ def main(paths: list[str]) -> None:
         for label, pairs in kernel_groups(res).items():
             summarise(label, pairs)
         step_rows(res)
+        moe_rows(res)
 
 
 if __name__ == "__main__":
