@@ -99,6 +99,13 @@ def kernel_groups(res: dict) -> dict[str, list[tuple[str, float, float]]]:
         groups["copy (memory curve)"].append(
             (f"copy {x['copy_bytes']} B", float(with_launch(GPU, memory_time(GPU, np.array(x["copy_bytes"])))),
              x["copy_s"]))
+    for x in res.get("gather", []):
+        # the model's permute and unpermute: one eager pass reading and writing every routed row (core.operators)
+        price = float(elementwise_time(GPU, np.array(x["permute_bytes"])))
+        name = f"{x['tokens']} tokens × top-{x['k']}, h {x['h']}"
+        groups["MoE permute: row gather"].append((name, price, x["permute_s"]))
+        groups["MoE unpermute: gather + k-way sum"].append((name, price, x["unpermute_gather_sum_s"]))
+        groups["MoE unpermute: bf16 index_add_ (atomics)"].append((name, price, x["index_add_bf16_s"]))
     opt = {r["stage"]: r for r in res.get("optim", [])}
     if "total" in opt:
         n = opt["total"]["params"]

@@ -18,7 +18,7 @@ def left() -> float:
     return BUDGET_S - (time.time() - T0)
 
 
-def bench(fn, *args: torch.Tensor, warm_ms: float = 10, rep_ms: float = 40) -> float:
+def bench(fn, *args: object, warm_ms: float = 10, rep_ms: float = 40) -> float:
     """Median seconds of ``fn(*args)`` (triton do_bench: CUDA events, L2 flushed between repeats)."""
     from triton.testing import do_bench
 

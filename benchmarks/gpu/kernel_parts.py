@@ -206,3 +206,36 @@ def part_membw() -> list[dict]:
     return rows
 
 
+
+
+def unpermute_sum(o: torch.Tensor, inv: torch.Tensor, tokens: int) -> torch.Tensor:
+    """Each token's k expert outputs gathered back to token order and summed."""
+    return o.index_select(0, inv).view(tokens, -1, o.shape[-1]).sum(1)
+
+
+def part_gather() -> list[dict]:
+    """Row gathers and scatters of MoE token permutation: ``tokens`` rows of width ``h`` routed to top-``k`` random
+    experts, rows sorted by expert. Permute = index_select of the token rows in expert order; unpermute = the inverse
+    gather, then the k copies of each token summed (no atomics); and index_add_ (scatter with atomics) for
+    comparison. Bytes = rows read + rows written (+ the k-way sum's read)."""
+    rows = []
+    for tokens, h, k in ((4096, 2048, 8), (16384, 2048, 8), (4096, 4096, 8), (4096, 7168, 8), (16384, 7168, 8)):
+        if left() < 30:
+            break
+        y = rnd(tokens, h)
+        experts = torch.randint(0, 128, (tokens * k,), device=DEV)
+        order = experts.argsort(stable=True)
+        src = order // k
+        inv = order.argsort()
+        o = rnd(tokens * k, h)
+        out = torch.zeros_like(y)
+        routed_bytes = 2.0 * tokens * k * h
+        rows.append({
+            "tokens": tokens, "h": h, "k": k,
+            "permute_s": bench(torch.index_select, y, 0, src), "permute_bytes": 2 * routed_bytes,
+            "unpermute_gather_sum_s": bench(unpermute_sum, o, inv, tokens),
+            "unpermute_bytes": 3 * routed_bytes + 2.0 * tokens * h,
+            "index_add_bf16_s": bench(torch.Tensor.index_add_, out, 0, src, o), "index_add_bytes": routed_bytes,
+            "copy_s": bench(torch.clone, o), "copy_bytes": 2 * routed_bytes,
+        })
+    return rows

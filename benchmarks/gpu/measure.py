@@ -34,7 +34,7 @@ import traceback
 
 import torch
 from device_common import BF16, DEV, T0, bench, left, rnd, smi
-from kernel_parts import part_attn, part_gemm, part_grouped, part_membw, part_optim, part_streams
+from kernel_parts import part_attn, part_gather, part_gemm, part_grouped, part_membw, part_optim, part_streams
 from step_parts import part_compiled, part_mbsweep, part_moe, part_step
 
 RESULTS: dict[str, object] = {}
@@ -89,9 +89,8 @@ def part_clocks() -> dict:
 def main() -> None:
     out_dir = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("OUT", ".")
     parts = {"env": part_env, "clocks": part_clocks, "gemm": part_gemm, "attn": part_attn, "grouped": part_grouped,
-             "streams": part_streams, "optim": part_optim, "membw": part_membw, "step": part_step,
-             "compiled": part_compiled, "mbsweep": part_mbsweep,
-             "moe": part_moe}
+             "streams": part_streams, "optim": part_optim, "membw": part_membw, "gather": part_gather,
+             "step": part_step, "compiled": part_compiled, "mbsweep": part_mbsweep, "moe": part_moe}
     only = os.environ.get("MEASURE_PARTS")
     for name, fn in parts.items():
         if only and name not in only.split(","):
