@@ -33,6 +33,7 @@ from shardplan.costmodel.training.stages import kind_costs
 from shardplan.hardware.gpus import H200_SXM
 from shardplan.hardware.load import resolve_system
 from shardplan.models import get_model
+from shardplan.models.load import resolve_model
 
 HERE = Path(__file__).parent
 
@@ -141,6 +142,35 @@ def step_rows(res: dict) -> None:
         print("      measured kernels (ms, one step): " + ", ".join(f"{k} {v * 1e3:.1f}" for k, v in kern.items()))
 
 
+def rank_compute(config: str, system: str, seq: int, tp: int) -> dict[str, float]:
+    """The model's kernel time of one TP rank's step (one microbatch), by operator kind, without its collectives: what
+    a single GPU running that rank's shapes measures."""
+    model = resolve_model(str(HERE / "configs" / config))
+    work = TrainWorkload(seq_len=seq, global_batch=1, grad_dtype="bf16")
+    ctx = Ctx(model, resolve_system(str(HERE / "configs" / system)), work,
+              LayoutArrays.from_layouts([TrainLayout(tp=tp, dp=1, microbatch=1)], 1))
+    by: dict[str, float] = defaultdict(float)
+    for kind, costs in kind_costs(ctx).items():
+        n = model.num_layers if kind in ("attention", "mlp") else 1
+        for op in (*costs.fwd_ops, *costs.bwd_ops):
+            by[op.kind] += float(np.ravel(op.time)[0]) * n
+    by.pop("comm", None)
+    return dict(by)
+
+
+def tp8_rows(res: dict) -> None:
+    """One TP-8 rank of Llama-3.1-70B (16 layers) run alone against the model's compute for that rank."""
+    for r in res.get("tp8rank", []):
+        if "fwdbwd_s" not in r:
+            continue
+        by = rank_compute("llama-3.1-70b-16l.json", "h200-eager.yaml", r["seq"], 8)
+        kern = r["kernel_s_by_category"]
+        print(f"70B TP-8 rank, 16 layers, s{r['seq']}: fwd+bwd pred {sum(by.values()) * 1e3:.1f} ms meas "
+              f"{r['fwdbwd_s'] * 1e3:.1f} ms ({sum(by.values()) / r['fwdbwd_s'] - 1:+.1%}); GEMM "
+              f"{by['gemm'] * 1e3:.1f}/{kern['gemm'] * 1e3:.1f}, attention {by['attn'] * 1e3:.1f}/"
+              f"{kern['attention'] * 1e3:.1f}, elementwise {by['mem'] * 1e3:.1f}/{kern['elementwise'] * 1e3:.1f} ms")
+
+
 def moe_rows(res: dict) -> None:
     """The measured MoE blocks (Qwen3-30B-A3B's shape, EP 1, no host copy) against the model's MoE layer for the same
     tokens, forward+backward, under ``configs/h200-grouped-mm.yaml``."""
@@ -179,6 +209,7 @@ def main(paths: list[str]) -> None:
         for label, pairs in kernel_groups(res).items():
             summarise(label, pairs)
         step_rows(res)
+        tp8_rows(res)
         moe_rows(res)
 
 

@@ -35,7 +35,7 @@ import traceback
 import torch
 from device_common import BF16, DEV, T0, bench, left, rnd, smi
 from kernel_parts import part_attn, part_gather, part_gemm, part_grouped, part_membw, part_optim, part_streams
-from step_parts import part_compiled, part_mbsweep, part_moe, part_step
+from step_parts import part_compiled, part_mbsweep, part_moe, part_step, part_tp8rank
 
 RESULTS: dict[str, object] = {}
 
@@ -90,7 +90,8 @@ def main() -> None:
     out_dir = sys.argv[1] if len(sys.argv) > 1 else os.environ.get("OUT", ".")
     parts = {"env": part_env, "clocks": part_clocks, "gemm": part_gemm, "attn": part_attn, "grouped": part_grouped,
              "streams": part_streams, "optim": part_optim, "membw": part_membw, "gather": part_gather,
-             "step": part_step, "compiled": part_compiled, "mbsweep": part_mbsweep, "moe": part_moe}
+             "step": part_step, "compiled": part_compiled, "mbsweep": part_mbsweep, "tp8rank": part_tp8rank,
+             "moe": part_moe}
     only = os.environ.get("MEASURE_PARTS")
     for name, fn in parts.items():
         if only and name not in only.split(","):
@@ -110,7 +111,7 @@ def main() -> None:
     if isinstance(env, dict) and "gemm_8192_tflops" in env:
         print(f"{env['name']} SMs {env['sm_count']} torch {env['torch']} 8192^3 bf16 {env['gemm_8192_tflops']:.0f} "
               f"TFLOP/s")
-    steps = [r for part in ("step", "compiled", "mbsweep") if isinstance(RESULTS.get(part), list)
+    steps = [r for part in ("step", "compiled", "mbsweep", "tp8rank") if isinstance(RESULTS.get(part), list)
              for r in RESULTS[part]]
     for r in steps:
         if "step_s" in r:

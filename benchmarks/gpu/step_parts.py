@@ -21,9 +21,9 @@ def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
 
 
 class Block(nn.Module):
-    def __init__(self, h: int, heads: int, kv: int, ffn: int) -> None:
+    def __init__(self, h: int, heads: int, kv: int, ffn: int, hd: int = 128) -> None:
         super().__init__()
-        self.heads, self.kv, self.hd = heads, kv, h // heads
+        self.heads, self.kv, self.hd = heads, kv, hd
         self.n1, self.n2 = nn.RMSNorm(h, eps=1e-5), nn.RMSNorm(h, eps=1e-5)
         self.qkv = nn.Linear(h, (heads + 2 * kv) * self.hd, bias=False)
         self.proj = nn.Linear(heads * self.hd, h, bias=False)
@@ -47,14 +47,14 @@ class Block(nn.Module):
 
 class Llama(nn.Module):
     def __init__(self, layers: int, h: int = 4096, heads: int = 32, kv: int = 8, ffn: int = 14336,
-                 vocab: int = 128256, full_recompute: bool = False) -> None:
+                 vocab: int = 128256, full_recompute: bool = False, hd: int = 128) -> None:
         super().__init__()
         self.emb = nn.Embedding(vocab, h)
-        self.blocks = nn.ModuleList(Block(h, heads, kv, ffn) for _ in range(layers))
+        self.blocks = nn.ModuleList(Block(h, heads, kv, ffn, hd) for _ in range(layers))
         self.norm = nn.RMSNorm(h, eps=1e-5)
         self.head = nn.Linear(h, vocab, bias=False)
         self.full = full_recompute
-        self.hd = h // heads
+        self.hd = hd
 
     def forward(self, ids: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         s = ids.shape[1]
@@ -108,14 +108,17 @@ def kernel_breakdown(fn) -> tuple[dict[str, float], dict[str, float], dict[str, 
     return cats, dict(sorted(top.items(), key=lambda kv: -kv[1])[:25]), counts
 
 
-def run_steps(layers: int, seq: int, mb: int, full: bool, compiled: bool = False, accum: int = 1) -> dict:
+def run_steps(layers: int, seq: int, mb: int, full: bool, compiled: bool = False, accum: int = 1,
+              shape: dict[str, int] | None = None) -> dict:
+    """Steps of ``Llama(layers, **shape)`` (default: Llama-3.1-8B's widths): timings, kernel time by category,
+    memory, clocks."""
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
     base = torch.cuda.memory_allocated()
     with torch.device(DEV):
         torch.set_default_dtype(BF16)
         try:
-            model = Llama(layers, full_recompute=full)
+            model = Llama(layers, full_recompute=full, **(shape or {}))
         finally:
             torch.set_default_dtype(torch.float32)
     if compiled:  # torchtitan's compile: each block compiled (one graph shared by identical blocks)
@@ -127,8 +130,9 @@ def run_steps(layers: int, seq: int, mb: int, full: bool, compiled: bool = False
     params = sum(p.numel() for p in model.parameters())
     after_params = torch.cuda.memory_allocated()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=True)
-    ids = torch.randint(0, 128256, (mb, seq), device=DEV)
-    labels = torch.randint(0, 128256, (mb, seq), device=DEV)
+    vocab = model.head.out_features
+    ids = torch.randint(0, vocab, (mb, seq), device=DEV)
+    labels = torch.randint(0, vocab, (mb, seq), device=DEV)
 
     def step() -> None:
         for _ in range(accum):  # gradient accumulation over ``accum`` microbatches
@@ -181,7 +185,7 @@ def run_steps(layers: int, seq: int, mb: int, full: bool, compiled: bool = False
         fb.append(e0.elapsed_time(e1) * 1e-3)
         opt.zero_grad(set_to_none=True)
     cats, top, counts = kernel_breakdown(step)
-    out = {"layers": layers, "seq": seq, "microbatch": mb, "recompute": "full" if full else "none",
+    out = {"layers": layers, "seq": seq, "microbatch": mb, "recompute": "full" if full else "none", "shape": shape,
            "compiled": compiled, "accum": accum,
            "params": params, "param_bytes": after_params - base, "static_bytes": static - base,
            "peak_bytes": peak - base, "activation_peak_bytes": peak - static, "reserved_peak_bytes": reserved,
@@ -217,6 +221,18 @@ def part_mbsweep() -> list[dict]:
             rows.append({"microbatch": mb, "error": repr(ex)[:400]})
             torch.cuda.empty_cache()
     return rows
+
+
+# One tensor-parallel rank of Llama-3.1-70B at TP 8 (its per-GPU widths: 8 query heads, 1 KV head, FFN 3584, a
+# vocabulary shard of 16,032), without the TP collectives: a GEMM-heavier step on narrow shapes.
+LLAMA70B_TP8_RANK = {"h": 8192, "heads": 8, "kv": 1, "ffn": 3584, "vocab": 16032}
+
+
+def part_tp8rank() -> list[dict]:
+    try:
+        return [run_steps(16, 8192, 1, False, shape=LLAMA70B_TP8_RANK)]
+    except Exception as ex:
+        return [{"error": repr(ex)[:600]}]
 
 
 def part_compiled() -> list[dict]:

@@ -19,7 +19,9 @@ from shardplan.costmodel.training.layout import LayoutArrays, TrainLayout, Train
 from shardplan.costmodel.training.stages import kind_costs
 from shardplan.hardware import get_system
 from shardplan.hardware.gpus import H200_SXM
+from shardplan.hardware.load import resolve_system
 from shardplan.models import get_model
+from shardplan.models.load import resolve_model
 
 GPU_DIR = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu"
 
@@ -107,3 +109,18 @@ def test_one_gpu_training_steps_within_the_measured_band(run: int, part: str) ->
         assert -0.02 < fwd_bwd / r["fwdbwd_s"] - 1 < 0.09, (r["layers"], r["recompute"], r["microbatch"])
         # memory held after the forward: the model's stored activations within 10% (full recompute exact)
         assert rep.memory.activations_bytes == pytest.approx(r["after_forward_bytes"], rel=0.10)
+
+
+def test_one_tensor_parallel_rank_alone_within_the_measured_band() -> None:
+    """Llama-3.1-70B's TP-8 rank (16 layers, 8192 tokens) run alone on the H200: the model's kernels for that rank,
+    without its collectives, against the measured forward+backward (RESULTS.md §5: 201.4 vs 195.1 ms)."""
+    (r,) = _run(7)["tp8rank"]
+    model = resolve_model(str(GPU_DIR / "configs" / "llama-3.1-70b-16l.json"))
+    work = TrainWorkload(seq_len=r["seq"], global_batch=1, grad_dtype="bf16")
+    ctx = Ctx(model, resolve_system(str(GPU_DIR / "configs" / "h200-eager.yaml")), work,
+              LayoutArrays.from_layouts([TrainLayout(tp=8, dp=1, microbatch=1)], 1))
+    compute = 0.0
+    for kind, costs in kind_costs(ctx).items():
+        n = model.num_layers if kind in ("attention", "mlp") else 1
+        compute += n * sum(float(np.ravel(op.time)[0]) for op in (*costs.fwd_ops, *costs.bwd_ops) if op.kind != "comm")
+    assert -0.02 < compute / r["fwdbwd_s"] - 1 < 0.09
