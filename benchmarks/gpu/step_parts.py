@@ -283,6 +283,8 @@ def moe_blocks(tokens: int, sync: bool) -> dict:
     x0 = rnd(tokens, h, grad=True)
 
     def fb() -> None:
+        for p in layers.parameters():  # no accumulation into the expert weights' gradients across repeats
+            p.grad = None
         x = x0
         for m in layers:
             x = m(x)

@@ -85,6 +85,7 @@ def test_optimizer_step_matches_the_h200_measurement() -> None:
     n = optim["total"]["params"]
     per = optimizer_bytes_per_param(TrainWorkload(seq_len=1, global_batch=1))
     pred = float(multi_tensor_time(H200_SXM, np.array(n * per)) + multi_tensor_time(H200_SXM, np.array(n * 4.0)))
+    # the fraction was read from this same measurement: this guards the byte count (38 + 4 B/param) with it
     assert pred == pytest.approx(optim["total"]["s"], rel=0.05)  # 24.31 vs 24.26 ms
     # a GPU with no measured fraction streams the optimizer at its memory curve (0.90 of peak for large passes)
     a100 = get_system("dgx-a100-80gb").gpu
@@ -124,3 +125,23 @@ def test_one_tensor_parallel_rank_alone_within_the_measured_band() -> None:
         n = model.num_layers if kind in ("attention", "mlp") else 1
         compute += n * sum(float(np.ravel(op.time)[0]) for op in (*costs.fwd_ops, *costs.bwd_ops) if op.kind != "comm")
     assert -0.02 < compute / r["fwdbwd_s"] - 1 < 0.09
+
+
+def test_one_grouped_kernel_computes_a_whole_tile_for_a_small_expert() -> None:
+    # 128 experts of 16 rows each: every expert's rows fill at least one 64-row tile, so the kernel does the work of
+    # 128 × 64 rows (pytorch GroupMM.cu's small-problem tile); at 256 rows per expert nothing is padded
+    n, k, e = 1536, 2048, 128
+
+    def one(rows_per_expert: int) -> float:
+        m = e * rows_per_expert
+        flops, nbytes = 2.0 * m * n * k, 2.0 * (m * k + e * k * n + m * n)
+        return float(gemm_time(H200_SXM, np.array(flops), np.array(nbytes), "bf16", experts=e, m=m, n=n, k=k,
+                               one_kernel=True))
+
+    padded = float(gemm_time(H200_SXM, np.array(2.0 * e * 64 * n * k), np.array(2.0 * (e * 16 * k + e * k * n
+                                                                                         + e * 16 * n)),
+                             "bf16", m=e * 64, n=n, k=k))
+    assert one(16) == pytest.approx(padded)
+    assert one(256) == pytest.approx(float(gemm_time(H200_SXM, np.array(2.0 * e * 256 * n * k),
+                                                     np.array(2.0 * (e * 256 * k + e * k * n + e * 256 * n)),
+                                                     "bf16", m=e * 256, n=n, k=k)))

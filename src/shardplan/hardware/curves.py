@@ -73,5 +73,7 @@ H100_SM_STREAM = 5120 * 1.755e9 / 132
 # multi_tensor_apply pattern Megatron's fused Adam shares) stream at 0.72 of an H200's 4.8 TB/s, not the 0.90 one large
 # copy reaches: on a 2e9-parameter fp32-master step, AdamW 16.1 ms for 56 GB (3.47 TB/s), gradient norm 2.38 ms for
 # 8 GB, master-to-bf16 copy 3.47 ms for 12 GB, zeroing the fp32 gradients 2.27 ms for 8 GB (benchmarks/gpu/RESULTS.md,
-# H200, torch 2.11, 2026-11-28). Taken for the Hopper die (H100, H800, H200: same SMs and kernels).
+# H200, torch 2.11, 2026-11-28). Taken for the Hopper SXM die and the GPUs priced from its spec (H100, H800, H200,
+# H20: same SMs and kernels; the H100 PCIe keeps its memory curve). The gradient buffer's zeroing is priced at it too,
+# as measured (``_foreach_zero_`` over 64 tensors); Megatron zeroes one contiguous buffer, which may stream faster.
 HOPPER_OPTIMIZER_BANDWIDTH = 0.72

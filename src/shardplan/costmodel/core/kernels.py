@@ -17,6 +17,10 @@ from shardplan.hardware.spec import AttentionCurve, GpuSpec
 # narayanan 7.71 → 7.76%, modern 16.56 → 16.91% (the H100 MoE records furthest), so the FLOPs-only curve stays.
 GEMM_SHAPE_TERM = False
 
+# Row tile of torch._grouped_mm's small-problem kernel on Hopper (64×128×128, ping-pong; 128×256×64 for large
+# problems): pytorch aten/src/ATen/native/cuda/GroupMM.cu ``dispatch_bf16_grouped_kernel_on_tile_size``.
+GROUPED_TILE_ROWS = 64.0
+
 # FlashAttention-2 reaches ~73% of A100 peak forward and ~63% backward (Dao 2023, arXiv 2307.08691 §4.1):
 # backward runs at 0.86 of the forward efficiency.
 FLASH_BWD_EFFICIENCY_RATIO = 0.86
@@ -111,8 +115,9 @@ def gemm_time(gpu: GpuSpec, flops: np.ndarray, nbytes: np.ndarray, dtype: str, *
     """A linear layer's GEMM: roofline time. A grouped GEMM over ``experts`` weight matrices runs as that many
     GEMMs of one expert's share (its curve efficiency is that of the smaller GEMM, its launches one per expert:
     Transformer Engine's per-expert cuBLAS GEMMs); with ``one_kernel`` (a CUTLASS grouped GEMM scheduling every
-    expert's tiles in one launch: ``torch._grouped_mm``) as one GEMM over all ``m`` rows, which is how it measures
-    (benchmarks/gpu/RESULTS.md §4: 0.97–1.09 of that price, up to 4.5× faster than per-expert GEMMs at 128 experts).
+    expert's tiles in one launch: ``torch._grouped_mm``) as one GEMM over all ``m`` rows, each expert's at least one
+    row tile (``GROUPED_TILE_ROWS``), which is how it measures (benchmarks/gpu/RESULTS.md §4: measured time 0.88–1.07
+    of that price over 36 shapes, up to 4.5× faster than per-expert GEMMs at 128 experts).
     Given the output shape (``m`` rows of all experts together, ``n`` columns; ``k`` the inner dimension, else
     FLOPs / (2·m·n)), a GPU with a measured GEMM grid
     (``GpuSpec.gemm_shape_table``) runs each expert's GEMM at that grid's efficiency for its (M, N, K) shape
@@ -121,6 +126,10 @@ def gemm_time(gpu: GpuSpec, flops: np.ndarray, nbytes: np.ndarray, dtype: str, *
     states the GEMM rate it sustains (e.g. a T4 held at its power limit)."""
     flops = np.asarray(flops, dtype=float)
     if one_kernel:
+        if m is not None:  # an expert with fewer rows than a tile still computes a whole tile
+            rows = np.asarray(m, dtype=float)
+            m = np.maximum(rows, GROUPED_TILE_ROWS * np.asarray(experts, dtype=float))
+            flops = flops * m / np.maximum(rows, 1.0)
         experts = 1.0
     shape = shape_factor(gpu.sm_count if GEMM_SHAPE_TERM else None, m, n, experts)
     experts = np.maximum(np.asarray(experts, dtype=float), 1e-9)

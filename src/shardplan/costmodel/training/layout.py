@@ -54,7 +54,9 @@ class TrainWorkload(BaseModel):
     optimizer: Literal["adam", "adam-8bit", "sgd", "adafactor"] = Field(
         "adam", description="Optimizer whose state is kept per parameter (with an fp32 master copy).")
     optimizer_bytes_per_param: Annotated[float, Field(ge=0)] | None = Field(
-        None, description="Override: optimizer state bytes per parameter (default: from the optimizer)."
+        None, description="Override: optimizer state bytes per parameter, the moments alone, for a stack that trains "
+        "its 16-bit parameters with no fp32 master (NeMo AutoModel's MoE models); the Adam step then reads and writes "
+        "the 16-bit weights. Default: from the optimizer, with an fp32 master."
     )
     attention: AttentionKernel | None = Field(None, description="Attention kernel (default: the system's).")
     overlap_grad_reduce: bool | None = Field(None, description="Overlap DP reduction (default: the system's).")
@@ -85,7 +87,7 @@ class TrainWorkload(BaseModel):
 
     @property
     def optimizer_state_bytes(self) -> float:
-        """State per parameter: fp32 master copy plus the optimizer's moments."""
+        """State per parameter: fp32 master copy plus the optimizer's moments, or the override (moments alone)."""
         if self.optimizer_bytes_per_param is not None:
             return self.optimizer_bytes_per_param
         return OPTIMIZER_STATE_BYTES[self.optimizer]
