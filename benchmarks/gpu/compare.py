@@ -34,6 +34,7 @@ from shardplan.hardware.gpus import H200_SXM
 from shardplan.hardware.load import resolve_system
 from shardplan.models import get_model
 from shardplan.models.load import resolve_model
+from shardplan.models.spec import ModelSpec
 
 HERE = Path(__file__).parent
 
@@ -142,16 +143,17 @@ def step_rows(res: dict) -> None:
         print("      measured kernels (ms, one step): " + ", ".join(f"{k} {v * 1e3:.1f}" for k, v in kern.items()))
 
 
-def rank_compute(config: str, system: str, seq: int, tp: int) -> dict[str, float]:
-    """The model's kernel time of one TP rank's step (one microbatch), by operator kind, without its collectives: what
-    a single GPU running that rank's shapes measures."""
-    model = resolve_model(str(HERE / "configs" / config))
+def op_times(model: ModelSpec, system: str, seq: int, tp: int = 1, kind: str | None = None) -> dict[str, float]:
+    """The model's kernel time of one microbatch's forward+backward on one GPU, by operator kind, without collectives:
+    the whole step of one TP rank (per-layer kinds times the layer count), or one layer of ``kind``."""
     work = TrainWorkload(seq_len=seq, global_batch=1, grad_dtype="bf16")
     ctx = Ctx(model, resolve_system(str(HERE / "configs" / system)), work,
               LayoutArrays.from_layouts([TrainLayout(tp=tp, dp=1, microbatch=1)], 1))
     by: dict[str, float] = defaultdict(float)
-    for kind, costs in kind_costs(ctx).items():
-        n = model.num_layers if kind in ("attention", "mlp") else 1
+    for name, costs in kind_costs(ctx).items():
+        if kind is not None and name != kind:
+            continue
+        n = model.num_layers if kind is None and name in ("attention", "mlp") else 1
         for op in (*costs.fwd_ops, *costs.bwd_ops):
             by[op.kind] += float(np.ravel(op.time)[0]) * n
     by.pop("comm", None)
@@ -163,7 +165,7 @@ def tp8_rows(res: dict) -> None:
     for r in res.get("tp8rank", []):
         if "fwdbwd_s" not in r:
             continue
-        by = rank_compute("llama-3.1-70b-16l.json", "h200-eager.yaml", r["seq"], 8)
+        by = op_times(resolve_model(str(HERE / "configs" / "llama-3.1-70b-16l.json")), "h200-eager.yaml", r["seq"], 8)
         kern = r["kernel_s_by_category"]
         print(f"70B TP-8 rank, 16 layers, s{r['seq']}: fwd+bwd pred {sum(by.values()) * 1e3:.1f} ms meas "
               f"{r['fwdbwd_s'] * 1e3:.1f} ms ({sum(by.values()) / r['fwdbwd_s'] - 1:+.1%}); GEMM "
@@ -179,13 +181,7 @@ def moe_rows(res: dict) -> None:
         if not key.endswith("_nosync") or "wall_s" not in r:
             continue
         tokens = int(key[1:].split("_")[0])
-        system = resolve_system(str(HERE / "configs" / "h200-grouped-mm.yaml"))
-        work = TrainWorkload(seq_len=tokens, global_batch=1, grad_dtype="bf16")
-        ctx = Ctx(get_model("qwen3-30b-a3b"), system, work, LayoutArrays.from_layouts([TrainLayout()], 1))
-        costs = kind_costs(ctx)["moe"]
-        by: dict[str, float] = defaultdict(float)
-        for op in (*costs.fwd_ops, *costs.bwd_ops):
-            by[op.kind] += float(np.ravel(op.time)[0])
+        by = op_times(get_model("qwen3-30b-a3b"), "h200-grouped-mm.yaml", tokens, kind="moe")
         cats = r["kernel_s_by_category"]
         n = r["layers"]
         print(f"MoE layer, {tokens} tokens, fwd+bwd: predicted {sum(by.values()) * 1e3:.2f} ms (GEMM "
