@@ -242,3 +242,17 @@ def test_a_claim_resting_on_the_published_layouts_own_prediction_says_so() -> No
     assert row.pinned is not None and row.free is not None and row.free > 1.15 * row.measured
     assert row.free <= 1.15 * row.pinned and row.why_free_faster is not None
     assert f"{100 * (row.pinned / row.measured - 1):+.0f}%" in row.why_free_faster
+
+
+def test_layout_text_names_per_rank_recompute_uneven_splits_folding_and_offload() -> None:
+    """The validate table names a layout in full: a partial recompute count, per-rank counts that differ, an uneven
+    pipeline split, folded experts' own TP and offload shares (issue 11: every row names its layout in full)."""
+    from shardplan.validation.optimum import layout_text
+
+    assert layout_text(4, 4, 2, 1, 1, 1, 8, "full", 1, rc_layers=[1, 0, 0, 0], stage_layers=[19, 21, 21, 19]) == (
+        "TP4 PP4 DP2 CP1 mb1 v8 rc=full:1/0/0/0 Z1 layers=19/21/21/19")
+    assert layout_text(4, 4, 2, 1, 1, 1, 8, "full", 1, rc_layers=[19, 21, 21, 19],
+                       stage_layers=[19, 21, 21, 19]) == "TP4 PP4 DP2 CP1 mb1 v8 rc=full Z1 layers=19/21/21/19"
+    assert layout_text(2, 8, 16, 1, 32, 1, 4, "full", 1, rc_layers=3, etp=1, offload=(0.3, 0.0, 0.1)) == (
+        "TP2 PP8 DP16 CP1 EP32 ETP1 mb1 v4 rc=full:3 Z1 off=o30%a10%")
+    assert layout_text(1, 1, 8, 1, 1, 2, 1, "none", 3) == "TP1 PP1 DP8 CP1 mb2 Z3"

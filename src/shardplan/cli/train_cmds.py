@@ -40,8 +40,9 @@ class Framework(StrEnum):
 
 FrameworkOpt = Annotated[Framework | None, typer.Option(
     "--framework", help="Plan only layouts this framework can run: megatron (Megatron-LM/NeMo: every knob; ZeRO-3 "
-    "without PP), torchtitan (FSDP2 or DDP, TP, PP, CP, EP; no ZeRO-1/2; selective recompute is its op-level "
-    "policy), automodel (NeMo AutoModel: FSDP2, PP, EP, and TP/CP for dense models only; full recompute or none), "
+    "without PP; one full-recompute count on every pipeline rank), torchtitan (FSDP2 or DDP, TP, PP, CP, EP; no "
+    "ZeRO-1/2; selective recompute is its op-level policy; one recompute count on every rank), automodel (NeMo "
+    "AutoModel: FSDP2, PP, EP, and TP/CP for dense models only; full recompute or none), "
     "fsdp (PyTorch FSDP as llm-foundry or HF Accelerate run it: data parallel only, ZeRO 0/2/3, full recompute or "
     "none). Default: every knob.")]
 

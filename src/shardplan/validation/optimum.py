@@ -122,10 +122,22 @@ class OptimumReport(BaseModel):
     summary: OptimumSummary
 
 
-def layout_text(tp: int, pp: int, dp: int, cp: int, ep: int, mb: int, v: int, rc: str, zero: int) -> str:
-    """The layout in full, as one line."""
+def layout_text(tp: int, pp: int, dp: int, cp: int, ep: int, mb: int, v: int, rc: str, zero: int, *,
+                rc_layers: int | list[int] | None = None, stage_layers: list[int] | None = None,
+                etp: int | None = None, offload: tuple[float, float, float] = (0.0, 0.0, 0.0)) -> str:
+    """The layout in full, as one line: 'rc=full:5' recomputes 5 layers per stage ('rc=full:5/0/0/0' per rank when
+    they differ), 'layers=9/11/11/9' an uneven pipeline split, 'ETP1' folded experts' own TP, 'off=o30%' offload
+    (optimizer, weights, activations)."""
     parts = [f"TP{tp}", f"PP{pp}", f"DP{dp}", f"CP{cp}"] + ([f"EP{ep}"] if ep > 1 else [])
-    parts += [f"mb{mb}"] + ([f"v{v}"] if v > 1 else []) + ([f"rc={rc}"] if rc != "none" else []) + [f"Z{zero}"]
+    parts += [f"ETP{etp}"] if ep > 1 and etp is not None and etp != tp else []
+    if isinstance(rc_layers, list):
+        rc_layers = rc_layers[0] if len(set(rc_layers)) == 1 else rc_layers  # type: ignore[assignment]
+    count = ("" if rc != "full" or rc_layers is None or (stage_layers and rc_layers == stage_layers) else
+             ":" + ("/".join(map(str, rc_layers)) if isinstance(rc_layers, list) else str(rc_layers)))
+    parts += [f"mb{mb}"] + ([f"v{v}"] if v > 1 else []) + ([f"rc={rc}{count}"] if rc != "none" else []) + [f"Z{zero}"]
+    parts += [f"layers={'/'.join(map(str, stage_layers))}"] if stage_layers and len(set(stage_layers)) > 1 else []
+    shares = "".join(f"{k}{f:.0%}" for k, f in zip("owa", offload, strict=True) if f > 0)
+    parts += [f"off={shares}"] if shares else []
     return " ".join(parts)
 
 
@@ -321,7 +333,9 @@ def evaluate_run(run: OptimumRun) -> OptimumRow:
                   measured=run.measured_tokens_per_s_per_gpu, derived_from_tflops=run.derived_from_tflops,
                   framework=run.framework,
                   pinned_layout=layout_text(lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.microbatch, lay.interleave,
-                                            str(lay.recompute), lay.zero_stage))
+                                            str(lay.recompute), lay.zero_stage, rc_layers=lay.recompute_layers,
+                                            etp=lay.etp, offload=(lay.offload_optimizer, lay.offload_weights,
+                                                                  lay.offload_activations)))
     pinned = fits = pinned_metrics = why = None
     pinned_detail: tuple[Any, Any] | None = None
     failure: list[str] = []
@@ -344,7 +358,9 @@ def evaluate_run(run: OptimumRun) -> OptimumRow:
             free = plan.metrics.tokens_per_s / run.gpus
             q = plan.plan
             free_layout = layout_text(q.tp, q.pp, q.dp, q.cp, q.ep, q.microbatch_size, q.interleave, q.recompute,
-                                      q.zero_stage)
+                                      q.zero_stage, rc_layers=q.stage_recompute_layers or q.recompute_layers,
+                                      stage_layers=q.stage_layers, etp=q.etp,
+                                      offload=(q.offload.optimizer, q.offload.weights, q.offload.activations))
             if pinned is not None and pinned_metrics is not None and free > 1.15 * pinned:
                 why = why_faster(pinned_metrics, plan.metrics, pinned_detail=pinned_detail,
                                  free_detail=(plan.stages, plan.plan))

@@ -23,6 +23,11 @@ Sources, one line each (read at the commits the exporters cite):
   NO_SHARD (ZeRO-0), SHARD_GRAD_OP (ZeRO-2) or FULL_SHARD (ZeRO-3), activation checkpointing of whole blocks, all
   or some, or none (llm-foundry scripts/train/benchmarking/submit_benchmarks.py: fsdp_config sharding_strategy,
   activation_checkpointing; llmfoundry/models/utils/act_ckpt.py at 8c8dd48: target blocks "first-n", "range-i-j").
+- One full-recompute count on every pipeline rank (``one_recompute_count``): Megatron-LM's ``--recompute-method block
+  --recompute-num-layers N`` recomputes the first N layers of every model chunk, the same N on every rank
+  (megatron/core/transformer/transformer_block.py ``_checkpointed_forward``); torchtitan wraps every block, or every
+  N-th, by one rule for all ranks (``activation_checkpoint``). A per-rank count (rank 0 alone recomputing) is a plan
+  neither can launch, so with them the per-stage search keeps one count (what ``--export`` already asks).
 """
 
 from __future__ import annotations
@@ -53,6 +58,7 @@ class FrameworkCaps:
     zero3_with_pp: bool = True
     selective_policy: str | None = None  # its selective recompute (``knobs.RECOMPUTE_POLICIES``); None: Megatron's
     partial_recompute: bool = True  # False: every block or none (no per-rank counts, uniform pipeline splits)
+    one_recompute_count: bool = False  # True: one full-recompute count on every pipeline rank (no per-rank counts)
 
     def refuses(self, knob: str, value: object) -> bool:
         """Whether a pinned ``value`` of ``knob`` (a layout flag's name) is outside this framework."""
@@ -84,9 +90,12 @@ class FrameworkCaps:
 
 
 FRAMEWORKS: dict[str, FrameworkCaps] = {
-    "megatron": FrameworkCaps("megatron", (0, 1, 2, 3), tuple(Recompute), zero3_with_pp=False),
-    "megatron-zero1": FrameworkCaps("megatron-zero1", (0, 1), tuple(Recompute), zero3_with_pp=False),
-    "torchtitan": FrameworkCaps("torchtitan", (0, 3), tuple(Recompute), selective_policy="torchtitan_op"),
+    "megatron": FrameworkCaps("megatron", (0, 1, 2, 3), tuple(Recompute), zero3_with_pp=False,
+                              one_recompute_count=True),
+    "megatron-zero1": FrameworkCaps("megatron-zero1", (0, 1), tuple(Recompute), zero3_with_pp=False,
+                                    one_recompute_count=True),
+    "torchtitan": FrameworkCaps("torchtitan", (0, 3), tuple(Recompute), selective_policy="torchtitan_op",
+                                one_recompute_count=True),
     "automodel": FrameworkCaps("automodel", (3,), (Recompute.NONE, Recompute.FULL), partial_recompute=False),
     "automodel-moe": FrameworkCaps("automodel (MoE models)", (3,), (Recompute.NONE, Recompute.FULL), tp=False,
                                    cp=False, partial_recompute=False),

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from shardplan.costmodel.training.frameworks import caps_for
 from shardplan.costmodel.training.report import TrainReport
 from shardplan.costmodel.training.stage_bounds import average_lower_bounds, stage_lower_bounds
 from shardplan.costmodel.training.stage_report import split_report
@@ -63,8 +64,9 @@ def solve_row(req: TrainRequest, table: TrainTable, i: int, *, time_limit_s: flo
     lay = r.row(i)
     w = req.workload.model_copy(update={"global_batch": int(r.gb[i])})
     offloaded = bool(r.f_opt[i] + r.f_w[i] + r.f_act[i] > 0)
+    one_count = req.framework is not None and caps_for(req.framework, req.model).one_recompute_count
     space = StageSpace(req.model, req.system, w, lay, allow_offload=req.offload == "on" or offloaded,
-                       single_recompute=req.single_recompute_count,
+                       single_recompute=req.single_recompute_count or one_count,
                        free_recompute=req.recompute_layers is None and req.recompute is None, kinds=kinds or {})
     choice = solve_stages(space, time_limit_s=time_limit_s, seed=req.seed, upper_bound_s=upper_bound_s)
     if choice is None:
