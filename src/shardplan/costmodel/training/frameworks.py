@@ -24,10 +24,10 @@ Sources, one line each (read at the commits the exporters cite):
   or some, or none (llm-foundry scripts/train/benchmarking/submit_benchmarks.py: fsdp_config sharding_strategy,
   activation_checkpointing; llmfoundry/models/utils/act_ckpt.py at 8c8dd48: target blocks "first-n", "range-i-j").
 - One full-recompute count on every pipeline rank (``one_recompute_count``): Megatron-LM's ``--recompute-method block
-  --recompute-num-layers N`` recomputes the first N layers of every model chunk, the same N on every rank
-  (megatron/core/transformer/transformer_block.py ``_checkpointed_forward``); torchtitan wraps every block, or every
-  N-th, by one rule for all ranks (``activation_checkpoint``). A per-rank count (rank 0 alone recomputing) is a plan
-  neither can launch, so with them the per-stage search keeps one count (what ``--export`` already asks).
+  --recompute-num-layers N`` recomputes N layers "within each pipeline stage", one N for every rank
+  (megatron/core/transformer/transformer_config.py ``recompute_num_layers`` at d98e8a6); torchtitan wraps every
+  block, or every N-th, by one rule for all ranks (``activation_checkpoint``). A per-rank count (rank 0 alone
+  recomputing) is a plan neither can launch, so with them the per-stage search keeps one count (as ``--export``).
 """
 
 from __future__ import annotations

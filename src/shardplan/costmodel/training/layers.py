@@ -82,12 +82,15 @@ def _padding_copies(ctx: Ctx, ops: list[Op]) -> list[Op]:
     return [*ops[:first], pad, *ops[first:last + 1], unpad, *ops[last + 1:]]
 
 
-# One host-device synchronisation costs the GPU two launch latencies: the device-to-host copy of the token counts
-# the host waits on, then the launch of the next kernel once it has them (Megatron-Core d98e8a6 token_dispatcher.py:
-# ``_maybe_dtoh_and_synchronize`` right before the all-to-all it sizes, or before the grouped GEMM's per-expert splits
-# without EP; DeepEP's and HybridEP's dispatch wait on the received counts before they launch the transfer). The
-# kernel after it is the all-to-all (or a permutation and the grouped GEMM), long enough for the host to run ahead.
-HOST_SYNC_LAUNCHES = 2
+# A dropless MoE forward copies its per-expert token counts to the host and waits for them (Megatron-Core d98e8a6
+# token_dispatcher.py ``_maybe_dtoh_and_synchronize`` before the all-to-all it sizes, or before the grouped GEMM's
+# per-expert splits without EP; DeepEP's and HybridEP's dispatch wait on the received counts). The wait drains the
+# GPU's queue: it then idles until the host has issued the kernels after it. Measured (nsys, rank 0, Megatron-Bridge
+# Qwen3-30B-A3B on 16 H100, EP 16, HybridEP, MBS 1, GBS 1024, CUDA graphs on router and preprocess, EP overlap off):
+# 24.7138 s per step of which the GPU was active 22.821 s, over 48 MoE layers × 64 microbatches of forwards: 616 µs
+# of idle GPU per synchronisation (Megatron-Bridge@067f987 skills/nemo-mbridge-perf-moe-comm-overlap/SKILL.md,
+# "HybridEP production-shape validation"). One x86 DGX H100 host; Grace hosts and other stacks are not measured.
+MOE_SYNC_IDLE_S = (24.7138 - 22.821) / (48 * 64)
 
 
 def moe_ops(ctx: Ctx) -> list[Op]:
@@ -117,7 +120,7 @@ def moe_ops(ctx: Ctx) -> list[Op]:
                if o.name.startswith(("moe.experts", "moe.ep_")) else o for o in ops]
     if sw.moe_host_sync and dropless:  # drop-and-pad sizes nothing on the host
         at = next(i for i, o in enumerate(ops) if o.name == "moe.ep_dispatch")
-        wait = HOST_SYNC_LAUNCHES * ctx.gpu.kernel_launch_s + np.zeros_like(ctx.tokens)
+        wait = MOE_SYNC_IDLE_S + np.zeros_like(ctx.tokens)
         ops.insert(at, Op("moe.host_sync", HOST, np.zeros_like(wait), np.zeros_like(wait), wait))
     return ops
 
