@@ -113,8 +113,11 @@ def _grid(space: StageSpace, t_cap_s: float | None) -> tuple[np.ndarray, np.ndar
     if t_cap_s is not None:
         ok &= fast.per_mb_s <= t_cap_s
     ranks, layers, ks = [], [], []
+    v = space.layout.interleave
     for i, n in zip(rk[ok], ln[ok], strict=True):
         kk = np.arange(n + 1) if space.full else space.layout_k(np.array([n]))
+        if space.full and space.single_recompute:  # one count K per chunk: v·K layers, or all of them
+            kk = kk[(kk % v == 0) | (kk == n)]
         ranks.append(np.full(len(kk), i))
         layers.append(np.full(len(kk), n))
         ks.append(kk)
