@@ -255,4 +255,7 @@ def test_layout_text_names_per_rank_recompute_uneven_splits_folding_and_offload(
                        stage_layers=[19, 21, 21, 19]) == "TP4 PP4 DP2 CP1 mb1 v8 rc=full Z1 layers=19/21/21/19"
     assert layout_text(2, 8, 16, 1, 32, 1, 4, "full", 1, rc_layers=3, etp=1, offload=(0.3, 0.0, 0.1)) == (
         "TP2 PP8 DP16 CP1 EP32 ETP1 mb1 v4 rc=full:3 Z1 off=o30%a10%")
+    assert layout_text(1, 4, 2, 1, 1, 1, 1, "full", 1, rc_layers=[20] * 4, stage_layers=[20] * 4) == (
+        "TP1 PP4 DP2 CP1 mb1 rc=full Z1")  # every layer recomputed, even split
+    assert layout_text(1, 1, 8, 1, 1, 2, 1, "none", 3, offload=(0.001, 0.0, 0.0)) == "TP1 PP1 DP8 CP1 mb2 Z3 off=o0.1%"
     assert layout_text(1, 1, 8, 1, 1, 2, 1, "none", 3) == "TP1 PP1 DP8 CP1 mb2 Z3"

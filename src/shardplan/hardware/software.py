@@ -68,7 +68,7 @@ class SoftwareSpec(BaseModel):
     moe_host_sync: bool = Field(
         True, description="Each dropless MoE forward copies its per-expert token counts to the host and waits, so the "
         "GPU idles until the host has issued the kernels after it (Megatron-Core d98e8a6 token_dispatcher.py: "
-        "alltoall, DeepEP, HybridEP; 616 µs measured on a DGX H100 host: training.layers.MOE_SYNC_IDLE_S). False: no "
+        "alltoall, DeepEP, HybridEP; 616 µs inferred on a DGX H100 host: training.layers.MOE_SYNC_IDLE_S). False: no "
         "such wait (moe_expert_rank_capacity_factor with full-iteration CUDA graphs, or drop-and-pad).")
     moe_balanced_routing: bool = Field(
         False, description="Tokens go to experts round-robin, every rank equally loaded (NeMo AutoModel's benchmark "

@@ -130,13 +130,15 @@ def layout_text(tp: int, pp: int, dp: int, cp: int, ep: int, mb: int, v: int, rc
     (optimizer, weights, activations)."""
     parts = [f"TP{tp}", f"PP{pp}", f"DP{dp}", f"CP{cp}"] + ([f"EP{ep}"] if ep > 1 else [])
     parts += [f"ETP{etp}"] if ep > 1 and etp is not None and etp != tp else []
+    everything = rc_layers is None or (stage_layers is not None and rc_layers == stage_layers)
     if isinstance(rc_layers, list):
         rc_layers = rc_layers[0] if len(set(rc_layers)) == 1 else rc_layers  # type: ignore[assignment]
-    count = ("" if rc != "full" or rc_layers is None or (stage_layers and rc_layers == stage_layers) else
+    count = ("" if rc != "full" or everything else
              ":" + ("/".join(map(str, rc_layers)) if isinstance(rc_layers, list) else str(rc_layers)))
     parts += [f"mb{mb}"] + ([f"v{v}"] if v > 1 else []) + ([f"rc={rc}{count}"] if rc != "none" else []) + [f"Z{zero}"]
     parts += [f"layers={'/'.join(map(str, stage_layers))}"] if stage_layers and len(set(stage_layers)) > 1 else []
-    shares = "".join(f"{k}{f:.0%}" for k, f in zip("owa", offload, strict=True) if f > 0)
+    shares = "".join(f"{k}{f:.0%}" if f >= 0.005 else f"{k}{f:.1%}" for k, f in zip("owa", offload, strict=True)
+                     if f > 0)
     parts += [f"off={shares}"] if shares else []
     return " ".join(parts)
 

@@ -26,8 +26,10 @@ Sources, one line each (read at the commits the exporters cite):
 - One full-recompute count on every pipeline rank (``one_recompute_count``): Megatron-LM's ``--recompute-method block
   --recompute-num-layers N`` recomputes N layers "within each pipeline stage", one N for every rank
   (megatron/core/transformer/transformer_config.py ``recompute_num_layers`` at d98e8a6); torchtitan wraps every
-  block, or every N-th, by one rule for all ranks (``activation_checkpoint``). A per-rank count (rank 0 alone
-  recomputing) is a plan neither can launch, so with them the per-stage search keeps one count (as ``--export``).
+  block, or every N-th by a counter over the blocks a rank builds (``activation_checkpoint``), about n_i/N of a
+  rank's n_i: one rule for all ranks, which the one-count model approximates (equal on even splits, within a layer
+  of it on uneven ones). A per-rank count (rank 0 alone recomputing) is a plan neither can launch, so with them the
+  per-stage search keeps one count (as ``--export``).
 """
 
 from __future__ import annotations

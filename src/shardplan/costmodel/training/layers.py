@@ -85,11 +85,12 @@ def _padding_copies(ctx: Ctx, ops: list[Op]) -> list[Op]:
 # A dropless MoE forward copies its per-expert token counts to the host and waits for them (Megatron-Core d98e8a6
 # token_dispatcher.py ``_maybe_dtoh_and_synchronize`` before the all-to-all it sizes, or before the grouped GEMM's
 # per-expert splits without EP; DeepEP's and HybridEP's dispatch wait on the received counts). The wait drains the
-# GPU's queue: it then idles until the host has issued the kernels after it. Measured (nsys, rank 0, Megatron-Bridge
-# Qwen3-30B-A3B on 16 H100, EP 16, HybridEP, MBS 1, GBS 1024, CUDA graphs on router and preprocess, EP overlap off):
-# 24.7138 s per step of which the GPU was active 22.821 s, over 48 MoE layers × 64 microbatches of forwards: 616 µs
-# of idle GPU per synchronisation (Megatron-Bridge@067f987 skills/nemo-mbridge-perf-moe-comm-overlap/SKILL.md,
-# "HybridEP production-shape validation"). One x86 DGX H100 host; Grace hosts and other stacks are not measured.
+# GPU's queue: it then idles until the host has issued the kernels after it. Inferred from NVIDIA's measurements of
+# Megatron-Bridge Qwen3-30B-A3B on 16 H100 (EP 16, HybridEP, MBS 1, GBS 1024, CUDA graphs on router and preprocess, EP
+# overlap off): 24.7138 s per step (timing run), the GPU active 22.821 s of a step (nsys, rank 0), all the idle charged
+# to the 48 MoE layers × 64 microbatches of forwards: 616 µs per synchronisation, an upper bound good to about ±60 µs
+# (Megatron-Bridge@067f987 skills/nemo-mbridge-perf-moe-comm-overlap/SKILL.md, "HybridEP production-shape
+# validation"). One x86 DGX H100 host; Grace hosts and other stacks are not measured.
 MOE_SYNC_IDLE_S = (24.7138 - 22.821) / (48 * 64)
 
 
