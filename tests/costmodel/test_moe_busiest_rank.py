@@ -183,3 +183,24 @@ def test_with_the_ep_overlap_only_unpaired_microbatches_wait_on_the_host() -> No
     on, _ = _cost(EP8, ep_comm_overlap=True)
     off, _ = _cost(EP8, ep_comm_overlap=True, moe_host_sync=False)
     assert float(on.step_time_s[0] - off.step_time_s[0]) == pytest.approx(48 * MOE_SYNC_IDLE_S, rel=1e-6)
+
+
+def test_the_host_idle_is_reported_apart_from_compute() -> None:
+    """`metrics.host_sync_s` is the step's GPU idle on the synchronisations (48 layers · 8 microbatches · 616 µs at PP
+    1), each layer row carries its own (one wait, forward only), and the optimum group's step parts count it as
+    "host sync", not as kernel time."""
+    from shardplan.costmodel.training.evaluate import estimate_training
+    from shardplan.validation.optimum import step_parts
+
+    system = get_system("dgx-h100")
+    rep = estimate_training(QWEN, system, 8, WORK, EP8)
+    assert rep.metrics.host_sync_s == pytest.approx(48 * 8 * MOE_SYNC_IDLE_S, rel=1e-9)
+    moe = next(row for row in rep.layers if row.kind == "moe")
+    assert moe.host_s == pytest.approx(MOE_SYNC_IDLE_S, rel=1e-9)
+    assert all(row.host_s == 0 for row in rep.layers if row.kind != "moe")
+    parts = step_parts(rep.metrics, rep.stages, rep.plan)
+    assert parts["host sync"] == pytest.approx(rep.metrics.host_sync_s, rel=1e-12)
+    off = system.model_copy(update={"software": system.software.model_copy(update={"moe_host_sync": False})})
+    bare = step_parts(estimate_training(QWEN, off, 8, WORK, EP8).metrics)
+    assert parts["kernel time"] + parts["recompute"] + parts["stage imbalance"] == pytest.approx(
+        bare["compute+recompute"], rel=1e-9)

@@ -74,7 +74,7 @@ def test_why_faster_names_the_removed_costs_largest_first() -> None:
 
     def metrics(pipeline: float, bubble: float, dp: float) -> SimpleNamespace:
         zero = dict(tp_exposed_s=0.0, cp_exposed_s=0.0, ep_exposed_s=0.0, pp_exposed_s=0.0, zero3_exposed_s=0.0,
-                    optimizer_s=0.01)
+                    optimizer_s=0.01, host_sync_s=0.0)
         return SimpleNamespace(pipeline_s=pipeline, bubble_s=bubble, dp_exposed_s=dp, **zero)
 
     # published: 10 s pipeline of which 1.5 s bubble, 0.4 s DP; free: 8.2 s with 0.2 s bubble, no DP exposure

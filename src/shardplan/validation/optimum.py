@@ -283,7 +283,7 @@ def load_runs() -> list[OptimumRun]:
 # Parts of a step (TrainMetrics fields, seconds per step); compute is what the pipeline time leaves.
 _PARTS = (("bubble", "bubble_s"), ("TP comm", "tp_exposed_s"), ("CP comm", "cp_exposed_s"), ("EP comm", "ep_exposed_s"),
           ("PP sends", "pp_exposed_s"), ("DP sync", "dp_exposed_s"), ("ZeRO-3 gathers", "zero3_exposed_s"),
-          ("optimizer", "optimizer_s"))
+          ("optimizer", "optimizer_s"), ("host sync", "host_sync_s"))
 
 
 def step_parts(metrics: Any, stages: Any = None, plan: Any = None) -> dict[str, float]:
@@ -293,7 +293,7 @@ def step_parts(metrics: Any, stages: Any = None, plan: Any = None) -> dict[str, 
     microbatch above the ranks' mean, over ``m``) and the kernels' own time, so that a plan faster through avoided work
     or a better balanced split reads apart from one faster through kernel efficiency at another shape."""
     parts = {name: float(getattr(metrics, f)) for name, f in _PARTS}
-    comm_in_pipeline = sum(parts[k] for k in ("bubble", "TP comm", "CP comm", "EP comm", "PP sends"))
+    comm_in_pipeline = sum(parts[k] for k in ("bubble", "TP comm", "CP comm", "EP comm", "PP sends", "host sync"))
     compute = float(metrics.pipeline_s) - comm_in_pipeline
     if not stages or plan is None:
         parts["compute+recompute"] = compute

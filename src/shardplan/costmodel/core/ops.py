@@ -33,7 +33,8 @@ class Op:
 
 @dataclass(frozen=True, slots=True)
 class PhaseCost:
-    """Sums over a list of ops: FLOPs, HBM bytes, compute time, and collective time per dimension."""
+    """Sums over a list of ops: FLOPs, HBM bytes, compute time, collective time per dimension, and the time the
+    GPU idles on the host (MoE token-count synchronisations)."""
 
     flops: np.ndarray
     nbytes: np.ndarray
@@ -41,6 +42,7 @@ class PhaseCost:
     comm_tp: np.ndarray
     comm_cp: np.ndarray
     comm_ep: np.ndarray
+    host: np.ndarray
 
     @classmethod
     def of(cls, ops: list[Op], like: np.ndarray) -> PhaseCost:
@@ -56,4 +58,5 @@ class PhaseCost:
             comm_tp=total(lambda o: o.time if o.dim == "tp" else None),
             comm_cp=total(lambda o: o.time if o.dim == "cp" else None),
             comm_ep=total(lambda o: o.time if o.dim == "ep" else None),
+            host=total(lambda o: o.time if o.kind == HOST else None),
         )

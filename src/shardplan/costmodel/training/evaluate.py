@@ -99,7 +99,7 @@ def report_row(cost: TrainCost, i: int, *, model: ModelSpec, system: SystemSpec,
         tp_exposed_s=_f(cost.tp_exposed_s, i), pp_exposed_s=_f(cost.pp_exposed_s, i),
         dp_exposed_s=_f(cost.dp_exposed_s, i), zero3_exposed_s=_f(cost.zero3_exposed_s, i),
         ep_exposed_s=_f(cost.ep_exposed_s, i), cp_exposed_s=_f(cost.cp_exposed_s, i),
-        optimizer_s=_f(cost.optimizer_s, i),
+        host_sync_s=_f(cost.host_s, i), optimizer_s=_f(cost.optimizer_s, i),
     )
     half = bands.band(system, "train", moe=model.moe is not None)
     metrics = metrics.model_copy(update={
@@ -184,7 +184,8 @@ def _layer_row(cost: TrainCost, stage: str, kind: str, kc: Any, count: int, mode
         fwd_time_s=_f(kc.fwd.time, i), bwd_time_s=_f(kc.bwd.time, i), recompute_time_s=rc_time,
         hbm_bytes=_f(kc.fwd.nbytes, i) + _f(kc.bwd.nbytes, i),
         comm_tp_s=_f(kc.fwd.comm_tp + kc.bwd.comm_tp, i), comm_cp_s=_f(kc.fwd.comm_cp + kc.bwd.comm_cp, i),
-        comm_ep_s=_f(kc.fwd.comm_ep + kc.bwd.comm_ep, i), params=_f(kc.params.total, i),
+        comm_ep_s=_f(kc.fwd.comm_ep + kc.bwd.comm_ep, i), host_s=_f(kc.fwd.host + kc.bwd.host, i),
+        params=_f(kc.params.total, i),
         weights_bytes=weights, gradients_bytes=grads, optimizer_bytes=opt, activations_bytes=acts,
     )
 

@@ -71,6 +71,8 @@ class TrainMetrics(Out):
     zero3_exposed_s: float
     ep_exposed_s: float
     cp_exposed_s: float
+    host_sync_s: float = Field(0.0, description="GPU idle per step on MoE token-count host synchronisations (the "
+                               "slowest stage's, as the exposed collectives).")
     optimizer_s: float
     band_pct: float | None = Field(None, description="Error band half-width (±%) from the validation residuals "
                                    "of this GPU generation, or of the system's calibration (costmodel.bands).")
@@ -111,6 +113,8 @@ class LayerRow(Out):
     comm_tp_s: float
     comm_cp_s: float
     comm_ep_s: float
+    host_s: float = Field(0.0, description="GPU idle on the host per layer, forward and backward (MoE token-count "
+                          "synchronisations).")
     params: float
     weights_bytes: float
     gradients_bytes: float

@@ -132,6 +132,7 @@ def split_report(model: ModelSpec, system: SystemSpec, num_gpus: int, work: Trai
         executed_tflops_per_gpu=exec_flops / (step * num_gpus) / 1e12, bubble_fraction=sc.bubble_s / step,
         pipeline_s=sc.pipeline_s, bubble_s=sc.bubble_s, pp_exposed_s=factor * float(st.p2p_s[0]),
         tp_exposed_s=exposed("comm_tp_s"), cp_exposed_s=exposed("comm_cp_s"), ep_exposed_s=exposed("comm_ep_s"),
+        host_sync_s=exposed("host_s"),
         dp_exposed_s=float(c.dp_s[0]), zero3_exposed_s=float(c.zero3_s[0]),
         optimizer_s=float(c.optimizer_s[0]),
     ))

@@ -98,6 +98,7 @@ class TrainCost:
     tp_exposed_s: np.ndarray
     cp_exposed_s: np.ndarray
     ep_exposed_s: np.ndarray
+    host_s: np.ndarray  # GPU idle on MoE host synchronisations, the slowest stage's
     pp_exposed_s: np.ndarray
 
     @property
@@ -294,5 +295,5 @@ def train_cost(model: ModelSpec, system: SystemSpec, work: TrainWorkload, rows: 
         model_flops=model_flops, hardware_flops=hw_flops, executed_flops=exec_flops, peak_memory=peak,
         host_bytes_per_node=host_gpu * system.gpus_per_node,
         tp_exposed_s=comm_exposed("comm_tp"), cp_exposed_s=comm_exposed("comm_cp"),
-        ep_exposed_s=comm_exposed("comm_ep"), pp_exposed_s=slots * first.p2p_s,
+        ep_exposed_s=comm_exposed("comm_ep"), pp_exposed_s=slots * first.p2p_s, host_s=comm_exposed("host"),
     )
