@@ -50,7 +50,7 @@ def _num_layers(argv: tuple[str, ...]) -> int:
 
 def _stage_layers(plan: dict, num_layers: int) -> list[int]:
     """Layers per pipeline rank the plan costs: its per-stage split, else the cost model's even split."""
-    from shardplan.costmodel.training.stage_split import uniform_split
+    from shardplan.costmodel.training.pipeline_sim import uniform_split
 
     return plan.get("stage_layers") or uniform_split(num_layers, plan["pp"])
 

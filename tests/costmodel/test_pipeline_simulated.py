@@ -1,61 +1,15 @@
-"""The pipeline term against a discrete-event simulation of Megatron-Core's 1F1B schedules (an independent check of
-``step.train_cost``'s ``(m + (p−1)/v)·max_s(F_s + B_s)``).
-
-The simulation runs each rank's operations in Megatron-Core's order (megatron/core/pipeline_parallel/schedules.py at
-d98e8a6: ``forward_backward_pipelining_without_interleaving`` warms up with ``p − r − 1`` forwards; the interleaved
-schedule with ``2(p − r − 1) + (v − 1)·p``, model chunk ``(k mod p·v) // p`` of microbatch group ``k // (p·v)``,
-backward chunks in reverse), each as soon as its rank is free and its inputs exist: the forward of virtual stage
-``s = c·p + r`` after the forward of ``s − 1``, its backward after its forward and the backward of ``s + 1``."""
+"""The pipeline term against a discrete-event simulation of Megatron-Core's 1F1B schedules
+(``costmodel.training.pipeline_sim``): the simulation itself against the closed form ``(m + (p−1)/v)`` slots on equal
+chunks (Narayanan et al. 2021 §2.2) and by hand on small cases, then ``step.train_cost``'s pipeline term against the
+simulated schedule of the model's own stage times."""
 
 import pytest
 
 from shardplan.costmodel.training.evaluate import estimate_training
 from shardplan.costmodel.training.layout import TrainLayout, TrainWorkload
+from shardplan.costmodel.training.pipeline_sim import chunk_factor, chunk_layers, simulate
 from shardplan.hardware import get_system
 from shardplan.models import get_model
-
-
-def _order(p: int, v: int, m: int, r: int) -> list[tuple[str, int, int]]:
-    """Rank ``r``'s (phase, microbatch, model chunk) in Megatron-Core's order."""
-    total = m * v
-
-    def fwd(k: int) -> tuple[int, int]:
-        i = k % (p * v)
-        return (k // (p * v)) * p + i % p, i // p
-
-    def bwd(k: int) -> tuple[int, int]:
-        mb, c = fwd(k)
-        return mb, v - 1 - c
-
-    warm = min(p - r - 1 if v == 1 else 2 * (p - r - 1) + (v - 1) * p, total)
-    ops = [("F", *fwd(k)) for k in range(warm)]
-    for k in range(total - warm):
-        ops += [("F", *fwd(warm + k)), ("B", *bwd(k))]
-    return ops + [("B", *bwd(k)) for k in range(total - warm, total)]
-
-
-def simulate(p: int, v: int, m: int, fwd: list[list[float]], bwd: list[list[float]]) -> float:
-    """Makespan of one schedule; ``fwd[r][c]``, ``bwd[r][c]``: chunk ``c``'s times on rank ``r`` per microbatch."""
-    ops = [_order(p, v, m, r) for r in range(p)]
-    done: dict[tuple[str, int, int], float] = {}
-    pos, free = [0] * p, [0.0] * p
-    moved = True
-    while moved:
-        moved = False
-        for r in range(p):
-            while pos[r] < len(ops[r]):
-                phase, mb, c = ops[r][pos[r]]
-                s = c * p + r
-                deps = ([("F", mb, s - 1)] if s > 0 else []) if phase == "F" else (
-                    [("F", mb, s)] + ([("B", mb, s + 1)] if s < p * v - 1 else []))
-                if any(d not in done for d in deps):
-                    break
-                start = max([free[r]] + [done[d] for d in deps])
-                free[r] = done[(phase, mb, s)] = start + (fwd if phase == "F" else bwd)[r][c]
-                pos[r] += 1
-                moved = True
-    assert pos == [len(o) for o in ops], "the schedule deadlocked"
-    return max(free)
 
 
 @pytest.mark.parametrize(("p", "v"), [(2, 1), (4, 1), (8, 1), (2, 2), (4, 2), (4, 4), (8, 4), (8, 8)])
@@ -93,3 +47,47 @@ def test_the_cost_models_pipeline_is_the_simulated_schedule(model: str, gpus: in
         bwd.append(b)
     sim = simulate(p, v, m, fwd, bwd)
     assert 1.0 <= rep.metrics.pipeline_s / sim <= 1.025
+
+
+def test_unequal_chunks_by_hand() -> None:
+    """Two ranks of 3 layers in 2 chunks (2 and 1 layers; forward 1, backward 2 per layer), 2 microbatches, worked
+    through Megatron's order by hand: rank 0 runs F(0,c0) 0-2, F(1,c0) 2-4, F(0,c1) 4-5, F(1,c1) 6-7, B(0,c1) 9-11,
+    B(1,c1) 12-14, B(0,c0) 16-20, B(1,c0) 20-24; rank 1 F(0,c0) 2-4, F(1,c0) 4-6, F(0,c1) 6-7, B(0,c1) 7-9,
+    F(1,c1) 9-10, B(1,c1) 10-12, B(0,c0) 12-16, B(1,c0) 16-20. 24 against the closed form's (2 + 1/2)·9 = 22.5."""
+    assert simulate(2, 2, 2, [[2.0, 1.0]] * 2, [[4.0, 2.0]] * 2) == 24.0
+    assert chunk_layers(3, 2) == [2, 1]
+    assert chunk_factor((3, 3), 2, 2) == pytest.approx(24.0 / 22.5, rel=1e-12)
+
+
+@pytest.mark.parametrize(("split", "v"), [((12,) * 8, 8), ((11,) + (12,) * 6 + (11,), 4), ((10, 12, 12, 10), 3),
+                                           ((7, 11, 11, 10, 11, 10, 11, 9), 7)])
+def test_the_factor_beyond_three_groups_is_the_simulated_schedule(split: tuple[int, ...], v: int) -> None:
+    """``chunk_factor`` extends two short simulations linearly in m; at 8 groups it equals the full simulation."""
+    p = len(split)
+    m = 8 * p
+    per_rank = [chunk_layers(n, v) for n in split]
+    sim = simulate(p, v, m, [[float(c) for c in cs] for cs in per_rank], [[2.0 * c for c in cs] for cs in per_rank])
+    closed = (m + (p - 1) / v) * 3.0 * max(split)
+    assert chunk_factor(split, v, m) == pytest.approx(max(1.0, sim / closed), rel=1e-12)
+
+
+def test_equal_chunks_cost_nothing_and_unequal_ones_never_less() -> None:
+    assert chunk_factor((16,) * 8, 8, 64) == 1.0 and chunk_factor((24, 16), 8, 16) == 1.0
+    assert chunk_factor((12,) * 8, 8, 128) == pytest.approx(1.0488, abs=5e-4)  # 2,2,2,2,1,1,1,1: +4.9%
+    assert chunk_factor((19, 21, 21, 19), 8, 64) == 1.0  # the lighter ranks' slack outweighs it: clamped
+
+
+def test_train_cost_charges_unequal_chunks_as_bubble() -> None:
+    """Llama-3.1-8B (32 layers) on PP4 with 3 chunks: 8 layers a rank in chunks of 3, 3 and 2. The step's pipeline
+    term is ``(m + (p−1)/v)`` slots of the slowest stage (forward + backward per microbatch) times the simulated
+    factor of that split; everything beyond the m microbatches is reported as bubble. With 2 chunks (4 and 4) it is
+    the closed form."""
+    model, system = get_model("llama-3.1-8b"), get_system("dgx-h100")
+    work = TrainWorkload(seq_len=4096, global_batch=64)
+    m = 16
+    for v, factor in ((3, chunk_factor((8,) * 4, 3, m)), (2, 1.0)):
+        rep = estimate_training(model, system, 16, work, TrainLayout(pp=4, dp=4, interleave=v))
+        slowest = max(s.fwd_time_s + s.bwd_time_s for s in rep.stages)
+        assert rep.metrics.pipeline_s == pytest.approx((m + 3 / v) * slowest * factor, rel=1e-12)
+        assert rep.metrics.bubble_s == pytest.approx(rep.metrics.pipeline_s - m * slowest, rel=1e-12)
+    assert chunk_factor((8,) * 4, 3, m) == pytest.approx(1.0074, abs=1e-4)

@@ -168,14 +168,14 @@ def test_framework_recompute_pins(run_cli) -> None:
 
 def test_megatron_and_torchtitan_plans_recompute_one_count_on_every_rank() -> None:
     """Megatron-LM's --recompute-num-layers (and torchtitan's checkpointing rule) is one count for every pipeline
-    rank. Llama-3.1-70B on 32 H100 at 8,192 tokens, 32 sequences: left free, the per-stage search recomputes one
-    layer on rank 0 alone ([1, 0, 0, 0]); under either framework every rank's count is what one per-chunk count K
-    gives it (``chunk_recompute``: v·K layers, or all of them), and the framework's plan costs no less than the free
-    one (its space is a subset)."""
+    rank. Llama-3.1-70B on 32 H100 at 8,192 tokens, 32 sequences, interleave 8: left free, the per-stage search
+    recomputes one layer on rank 0 alone ([1, 0, 0, 0]); under either framework every rank's count is what one
+    per-chunk count K gives it (``chunk_recompute``: v·K layers, or all of them), and the framework's plan costs no
+    less than the free one (its space is a subset)."""
     from shardplan.planner.training.stages import chunk_recompute
 
     req = dict(model=LLAMA, system=get_system("dgx-h100"), num_gpus=32,
-               workload=TrainWorkload(seq_len=8192, global_batch=32))
+               workload=TrainWorkload(seq_len=8192, global_batch=32), interleave=8)
     free = plan_training(TrainRequest(**req), explain=False)
     assert free.plan is not None and free.metrics is not None
     counts = free.plan.stage_recompute_layers

@@ -1,6 +1,6 @@
 """The per-stage lower bounds are tight where the per-stage choice is forced, and never above the optimum.
 
-GPT-3 175B on 1,024 A100 (Narayanan et al. 2021's case): TP4 PP8 with 7 chunks and selective recompute has no
+GPT-3 175B on 1,024 A100 (Narayanan et al. 2021's case): TP4 PP8 with 6 chunks and selective recompute has no
 per-stage freedom worth taking (12 layers per rank; moving one costs more than the LM head's imbalance), so the
 best per-stage plan is the uniform split and the bound — balance plus rank 0's layers and tail — meets it. TP2
 PP16 with 6 chunks and full recompute holds exactly 6 layers per rank (96 = 16·6) with rank 0 over memory at no
@@ -11,8 +11,9 @@ import numpy as np
 import pytest
 
 from shardplan.costmodel.training.layout import LayoutArrays, Recompute, TrainLayout, TrainWorkload
+from shardplan.costmodel.training.pipeline_sim import uniform_split
 from shardplan.costmodel.training.stage_bounds import stage_lower_bounds
-from shardplan.costmodel.training.stage_split import evaluate_split, uniform_split
+from shardplan.costmodel.training.stage_split import evaluate_split
 from shardplan.hardware import get_system
 from shardplan.models import get_model
 from shardplan.planner.training.stages import StageSpace, solve_stages
@@ -35,7 +36,7 @@ def _bound_s(lay: TrainLayout) -> float:
 
 
 def test_bound_meets_the_forced_uniform_optimum() -> None:
-    lay = TrainLayout(tp=4, pp=8, dp=32, interleave=7, recompute=Recompute.SELECTIVE, sequence_parallel=True,
+    lay = TrainLayout(tp=4, pp=8, dp=32, interleave=6, recompute=Recompute.SELECTIVE, sequence_parallel=True,
                       zero_stage=1)
     uniform = evaluate_split(MODEL, SYSTEM, WORK, lay, uniform_split(MODEL.num_layers, lay.pp))
     best = _optimum_s(lay)

@@ -37,14 +37,9 @@ MEGATRON_ATTENTION_BACKEND = {"flash": "auto", "cudnn": "auto", "flash2": "flash
 
 def stage_layers(num_layers: int, pp: int) -> list[int]:
     """Transformer layers per pipeline stage as the cost model splits them evenly (``uniform_split``)."""
-    from shardplan.costmodel.training.stage_split import uniform_split
+    from shardplan.costmodel.training.pipeline_sim import uniform_split
 
     return uniform_split(num_layers, pp)
-
-
-def _chunks(n: int, v: int) -> list[int]:
-    """``n`` layers in ``v`` model chunks, the first chunks taking the remainder."""
-    return [n // v + (1 if c < n % v else 0) for c in range(v)]
 
 
 def pipeline_layout(num_layers: int, pp: int, v: int, counts: list[int] | None = None, *, mtp: int = 0) -> str:
@@ -52,7 +47,9 @@ def pipeline_layout(num_layers: int, pp: int, v: int, counts: list[int] | None =
     t = transformer layer, m = MTP layer, L = loss (pipeline_parallel_layer_layout.py); ``counts``: layers per
     rank (a per-stage plan), else the cost model's even split. ``mtp`` MTP layers go before the loss: Megatron
     counts them in the layout and asserts the count equals ``--mtp-num-layers`` (``validate_layer_layout``)."""
-    per_rank = [_chunks(n, v) for n in (counts or stage_layers(num_layers, pp))]
+    from shardplan.costmodel.training.pipeline_sim import chunk_layers
+
+    per_rank = [chunk_layers(n, v) for n in (counts or stage_layers(num_layers, pp))]
     entries = []
     for c in range(v):
         for r in range(pp):

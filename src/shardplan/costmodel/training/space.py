@@ -20,6 +20,12 @@ from shardplan.errors import ShardplanError
 from shardplan.hardware.spec import GpuSpec
 from shardplan.models.spec import ModelSpec
 
+# Interleave counts above ``SpaceRequest.max_interleave`` are searched where they split every rank's layers into equal
+# model chunks (pipeline_sim: no schedule loss), up to this many: NVIDIA's tuned recipes run v = 12 (GPT-3 175B on PP 8,
+# MLPerf v3.0; Nemotron-4 340B), 20 (Llama 2 70B on PP 4, NeMo 24.07) and 24 (Qwen3-30B-A3B on PP 2, Megatron-Bridge
+# 25.09): records of ``shardplan validate``.
+EQUAL_CHUNKS_MAX_INTERLEAVE = 24
+
 
 def valid_tp(model: ModelSpec) -> list[int]:
     """TP must divide the attention heads and the KV heads (Megatron shards whole query groups)."""
@@ -239,6 +245,8 @@ def enumerate_layouts(model: ModelSpec, work: TrainWorkload, req: SpaceRequest) 
         eps = [(et, e) for et in etps for e in eps_of[et] if fw is None or fw.ep or e == 1]
         top = max(req.max_interleave, req.interleave or 1)
         vs = [v for v in range(1, top + 1) if v == 1 or (pp > 1 and pp * v <= model.num_layers)]
+        if pp > 1 and model.num_layers % pp == 0:  # beyond the cap: chunk counts that split every rank evenly
+            vs += [v for v in divisors(model.num_layers // pp) if top < v <= EQUAL_CHUNKS_MAX_INTERLEAVE]
         vs = allowed(keep(vs, req.interleave, "interleave pinned"), "interleave")
         for gb in ([req.max_batch // dp * dp] if req.max_batch else batches):
             if gb == 0:

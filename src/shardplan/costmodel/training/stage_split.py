@@ -7,7 +7,8 @@ fully recomputed layers ``k_i`` (under ``--recompute full``) and share of stored
 ``train_cost`` uses, on a synthetic stage shape: rank 0 holds the embedding, rank ``p−1`` the LM head;
 with ``v > 1`` a rank's ``n_i`` layers form ``v`` chunks (the first chunks take the remainder).
 
-Step composition is ``train_cost``'s: ``(m + (p−1)/v)·max_i t_i`` for the pipeline, plus rank 0's
+Step composition is ``train_cost``'s: ``(m + (p−1)/v)·max_i t_i`` for the pipeline (times the simulated
+schedule's excess when a rank's layers do not divide into its chunks: ``pipeline_sim.chunk_factor``), plus rank 0's
 data-parallel sync, ZeRO-3 gathers and optimizer step (rank 0 finishes its last backward last in 1F1B and
 interleaved schedules), times ``1 + step_overhead``, plus a calibration's per-microbatch and per-step overheads.
 With the uniform split it equals ``train_cost``.
@@ -26,7 +27,14 @@ from shardplan.costmodel.core.layouts import uniform_kinds
 from shardplan.costmodel.training.ctx import Ctx
 from shardplan.costmodel.training.dp_sync import data_parallel, optimizer_time
 from shardplan.costmodel.training.evaluate import gpu_capacity, host_capacity
-from shardplan.costmodel.training.layout import LayoutArrays, TrainLayout, TrainWorkload, fill_drain_slots
+from shardplan.costmodel.training.layout import (
+    LayoutArrays,
+    TrainLayout,
+    TrainWorkload,
+    fill_drain_slots,
+    pipeline_schedules,
+)
+from shardplan.costmodel.training.pipeline_sim import chunk_factor, uneven_chunks
 from shardplan.costmodel.training.stages import KindCost, StageShape, kind_costs, take_kinds
 from shardplan.costmodel.training.step import StageCost, _stage
 from shardplan.errors import ShardplanError
@@ -43,16 +51,6 @@ def supports_stage_split(model: ModelSpec) -> bool:
 def min_first_layers(model: ModelSpec) -> int:
     """Rank 0 holds every dense-first layer of an MoE model (so later ranks are all MoE)."""
     return model.moe.first_dense_layers if model.moe is not None else 0
-
-
-def uniform_split(num_layers: int, pp: int) -> list[int]:
-    """``stages.stage_shapes``'s rule made explicit: even, remainder on middle ranks first, then first, last."""
-    base, extra = divmod(num_layers, pp)
-    counts = [base] * pp
-    middles = list(range(1, pp - 1))
-    for i in range(extra):
-        counts[middles[i] if i < len(middles) else (0 if i == len(middles) else pp - 1)] += 1
-    return counts
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,6 +147,7 @@ class StageSplitCost:
     host_bytes_per_node: float
     pipeline_s: float
     bubble_s: float
+    schedule_excess_s: float  # the pipeline's share from unequal model chunks (pipeline_sim.chunk_factor)
     tail_s: float
     step_time_s: float
     fits: bool
@@ -192,13 +191,19 @@ def evaluate_split(model: ModelSpec, system: SystemSpec, work: TrainWorkload, la
     c = rank_costs(model, system, work, layout, np.arange(p), np.array(stage_layers), np.array(rk), np.array(pct),
                    kinds)
     worst = float(np.max(c.per_mb_s))
-    pipeline = pipeline_factor(layout, work) * worst
-    bubble = fill_slots(layout, work) * worst
+    m = work.global_batch // (layout.dp * layout.microbatch)
+    chunks = 1.0
+    if uneven_chunks(tuple(stage_layers), layout.interleave):  # train_cost's pipeline_sim factor, for this split
+        m_s = round(m / float(pipeline_schedules(work.global_batch, layout.dp, layout.pp, work.local_batch)))
+        chunks = chunk_factor(tuple(stage_layers), layout.interleave, m_s)
+    pipeline = pipeline_factor(layout, work) * worst * chunks
+    bubble = pipeline - m * worst
     tail = float(c.tail_s[0])
     step = (pipeline + tail) * (1 + system.software.step_overhead_fraction) + system.calibration.step_overhead_s
     host = float(np.max(c.host_bytes)) * system.gpus_per_node
     ok = bool(np.all(c.memory_bytes <= gpu_capacity(system, work))) and host <= host_capacity(system, work)
     return StageSplitCost(list(stage_layers), [int(min(k, n)) for k, n in zip(rk, stage_layers, strict=True)],
                           [int(x) for x in pct], [float(x) for x in c.per_mb_s],
-                          [float(x) for x in c.memory_bytes], host, pipeline, bubble, tail, step, ok, c)
+                          [float(x) for x in c.memory_bytes], host, pipeline, bubble, pipeline * (1 - 1 / chunks), tail,
+                          step, ok, c)
 

@@ -7,7 +7,8 @@ Step composition (per iteration):
 - pipeline: ``(m + n·(p−1)/v)·max_s(F_s + B_s)`` for m microbatches, p stages, v interleaved chunks, n schedules
   per step (``layout.pipeline_schedules``; Narayanan et al. 2021 §2.2: bubble fraction ``(p−1)/(v·m)``), where
   F/B are a stage's forward and backward time per microbatch including recompute, exposed TP/CP/EP collectives,
-  pipeline sends and exposed offload transfers;
+  pipeline sends and exposed offload transfers; times the simulated schedule's excess when a rank's layers do not
+  divide into its v chunks (``pipeline_sim.chunk_factor``);
 - data-parallel gradient reduction (all-reduce, or reduce-scatter + all-gather with ZeRO), exposed
   unless overlapped with the last backward; ZeRO-3 parameter gathers per microbatch;
 - the optimizer step, memory-bound on the GPU or on the CPU for offloaded state.
@@ -23,6 +24,7 @@ from shardplan.costmodel.training.ctx import Ctx
 from shardplan.costmodel.training.dp_sync import data_parallel, fsdp_under_pp, optimizer_time
 from shardplan.costmodel.training.layout import LayoutArrays, TrainWorkload
 from shardplan.costmodel.training.memory import embedding_activations, framework_memory, head_activations
+from shardplan.costmodel.training.pipeline_sim import chunk_factors
 from shardplan.costmodel.training.recompute_modules import selective_terms
 from shardplan.costmodel.training.schedule_overlap import pipeline_send_s
 from shardplan.costmodel.training.stages import (
@@ -271,8 +273,11 @@ def train_cost(model: ModelSpec, system: SystemSpec, work: TrainWorkload, rows: 
     cal = system.calibration
     per_mb = per_mb + cal.microbatch_overhead_s  # calibrated: per microbatch per stage slot
     slots = m + ctx.fill_slots  # m microbatch slots plus (p−1)/v of fill and drain per schedule
-    bubble = ctx.fill_slots * per_mb
-    pipeline = m * per_mb + bubble
+    # Model chunks of unequal size (a rank's layers not a multiple of v) stall the interleaved schedule in the
+    # steady state too: the simulated schedule's excess over the closed form (pipeline_sim), counted as bubble.
+    chunks = chunk_factors(model.num_layers, rows.pp, rows.v, m / ctx.schedules)
+    pipeline = slots * per_mb * chunks
+    bubble = pipeline - m * per_mb
     dp_exposed, z3 = data_parallel(ctx, first := stages[0], m)
     opt = optimizer_time(ctx, first)
     base = pipeline + dp_exposed + z3 + opt

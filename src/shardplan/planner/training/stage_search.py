@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from shardplan.costmodel.training.frameworks import caps_for
+from shardplan.costmodel.training.pipeline_sim import uniform_split
 from shardplan.costmodel.training.report import TrainReport
 from shardplan.costmodel.training.stage_bounds import average_lower_bounds, stage_lower_bounds
 from shardplan.costmodel.training.stage_report import split_report
@@ -26,7 +27,6 @@ from shardplan.costmodel.training.stage_split import (
     evaluate_split,
     kinds_of_row,
     supports_stage_split,
-    uniform_split,
 )
 from shardplan.costmodel.training.stages import KindCost, take_kinds
 from shardplan.costmodel.training.table import TrainTable
@@ -68,12 +68,24 @@ def solve_row(req: TrainRequest, table: TrainTable, i: int, *, time_limit_s: flo
     space = StageSpace(req.model, req.system, w, lay, allow_offload=req.offload == "on" or offloaded,
                        single_recompute=req.single_recompute_count or one_count,
                        free_recompute=req.recompute_layers is None and req.recompute is None, kinds=kinds or {})
-    choice = solve_stages(space, time_limit_s=time_limit_s, seed=req.seed, upper_bound_s=upper_bound_s)
-    if choice is None:
-        return None, None
-    split = evaluate_split(req.model, req.system, w, lay, choice.layers, choice.recompute_layers, choice.offload_pct,
-                           space.kinds)
-    return split, choice
+    t0 = time.perf_counter()
+    best: tuple[StageSplitCost | None, StageChoice | None] = (None, None)
+    # The closed-form per-stage optimum over every split; when its chunks are unequal the schedule's loss
+    # (pipeline_sim) prices it above the closed form, so the exact optimum over equal-chunk splits competes too.
+    for equal in (False, True):
+        left = time_limit_s - (time.perf_counter() - t0)
+        if left <= 0:
+            break
+        sp = replace(space, equal_chunks=equal) if equal else space
+        choice = solve_stages(sp, time_limit_s=left, seed=req.seed, upper_bound_s=upper_bound_s)
+        if choice is not None:
+            split = evaluate_split(req.model, req.system, w, lay, choice.layers, choice.recompute_layers,
+                                   choice.offload_pct, space.kinds)
+            if best[0] is None or split.step_time_s < best[0].step_time_s * (1 - 1e-12):
+                best = (split, choice)
+        if best[0] is None or best[0].schedule_excess_s == 0.0:
+            break  # nothing fits, or the plan found has equal chunks: the equal-chunk space holds nothing better
+    return best
 
 
 def search_stages(req: TrainRequest, table: TrainTable, rows: np.ndarray, best_row: int, per_seq: bool, *,

@@ -27,12 +27,12 @@ from ortools.sat.python import cp_model
 from shardplan.costmodel.training.evaluate import gpu_capacity, host_capacity
 from shardplan.costmodel.training.knobs import RECOMPUTE_CODE, Recompute
 from shardplan.costmodel.training.layout import TrainLayout, TrainWorkload, pipeline_schedules
+from shardplan.costmodel.training.pipeline_sim import chunk_layers, uniform_split
 from shardplan.costmodel.training.stage_split import (
     RankCosts,
     layout_kinds,
     min_first_layers,
     rank_costs,
-    uniform_split,
 )
 from shardplan.costmodel.training.stages import KindCost
 from shardplan.hardware.spec import SystemSpec
@@ -51,6 +51,7 @@ class StageSpace:
     allow_offload: bool = False
     single_recompute: bool = False
     free_recompute: bool = True  # False: the layout's recompute count holds on every rank (a user's pin)
+    equal_chunks: bool = False  # True: only layer counts that divide into the layout's v model chunks
     kinds: dict[str, KindCost] = field(default_factory=dict, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -70,6 +71,17 @@ class StageSpace:
             lo[0] = max(v, min_first_layers(self.model))
         hi = L - (lo.sum() - lo)
         return lo, hi
+
+    def even_chunks(self, layers: np.ndarray) -> np.ndarray:
+        """Layer counts this space allows: all, or with ``equal_chunks`` those that divide into the layout's ``v``
+        model chunks. The per-stage model prices the pipeline in closed form, ``(m + (p−1)/v)·max t``; the
+        interleaved schedule's loss to unequal chunks (``pipeline_sim.chunk_factor``) is not linear in the ranks'
+        times, so it is exact on equal-chunk splits only (``stage_search.solve_row`` solves both ways and keeps the
+        better of the two plans as the cost model prices them)."""
+        v = self.layout.interleave
+        if not self.equal_chunks or v == 1:
+            return np.ones(np.shape(layers), dtype=bool)
+        return np.asarray(layers) % v == 0
 
     def cost(self, rank: np.ndarray, layers: np.ndarray, k: np.ndarray, pct: np.ndarray) -> RankCosts:
         return rank_costs(self.model, self.system, self.work, self.layout, rank, layers, k, pct, self.kinds)
@@ -102,6 +114,8 @@ def _grid(space: StageSpace, t_cap_s: float | None) -> tuple[np.ndarray, np.ndar
     lo, hi = space.bounds()
     rk = np.concatenate([np.full(int(hi[i] - lo[i] + 1), i) for i in range(space.layout.pp)])
     ln = np.concatenate([np.arange(int(lo[i]), int(hi[i]) + 1) for i in range(space.layout.pp)])
+    even = space.even_chunks(ln)
+    rk, ln = rk[even], ln[even]
     fast = space.cost(rk, ln, np.zeros_like(ln) if space.full else space.layout_k(ln), np.zeros_like(ln))
     # The least memory of a (rank, layers): stored activations fall linearly with the recomputed layers, but a
     # recomputed layer's activations are live on the GPU during its backward (not offloadable): so the least is
@@ -231,7 +245,8 @@ def solve_stages(space: StageSpace, *, time_limit_s: float = 10.0, seed: int = 0
         return None
     unit, t_int, tail_int = scale(space, opts.per_mb_s, opts.tail_s)
     if upper_bound_s is not None and len(opts.rank):
-        ub = to_int_time(upper_bound_s * lay.interleave * (1 + 1e-6), unit)
+        # integer times are rounded up: a plan's a·⌈t⌉ + b·⌈tail⌉ exceeds its float value by less than a + b units
+        ub = to_int_time(upper_bound_s * lay.interleave * (1 + 1e-6), unit) + a + b
         tail_min = int(tail_int[opts.rank == 0].min(initial=0))
         own_tail = np.where(opts.rank == 0, tail_int, tail_min)
         keep = a * t_int + b * own_tail <= ub
@@ -288,7 +303,7 @@ def solve_stages(space: StageSpace, *, time_limit_s: float = 10.0, seed: int = 0
 def chunk_recompute(count: int, layers: int, v: int) -> int:
     """Layers a rank of ``layers`` layers in ``v`` chunks (the first chunks taking the remainder) recomputes
     when the first ``count`` layers of every chunk are recomputed (Megatron's block method, transformer_block.py)."""
-    return sum(min(count, layers // v + (1 if c < layers % v else 0)) for c in range(v))
+    return sum(min(count, c) for c in chunk_layers(layers, v))
 
 
 def _hint(model: cp_model.CpModel, x: list, opts: Options, split: list[int]) -> None:

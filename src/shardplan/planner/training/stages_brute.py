@@ -2,7 +2,8 @@
 
 It costs every (rank, layers, recomputed layers, offload percent) with the cost model — no closed-form
 offload, no dominance, no bounds — and enumerates every split of the layers over the ranks and every
-tuple of recompute counts (or one count ``K`` for all ranks), in the same integer units as the solver.
+tuple of recompute counts (or one count ``K`` for all ranks), in the same integer units as the solver; like the
+solver, only splits whose ranks divide into the layout's model chunks (``StageSpace.even_chunks``).
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ def brute_force_stages(space: StageSpace, unit: float) -> tuple[int, tuple[int, 
     a, b = coefficients(space)
     best: tuple[int, tuple[int, ...]] | None = None
     for comp in _compositions(lo, hi, L):
+        if not space.even_chunks(np.array(comp)).all():
+            continue
         ks = [np.arange(n + 1) if space.full else space.layout_k(np.array([n])) for n in comp]
         t = [np.array([best_t.get((i, n, int(k)), (big, big))[0] for k in ks[i]]) for i, n in enumerate(comp)]
         tail0 = np.array([best_t.get((0, comp[0], int(k)), (big, big))[1] for k in ks[0]])
