@@ -172,12 +172,13 @@ def test_per_layer_table_honours_recompute_layers() -> None:
 
 
 def test_pipeline_plot_bubble_equals_the_table() -> None:
-    from shardplan.cli.plots import paced_times, pipeline_schedule
+    from shardplan.cli.plots import chunk_shares, paced_times, pipeline_schedule
 
     model, system = get_model("llama-3.1-70b"), get_system("dgx-h100")
-    # the last case: three schedules of 8 microbatches a step (--local-batch 8), each drawn alike
+    # the fourth case: 10 layers a rank in 4 chunks (3, 3, 2, 2), the schedule's stall drawn as idle time;
+    # the last: three schedules of 8 microbatches a step (--local-batch 8), each drawn alike
     for v, rc, local in ((1, Recompute.NONE, None), (2, Recompute.FULL, None), (5, Recompute.NONE, None),
-                         (2, Recompute.NONE, 8)):
+                         (4, Recompute.NONE, None), (2, Recompute.NONE, 8)):
         lay = TrainLayout(tp=8, pp=8 if v != 2 else 4, dp=1, interleave=v, recompute=rc, sequence_parallel=True)
         gb = 16 if v == 2 and local is None else 24
         work = TrainWorkload(seq_len=4096, global_batch=gb, local_batch=local)
@@ -186,7 +187,7 @@ def test_pipeline_plot_bubble_equals_the_table() -> None:
         n = rep.plan.schedules
         assert n == (1 if local is None else 3)
         m = rep.plan.num_microbatches // n
-        span = max(x.end_s for x in pipeline_schedule(rep.plan.pp, m, v, f, b))
+        span = max(x.end_s for x in pipeline_schedule(rep.plan.pp, m, v, f, b, chunk_shares(rep.plan, rep.stages)))
         assert n * span == pytest.approx(rep.metrics.pipeline_s, rel=5e-3)
         assert n * (span - m * (f[0] + b[0])) == pytest.approx(rep.metrics.bubble_s, rel=5e-3)
 

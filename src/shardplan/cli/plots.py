@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from shardplan.costmodel.training.pipeline_sim import chunk_layers
 from shardplan.errors import ShardplanError
 
 if TYPE_CHECKING:
@@ -154,15 +155,18 @@ def _order(pp: int, stage: int, m: int, v: int) -> list[tuple[bool, int, int]]:
     return order
 
 
-def pipeline_schedule(pp: int, m: int, v: int, fwd_s: list[float], bwd_s: list[float]) -> list[Box]:
+def pipeline_schedule(pp: int, m: int, v: int, fwd_s: list[float], bwd_s: list[float],
+                      chunk_share: list[float] | None = None) -> list[Box]:
     """Start and end of every pass when each stage runs its 1F1B order as soon as the inputs arrive.
 
-    ``fwd_s[s]``/``bwd_s[s]``: per-microbatch time of stage ``s`` over all its chunks (a chunk takes 1/v).
+    ``fwd_s[s]``/``bwd_s[s]``: per-microbatch time of stage ``s`` over all its chunks (chunk ``c`` takes
+    ``chunk_share[c]`` of it: 1/v each by default).
     A forward needs the previous stage's forward (the last stage's, one chunk earlier, for stage 0); a
     backward needs the next stage's backward (stage 0's, one chunk later, for the last stage) or, on the
     last chunk of the last stage, its own forward.
     """
     orders = [_order(pp, s, m, v) for s in range(pp)]
+    share = chunk_share if chunk_share is not None else [1.0 / v] * v
     done: dict[tuple[bool, int, int, int], float] = {}
     nxt, free = [0] * pp, [0.0] * pp
     boxes: list[Box] = []
@@ -179,7 +183,7 @@ def pipeline_schedule(pp: int, m: int, v: int, fwd_s: list[float], bwd_s: list[f
                 if dep is not None and dep not in done:
                     break
                 start = max(free[s], done[dep] if dep is not None else 0.0)
-                end = start + (fwd_s[s] if fw else bwd_s[s]) / v
+                end = start + (fwd_s[s] if fw else bwd_s[s]) * share[c]
                 done[(fw, s, c, mb)] = free[s] = end
                 boxes.append(Box(s, c, mb, fw, start, end))
                 nxt[s] += 1
@@ -188,13 +192,28 @@ def pipeline_schedule(pp: int, m: int, v: int, fwd_s: list[float], bwd_s: list[f
     return boxes
 
 
-def paced_times(plan: TrainPlanOut, stages: list[StageRow], pipeline_s: float) -> tuple[list[float], list[float]]:
-    """Per-stage forward and backward time per microbatch as the cost model charges them: every stage runs at the
-    pace of the slowest (its forward, and the rest of the per-microbatch time ``pipeline_s / (m + (p−1)/v)``,
-    which includes recompute, sends and exposed offload, as backward)."""
-    pp, m, v, n = plan.pp, plan.num_microbatches, plan.interleave, plan.schedules
-    per_mb = pipeline_s / (m + n * (pp - 1) / v)
+def chunk_shares(plan: TrainPlanOut, stages: list[StageRow]) -> list[float]:
+    """Each model chunk's share of a rank's layers, as the slowest rank's layers divide (``pipeline_sim.chunk_layers``:
+    the first chunks take the remainder); equal shares when they divide evenly."""
     slowest = max(stages, key=lambda r: r.fwd_time_s + r.bwd_time_s)
+    n = slowest.layers if plan.stage_layers is None else plan.stage_layers[slowest.index]
+    return [c / n for c in chunk_layers(n, plan.interleave)] if n >= plan.interleave else [1.0 / plan.interleave] * \
+        plan.interleave
+
+
+def paced_times(plan: TrainPlanOut, stages: list[StageRow], pipeline_s: float) -> tuple[list[float], list[float]]:
+    """Per-stage forward and backward time per microbatch, every stage at the pace of the slowest (its forward, and
+    the rest of the per-microbatch time, which includes recompute, sends and exposed offload, as backward), scaled
+    so that the drawn schedule (chunks as ``chunk_shares``) lasts the report's ``pipeline_s``: with equal chunks that
+    is ``pipeline_s / (m + n·(p−1)/v)`` a microbatch, as the cost model charges it; with unequal chunks the
+    schedule's stall shows as idle time between passes (the cost model's ``pipeline_sim`` excess, simulated here on
+    the slowest rank's chunks for every rank)."""
+    pp, m, v, n = plan.pp, plan.num_microbatches, plan.interleave, plan.schedules
+    slowest = max(stages, key=lambda r: r.fwd_time_s + r.bwd_time_s)
+    share = slowest.fwd_time_s / max(slowest.fwd_time_s + slowest.bwd_time_s, 1e-30)
+    shares = chunk_shares(plan, stages)
+    unit = max(b.end_s for b in pipeline_schedule(pp, m // n, v, [share] * pp, [1.0 - share] * pp, shares))
+    per_mb = pipeline_s / (n * unit)
     fwd = min(slowest.fwd_time_s, per_mb)
     return [fwd] * pp, [per_mb - fwd] * pp
 
@@ -202,7 +221,7 @@ def paced_times(plan: TrainPlanOut, stages: list[StageRow], pipeline_s: float) -
 def pipeline_plot(plan: TrainPlanOut, stages: list[StageRow], path: Path, *, title: str,
                   pipeline_s: float | None = None, bubble_s: float | None = None, step_s: float | None = None) -> float:
     """Timeline of one step's forward and backward passes per stage and microbatch, every stage paced by the
-    slowest as the cost model charges it (with several schedules per step, the first, which the others repeat);
+    slowest (``paced_times``) (with several schedules per step, the first, which the others repeat);
     returns the drawn bubble (s) of the step: the schedule's length minus one stage's work, times the schedules.
     The title prints ``bubble_s`` (the report's) when given."""
     from matplotlib.patches import Patch
@@ -212,7 +231,7 @@ def pipeline_plot(plan: TrainPlanOut, stages: list[StageRow], path: Path, *, tit
     if pipeline_s is None:
         pipeline_s = m_all * max(r.fwd_time_s + r.bwd_time_s for r in stages) * (1 + n * (pp - 1) / (v * m_all))
     fwd, bwd = paced_times(plan, stages, pipeline_s)
-    boxes = pipeline_schedule(pp, m, v, fwd, bwd)
+    boxes = pipeline_schedule(pp, m, v, fwd, bwd, chunk_shares(plan, stages))
     span = max(b.end_s for b in boxes)
     bubble = n * (span - max(m * (f + b) for f, b in zip(fwd, bwd, strict=True)))
     scale, unit = (1e3, "ms") if span < 10 else (1.0, "s")

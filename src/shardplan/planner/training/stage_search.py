@@ -6,7 +6,10 @@ where that leaves hope, the balance of each rank's memory-aware work with rank 0
 still leaves hope, the joint bound on rank 0's layers and tail). Rows are visited by increasing bound; a row is
 solved with the per-stage CP-SAT model (options that cannot beat the incumbent dropped) unless its bound already
 reaches the incumbent, in which case it and every later row are bounded out. The result is OPTIMAL when every row is
-solved optimally or bounded out within the time limit.
+solved optimally or bounded out within the time limit: optimal over the per-stage model's closed-form pipeline term;
+a row whose closed-form optimum has unequal model chunks is also solved over equal-chunk splits and the better of the
+two, as the cost model prices them (with the schedule's loss, ``pipeline_sim``), is kept, so under that loss the
+result is the better of two exact optima, not a proven one.
 """
 
 from __future__ import annotations
@@ -57,7 +60,7 @@ def _score(step_s: float, gb: int, per_seq: bool) -> float:
 
 def solve_row(req: TrainRequest, table: TrainTable, i: int, *, time_limit_s: float, upper_bound_s: float | None = None,
               kinds: dict[str, KindCost] | None = None) -> tuple[StageSplitCost | None, StageChoice | None]:
-    """The per-stage optimum of table row ``i`` under the request's constraints (recompute pinned or free, one
+    """The per-stage plan of table row ``i`` under the request's constraints (recompute pinned or free, one
     count for every rank when exporting, offload as allowed), evaluated by the cost model; (None, None) when no
     per-stage plan fits or beats ``upper_bound_s`` (a step time without the overhead factor)."""
     r = table.rows
@@ -70,21 +73,26 @@ def solve_row(req: TrainRequest, table: TrainTable, i: int, *, time_limit_s: flo
                        free_recompute=req.recompute_layers is None and req.recompute is None, kinds=kinds or {})
     t0 = time.perf_counter()
     best: tuple[StageSplitCost | None, StageChoice | None] = (None, None)
+    complete = True  # both solves optimal (or the second not needed)
     # The closed-form per-stage optimum over every split; when its chunks are unequal the schedule's loss
     # (pipeline_sim) prices it above the closed form, so the exact optimum over equal-chunk splits competes too.
     for equal in (False, True):
         left = time_limit_s - (time.perf_counter() - t0)
         if left <= 0:
+            complete = False
             break
         sp = replace(space, equal_chunks=equal) if equal else space
         choice = solve_stages(sp, time_limit_s=left, seed=req.seed, upper_bound_s=upper_bound_s)
         if choice is not None:
+            complete &= choice.status == "optimal"
             split = evaluate_split(req.model, req.system, w, lay, choice.layers, choice.recompute_layers,
                                    choice.offload_pct, space.kinds)
-            if best[0] is None or split.step_time_s < best[0].step_time_s * (1 - 1e-12):
+            if best[0] is None or (not split.fits, split.step_time_s) < (not best[0].fits, best[0].step_time_s):
                 best = (split, choice)
         if best[0] is None or best[0].schedule_excess_s == 0.0:
             break  # nothing fits, or the plan found has equal chunks: the equal-chunk space holds nothing better
+    if best[1] is not None and not complete:
+        best = (best[0], replace(best[1], status="feasible"))
     return best
 
 

@@ -12,8 +12,9 @@ non-decreasing and memory decreasing in ``f``); per ``(rank, n)`` only options t
 enforces as Megatron applies it — the first ``K`` layers of every model chunk — for one integer ``K``.
 
 CP-SAT: one boolean per surviving option, ``exactly_one`` per rank, ``Σ n_i = L``, ``Z ≥ t_i`` per rank,
-objective ``(m·v + p − 1)·Z + v·tail_0`` (``v`` times ``train_cost``'s step composition, times scaled to
-integers by ``planner.core.scaling``, needs rounded up), then fewer recomputed layers and less offload.
+objective ``(m·v + p − 1)·Z + v·tail_0`` (``v`` times ``train_cost``'s step composition in closed form, without the
+interleaved schedule's loss to unequal chunks, ``pipeline_sim``; times scaled to integers by ``planner.core.scaling``,
+needs rounded up), then fewer recomputed layers and less offload.
 """
 
 from __future__ import annotations

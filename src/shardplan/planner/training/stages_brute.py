@@ -2,8 +2,8 @@
 
 It costs every (rank, layers, recomputed layers, offload percent) with the cost model — no closed-form
 offload, no dominance, no bounds — and enumerates every split of the layers over the ranks and every
-tuple of recompute counts (or one count ``K`` for all ranks), in the same integer units as the solver; like the
-solver, only splits whose ranks divide into the layout's model chunks (``StageSpace.even_chunks``).
+tuple of recompute counts (or one count ``K`` for all ranks), in the same integer units as the solver; with
+``StageSpace.equal_chunks``, like the solver, only splits whose ranks divide into the layout's model chunks.
 """
 
 from __future__ import annotations
