@@ -74,37 +74,40 @@ def simulate(p: int, v: int, m: int, fwd: list[list[float]], bwd: list[list[floa
     def index(phase: str, mb: int, s: int) -> int:
         return ((phase == "B") * m + mb) * stages + s
 
-    ops: list[list[tuple[int, int, int, float]]] = []
+    # per rank, parallel lists: the operation's index, its two inputs' (``zero``: none, always done at 0) and time
+    zero = 2 * m * stages
+    ops: list[tuple[list[int], list[int], list[int], list[float]]] = []
     for r in range(p):
-        rank_ops = []
+        me, d1, d2, ts = [], [], [], []
         for phase, mb, c in schedule_order(p, v, m, r):
             s = c * p + r
+            me.append(index(phase, mb, s))
             if phase == "F":
-                deps = (index("F", mb, s - 1) if s > 0 else -1, -1)
-                t = fwd[r][c]
+                d1.append(index("F", mb, s - 1) if s > 0 else zero)
+                d2.append(zero)
+                ts.append(fwd[r][c])
             else:
-                deps = (index("F", mb, s), index("B", mb, s + 1) if s < stages - 1 else -1)
-                t = bwd[r][c]
-            rank_ops.append((index(phase, mb, s), deps[0], deps[1], t))
-        ops.append(rank_ops)
-    done = [-1.0] * (2 * m * stages)
+                d1.append(index("F", mb, s))
+                d2.append(index("B", mb, s + 1) if s < stages - 1 else zero)
+                ts.append(bwd[r][c])
+        ops.append((me, d1, d2, ts))
+    done = [-1.0] * zero + [0.0]
     pos, free = [0] * p, [0.0] * p
     moved = True
     while moved:
         moved = False
         for r in range(p):
-            rank_ops, i, t_free = ops[r], pos[r], free[r]
-            while i < len(rank_ops):
-                me, d1, d2, t = rank_ops[i]
-                a = done[d1] if d1 >= 0 else 0.0
-                b = done[d2] if d2 >= 0 else 0.0
+            me, d1, d2, ts = ops[r]
+            i, t_free, n = pos[r], free[r], len(me)
+            while i < n:
+                a, b = done[d1[i]], done[d2[i]]
                 if a < 0.0 or b < 0.0:
                     break
-                t_free = done[me] = max(t_free, a, b) + t
+                t_free = done[me[i]] = (t_free if t_free > a and t_free > b else a if a > b else b) + ts[i]
                 i += 1
             if i != pos[r]:
                 pos[r], free[r], moved = i, t_free, True
-    if any(pos[r] != len(ops[r]) for r in range(p)):
+    if any(pos[r] != len(ops[r][0]) for r in range(p)):
         raise RuntimeError("the pipeline schedule deadlocked")  # cannot happen for Megatron's orders
     return max(free)
 
@@ -138,7 +141,7 @@ def chunk_factor(split: tuple[int, ...], v: int, m: int) -> float:
     p = len(split)
     if m % p:
         raise ValueError(f"the interleaved schedule needs m ({m}) a multiple of pp ({p})")
-    if m <= 3 * p:
+    if m < 2 * p:
         sim = _split_makespan(split, v, m)
     else:
         a, b = _line(split, v)
