@@ -71,6 +71,19 @@ def test_the_factor_beyond_three_groups_is_the_simulated_schedule(split: tuple[i
     assert chunk_factor(split, v, m) == pytest.approx(max(1.0, sim / closed), rel=1e-12)
 
 
+@pytest.mark.parametrize(("split", "v"), [((15,) + (16,) * 6 + (15,), 8), ((7,) + (8,) * 14 + (7,), 4),
+                                           ((9, 12, 12, 9), 6)])
+def test_unequal_chunks_on_lighter_ranks_alone_cost_nothing(split: tuple[int, ...], v: int) -> None:
+    """When the heaviest ranks' chunks are equal, ``chunk_factor`` returns 1 without simulating; the simulation agrees
+    (the schedule is never longer than the closed form's all-equal one), at every group count tried."""
+    p = len(split)
+    per_rank = [chunk_layers(n, v) for n in split]
+    for m in (p, 2 * p, 5 * p):
+        sim = simulate(p, v, m, [[float(c) for c in cs] for cs in per_rank], [[2.0 * c for c in cs] for cs in per_rank])
+        assert sim <= (m + (p - 1) / v) * 3.0 * max(split) * (1 + 1e-12)
+        assert chunk_factor(split, v, m) == 1.0
+
+
 def test_equal_chunks_cost_nothing_and_unequal_ones_never_less() -> None:
     assert chunk_factor((16,) * 8, 8, 64) == 1.0 and chunk_factor((24, 16), 8, 16) == 1.0
     assert chunk_factor((12,) * 8, 8, 128) == pytest.approx(1.0488, abs=5e-4)  # 2,2,2,2,1,1,1,1: +4.9%

@@ -136,7 +136,10 @@ def _line(split: tuple[int, ...], v: int) -> tuple[float, float]:
 def chunk_factor(split: tuple[int, ...], v: int, m: int) -> float:
     """Simulated schedule over ``(m + (p−1)/v)·max(n)`` for ``m`` microbatches per schedule, at least 1; exactly 1
     when every rank's chunks are equal."""
-    if not uneven_chunks(split, v):
+    if not uneven_chunks(split, v) or max(split) % v == 0:
+        # The heaviest ranks' chunks are equal, so no chunk anywhere is longer than theirs; the schedule's end times
+        # are maxima and sums of operation times, never shorter when one grows, so growing every chunk to theirs
+        # (the closed form's equal-chunk schedule) bounds it: the factor is 1 without simulating.
         return 1.0
     p = len(split)
     if m % p:
@@ -152,13 +155,13 @@ def chunk_factor(split: tuple[int, ...], v: int, m: int) -> float:
 
 def chunk_factors(num_layers: int, pp: np.ndarray, v: np.ndarray, m_per_schedule: np.ndarray) -> np.ndarray:
     """``chunk_factor`` of each row's uniform split (``uniform_split``: ranks of ``⌊L/p⌋`` or one more layer),
-    simulated once per distinct (pp, v, m) among the rows whose chunks are unequal."""
+    computed once per distinct (pp, v, m) among the rows whose heaviest ranks' chunks are unequal (1 for the rest)."""
     pp, v, m = np.broadcast_arrays(np.asarray(pp, dtype=np.int64), np.asarray(v, dtype=np.int64),
                                    np.rint(np.asarray(m_per_schedule, dtype=float)).astype(np.int64))
     out = np.ones(pp.shape)
     p = np.maximum(pp, 1)
     base, extra = num_layers // p, num_layers % p
-    uneven = (v > 1) & (pp > 1) & ((base % v != 0) | ((extra > 0) & ((base + 1) % v != 0)))
+    uneven = (v > 1) & (pp > 1) & ((base + (extra > 0)) % v != 0)  # the heaviest ranks' chunks unequal (chunk_factor)
     rows = uneven & (m > 0) & (m % p == 0)
     if not rows.any():
         return out
