@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from shardplan.costmodel.training.pipeline_sim import chunk_layers
+from shardplan.costmodel.training.pipeline_sim import chunk_layers, schedule_order
 from shardplan.errors import ShardplanError
 
 if TYPE_CHECKING:
@@ -138,21 +138,8 @@ class Box:
 
 
 def _order(pp: int, stage: int, m: int, v: int) -> list[tuple[bool, int, int]]:
-    """Megatron's 1F1B order on one stage: warm-up forwards, alternating forward/backward, cool-down backwards.
-    Interleaved (v > 1): microbatches run in groups per model chunk, of ``pp`` microbatches, or of all ``m``
-    when ``pp`` does not divide ``m`` (Megatron's schedules.py get_schedule_table and its group-size check)."""
-    size = pp if m % pp == 0 else m
-    groups = [list(range(g, min(g + size, m))) for g in range(0, m, size)]
-    fwd = [(c, mb) for grp in groups for c in range(v) for mb in grp]
-    bwd = [(c, mb) for grp in groups for c in reversed(range(v)) for mb in grp]
-    total = m * v
-    # warm-up forwards: Megatron's get_pp_rank_microbatches
-    warm = min(total, pp - stage - 1 if v == 1 else 2 * (pp - stage - 1) + (v - 1) * size)
-    order = [(True, *fwd[i]) for i in range(warm)]
-    for i in range(total - warm):
-        order += [(True, *fwd[warm + i]), (False, *bwd[i])]
-    order += [(False, *bwd[i]) for i in range(total - warm, total)]
-    return order
+    """Megatron's 1F1B order on one stage as (forward?, chunk, microbatch) (``pipeline_sim.schedule_order``)."""
+    return [(phase == "F", c, mb) for phase, mb, c in schedule_order(pp, v, m, stage)]
 
 
 def pipeline_schedule(pp: int, m: int, v: int, fwd_s: list[float], bwd_s: list[float],

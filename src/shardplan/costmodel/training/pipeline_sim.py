@@ -48,23 +48,20 @@ def chunk_layers(n: int, v: int) -> list[int]:
 
 
 def schedule_order(p: int, v: int, m: int, r: int) -> list[tuple[str, int, int]]:
-    """Rank ``r``'s (phase, microbatch, model chunk) in Megatron-Core's order (``m`` a multiple of ``p`` when
-    ``v > 1``)."""
+    """Rank ``r``'s (phase "F"/"B", microbatch, model chunk) in Megatron-Core's order: warm-up forwards, alternating
+    forward/backward, cool-down backwards. Interleaved (v > 1): microbatches run in groups per model chunk, of ``p``
+    microbatches, or of all ``m`` when ``p`` does not divide ``m`` (schedules.py ``get_schedule_table`` and its
+    group-size check); backward chunks in reverse."""
+    size = p if m % p == 0 else m
+    groups = [range(g, min(g + size, m)) for g in range(0, m, size)]
+    fwd = [(mb, c) for grp in groups for c in range(v) for mb in grp]
+    bwd = [(mb, c) for grp in groups for c in reversed(range(v)) for mb in grp]
     total = m * v
-
-    def fwd(k: int) -> tuple[int, int]:
-        i = k % (p * v)
-        return (k // (p * v)) * p + i % p, i // p
-
-    def bwd(k: int) -> tuple[int, int]:
-        mb, c = fwd(k)
-        return mb, v - 1 - c
-
-    warm = min(p - r - 1 if v == 1 else 2 * (p - r - 1) + (v - 1) * p, total)
-    ops = [("F", *fwd(k)) for k in range(warm)]
+    warm = min(total, p - r - 1 if v == 1 else 2 * (p - r - 1) + (v - 1) * size)  # get_pp_rank_microbatches
+    ops = [("F", *fwd[k]) for k in range(warm)]
     for k in range(total - warm):
-        ops += [("F", *fwd(warm + k)), ("B", *bwd(k))]
-    return ops + [("B", *bwd(k)) for k in range(total - warm, total)]
+        ops += [("F", *fwd[warm + k]), ("B", *bwd[k])]
+    return ops + [("B", *bwd[k]) for k in range(total - warm, total)]
 
 
 def simulate(p: int, v: int, m: int, fwd: list[list[float]], bwd: list[list[float]]) -> float:
