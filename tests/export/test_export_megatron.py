@@ -222,6 +222,10 @@ def test_moe_dispatcher_and_overlap_are_the_ones_the_plan_was_costed_with(dispat
         assert args[args.index("--moe-flex-dispatcher-backend") + 1] == disp[1]
     assert ("--overlap-moe-expert-parallel-comm" in args) == over
     assert (overlap and not over) == any("overlap-moe-expert-parallel-comm not written" in n for n in e.notes)
+    assert "--delay-wgrad-compute" not in args  # costed with Megatron-Core's default: not delayed
+    delayed = export_train("megatron", dataclasses.replace(t, ep_delay_wgrad=True))
+    d_args = [tok for line in delayed.text.splitlines() if not line.startswith("#") for tok in line.split()]
+    assert ("--delay-wgrad-compute" in d_args) == over  # only beside the overlap it was costed with
 
 
 def test_moe_padding_settings_the_plan_was_costed_with_are_written() -> None:

@@ -19,9 +19,9 @@ def test_measured_ratios_are_the_published_figures() -> None:
     assert measured_ratio(by_id["mzoo-qwen3-235b-a22b-256gpu-h100-bf16-ep-overlap"]) == pytest.approx(19.7 / 17.6)
 
 
-# Pairs the model misses by more than 15%, with the bound each stays under (README "Where the model is still too
-# optimistic"): across 4 nodes the combined 1F1B overlap gained 1.12x where the model credits 1.33x.
-KNOWN = {"mzoo-qwen3-235b-a22b-256gpu-h100-bf16-ep-overlap": 25.0}
+# Pairs the model misses by more than 15%, with the bound each stays under: none since DeepEP's overlap is priced at
+# its measured slowdown (the ModelZoo pair, across 4 nodes, was +23% at NCCL's 0.189).
+KNOWN: dict[str, float] = {}
 
 
 def test_every_change_moves_the_way_it_measured_and_within_15_percent() -> None:

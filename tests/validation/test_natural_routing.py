@@ -21,4 +21,5 @@ def test_the_same_layout_under_forced_balance_is_within_the_band() -> None:
     run = parse_run(rec)
     assert isinstance(run, OptimumRun) and run.work.grad_dtype == "bf16"
     rep = estimate_training(run.model, run.system, run.gpus, run.work, run.layout)
-    assert -10.0 <= 100 * (rep.metrics.step_time_s / 20.14729 - 1) <= 0.0  # a little fast, inside the band
+    # within 10% (3.8% slow since HybridEP's overlap costs its measured slowdown; 8.3% fast before)
+    assert abs(100 * (rep.metrics.step_time_s / 20.14729 - 1)) <= 10.0

@@ -201,8 +201,12 @@ def test_moe_recipe_settings_reach_the_stack() -> None:
     run = parse_run(_tuned("mbridge-25.09-deepseek-v3-1024gpu-h100-fp8"))
     assert isinstance(run, OptimumRun)
     sw = run.system.software
-    assert (sw.ep_dispatcher, sw.ep_comm_overlap) == ("deepep", True)
+    assert (sw.ep_dispatcher, sw.ep_comm_overlap, sw.ep_delay_wgrad) == ("deepep", True, True)
     assert str(run.layout.recompute) == "selective" and run.layout.recompute_modules == ("mla_up_proj", "mlp")
+    # the Qwen3-30B-A3B H100 card's recipe overlaps without delaying the weight gradients (qwen3_moe.py:41-42)
+    card = parse_run(_tuned("mbcard-qwen3-30b-a3b-16gpu-h100-bf16-perf"))
+    assert isinstance(card, OptimumRun)
+    assert (card.system.software.ep_comm_overlap, card.system.software.ep_delay_wgrad) == (True, False)
     plain = parse_run(_tuned("mbridge-25.09-qwen3-235b-a22b-256gpu-h100-fp8"))
     assert isinstance(plain, OptimumRun)
     sw = plain.system.software

@@ -38,8 +38,8 @@ def predicted_ratio(r: dict[str, Any]) -> float:
         work = record_workload({**r["workload"], **({"global_batch": side["global_batch"]}
                                                      if "global_batch" in side else {})})
         base = get_system(r["hardware"])
-        system = job_system(base.model_copy(update={"software": base.software.model_copy(update=side["software"])}),
-                            gpus)
+        settings = {k: v for k, v in side["software"].items() if not k.endswith("_source")}  # sources: prose
+        system = job_system(base.model_copy(update={"software": base.software.model_copy(update=settings)}), gpus)
         step = estimate_training(model, system, gpus, work, record_layout(side["layout"])).metrics.step_time_s
         rates.append(work.global_batch * work.seq_len / (step * gpus))
     return rates[1] / rates[0]

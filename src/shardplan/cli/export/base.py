@@ -36,6 +36,8 @@ class TrainTarget:
     """How the cost model moved MoE tokens (SoftwareSpec.ep_dispatcher): alltoall, or deepep (DeepEP/HybridEP)."""
     ep_comm_overlap: bool = False
     """Whether the cost model hid the EP all-to-all behind another microbatch (Megatron's combined 1F1B)."""
+    ep_delay_wgrad: bool = False
+    """Whether the experts' weight gradients waited past the backward dispatch (Megatron's --delay-wgrad-compute)."""
     moe_drop_and_pad: bool = False
     """Whether the cost model dropped and padded MoE tokens to a capacity (SoftwareSpec.moe_drop_and_pad)."""
     moe_router_padding: bool = False
@@ -75,6 +77,7 @@ def train_target(plan: TrainPlanOut | None, *, model: ModelSpec, system: Any, nu
         dropout=workload.dropout if workload.dropout is not None else model.family in DROPOUT_FAMILIES,
         overlap_grad_reduce=workload.overlap_grad_reduce if workload.overlap_grad_reduce is not None
         else sw.overlap_grad_reduce, ep_dispatcher=str(sw.ep_dispatcher), ep_comm_overlap=bool(sw.ep_comm_overlap),
+        ep_delay_wgrad=bool(sw.ep_delay_wgrad),
         moe_drop_and_pad=bool(sw.moe_drop_and_pad), moe_router_padding=bool(sw.moe_router_padding),
         eager_kernels=sw.elementwise_kernels != "fused" or sw.norm_kernel != "fused",
         overlap_p2p_comm=bool(sw.overlap_p2p_comm),

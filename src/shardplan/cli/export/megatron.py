@@ -101,6 +101,8 @@ def _dispatcher(t: TrainTarget, args: Args, notes: list[str]) -> None:
                      "--overlap-moe-expert-parallel-comm not written")
         return
     args.append(("--overlap-moe-expert-parallel-comm", None))
+    if t.ep_delay_wgrad:  # costed with the experts' weight gradients after the backward dispatch (ep_overlap.pair_time)
+        args.append(("--delay-wgrad-compute", None))
 
 
 def _parallel(t: TrainTarget, args: Args, notes: list[str]) -> None:

@@ -151,9 +151,11 @@ def p2p_time(system: SystemSpec, nbytes: np.ndarray, crosses_node: np.ndarray) -
     return np.where(np.asarray(crosses_node, dtype=bool), inter, intra)
 
 
-def with_overlap_cost(system: SystemSpec, total_s: np.ndarray, exposed_s: np.ndarray) -> np.ndarray:
+def with_overlap_cost(system: SystemSpec, total_s: np.ndarray, exposed_s: np.ndarray, *,
+                      slowdown: float | None = None) -> np.ndarray:
     """Time a collective adds to the step when ``exposed_s`` of its ``total_s`` shows and the rest hides behind
     compute: the exposed part plus the compute it slows while hidden (``SoftwareSpec.overlap_slowdown``: NCCL
-    kernels occupy SMs and share the power budget; Lee et al. 2025, arXiv 2507.03114)."""
+    kernels occupy SMs and share the power budget; Lee et al. 2025, arXiv 2507.03114; ``slowdown`` where another
+    kind of communication kernel was measured, e.g. ``SoftwareSpec.ep_overlap_slowdown``)."""
     hidden = np.maximum(np.asarray(total_s, dtype=float) - exposed_s, 0.0)
-    return exposed_s + system.software.overlap_slowdown * hidden
+    return exposed_s + (system.software.overlap_slowdown if slowdown is None else slowdown) * hidden

@@ -13,12 +13,13 @@ it, so a transfer longer than its partner shows the difference even when the pai
 ``pre_dispatch`` is the token mixer with the MoE's norm, router, permutation and shared experts; ``mlp`` the experts
 (with DeepEP/HybridEP the permutation and unpermutation too: token_dispatcher.py ``_DeepepManager``); the combine
 node's unpermutation and residual add (gpt/fine_grained_callables.py ``submodule_combine_forward``) take SMs, so they
-are charged on the compute chain, not beside it. The experts' weight gradients are deferred past the backward
-dispatch (``--delay-wgrad-compute``, which Megatron-Bridge's MoE performance recipes set); without it they would run
-inside ``mlp_bwd``. The hidden part slows the compute beside it (``comm.with_overlap_cost``). The schedule's warm-up
-forwards and cool-down backwards have no partner (``get_pp_rank_microbatches``: ``2(pp−1) + (v−1)·pp + 1`` of the
-``m·v`` virtual microbatches on the first rank with interleaving; one of ``m`` without pipelining): their all-to-alls
-stay exposed. Megatron allows the overlap only with PP 1 or interleaving, and without full recompute
+are charged on the compute chain, not beside it. With ``--delay-wgrad-compute`` (``SoftwareSpec.ep_delay_wgrad``, which
+Megatron-Bridge's performance scripts set with the overlap) the experts' weight gradients run after the backward
+dispatch leaves; without it the dispatch waits for them. The hidden part slows the kernels beside it
+(``comm.with_overlap_cost``; DeepEP/HybridEP at their own measured rate, ``SoftwareSpec.ep_overlap_slowdown``). The
+schedule's warm-up forwards and cool-down backwards have no partner (``get_pp_rank_microbatches``: ``2(pp−1) + (v−1)·pp
++ 1`` of the ``m·v`` virtual microbatches on the first rank with interleaving; one of ``m`` without pipelining): their
+all-to-alls stay exposed. Megatron allows the overlap only with PP 1 or interleaving, and without full recompute
 (transformer_config.py ``__post_init__`` asserts); elsewhere nothing hides. The dropless host synchronisation of a
 paired layer (``layers.MOE_SYNC_IDLE_S``) waits while the partner's backward runs: only unpaired ones idle the GPU.
 """
@@ -43,7 +44,7 @@ def unpaired_share(ctx: Ctx) -> np.ndarray:
 
 def pair_time(*, p_f: np.ndarray, p_b: np.ndarray, m_f: np.ndarray, m_b: np.ndarray, m_w: np.ndarray,
               d_f: np.ndarray, c_f: np.ndarray, d_b: np.ndarray, c_b: np.ndarray, post_f: np.ndarray | float = 0.0,
-              post_b: np.ndarray | float = 0.0) -> np.ndarray:
+              post_b: np.ndarray | float = 0.0, delay_wgrad: bool = True) -> np.ndarray:
     """One layer pair of the combined 1F1B schedule, forward of A beside backward of B: pre-dispatch ``p``, experts
     ``m`` (backward ``m_b`` then weight gradients ``m_w``), dispatch ``d`` and combine ``c`` (forward ``_f``, backward
     ``_b``), each stream in its order, each step after what it needs (``TransformerLayerSchedulePlan.run``); the
@@ -54,7 +55,9 @@ def pair_time(*, p_f: np.ndarray, p_b: np.ndarray, m_f: np.ndarray, m_b: np.ndar
     df_end = np.maximum(pf_end, cb_end) + d_f  # dispatch_fwd(A) needs A's pre-dispatch
     mb_end = np.maximum(pf_end, cb_end) + m_b  # mlp_bwd(B) needs B's combine gradient
     mw_end = mb_end + m_w
-    db_end = np.maximum(df_end, mb_end) + d_b  # dispatch_bwd(B) needs B's expert gradient
+    # dispatch_bwd(B) needs B's expert input gradient: with delayed weight gradients it leaves after mlp_bwd, else
+    # after the whole expert backward (Transformer Engine's GroupedLinear backward returns both gradients together)
+    db_end = np.maximum(df_end, mb_end if delay_wgrad else mw_end) + d_b
     mf_end = np.maximum(mw_end, df_end) + m_f  # mlp_fwd(A) needs A's dispatched tokens
     cf_end = np.maximum(db_end, mf_end) + c_f  # combine_fwd(A) needs A's expert output
     pb_end = np.maximum(mf_end, db_end) + p_b  # pre_dispatch_bwd(B) needs B's dispatch gradient
@@ -103,8 +106,9 @@ def overlap_ep(ctx: Ctx, fwd: list[Op], bwd: list[Op], mixer_f: np.ndarray | flo
     a2a = d_f + c_f + d_b + c_b
     work = mixer_f + pre_f + m_f + post_f + mixer_b + pre_b + m_b + m_w + post_b
     end = pair_time(p_f=mixer_f + pre_f, p_b=mixer_b + pre_b, m_f=m_f, m_b=m_b, m_w=m_w, d_f=d_f, c_f=c_f, d_b=d_b,
-                    c_b=c_b, post_f=post_f, post_b=post_b)
-    paired = comm.with_overlap_cost(ctx.system, a2a, np.clip(end - work, 0.0, a2a))
+                    c_b=c_b, post_f=post_f, post_b=post_b, delay_wgrad=sw.ep_delay_wgrad)
+    paired = comm.with_overlap_cost(ctx.system, a2a, np.clip(end - work, 0.0, a2a),
+                                    slowdown=sw.ep_overlap_slowdown if deepep else None)
     u = unpaired_share(ctx)
     shown = u * a2a + (1 - u) * paired
     on = (r.ep > 1) & ((r.pp == 1) | (r.v > 1)) & (r.rc != 2)
