@@ -210,7 +210,7 @@ def test_without_delayed_weight_gradients_the_backward_dispatch_waits_for_them()
     one = np.array([1.0])
     times = {"p_f": one, "p_b": 2 * one, "m_f": one, "m_b": one, "m_w": one, "d_f": 0.5 * one, "c_f": 0.5 * one,
              "d_b": 2 * one, "c_b": 0.5 * one}
-    assert float(pair_time(**times)[0]) == pytest.approx(6.0)
+    assert float(pair_time(**times, delay_wgrad=True)[0]) == pytest.approx(6.0)
     assert float(pair_time(**times, delay_wgrad=False)[0]) == pytest.approx(7.0)
 
 
@@ -221,7 +221,7 @@ def test_a_transfer_hides_only_behind_its_own_chunk() -> None:
     pre_dispatch_bwd(B) 2 (6-8). The pair takes 8 for 6 of compute, though its 4.5 of transfers are less than that."""
     one = np.array([1.0])
     times = {"p_f": one, "p_b": 2 * one, "m_f": one, "m_b": one, "m_w": one, "d_f": 0.5 * one, "c_f": 0.5 * one,
-             "d_b": 0.5 * one}
+             "d_b": 0.5 * one, "delay_wgrad": True}
     assert float(pair_time(**times, c_b=3 * one)[0]) == pytest.approx(8.0)
     # every transfer shorter than its partner: the pair is its compute, 6
     assert float(pair_time(**times, c_b=0.5 * one)[0]) == pytest.approx(6.0)

@@ -68,12 +68,13 @@ class SoftwareSpec(BaseModel):
     ep_overlap_slowdown: Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)] = Field(
         0.59, description="With ep_comm_overlap and the 'deepep' dispatcher, the step time one second of all-to-all "
         "hidden behind compute still costs: DeepEP/HybridEP move tokens with kernels on SMs they hold (HybridEP 32 of "
-        "an H100's 132 in the recipe measured), which slow beside the GEMMs. From NVIDIA's rank-0 nsys A/B of "
-        "Megatron-Bridge Qwen3-30B-A3B on 16 H100 (HybridEP, EP 16; Megatron-Bridge@067f987 skills/"
+        "an H100's 132 in the recipe measured), and those kernels run longer beside the GEMMs. From NVIDIA's rank-0 "
+        "nsys A/B of Megatron-Bridge Qwen3-30B-A3B on 16 H100 (HybridEP, EP 16; Megatron-Bridge@067f987 skills/"
         "nemo-mbridge-perf-moe-comm-overlap, 'HybridEP production-shape validation'): GPU-active union 22.821 s with "
         "9.079 ms of communication beside compute (0.11% of it: 8.25 s in all) off, 21.221 s with 3.959 s beside "
         "(36.55%: 10.83 s) on, so the kernels took (21.221 + 3.959) − (22.821 + 0.009) = 2.350 s longer for 3.950 s "
-        "more overlap: 0.59. The NCCL 'alltoall' dispatcher keeps overlap_slowdown.")
+        "more overlap: 0.59 of each second of overlap was not saved (the communication kernels grew 2.58 s; the "
+        "compute kernels did not slow). The NCCL 'alltoall' dispatcher keeps overlap_slowdown.")
     ep_delay_wgrad: bool = Field(
         False, description="With ep_comm_overlap, the experts' weight gradients run after the backward dispatch "
         "(Megatron-Core delay_wgrad_compute), so that all-to-all hides behind them; False (Megatron-Core's default, "

@@ -102,6 +102,8 @@ def _dispatcher(t: TrainTarget, args: Args, notes: list[str]) -> None:
         return
     args.append(("--overlap-moe-expert-parallel-comm", None))
     if t.ep_delay_wgrad:  # costed with the experts' weight gradients after the backward dispatch (ep_overlap.pair_time)
+        # Megatron-LM d98e8a6 arguments.py accepts it with Transformer Engine; Megatron-FSDP v2 would refuse it, and
+        # --use-megatron-fsdp, which the exporter may write, is v1
         args.append(("--delay-wgrad-compute", None))
 
 

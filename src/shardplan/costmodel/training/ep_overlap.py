@@ -44,7 +44,7 @@ def unpaired_share(ctx: Ctx) -> np.ndarray:
 
 def pair_time(*, p_f: np.ndarray, p_b: np.ndarray, m_f: np.ndarray, m_b: np.ndarray, m_w: np.ndarray,
               d_f: np.ndarray, c_f: np.ndarray, d_b: np.ndarray, c_b: np.ndarray, post_f: np.ndarray | float = 0.0,
-              post_b: np.ndarray | float = 0.0, delay_wgrad: bool = True) -> np.ndarray:
+              post_b: np.ndarray | float = 0.0, delay_wgrad: bool) -> np.ndarray:
     """One layer pair of the combined 1F1B schedule, forward of A beside backward of B: pre-dispatch ``p``, experts
     ``m`` (backward ``m_b`` then weight gradients ``m_w``), dispatch ``d`` and combine ``c`` (forward ``_f``, backward
     ``_b``), each stream in its order, each step after what it needs (``TransformerLayerSchedulePlan.run``); the
