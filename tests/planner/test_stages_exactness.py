@@ -19,7 +19,13 @@ from shardplan.costmodel.training.stage_split import evaluate_split
 from shardplan.costmodel.training.step import train_cost
 from shardplan.hardware import get_system
 from shardplan.models.spec import MlpKind, ModelSpec, MoESpec
-from shardplan.planner.training.stages import StageSpace, chunk_recompute, coefficients, solve_stages
+from shardplan.planner.training.stages import (
+    StageSpace,
+    bounded_options,
+    chunk_recompute,
+    coefficients,
+    solve_stages,
+)
 from shardplan.planner.training.stages_brute import brute_force_stages
 
 
@@ -100,6 +106,10 @@ def test_cp_sat_equals_brute_force(space: StageSpace) -> None:
             ref = brute[0] if bounded.unit == unit else brute_force_stages(space, bounded.unit)[0]
             assert bounded.objective == ref
     assert space.even_chunks(np.array(choice.layers)).all()  # with equal_chunks, only splits into equal chunks
+    if space.equal_chunks:  # the equal-chunk options filtered from the unrestricted space's (as solve_row reuses them)
+        every = bounded_options(dataclasses.replace(space, equal_chunks=False))
+        reused = solve_stages(space, time_limit_s=30.0, options=every.equal_chunks(space))
+        assert reused is not None and reused.objective == brute[0] and reused.options == choice.options
     # The reported numbers: the cost model's float evaluation of exactly the returned plan.
     ev = evaluate_split(space.model, space.system, space.work, space.layout, choice.layers,
                         choice.recompute_layers, choice.offload_pct)

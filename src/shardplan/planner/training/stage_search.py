@@ -35,7 +35,7 @@ from shardplan.costmodel.training.stages import KindCost, take_kinds
 from shardplan.costmodel.training.table import TrainTable
 from shardplan.planner.training.request import TrainRequest
 from shardplan.planner.training.schema import SolverOut, StageSearchOut
-from shardplan.planner.training.stages import StageChoice, StageSpace, solve_stages
+from shardplan.planner.training.stages import StageChoice, StageSpace, bounded_options, solve_stages
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,13 +76,15 @@ def solve_row(req: TrainRequest, table: TrainTable, i: int, *, time_limit_s: flo
     complete = True  # both solves optimal (or the second not needed)
     # The closed-form per-stage optimum over every split; when its chunks are unequal the schedule's loss
     # (pipeline_sim) prices it above the closed form, so the exact optimum over equal-chunk splits competes too.
+    options = bounded_options(space, upper_bound_s)  # the equal-chunk space's are a subset (Options.equal_chunks)
     for equal in (False, True):
         left = time_limit_s - (time.perf_counter() - t0)
         if left <= 0:
             complete = False
             break
         sp = replace(space, equal_chunks=equal) if equal else space
-        choice = solve_stages(sp, time_limit_s=left, seed=req.seed, upper_bound_s=upper_bound_s)
+        choice = solve_stages(sp, time_limit_s=left, seed=req.seed, upper_bound_s=upper_bound_s,
+                              options=options.equal_chunks(space) if equal else options)
         if choice is not None:
             complete &= choice.status == "optimal"
             split = evaluate_split(req.model, req.system, w, lay, choice.layers, choice.recompute_layers,

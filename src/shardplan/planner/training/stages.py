@@ -108,6 +108,15 @@ class Options:
     per_mb_s: np.ndarray
     tail_s: np.ndarray
 
+    def where(self, keep: np.ndarray) -> Options:
+        return Options(*(getattr(self, f)[keep] for f in Options.__slots__))
+
+    def equal_chunks(self, space: StageSpace) -> Options:
+        """The options of ``space`` with ``equal_chunks``: the same per-(rank, layers) survivors, since every
+        filter of ``rank_options`` works within one (rank, layers) (``_grid``'s memory and time caps, the offload
+        bisection, the Pareto front), less the layer counts that do not divide into the layout's chunks."""
+        return self.where(self.layers % space.layout.interleave == 0)
+
 
 def _grid(space: StageSpace, t_cap_s: float | None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Every (rank, layers, k), without the (rank, layers) whose fastest option is slower than ``t_cap_s`` or
@@ -230,18 +239,24 @@ def coefficients(space: StageSpace) -> tuple[int, int]:
     return m * lay.interleave + _schedules(space) * (lay.pp - 1), lay.interleave
 
 
+def bounded_options(space: StageSpace, upper_bound_s: float | None = None) -> Options:
+    """``rank_options`` less the options whose pipeline term alone exceeds ``upper_bound_s`` (margin 1e-6)."""
+    a, _ = coefficients(space)
+    t_cap = None if upper_bound_s is None else upper_bound_s * space.layout.interleave / a * (1 + 1e-6)
+    return rank_options(space, t_cap)
+
+
 def solve_stages(space: StageSpace, *, time_limit_s: float = 10.0, seed: int = 0,
-                 upper_bound_s: float | None = None) -> StageChoice | None:
+                 upper_bound_s: float | None = None, options: Options | None = None) -> StageChoice | None:
     """The per-stage optimum of ``space`` (None when no per-stage plan fits).
 
-    ``upper_bound_s`` (a step time without the overhead factor) drops options that cannot beat it.
+    ``upper_bound_s`` (a step time without the overhead factor) drops options that cannot beat it; ``options``, when
+    given, are ``bounded_options(space, upper_bound_s)`` built already.
     """
     t0 = time.perf_counter()
     lay, L = space.layout, space.model.num_layers
     a, b = coefficients(space)
-    # An option whose pipeline term alone exceeds the bound cannot be in a plan that beats it (margin 1e-6).
-    t_cap = None if upper_bound_s is None else upper_bound_s * lay.interleave / a * (1 + 1e-6)
-    opts = rank_options(space, t_cap)
+    opts = bounded_options(space, upper_bound_s) if options is None else options
     if len(opts.rank) == 0:
         return None
     unit, t_int, tail_int = scale(space, opts.per_mb_s, opts.tail_s)
@@ -251,7 +266,7 @@ def solve_stages(space: StageSpace, *, time_limit_s: float = 10.0, seed: int = 0
         tail_min = int(tail_int[opts.rank == 0].min(initial=0))
         own_tail = np.where(opts.rank == 0, tail_int, tail_min)
         keep = a * t_int + b * own_tail <= ub
-        opts = Options(*(getattr(opts, f)[keep] for f in Options.__slots__))
+        opts = opts.where(keep)
         t_int, tail_int = t_int[keep], tail_int[keep]
     p = lay.pp
     if any(not (opts.rank == i).any() for i in range(p)):
