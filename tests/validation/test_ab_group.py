@@ -1,4 +1,5 @@
-"""``validate --group ab``: NVIDIA's one-setting A/B pairs (data/ab_runs.json) against the cost model's ratios."""
+"""``validate --group ab``: one-setting A/B pairs (data/ab_runs.json: NVIDIA's, MosaicML's microbatch sweep) against the
+cost model's ratios."""
 
 from __future__ import annotations
 
@@ -17,6 +18,25 @@ def test_measured_ratios_are_the_published_figures() -> None:
     assert measured_ratio(by_id["mbskill-llama3-70b-sft-32gpu-h100-fp8cs-tp8"]) == pytest.approx(508.7 / 704.0)
     # Megatron-MoE-ModelZoo Qwen3-235B, 256 H100, EP 32 over 4 nodes: 19.7 s without, 17.6 s with the 1F1B overlap
     assert measured_ratio(by_id["mzoo-qwen3-235b-a22b-256gpu-h100-bf16-ep-overlap"]) == pytest.approx(19.7 / 17.6)
+    # llm-foundry larger_mb_1.md: MPT-7B on 8 A100, 3,366 tokens/s per GPU at microbatch 1, 4,044 at 2
+    assert measured_ratio(by_id["llmfoundry-mpt-7b-8gpu-a100-fsdp-microbatch-1-to-2"]) == pytest.approx(4044 / 3366)
+
+
+def test_a_pair_on_a_tuned_run_is_that_run_with_its_changes() -> None:
+    """A pair naming ``base_run`` prices the tuned run's own model, machine and stack: its side at the tuned run's
+    microbatch and global batch (MPT-7B: 6, 96) is the tuned run's prediction."""
+    from shardplan.costmodel.training.evaluate import estimate_training
+    from shardplan.validation.ab import predicted_ratio
+    from shardplan.validation.optimum import OptimumRun, load_records_tuned, parse_run
+
+    pair = next(r for r in load_records("ab_runs") if r["id"] == "llmfoundry-mpt-7b-8gpu-a100-fsdp-microbatch-4-to-6")
+    run = parse_run(next(r for r in load_records_tuned() if r["id"] == pair["base_run"]))
+    assert isinstance(run, OptimumRun) and run.layout.microbatch == 6 and run.work.global_batch == 96
+    six = estimate_training(run.model, run.system, run.gpus, run.work, run.layout).metrics.step_time_s
+    import dataclasses
+    four = estimate_training(run.model, run.system, run.gpus, run.work.model_copy(update={"global_batch": 64}),
+                             dataclasses.replace(run.layout, microbatch=4)).metrics.step_time_s
+    assert predicted_ratio(pair) == pytest.approx((96 / six) / (64 / four), rel=1e-12)
 
 
 # Pairs the model misses by more than 15%, with the bound each stays under: none since DeepEP's overlap is priced at
@@ -28,7 +48,7 @@ def test_every_change_moves_the_way_it_measured_and_within_15_percent() -> None:
     # weak scaling (Qwen3-30B-A3B on GB300, 8 -> 256 GPUs at 64 sequences per GPU) measured flat within 1.3%
     report = run_validation(["ab"])
     rows = [r for r in report.rows if r.group == "ab"]
-    assert len(rows) == len(load_records("ab_runs")) == 10
+    assert len(rows) == len(load_records("ab_runs")) == 14
     for r in rows:
         assert r.predicted is not None and r.error_pct is not None
         if abs(r.measured - 1.0) > 0.02:  # a change that moved the run: faster or slower, as measured

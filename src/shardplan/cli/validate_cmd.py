@@ -58,8 +58,9 @@ def validate(
     """Run the published cases (Megatron-LM, NeMo, torchtitan, vLLM, FlexGen) and print each prediction's error;
     the `optimum` group runs the planner free on expert-tuned runs and shows it beside the published layout; the
     `memory` group compares the peak GPU memory Megatron-Bridge logged with the plan's tensors (GiB); `ab` compares
-    NVIDIA's one-setting A/B pairs (throughput b/a) with the model's ratio; `moe-natural` shows MoE runs with a
-    learned router, which the model (random routing's busiest rank) does not price.
+    one-setting A/B pairs (NVIDIA's, and MosaicML's FSDP microbatch sweep; throughput b/a) with the model's ratio;
+    `moe-natural` shows MoE runs with a learned router, which the model (random routing's busiest rank) does not
+    price.
 
     A case whose published layout the cost model finds infeasible is still scored, and marked INFEASIBLE."""
     from shardplan.errors import ShardplanError

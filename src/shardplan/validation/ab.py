@@ -1,9 +1,11 @@
 """``validate --group ab``: what one changed setting does, measured by NVIDIA, against the cost model.
 
-Each record of ``data/ab_runs.json`` is a pair of Megatron-Bridge runs of the same model and machines that differ in
-one setting (EP overlap, a recompute module set, TP or PP, or the GPU count with the batch per GPU held: weak
-scaling): the measured ratio of their tokens/s per GPU, b over a (from step times or model TFLOP/s where the batch is
-the same), against the ratio the cost model predicts for the two layouts.
+Each record of ``data/ab_runs.json`` is a pair of runs of the same model and machines that differ in one setting
+(Megatron-Bridge: EP overlap, a recompute module set, TP or PP, or the GPU count with the batch per GPU held: weak
+scaling; llm-foundry: the microbatch under FSDP with the gradient accumulation held): the measured ratio of their
+tokens/s per GPU, b over a (from step times or model TFLOP/s where the batch is the same), against the ratio the cost
+model predicts for the two layouts. A pair may name a tuned run of ``optimum_runs.json`` (``base_run``) for its model,
+machine and stack, and state each side as changes to that run's layout.
 The absolute errors of the two runs partly cancel here: this is the check behind choosing between layouts.
 """
 
@@ -29,8 +31,28 @@ def measured_ratio(r: dict[str, Any]) -> float:
     return float(b["model_tflops_per_gpu"]) / float(a["model_tflops_per_gpu"])
 
 
+def _from_base_run(r: dict[str, Any]) -> float:
+    """A pair stated as changes to a tuned run of ``optimum_runs.json`` (``base_run``): its model, machine, stack and
+    layout, each side setting its own microbatch and global batch (``changes``)."""
+    import dataclasses
+
+    from shardplan.validation.optimum import OptimumRun, load_records_tuned, parse_run
+
+    run = parse_run(next(x for x in load_records_tuned() if x["id"] == r["base_run"]))
+    assert isinstance(run, OptimumRun), run
+    rates = []
+    for side in (r["a"], r["b"]):
+        work = run.work.model_copy(update={"global_batch": side["global_batch"]})
+        layout = dataclasses.replace(run.layout, **side["changes"])
+        step = estimate_training(run.model, run.system, run.gpus, work, layout).metrics.step_time_s
+        rates.append(work.global_batch * work.seq_len / (step * run.gpus))
+    return rates[1] / rates[0]
+
+
 def predicted_ratio(r: dict[str, Any]) -> float:
     """The cost model's tokens/s per GPU of run b over run a (a side may set its own GPU count and global batch)."""
+    if "base_run" in r:
+        return _from_base_run(r)
     model = get_model(r["model"])
     rates = []
     for side in (r["a"], r["b"]):
