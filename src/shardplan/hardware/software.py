@@ -42,6 +42,12 @@ class SoftwareSpec(BaseModel):
     zero3_overlap_fraction: Fraction = Field(
         0.8, description="Share of the overlappable ZeRO-3 communication (forward gathers under the forward, "
         "backward gathers and reduce-scatters under the backward) that hides when prefetching is on.")
+    fsdp_backward_prefetch: Literal["pre", "post"] = Field(
+        "pre", description="When ZeRO-3's backward gathers the next layer's weights: 'pre' (PyTorch FSDP "
+        "BackwardPrefetch.BACKWARD_PRE; FSDP2, DeepSpeed) before the current layer's gradient computation, hiding "
+        "behind it; 'post' (BACKWARD_POST, Composer's FSDPConfig default, so llm-foundry's) after it, so the gather "
+        "shows and only the reduce-scatter overlaps the next layer's gradients (PyTorch docs, "
+        "torch.distributed.fsdp.BackwardPrefetch).")
     zero3_rail_parallel: bool = Field(
         True, description="ZeRO-3 gathers spread a node's share over all its NICs (NCCL rings per rail); "
         "False: one flat ring, each GPU's NIC carries the whole (n−1)/n of every gather.")

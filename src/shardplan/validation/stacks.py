@@ -56,9 +56,14 @@ STACK_FIELDS = ("ep_dispatcher", "ep_comm_overlap", "ep_delay_wgrad", "moe_drop_
 
 def stack_software(r: dict[str, Any]) -> dict[str, Any]:
     """The ``SoftwareSpec`` fields of ``STACK_FIELDS`` a record's ``software`` entry sets, each with its source (the
-    recipe at the framework's commit); the rest keep Megatron-Core's defaults."""
+    recipe at the framework's commit); the rest keep Megatron-Core's defaults. llm-foundry runs Composer's FSDP, whose
+    ``backward_prefetch`` defaults to BACKWARD_POST (Composer ``FSDPConfig``; llm-foundry's benchmark yamls, e.g.
+    scripts/train/yamls/pretrain/mpt-7b.yaml, do not set it)."""
     sw = r.get("software") or {}
-    return {k: sw[k] for k in STACK_FIELDS if k in sw}
+    out = {k: sw[k] for k in STACK_FIELDS if k in sw}
+    if stack_framework(r) == "fsdp":
+        out.setdefault("fsdp_backward_prefetch", "post")
+    return out
 
 
 def stack_gradients(r: dict[str, Any]) -> dict[str, Any]:

@@ -190,10 +190,14 @@ def data_parallel(ctx: Ctx, st: StageCost, m: np.ndarray) -> tuple[np.ndarray, n
     # can hide only behind the forward and the backward's gathers and reduce-scatters only behind the
     # backward; of that overlappable part the measured share ``zero3_overlap_fraction`` hides (Primus measured
     # 93% for FSDP; the presets keep 0.8). Without prefetching all of it is exposed.
+    # With BACKWARD_POST prefetching (``SoftwareSpec.fsdp_backward_prefetch``) a layer's backward gather is issued
+    # once the layer after it has its gradients: it shows whole, and only the reduce-scatters overlap the backward.
     z_ag, pp_rs, z_rs = c["z_ag"], c["pp_rs"], c["z_rs"]
-    bwd_comm = z_ag * (1 + (r.rc == 2)) + z_rs
+    bwd_ag = z_ag * (1 + (r.rc == 2))
+    post = s.software.fsdp_backward_prefetch == "post"
+    bwd_comm = z_rs if post else bwd_ag + z_rs
     per_mb = comm.with_overlap_cost(s, z_ag, z_ag - f * np.minimum(z_ag, st.fwd_s)) \
-        + comm.with_overlap_cost(s, bwd_comm, bwd_comm - f * np.minimum(bwd_comm, st.bwd_s))
+        + comm.with_overlap_cost(s, bwd_comm, bwd_comm - f * np.minimum(bwd_comm, st.bwd_s)) + (bwd_ag if post else 0.0)
     z3 = np.where(r.zero >= 3, m * per_mb, 0.0)
     # ZeRO-3 under PP (torchtitan FSDP2, ``fsdp_under_pp``): weights gathered once per step under the first
     # forward (the forward term above, once); gradients reduce-scattered once, in fp32 (torchtitan
