@@ -3,10 +3,14 @@ cost model's ratios."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from shardplan.validation.ab import measured_ratio
+from shardplan.costmodel.training.evaluate import estimate_training
+from shardplan.validation.ab import measured_ratio, predicted_ratio
 from shardplan.validation.groups import run_validation
+from shardplan.validation.optimum import OptimumRun, load_records_tuned, parse_run
 from shardplan.validation.runs import load_records
 
 
@@ -25,15 +29,11 @@ def test_measured_ratios_are_the_published_figures() -> None:
 def test_a_pair_on_a_tuned_run_is_that_run_with_its_changes() -> None:
     """A pair naming ``base_run`` prices the tuned run's own model, machine and stack: its side at the tuned run's
     microbatch and global batch (MPT-7B: 6, 96) is the tuned run's prediction."""
-    from shardplan.costmodel.training.evaluate import estimate_training
-    from shardplan.validation.ab import predicted_ratio
-    from shardplan.validation.optimum import OptimumRun, load_records_tuned, parse_run
 
     pair = next(r for r in load_records("ab_runs") if r["id"] == "llmfoundry-mpt-7b-8gpu-a100-fsdp-microbatch-4-to-6")
     run = parse_run(next(r for r in load_records_tuned() if r["id"] == pair["base_run"]))
     assert isinstance(run, OptimumRun) and run.layout.microbatch == 6 and run.work.global_batch == 96
     six = estimate_training(run.model, run.system, run.gpus, run.work, run.layout).metrics.step_time_s
-    import dataclasses
     four = estimate_training(run.model, run.system, run.gpus, run.work.model_copy(update={"global_batch": 64}),
                              dataclasses.replace(run.layout, microbatch=4)).metrics.step_time_s
     assert predicted_ratio(pair) == pytest.approx((96 / six) / (64 / four), rel=1e-12)

@@ -11,13 +11,18 @@ The absolute errors of the two runs partly cancel here: this is the check behind
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from shardplan.costmodel.training.evaluate import estimate_training
+from shardplan.costmodel.training.layout import TrainLayout, TrainWorkload
 from shardplan.hardware import get_system
 from shardplan.hardware.domains import job_system
+from shardplan.hardware.spec import SystemSpec
 from shardplan.models import get_model
+from shardplan.models.spec import ModelSpec
 from shardplan.validation.memory import record_layout, record_workload
+from shardplan.validation.optimum import OptimumRun, load_records_tuned, parse_run
 from shardplan.validation.runs import Case, load_records
 
 
@@ -31,40 +36,43 @@ def measured_ratio(r: dict[str, Any]) -> float:
     return float(b["model_tflops_per_gpu"]) / float(a["model_tflops_per_gpu"])
 
 
-def _from_base_run(r: dict[str, Any]) -> float:
-    """A pair stated as changes to a tuned run of ``optimum_runs.json`` (``base_run``): its model, machine, stack and
-    layout, each side setting its own microbatch and global batch (``changes``)."""
-    import dataclasses
-
-    from shardplan.validation.optimum import OptimumRun, load_records_tuned, parse_run
-
-    run = parse_run(next(x for x in load_records_tuned() if x["id"] == r["base_run"]))
-    assert isinstance(run, OptimumRun), run
-    rates = []
-    for side in (r["a"], r["b"]):
-        work = run.work.model_copy(update={"global_batch": side["global_batch"]})
-        layout = dataclasses.replace(run.layout, **side["changes"])
-        step = estimate_training(run.model, run.system, run.gpus, work, layout).metrics.step_time_s
-        rates.append(work.global_batch * work.seq_len / (step * run.gpus))
-    return rates[1] / rates[0]
+Side = tuple[ModelSpec, SystemSpec, int, TrainWorkload, TrainLayout]
 
 
-def predicted_ratio(r: dict[str, Any]) -> float:
-    """The cost model's tokens/s per GPU of run b over run a (a side may set its own GPU count and global batch)."""
+def _rate(side: Side) -> float:
+    """The cost model's tokens/s per GPU of one side."""
+    model, system, gpus, work, layout = side
+    step = estimate_training(model, system, gpus, work, layout).metrics.step_time_s
+    return work.global_batch * work.seq_len / (step * gpus)
+
+
+def _sides(r: dict[str, Any]) -> tuple[Side, Side]:
+    """Both runs of a pair as the cost model takes them. A pair naming a tuned run of ``optimum_runs.json``
+    (``base_run``) takes its model, machine, stack and layout, each side setting its own global batch and layout
+    ``changes``; otherwise each side states its layout and software on the pair's catalog model and system (a side may
+    set its own GPU count and global batch)."""
     if "base_run" in r:
-        return _from_base_run(r)
-    model = get_model(r["model"])
-    rates = []
+        run = parse_run(next(x for x in load_records_tuned() if x["id"] == r["base_run"]))
+        assert isinstance(run, OptimumRun), run
+        a, b = ((run.model, run.system, run.gpus, run.work.model_copy(update={"global_batch": side["global_batch"]}),
+                 dataclasses.replace(run.layout, **side["changes"])) for side in (r["a"], r["b"]))
+        return a, b
+    model, base = get_model(r["model"]), get_system(r["hardware"])
+    out = []
     for side in (r["a"], r["b"]):
         gpus = side.get("gpus", r["gpus"])
         work = record_workload({**r["workload"], **({"global_batch": side["global_batch"]}
                                                      if "global_batch" in side else {})})
-        base = get_system(r["hardware"])
         settings = {k: v for k, v in side["software"].items() if not k.endswith("_source")}  # sources: prose
         system = job_system(base.model_copy(update={"software": base.software.model_copy(update=settings)}), gpus)
-        step = estimate_training(model, system, gpus, work, record_layout(side["layout"])).metrics.step_time_s
-        rates.append(work.global_batch * work.seq_len / (step * gpus))
-    return rates[1] / rates[0]
+        out.append((model, system, gpus, work, record_layout(side["layout"])))
+    return out[0], out[1]
+
+
+def predicted_ratio(r: dict[str, Any]) -> float:
+    """The cost model's tokens/s per GPU of run b over run a."""
+    a, b = _sides(r)
+    return _rate(b) / _rate(a)
 
 
 def ab_cases() -> list[Case]:
