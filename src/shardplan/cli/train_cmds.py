@@ -272,11 +272,13 @@ def estimate_train(
     """
     from shardplan.cli.render_train import render_estimate
     from shardplan.costmodel.training.evaluate import estimate_training
+    from shardplan.costmodel.training.frameworks import framework_system
     from shardplan.costmodel.training.layout import TrainLayout
     from shardplan.errors import ShardplanError
 
     plots = _check_outputs(export, output, plot, as_json, plot_kind)
     spec, system, n = resolve_inputs(model, hardware, gpus, seq_len)
+    system = framework_system(system, str(framework) if framework else None)
     tp, pp, cp = tp or 1, pp or 1, cp or 1
     if dp is None:
         if n % (tp * pp * cp):
@@ -359,11 +361,13 @@ def train(
     """
     from shardplan.cli.progress import solving
     from shardplan.cli.render_train import render_plan
+    from shardplan.costmodel.training.frameworks import framework_system
     from shardplan.errors import ShardplanError
     from shardplan.planner.training.solve import TrainRequest, plan_training
 
     plots = _check_outputs(export, output, plot, as_json, plot_kind)
     spec, system, n = resolve_inputs(model, hardware, gpus, seq_len)
+    system = framework_system(system, str(framework) if framework else None)
     if global_batch is not None and max_global_batch is not None:
         raise ShardplanError("give either --global-batch B (fixed) or --max-global-batch B (the planner chooses the "
                              "batch), not both", field="max-global-batch")

@@ -48,6 +48,13 @@ class SoftwareSpec(BaseModel):
         "behind it; 'post' (BACKWARD_POST, Composer's FSDPConfig default, so llm-foundry's) after it, so the gather "
         "shows and only the reduce-scatter overlaps the next layer's gradients (PyTorch docs, "
         "torch.distributed.fsdp.BackwardPrefetch).")
+    zero2_gather_per_forward: bool = Field(
+        False, description="ZeRO-2 reshards the weights after every backward and all-gathers them again in every "
+        "microbatch's forward, as ZeRO-3's forward does: PyTorch FSDP's SHARD_GRAD_OP ('unshards before the forward, "
+        "does not reshard them after the forward, and only reshards them after the backward': torch.distributed.fsdp "
+        "ShardingStrategy), driven by Composer, which wraps no FSDP microbatch in no_sync (composer/trainer "
+        "dist_strategy.py ddp_sync_context: DDP only). False: DeepSpeed ZeRO-2, which keeps the 16-bit weights whole "
+        "and gathers them once a step.")
     zero3_rail_parallel: bool = Field(
         True, description="ZeRO-3 gathers spread a node's share over all its NICs (NCCL rings per rail); "
         "False: one flat ring, each GPU's NIC carries the whole (n−1)/n of every gather.")

@@ -58,11 +58,13 @@ def stack_software(r: dict[str, Any]) -> dict[str, Any]:
     """The ``SoftwareSpec`` fields of ``STACK_FIELDS`` a record's ``software`` entry sets, each with its source (the
     recipe at the framework's commit); the rest keep Megatron-Core's defaults. llm-foundry runs Composer's FSDP, whose
     ``backward_prefetch`` defaults to BACKWARD_POST (Composer ``FSDPConfig``; llm-foundry's benchmark yamls, e.g.
-    scripts/train/yamls/pretrain/mpt-7b.yaml, do not set it)."""
+    scripts/train/yamls/pretrain/mpt-7b.yaml, do not set it), and its SHARD_GRAD_OP gathers the weights in every
+    microbatch's forward (``SoftwareSpec.zero2_gather_per_forward``)."""
     sw = r.get("software") or {}
     out = {k: sw[k] for k in STACK_FIELDS if k in sw}
     if stack_framework(r) == "fsdp":
         out.setdefault("fsdp_backward_prefetch", "post")
+        out.setdefault("zero2_gather_per_forward", True)  # PyTorch FSDP SHARD_GRAD_OP, no no_sync under Composer
     return out
 
 

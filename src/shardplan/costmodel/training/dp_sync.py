@@ -180,6 +180,13 @@ def data_parallel(ctx: Ctx, st: StageCost, m: np.ndarray) -> tuple[np.ndarray, n
         return comm.with_overlap_cost(s, t, chunked_gather_exposed(t, edge, st.fwd_s, chunk_bucket, st.params,
                                                                    r.pp, r.v, m)) if gather_overlap else t
     gather = np.where(r.zero >= 1, gathered(ag, ag_first), 0.0)
+    z_ag, pp_rs, z_rs = c["z_ag"], c["pp_rs"], c["z_rs"]
+    fwd_gather = comm.with_overlap_cost(s, z_ag, z_ag - f * np.minimum(z_ag, st.fwd_s))  # prefetched under the forward
+    # PyTorch FSDP's SHARD_GRAD_OP reshards the weights after every backward, so every microbatch's forward gathers
+    # them again, layer by layer, as ZeRO-3's forward does (``SoftwareSpec.zero2_gather_per_forward``); the first
+    # microbatch's gathers are the step's, so none is added at the step's start.
+    regather = (r.zero == 2) & s.software.zero2_gather_per_forward
+    gather = np.where(regather, m * fwd_gather, gather)
     # Gradient accumulation over whole schedules (``layout.pipeline_schedules``): torch pipelining reduces the
     # gradients at each schedule's last backward (pytorch@88fa1e7 pipelining/stage.py backward_maybe_with_nosync).
     n_s = ctx.schedules
@@ -192,12 +199,11 @@ def data_parallel(ctx: Ctx, st: StageCost, m: np.ndarray) -> tuple[np.ndarray, n
     # 93% for FSDP; the presets keep 0.8). Without prefetching all of it is exposed.
     # With BACKWARD_POST prefetching (``SoftwareSpec.fsdp_backward_prefetch``) a layer's backward gather is issued
     # once the layer after it has its gradients: it shows whole, and only the reduce-scatters overlap the backward.
-    z_ag, pp_rs, z_rs = c["z_ag"], c["pp_rs"], c["z_rs"]
     bwd_ag = z_ag * (1 + (r.rc == 2))
     post = s.software.fsdp_backward_prefetch == "post"
     bwd_comm = z_rs if post else bwd_ag + z_rs
-    per_mb = comm.with_overlap_cost(s, z_ag, z_ag - f * np.minimum(z_ag, st.fwd_s)) \
-        + comm.with_overlap_cost(s, bwd_comm, bwd_comm - f * np.minimum(bwd_comm, st.bwd_s)) + (bwd_ag if post else 0.0)
+    per_mb = fwd_gather + comm.with_overlap_cost(s, bwd_comm, bwd_comm - f * np.minimum(bwd_comm, st.bwd_s)) \
+        + (bwd_ag if post else 0.0)
     z3 = np.where(r.zero >= 3, m * per_mb, 0.0)
     # ZeRO-3 under PP (torchtitan FSDP2, ``fsdp_under_pp``): weights gathered once per step under the first
     # forward (the forward term above, once); gradients reduce-scattered once, in fp32 (torchtitan

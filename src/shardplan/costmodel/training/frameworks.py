@@ -42,6 +42,7 @@ from shardplan.costmodel.training.layout import Recompute
 from shardplan.errors import ShardplanError
 
 if TYPE_CHECKING:
+    from shardplan.hardware.spec import SystemSpec
     from shardplan.models.spec import ModelSpec
 
 
@@ -61,6 +62,7 @@ class FrameworkCaps:
     selective_policy: str | None = None  # its selective recompute (``knobs.RECOMPUTE_POLICIES``); None: Megatron's
     partial_recompute: bool = True  # False: every block or none (no per-rank counts, uniform pipeline splits)
     one_recompute_count: bool = False  # True: one full-recompute count on every pipeline rank (no per-rank counts)
+    software: tuple[tuple[str, object], ...] = ()  # ``SoftwareSpec`` fields the framework fixes (``framework_system``)
 
     def refuses(self, knob: str, value: object) -> bool:
         """Whether a pinned ``value`` of ``knob`` (a layout flag's name) is outside this framework."""
@@ -102,8 +104,17 @@ FRAMEWORKS: dict[str, FrameworkCaps] = {
     "automodel-moe": FrameworkCaps("automodel (MoE models)", (3,), (Recompute.NONE, Recompute.FULL), tp=False,
                                    cp=False, partial_recompute=False),
     "fsdp": FrameworkCaps("fsdp", (0, 2, 3), (Recompute.NONE, Recompute.FULL), tp=False, pp=False,
-                          interleave=False, cp=False, ep=False),
+                          interleave=False, cp=False, ep=False, software=(("zero2_gather_per_forward", True),)),
 }
+
+
+def framework_system(system: SystemSpec, name: str | None) -> SystemSpec:
+    """``system`` with the software behaviour framework ``name`` fixes (PyTorch FSDP's SHARD_GRAD_OP gathers the
+    weights in every forward); unchanged without a framework or for one that fixes none."""
+    caps = FRAMEWORKS.get(name or "")
+    if caps is None or not caps.software:
+        return system
+    return system.model_copy(update={"software": system.software.model_copy(update=dict(caps.software))})
 
 
 def caps_for(name: str, model: ModelSpec) -> FrameworkCaps:
