@@ -93,8 +93,20 @@ def kind_costs(ctx: Ctx, *, ops: bool = True) -> dict[str, KindCost]:
     return costs if ops else take_kinds(costs, slice(None), len(ctx.rows))
 
 
+_FIELDS: dict[type, tuple[str, ...]] = {}
+
+
+def _field_names(cls: type) -> tuple[str, ...]:
+    names = _FIELDS.get(cls)
+    if names is None:
+        names = _FIELDS[cls] = tuple(f.name for f in dataclasses.fields(cls))
+    return names
+
+
 def take_kinds(kinds: dict[str, KindCost], idx: np.ndarray | slice, n: int) -> dict[str, KindCost]:
-    """Rows ``idx`` of per-kind costs computed for ``n`` rows at once (operator lists dropped)."""
+    """Rows ``idx`` of per-kind costs computed for ``n`` rows at once (operator lists dropped). A cost dataclass
+    without ``__post_init__`` is copied field by field, without ``dataclasses.replace``'s re-initialisation (the
+    per-stage search takes rows thousands of times)."""
 
     def pick(x: Any) -> Any:
         if isinstance(x, np.ndarray):
@@ -104,7 +116,13 @@ def take_kinds(kinds: dict[str, KindCost], idx: np.ndarray | slice, n: int) -> d
         if isinstance(x, dict):
             return {k: pick(v) for k, v in x.items()}
         if dataclasses.is_dataclass(x) and not isinstance(x, type):
-            return dataclasses.replace(x, **{f.name: pick(getattr(x, f.name)) for f in dataclasses.fields(x)})
+            cls = type(x)
+            if hasattr(cls, "__post_init__"):
+                return dataclasses.replace(x, **{f: pick(getattr(x, f)) for f in _field_names(cls)})
+            out = object.__new__(cls)
+            for name in _field_names(cls):
+                object.__setattr__(out, name, pick(getattr(x, name)))
+            return out
         return x
 
     return {k: pick(v) for k, v in kinds.items()}

@@ -131,9 +131,14 @@ def _grid(space: StageSpace, t_cap_s: float | None) -> tuple[np.ndarray, np.ndar
     # recomputed layer's activations are live on the GPU during its backward (not offloadable): so the least is
     # at one of the ends, none or all recomputed (with every offloadable activation on the CPU).
     f_all = np.full_like(ln, 100 if space.allow_offload else 0)
-    ok = space.fits(space.cost(rk, ln, ln if space.full else space.layout_k(ln), f_all))
-    if space.full:
-        ok |= space.fits(space.cost(rk, ln, np.zeros_like(ln), f_all))
+    if not space.allow_offload:  # nothing on the CPU: the end with nothing recomputed is ``fast`` itself
+        ok = space.fits(fast)
+        if space.full:
+            ok |= space.fits(space.cost(rk, ln, ln, f_all))
+    else:
+        ok = space.fits(space.cost(rk, ln, ln if space.full else space.layout_k(ln), f_all))
+        if space.full:
+            ok |= space.fits(space.cost(rk, ln, np.zeros_like(ln), f_all))
     if t_cap_s is not None:
         ok &= fast.per_mb_s <= t_cap_s
     ranks, layers, ks = [], [], []
@@ -183,7 +188,7 @@ def rank_options(space: StageSpace, t_cap_s: float | None = None) -> Options:
             lo = np.where(open_ & ~ok_mid, mid, lo)
         pct = hi.astype(np.int64)
     ok = pct <= 100
-    c = space.cost(rank, layers, k, np.minimum(pct, 100))
+    c = space.cost(rank, layers, k, np.minimum(pct, 100)) if space.allow_offload else c0  # no offload: pct 0
     ok &= space.fits(c)
     idx = np.flatnonzero(ok)
     keep: list[np.ndarray] = []
