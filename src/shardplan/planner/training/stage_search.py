@@ -93,6 +93,8 @@ def solve_row(req: TrainRequest, table: TrainTable, i: int, *, time_limit_s: flo
                 best = (split, choice)
         if best[0] is None or best[0].schedule_excess_s == 0.0:
             break  # nothing fits, or the plan found has equal chunks: the equal-chunk space holds nothing better
+        if req.model.num_layers % lay.interleave:
+            break  # no split has equal chunks: every rank's layers a multiple of v would sum to a multiple of v
     if best[1] is not None and not complete:
         best = (best[0], replace(best[1], status="feasible"))
     return best
