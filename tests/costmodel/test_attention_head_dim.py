@@ -1,5 +1,5 @@
-"""A GPU without measured attention curves (B200: a scalar head-dim-128 efficiency) takes the head-dim dependence
-the H100's measured curves show (FlashAttention-3 paper Figs. 5-6, hardware/attention_data.py)."""
+"""A GPU whose attention is measured at head dim 128 only (B200: cuDNN's curves, hardware/attention_data.py) takes
+the head-dim dependence the H100's measured curves show (FlashAttention-3 paper Figs. 5-6)."""
 
 from __future__ import annotations
 

@@ -48,10 +48,65 @@ H100_ATTENTION_TFLOPS: dict[str, dict[tuple[str, bool, int], tuple[float, ...]]]
 }
 
 
-def curves(table: dict[str, dict[tuple[str, bool, int], tuple[float, ...]]]) -> list[AttentionCurve]:
-    """The table as ``AttentionCurve`` records (one per kernel, direction, mask and head dim)."""
-    return [AttentionCurve(kernel=k, direction=d, causal=c, head_dim=hd, seq=list(SEQ), tflops=list(v))
+def curves(table: dict[str, dict[tuple[str, bool, int], tuple[float, ...]]], seq: tuple[int, ...] = SEQ
+           ) -> list[AttentionCurve]:
+    """The table as ``AttentionCurve`` records (one per kernel, direction, mask and head dim) at lengths ``seq``."""
+    return [AttentionCurve(kernel=k, direction=d, causal=c, head_dim=hd, seq=list(seq), tflops=list(v))
             for k, rows in table.items() for (d, c, hd), v in rows.items()]
 
 
 H100_ATTENTION = curves(H100_ATTENTION_TFLOPS)
+
+
+# Blackwell: NVIDIA cudnn-frontend benchmark/sdpa_benchmark_training/artifacts (sdpa_bf16_benchmark_results_NVIDIA_
+# {B200,GB200,GB300}.csv at cudnn-frontend bb37575 / d48a60e): one layer of Llama-3.1-405B's attention (batch 1, 128
+# query heads, 8 KV heads, head dim 128, causal, bf16), median of timed calls with free clocks; TFLOP/s count the
+# causal half (the README's example: 24.543 ms at 32k tokens → 1434), backward 2.5× forward, as above. B200: PyTorch
+# SDPA's cuDNN backend, cuDNN 9.10.2 (NGC PyTorch 25.06); GB200: cuDNN called through its frontend (cudnn_fe), cuDNN
+# 9.17.0 (NGC 25.11); GB300: PyTorch SDPA's cuDNN backend, cuDNN 9.13.0 (NGC 25.09). flash2 is PyTorch SDPA's
+# FlashAttention-2 backend on the same runs. From 4096 tokens: below it a single call's host time shows in the
+# PyTorch rows (B200 0.287 ms at 2048 tokens through PyTorch against GB200's 0.129 ms through the frontend), so
+# shorter sequences take the 4096-token rate.
+BLACKWELL_SEQ = (4096, 8192, 16384, 32768, 65536, 131072)
+B200_ATTENTION_TFLOPS: dict[str, dict[tuple[str, bool, int], tuple[float, ...]]] = {
+    "cudnn": {("fwd", True, 128): (855.678, 1171.278, 1332.415, 1419.000, 1382.330, 1355.418),
+              ("bwd", True, 128): (701.265, 942.509, 1074.776, 1108.688, 1073.059, 1047.843)},
+    "flash2": {("fwd", True, 128): (324.899, 373.392, 394.495, 403.739, 408.739, 410.988),
+               ("bwd", True, 128): (256.427, 298.867, 319.979, 330.801, 335.402, 336.043)},
+}
+GB200_ATTENTION_TFLOPS: dict[str, dict[tuple[str, bool, int], tuple[float, ...]]] = {
+    "cudnn": {("fwd", True, 128): (1386, 1584, 1668, 1681, 1573, 1467),
+              ("bwd", True, 128): (1054, 1211, 1304, 1348, 1229, 1188)},
+    "flash2": {("fwd", True, 128): (387, 414, 430, 438, 442, 444),
+               ("bwd", True, 128): (311, 338, 352, 360, 363, 363)},
+}
+GB300_ATTENTION_TFLOPS: dict[str, dict[tuple[str, bool, int], tuple[float, ...]]] = {
+    "cudnn": {("fwd", True, 128): (1144.867, 1495.674, 1702.463, 1795.879, 1770.478, 1720.854),
+              ("bwd", True, 128): (892.572, 1130.076, 1267.827, 1319.161, 1301.700, 1280.022)},
+    "flash2": {("fwd", True, 128): (366.238, 410.579, 430.746, 440.329, 444.845, 447.786),
+               ("bwd", True, 128): (291.593, 330.096, 350.925, 362.028, 366.561, 368.391)},
+}
+# Transformer Engine calls cuDNN through its frontend, not through PyTorch's SDPA. The same B200, shape (32k tokens)
+# and cuDNN measured both ways (cudnn-frontend benchmark/sdpa_benchmark_training/README.md, benchmark_single_sdpa.py
+# examples): forward 24.645 ms through PyTorch, 24.543 ms through the frontend; backward 78.674 and 73.210 ms. So the
+# PyTorch rows (B200, GB300) are taken to the frontend's: 0.102 ms less per forward call, backward × 73.210/78.674.
+PYTORCH_FWD_EXTRA_S = (24.645 - 24.543) * 1e-3
+PYTORCH_BWD_RATIO = 73.210 / 78.674
+_LAYER_FWD_FLOP = tuple(4.0 * s * s * 128 * 128 / 2 for s in BLACKWELL_SEQ)  # the benchmark's layer, causal half
+
+
+def via_frontend(table: dict[str, dict[tuple[str, bool, int], tuple[float, ...]]]
+                 ) -> dict[str, dict[tuple[str, bool, int], tuple[float, ...]]]:
+    """PyTorch-SDPA cuDNN rates of the benchmark layer as the cuDNN frontend runs them (``PYTORCH_*``)."""
+    fwd, bwd = table["cudnn"][("fwd", True, 128)], table["cudnn"][("bwd", True, 128)]
+    f = tuple(w / (w / (t * 1e12) - PYTORCH_FWD_EXTRA_S) / 1e12 for w, t in zip(_LAYER_FWD_FLOP, fwd, strict=True))
+    b = tuple(t / PYTORCH_BWD_RATIO for t in bwd)
+    return {**table, "cudnn": {("fwd", True, 128): f, ("bwd", True, 128): b}}
+
+
+B200_ATTENTION = curves(via_frontend(B200_ATTENTION_TFLOPS), BLACKWELL_SEQ)
+GB200_ATTENTION = curves(GB200_ATTENTION_TFLOPS, BLACKWELL_SEQ)
+GB300_ATTENTION = curves(via_frontend(GB300_ATTENTION_TFLOPS), BLACKWELL_SEQ)
+# B300 (the GB300's die at 1100 W, unmeasured): the GB300's rates as the same fractions of its own bf16 peak
+# (2250 of the GB300's 2500 TFLOP/s), as its GEMMs take the B300's fractions of peak (gpus.py).
+B300_ATTENTION = [c.model_copy(update={"tflops": [t * 2250 / 2500 for t in c.tflops]}) for c in GB300_ATTENTION]

@@ -9,7 +9,13 @@ memory.total), not the marketing figure, because that is what a framework can al
 
 from __future__ import annotations
 
-from shardplan.hardware.attention_data import H100_ATTENTION
+from shardplan.hardware.attention_data import (
+    B200_ATTENTION,
+    B300_ATTENTION,
+    GB200_ATTENTION,
+    GB300_ATTENTION,
+    H100_ATTENTION,
+)
 from shardplan.hardware.curves import (  # noqa: F401  (re-exported: the catalog's curves live in curves.py)
     A100_SM_STREAM,
     AMPERE_MATMUL,
@@ -199,6 +205,7 @@ B200 = GpuSpec(
     memory_efficiency=HBM_MEMORY,
     elementwise_efficiency=EAGER_ELEMENTWISE,
     attention_efficiency=0.6,
+    attention_curves=B200_ATTENTION,  # cuDNN and FlashAttention-2 measured on a B200 (attention_data.py)
     # best-shape matmul (ml-engineering at 744d01e): bf16 1745.0 = 0.776, fp8 3432.5 = 0.763 (torch 2.7.1+cu128)
     matmul_peak_fraction={"bf16": 0.776, "fp8": 0.763, "fp4": 0.776 * B200_NVFP4_OF_BF16},
     kernel_fixed_s=KERNEL_FIXED_S,
@@ -221,6 +228,7 @@ GB200 = B200.model_copy(
         # GB200 reaches 4.4% more than a 1000 W B200 (1745.0), not the datasheet's 11%: the curve takes its own MAMF.
         "matmul_peak_fraction": {"bf16": 0.729, "fp8": 0.723, "fp4": 0.729 * B200_NVFP4_OF_BF16},
         "matmul_efficiency": scaled_curve(HOPPER_MATMUL_ISOLATED, 0.729 * IN_JOB_OF_ISOLATED),
+        "attention_curves": GB200_ATTENTION,  # measured on a GB200 (attention_data.py)
         "source": "NVIDIA GB200 NVL72 datasheet (published_calibration.json: hw-gb200)",
     }
 )
@@ -233,6 +241,7 @@ B300_NVFP4_OF_BF16 = 3.48 * 2250 / 13500  # TE gemm_profiling on B300, pre-quant
 B300 = B200.model_copy(
     update={
         "name": "b300",
+        "attention_curves": B300_ATTENTION,
         "memory_bytes": 288 * GB,
         "memory_bandwidth_bytes_per_s": 8.0 * TB,
         "peak_flops": {"fp32": 75e12, "tf32": 1125e12, "bf16": 2250e12, "fp16": 2250e12, "fp8": 4500e12,
@@ -257,6 +266,7 @@ GB300 = B300.model_copy(
         "peak_flops": {"fp32": 83.3e12, "tf32": 1250e12, "bf16": 2500e12, "fp16": 2500e12, "fp8": 5000e12,
                        "int8": 166.7e12, "fp4": 15000e12},
         "tdp_w": 1400,
+        "attention_curves": GB300_ATTENTION,  # measured on a GB300 (attention_data.py)
         "source": "NVIDIA GB300 NVL72 datasheet (72-GPU table: FP4 1,080 PFLOPS dense, FP8 720 / BF16 360 / TF32 180 "
                   "PFLOPS and INT8 24 POPS with sparsity, FP32 6 PFLOPS, 576 TB/s HBM3e)",
     }

@@ -77,10 +77,10 @@ NVLINK_C2C_PER_GPU = LinkSpec(bandwidth_bytes_per_s=225 * GB, latency_s=5e-6, ef
 # Blocking pipeline sends: overlap_p2p_comm came to Megatron-LM in f9283c5a8a (2023-05-31).
 MEGATRON_2021 = SoftwareSpec(attention="unfused", overlap_grad_reduce=False, zero3_rail_parallel=False,
                              tp_comm_overlap=0.0, overlap_p2p_comm=False)
-# Megatron-LM / NeMo on Hopper: Transformer Engine picks cuDNN fused attention over FlashAttention on sm90+
-# ("Disabling FlashAttention to give FusedAttention preference on Hopper+ for performance reasons",
+# Megatron-LM / NeMo on Hopper and Blackwell: Transformer Engine picks cuDNN fused attention over FlashAttention on
+# sm90+ ("Disabling FlashAttention to give FusedAttention preference on Hopper+ for performance reasons",
 # transformer_engine/pytorch/attention/dot_product_attention/utils.py at 002a3e57).
-TE_HOPPER = SoftwareSpec(attention="cudnn")
+TE_FUSED_ATTENTION = SoftwareSpec(attention="cudnn")
 
 # --- NVIDIA DGX / HGX -------------------------------------------------------------------------
 DGX_A100_80GB = SystemSpec(
@@ -122,7 +122,7 @@ DGX_H100 = SystemSpec(
     disk_bytes=30 * TB,
     disk_read_bytes_per_s=25 * GB,
     disk_write_bytes_per_s=10 * GB,
-    software=TE_HOPPER,
+    software=TE_FUSED_ATTENTION,
     source="NVIDIA DGX H100 datasheet",
 )
 # DGX H800: the DGX H100 chassis and host with H800s (NVLink 400 GB/s bidir); 8×400 Gb/s IB.
@@ -149,6 +149,7 @@ DGX_B200 = SystemSpec(
     description="NVIDIA DGX B200: 8× B200 180GB, NVLink5 1.8 TB/s bidir, 8×400 Gb/s ConnectX-7",
     gpu=B200,
     gpus_per_node=8,
+    software=TE_FUSED_ATTENTION,
     intra_node=NVLINK5,
     inter_node=NDR_IB_PER_GPU,
     pcie=PCIE5_X16,
@@ -169,6 +170,7 @@ GB200_NVL72 = SystemSpec(
     description="NVIDIA GB200 NVL72: 72× B200 (GB200) in one NVLink5 domain, 36 Grace CPUs, 800 Gb/s per GPU",
     gpu=GB200,
     gpus_per_node=72,
+    software=TE_FUSED_ATTENTION,
     # 18 compute trays of 4 GPUs (2 GB200 superchips each); Megatron-Bridge runs use --gpus_per_node 4 and whole
     # trays, larger jobs as equal NVLink segments of ≤ 18 trays (hardware/domains.py has the sources)
     gpus_per_tray=4,

@@ -160,10 +160,12 @@ def _tflops(c: AttentionCurve, seq: np.ndarray) -> np.ndarray:
 
 
 def attention_efficiency(gpu: GpuSpec, kernel: str, *, backward: bool, causal: bool, head_dim: float,
-                         seq: np.ndarray | float) -> np.ndarray | None:
+                         seq: np.ndarray | float, rescale: bool = True) -> np.ndarray | None:
     """Fraction of the BF16 peak one attention kernel reaches, from the GPU's measured curves; None when the GPU
     has none for ``kernel``. A backward curve missing for a mask or head dim is the forward curve scaled by the
-    measured backward/forward ratio of the nearest head dim with both (non-causal)."""
+    measured backward/forward ratio of the nearest head dim with both (non-causal). A curve measured at another head
+    dim than ``head_dim`` (the Blackwell GPUs' are at 128 only) is scaled by the ratio the H100's curves show between
+    the two (``head_dim_factor``; ``rescale=False``: the nearest curve as it is)."""
     seq = np.asarray(seq, dtype=float)
     fwd = _curve(gpu, kernel, "fwd", causal, head_dim)
     if fwd is None:
@@ -180,7 +182,11 @@ def attention_efficiency(gpu: GpuSpec, kernel: str, *, backward: bool, causal: b
             base = _curve(gpu, kernel, "fwd", False, ref.head_dim)
             assert base is not None
             t = t * _tflops(ref, seq) / _tflops(base, seq)
-    return t * 1e12 / gpu.peak("bf16")
+    eff = t * 1e12 / gpu.peak("bf16")
+    if rescale and fwd.head_dim != head_dim:  # measured at another head dim: the H100's ratio between the two
+        eff = eff * head_dim_factor(kernel, backward=backward, causal=causal, head_dim=head_dim, seq=seq,
+                                    have=float(fwd.head_dim))
+    return eff
 
 
 def attention_time(gpu: GpuSpec, flops: np.ndarray, nbytes: np.ndarray, dtype: str, *, backward: bool = False,
@@ -198,8 +204,8 @@ def attention_time(gpu: GpuSpec, flops: np.ndarray, nbytes: np.ndarray, dtype: s
     return kernel_time(gpu, flops, nbytes, dtype, efficiency=eff)
 
 
-def head_dim_factor(kernel: str, *, backward: bool, causal: bool, head_dim: float, seq: np.ndarray | float
-                    ) -> np.ndarray:
+def head_dim_factor(kernel: str, *, backward: bool, causal: bool, head_dim: float, seq: np.ndarray | float,
+                    have: float = 128.0) -> np.ndarray:
     """How a head dim other than 128 changes a fused attention kernel's rate where the GPU has no measured curve for the
     kernel (its scalar ``attention_efficiency`` is a head-dim-128 figure): the ratio the H100's measured curves show
     for the same kernel (cuDNN where the H100 has none of that name), mask and length (FlashAttention-3 paper Figs.
@@ -212,8 +218,8 @@ def head_dim_factor(kernel: str, *, backward: bool, causal: bool, head_dim: floa
     from shardplan.hardware.gpus import H100_SXM
 
     ref = kernel if any(c.kernel == kernel for c in H100_SXM.attention_curves) else "cudnn"
-    at = [attention_efficiency(H100_SXM, ref, backward=backward, causal=causal, head_dim=d, seq=seq)
-          for d in (head_dim, 128.0)]
+    at = [attention_efficiency(H100_SXM, ref, backward=backward, causal=causal, head_dim=d, seq=seq, rescale=False)
+          for d in (head_dim, have)]
     if at[0] is None or at[1] is None:
         return np.ones_like(np.asarray(seq, dtype=float))
     return np.asarray(at[0] / at[1], dtype=float)
