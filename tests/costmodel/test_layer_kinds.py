@@ -202,3 +202,35 @@ def test_decode_reads_only_the_window_and_the_recurrent_state() -> None:
     io = 2.0 * 4 * (conv_dim + 2 + inner)  # x, B, C, dt in and y out for 4 tokens, 2 B each
     assert float(ssm.nbytes[0]) == pytest.approx(io + 2 * 4 * (2 * 4 * 8 * 2.0), rel=1e-12)
     assert float(ssm.flops[0]) == 4 * 2 * 6 * 8 * 4
+
+
+@pytest.mark.parametrize(("scaling", "reads", "scales"), [("current", 4, 0.0), ("delayed", 2, 0.0),
+                                                           ("mxfp8", 2, 2 / 32)])
+def test_fp8_cast_traffic_by_scaling_recipe(scaling: str, reads: float, scales: float) -> None:
+    """The qkv input's cast under each Transformer Engine fp8 recipe, by hand: current scaling reads the bf16 input
+    twice (amax, then cast); delayed scaling and MXFP8 once; each writes the row- and column-wise fp8 copies (1 B
+    each), MXFP8 an e8m0 scale per 32 elements each way; the weight once (1 B), cached across the microbatches."""
+    m = _tiny(("F",))
+    base = get_system("dgx-b200")
+    system = base.model_copy(update={"software": base.software.model_copy(update={"fp8_scaling": scaling})})
+    work = TrainWorkload(seq_len=4096, global_batch=8, dtype="fp8")
+    cost = train_cost(m, system, work, LayoutArrays.from_layouts([TrainLayout(microbatch=8)], 8))
+    cast = next(op for op in cost.kinds["attention"].fwd_ops if op.name == "attn.qkv.fp8_cast")
+    T, n = 8 * 4096, (4 + 2 * 4) * 16  # tokens; q + k + v columns (4 heads, 4 KV heads, head_dim 16)
+    assert float(cast.nbytes[0]) == pytest.approx((reads + 2 + scales) * T * 64 + (reads + 1 + scales / 2) * 64 * n,
+                                                  rel=1e-12)
+
+
+def test_records_carry_their_fp8_recipe() -> None:
+    from shardplan.validation.optimum import OptimumRun, load_records_tuned, parse_run
+
+    got = {}
+    for r in load_records_tuned():
+        if r["id"] in ("mlperf-v5.0-llama3.1-405b-512gpu-gb200-fp8", "mbcard-qwen3-30b-a3b-8gpu-gb300-mxfp8-perf",
+                       "mbridge-25.11-llama3-8b-8gpu-gb200-fp8cs"):
+            run = parse_run(r)
+            assert isinstance(run, OptimumRun)
+            got[r["id"]] = run.system.software.fp8_scaling
+    assert got == {"mlperf-v5.0-llama3.1-405b-512gpu-gb200-fp8": "delayed",
+                   "mbcard-qwen3-30b-a3b-8gpu-gb300-mxfp8-perf": "mxfp8",
+                   "mbridge-25.11-llama3-8b-8gpu-gb200-fp8cs": "current"}

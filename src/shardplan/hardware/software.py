@@ -48,6 +48,13 @@ class SoftwareSpec(BaseModel):
         "behind it; 'post' (BACKWARD_POST, Composer's FSDPConfig default, so llm-foundry's) after it, so the gather "
         "shows and only the reduce-scatter overlaps the next layer's gradients (PyTorch docs, "
         "torch.distributed.fsdp.BackwardPrefetch).")
+    fp8_scaling: Literal["current", "delayed", "mxfp8"] = Field(
+        "current", description="How Transformer Engine scales fp8 GEMM inputs, which sets its quantization traffic: "
+        "'current' (Float8CurrentScaling: an amax pass, then the cast writing the row- and column-wise copies: "
+        "transformer_engine/pytorch/csrc/quantizer.cpp Float8CurrentScalingQuantizer::quantize_impl), 'delayed' "
+        "(DelayedScaling: one cast_transpose kernel with the previous steps' amax, updating amax on the way) or "
+        "'mxfp8' (MXFP8 block scaling: one kernel writing both copies with a scale per 32 elements; "
+        "common/cast/dispatch/quantize.cuh at TE d0067d0).")
     zero2_gather_per_forward: bool = Field(
         False, description="ZeRO-2 reshards the weights after every backward and all-gathers them again in every "
         "microbatch's forward, as ZeRO-3's forward does: PyTorch FSDP's SHARD_GRAD_OP ('unshards before the forward, "

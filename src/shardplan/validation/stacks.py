@@ -62,10 +62,23 @@ def stack_software(r: dict[str, Any]) -> dict[str, Any]:
     microbatch's forward (``SoftwareSpec.zero2_gather_per_forward``)."""
     sw = r.get("software") or {}
     out = {k: sw[k] for k in STACK_FIELDS if k in sw}
+    out.setdefault("fp8_scaling", stack_fp8_scaling(r))
     if stack_framework(r) == "fsdp":
         out.setdefault("fsdp_backward_prefetch", "post")
         out.setdefault("zero2_gather_per_forward", True)  # PyTorch FSDP SHARD_GRAD_OP, no no_sync under Composer
     return out
+
+
+def stack_fp8_scaling(r: dict[str, Any]) -> str:
+    """A record's fp8 scaling recipe (``SoftwareSpec.fp8_scaling``) where it states one: MXFP8 for the runs named
+    mxfp8 (Megatron-Bridge ``fp8_recipe='mxfp8'``), delayed where the recorded recipe says delayed scaling (the MLPerf
+    submissions' ``fp8_recipe``/notes); else current scaling, the recipe of Megatron-Bridge's fp8cs runs."""
+    if "mxfp8" in r["id"].lower():
+        return "mxfp8"
+    sw = r.get("software") or {}
+    recipe = " ".join([str(sw.get("fp8_recipe", "")), *map(str, r.get("notes", []))]).lower()
+    delayed = "delayed scaling" in recipe or "'delayed'" in recipe
+    return "delayed" if delayed and "fp8cs" not in r["id"].lower() else "current"
 
 
 def stack_gradients(r: dict[str, Any]) -> dict[str, Any]:

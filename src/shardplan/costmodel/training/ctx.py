@@ -142,15 +142,20 @@ class Ctx:
                                                            experts=g.experts, m=g.m, n=g.n, k=g.k,
                                                            one_kernel=one_kernel))]
         if self.mm_dtype in LOW_PRECISION:
-            # tensorwise fp8: amax + cast of the input (2+2+1+1 B/elem) and of the weight (2+2+1 B/elem); NVFP4 the
-            # same passes writing 4.5-bit elements (block scales included). The weight is cast once per step and
-            # cached for the other microbatches (Transformer Engine ``Linear.forward(is_first_microbatch)``, which
-            # Megatron-Core's TE layers pass: megatron/core/extensions/transformer_engine.py).
+            # fp8 current scaling: amax + cast of the input (2+2+1+1 B/elem: the row- and column-wise copies) and of
+            # the weight (2+2+1 B/elem); delayed scaling and MXFP8 read the input once (no amax pass), MXFP8 writing
+            # an e8m0 scale per 32 elements each way (``SoftwareSpec.fp8_scaling``); NVFP4 the amax and cast passes
+            # writing 4.5-bit elements (block scales included). The weight is cast once per step and cached for the
+            # other microbatches (Transformer Engine ``Linear.forward(is_first_microbatch)``, which Megatron-Core's
+            # TE layers pass: megatron/core/extensions/transformer_engine.py).
             q = wbytes
             r = self.rows
             microbatches = np.maximum(r.gb / (r.dp * r.mb), 1.0)
-            cast = np.asarray((4.0 + 2 * q) * g.m * g.k + (4.0 + q) * g.k * g.n * g.experts / microbatches,
-                              dtype=float)
+            scaling = self.system.software.fp8_scaling if self.mm_dtype == "fp8" else "current"
+            reads = 4.0 if scaling == "current" else 2.0
+            scales = 2.0 / 32 if scaling == "mxfp8" else 0.0
+            cast = np.asarray((reads + 2 * q + scales) * g.m * g.k
+                              + (reads + q + scales / 2) * g.k * g.n * g.experts / microbatches, dtype=float)
             ops.append(Op(f"{g.name}.{self.mm_dtype}_cast", MEM, np.zeros_like(cast), cast, self.mem_time(cast)))
         return ops
 
