@@ -56,3 +56,16 @@ def test_shorter_sequences_take_the_4096_token_rate() -> None:
 def test_blackwell_presets_run_transformer_engines_cudnn_attention() -> None:
     for name in ("dgx-b200", "gb200-nvl72", "dgx-b300", "gb300-nvl72"):
         assert get_system(name).software.attention == "cudnn"
+
+
+def test_full_blocks_on_blackwell_take_the_h100_mask_ratio() -> None:
+    """The Blackwell curves are causal only: a full (non-causal) block, as context parallelism runs off the diagonal,
+    takes the causal rate × the H100 cuDNN ratio (head dim 128, 4096 tokens: non-causal 609 / causal 518 TFLOP/s,
+    FlashAttention-3 paper Figs. 5-6)."""
+    from shardplan.costmodel.core.kernels import attention_efficiency
+
+    gpu = get_system("gb200-nvl72").gpu
+    kw = {"backward": False, "head_dim": 128.0, "seq": 4096.0}
+    full, causal = (attention_efficiency(gpu, "cudnn", causal=c, **kw) for c in (False, True))
+    assert full is not None and causal is not None
+    assert float(full / causal) == pytest.approx(609 / 518, rel=1e-9)

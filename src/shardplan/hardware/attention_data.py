@@ -108,5 +108,6 @@ B200_ATTENTION = curves(via_frontend(B200_ATTENTION_TFLOPS), BLACKWELL_SEQ)
 GB200_ATTENTION = curves(GB200_ATTENTION_TFLOPS, BLACKWELL_SEQ)
 GB300_ATTENTION = curves(via_frontend(GB300_ATTENTION_TFLOPS), BLACKWELL_SEQ)
 # B300 (the GB300's die at 1100 W, unmeasured): the GB300's rates as the same fractions of its own bf16 peak
-# (2250 of the GB300's 2500 TFLOP/s), as its GEMMs take the B300's fractions of peak (gpus.py).
+# (2250 of the GB300's 2500 TFLOP/s dense bf16: HGX B300 and GB300 NVL72 datasheets, as gpus.py has them), as its
+# GEMMs take the B300's fractions of peak (gpus.py).
 B300_ATTENTION = [c.model_copy(update={"tflops": [t * 2250 / 2500 for t in c.tflops]}) for c in GB300_ATTENTION]

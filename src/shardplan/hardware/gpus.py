@@ -241,7 +241,7 @@ B300_NVFP4_OF_BF16 = 3.48 * 2250 / 13500  # TE gemm_profiling on B300, pre-quant
 B300 = B200.model_copy(
     update={
         "name": "b300",
-        "attention_curves": B300_ATTENTION,
+        "attention_curves": B300_ATTENTION,  # the GB300's measured rates at the B300's peak (attention_data.py)
         "memory_bytes": 288 * GB,
         "memory_bandwidth_bytes_per_s": 8.0 * TB,
         "peak_flops": {"fp32": 75e12, "tf32": 1125e12, "bf16": 2250e12, "fp16": 2250e12, "fp8": 4500e12,

@@ -70,15 +70,20 @@ def stack_software(r: dict[str, Any]) -> dict[str, Any]:
 
 
 def stack_fp8_scaling(r: dict[str, Any]) -> str:
-    """A record's fp8 scaling recipe (``SoftwareSpec.fp8_scaling``) where it states one: MXFP8 for the runs named
-    mxfp8 (Megatron-Bridge ``fp8_recipe='mxfp8'``), delayed where the recorded recipe says delayed scaling (the MLPerf
-    submissions' ``fp8_recipe``/notes); else current scaling, the recipe of Megatron-Bridge's fp8cs runs."""
+    """A record's fp8 scaling recipe (``SoftwareSpec.fp8_scaling``): MXFP8 for the runs named mxfp8 (Megatron-Bridge
+    ``fp8_recipe='mxfp8'``); delayed where the recorded recipe says delayed scaling (the MLPerf submissions'
+    ``fp8_recipe``/notes) or where the stack predates any other: a NeMo container before 25.04, whose Transformer Engine
+    had delayed scaling only (per-tensor current scaling came in TE 77fa1e596, 2025-03-07); else current scaling, the
+    recipe of Megatron-Bridge's fp8cs runs."""
     if "mxfp8" in r["id"].lower():
         return "mxfp8"
+    if "fp8cs" in r["id"].lower():
+        return "current"
     sw = r.get("software") or {}
     recipe = " ".join([str(sw.get("fp8_recipe", "")), *map(str, r.get("notes", []))]).lower()
-    delayed = "delayed scaling" in recipe or "'delayed'" in recipe
-    return "delayed" if delayed and "fp8cs" not in r["id"].lower() else "current"
+    version = re.search(r"nemo(?:[ :_-]|\.framework)?v?(\d\d)\.(\d\d)", source_text(r))
+    old_nemo = version is not None and (int(version.group(1)), int(version.group(2))) < (25, 4)
+    return "delayed" if old_nemo or "delayed scaling" in recipe or "'delayed'" in recipe else "current"
 
 
 def stack_gradients(r: dict[str, Any]) -> dict[str, Any]:

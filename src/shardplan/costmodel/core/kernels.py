@@ -169,7 +169,12 @@ def attention_efficiency(gpu: GpuSpec, kernel: str, *, backward: bool, causal: b
     seq = np.asarray(seq, dtype=float)
     fwd = _curve(gpu, kernel, "fwd", causal, head_dim)
     if fwd is None:
-        return None
+        # measured under the other mask only (the Blackwell curves are causal): that rate × the H100's ratio between
+        # the two masks for the same kernel, head dim and length (its forward curves have both)
+        if not rescale or _curve(gpu, kernel, "fwd", not causal, head_dim) is None:
+            return None
+        other = attention_efficiency(gpu, kernel, backward=backward, causal=not causal, head_dim=head_dim, seq=seq)
+        return None if other is None else other * mask_factor(kernel, causal=causal, head_dim=head_dim, seq=seq)
     t = _tflops(fwd, seq)
     if backward:
         bwd = _curve(gpu, kernel, "bwd", causal, head_dim)
@@ -202,6 +207,20 @@ def attention_time(gpu: GpuSpec, flops: np.ndarray, nbytes: np.ndarray, dtype: s
         eff = gpu.attention_efficiency * (FLASH_BWD_EFFICIENCY_RATIO if backward else 1.0) \
             * head_dim_factor(kernel, backward=backward, causal=causal, head_dim=head_dim, seq=seq)
     return kernel_time(gpu, flops, nbytes, dtype, efficiency=eff)
+
+
+def mask_factor(kernel: str, *, causal: bool, head_dim: float, seq: np.ndarray | float) -> np.ndarray:
+    """A fused attention kernel's rate under mask ``causal`` over its rate under the other, as the H100's measured
+    forward curves show it for the same kernel (cuDNN where the H100 has none of that name), head dim and length
+    (FlashAttention-3 paper Figs. 5-6: cuDNN at head dim 128, 4096 tokens, causal 518 against non-causal 609)."""
+    from shardplan.hardware.gpus import H100_SXM
+
+    ref = kernel if any(c.kernel == kernel for c in H100_SXM.attention_curves) else "cudnn"
+    at = [attention_efficiency(H100_SXM, ref, backward=False, causal=c, head_dim=head_dim, seq=seq, rescale=False)
+          for c in (causal, not causal)]
+    if at[0] is None or at[1] is None:
+        return np.ones_like(np.asarray(seq, dtype=float))
+    return np.asarray(at[0] / at[1], dtype=float)
 
 
 def head_dim_factor(kernel: str, *, backward: bool, causal: bool, head_dim: float, seq: np.ndarray | float,

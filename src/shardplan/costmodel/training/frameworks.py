@@ -23,6 +23,8 @@ Sources, one line each (read at the commits the exporters cite):
   NO_SHARD (ZeRO-0), SHARD_GRAD_OP (ZeRO-2) or FULL_SHARD (ZeRO-3), activation checkpointing of whole blocks, all
   or some, or none (llm-foundry scripts/train/benchmarking/submit_benchmarks.py: fsdp_config sharding_strategy,
   activation_checkpointing; llmfoundry/models/utils/act_ckpt.py at 8c8dd48: target blocks "first-n", "range-i-j").
+  Its ZeRO-2 is priced as Composer runs SHARD_GRAD_OP, no microbatch under ``no_sync``, so every forward gathers the
+  weights (``FrameworkCaps.software``); HF Accelerate's accumulation uses ``no_sync``, which keeps them gathered.
 - One full-recompute count on every pipeline rank (``one_recompute_count``): Megatron-LM's ``--recompute-method block
   --recompute-num-layers N`` recomputes N layers "within each pipeline stage", one N for every rank
   (megatron/core/transformer/transformer_config.py ``recompute_num_layers`` at d98e8a6); torchtitan wraps every
@@ -114,7 +116,8 @@ def framework_system(system: SystemSpec, name: str | None) -> SystemSpec:
     caps = FRAMEWORKS.get(name or "")
     if caps is None or not caps.software:
         return system
-    return system.model_copy(update={"software": system.software.model_copy(update=dict(caps.software))})
+    software = type(system.software).model_validate({**system.software.model_dump(), **dict(caps.software)})
+    return system.model_copy(update={"software": software})
 
 
 def caps_for(name: str, model: ModelSpec) -> FrameworkCaps:

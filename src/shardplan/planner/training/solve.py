@@ -15,7 +15,7 @@ import numpy as np
 
 from shardplan.costmodel.core.layouts import check_gpus
 from shardplan.costmodel.training.evaluate import estimate_rows, estimate_training
-from shardplan.costmodel.training.frameworks import caps_for
+from shardplan.costmodel.training.frameworks import caps_for, framework_system
 from shardplan.costmodel.training.knobs import RECOMPUTE_POLICIES
 from shardplan.costmodel.training.layout import Recompute, TrainLayout
 from shardplan.costmodel.training.report import TrainReport
@@ -128,6 +128,7 @@ def plan_training(req: TrainRequest, *, explain: bool = True) -> TrainPlan:
     ``explain=False`` skips the search for fixes when nothing fits (used by that search itself).
     """
     t0 = time.perf_counter()
+    req = req.model_copy(update={"system": framework_system(req.system, req.framework)})  # what it fixes, priced
     check_gpus(req.system, req.num_gpus)
     check_pins(req)
     work = req.workload
