@@ -7,6 +7,8 @@ Every function takes numpy arrays (or scalars) and broadcasts.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from shardplan.costmodel.core.gemm_shape import shape_factor, table_fraction
@@ -209,18 +211,24 @@ def attention_time(gpu: GpuSpec, flops: np.ndarray, nbytes: np.ndarray, dtype: s
     return kernel_time(gpu, flops, nbytes, dtype, efficiency=eff)
 
 
+def _h100_ratio(kernel: str, seq: np.ndarray | float, a: dict[str, Any], b: dict[str, Any]) -> np.ndarray:
+    """The H100's measured rate of ``kernel`` (cuDNN where the H100 has none of that name) at settings ``a`` over
+    its rate at ``b`` (``attention_efficiency`` keywords), at length ``seq``; 1 where either is unmeasured."""
+    from shardplan.hardware.gpus import H100_SXM
+
+    ref = kernel if any(c.kernel == kernel for c in H100_SXM.attention_curves) else "cudnn"
+    at = [attention_efficiency(H100_SXM, ref, seq=seq, rescale=False, **kw) for kw in (a, b)]
+    if at[0] is None or at[1] is None:
+        return np.ones_like(np.asarray(seq, dtype=float))
+    return np.asarray(at[0] / at[1], dtype=float)
+
+
 def mask_factor(kernel: str, *, causal: bool, head_dim: float, seq: np.ndarray | float) -> np.ndarray:
     """A fused attention kernel's rate under mask ``causal`` over its rate under the other, as the H100's measured
     forward curves show it for the same kernel (cuDNN where the H100 has none of that name), head dim and length
     (FlashAttention-3 paper Figs. 5-6: cuDNN at head dim 128, 4096 tokens, causal 518 against non-causal 609)."""
-    from shardplan.hardware.gpus import H100_SXM
-
-    ref = kernel if any(c.kernel == kernel for c in H100_SXM.attention_curves) else "cudnn"
-    at = [attention_efficiency(H100_SXM, ref, backward=False, causal=c, head_dim=head_dim, seq=seq, rescale=False)
-          for c in (causal, not causal)]
-    if at[0] is None or at[1] is None:
-        return np.ones_like(np.asarray(seq, dtype=float))
-    return np.asarray(at[0] / at[1], dtype=float)
+    return _h100_ratio(kernel, seq, {"backward": False, "causal": causal, "head_dim": head_dim},
+                       {"backward": False, "causal": not causal, "head_dim": head_dim})
 
 
 def head_dim_factor(kernel: str, *, backward: bool, causal: bool, head_dim: float, seq: np.ndarray | float,
@@ -234,11 +242,5 @@ def head_dim_factor(kernel: str, *, backward: bool, causal: bool, head_dim: floa
     doubles while other functional units (shared memory bandwidth, exponential units) scale more slowly or remain
     unchanged" (FlashAttention-4 paper, Zadouri et al., abstract), so the H100 ratio is a floor on the penalty
     there."""
-    from shardplan.hardware.gpus import H100_SXM
-
-    ref = kernel if any(c.kernel == kernel for c in H100_SXM.attention_curves) else "cudnn"
-    at = [attention_efficiency(H100_SXM, ref, backward=backward, causal=causal, head_dim=d, seq=seq, rescale=False)
-          for d in (head_dim, have)]
-    if at[0] is None or at[1] is None:
-        return np.ones_like(np.asarray(seq, dtype=float))
-    return np.asarray(at[0] / at[1], dtype=float)
+    return _h100_ratio(kernel, seq, {"backward": backward, "causal": causal, "head_dim": head_dim},
+                       {"backward": backward, "causal": causal, "head_dim": have})
