@@ -15,6 +15,13 @@ def source_text(r: dict[str, Any]) -> str:
     return " ".join(str(r["source"].get(k, "")) for k in ("title", "url", "container_or_version")).lower()
 
 
+def nemo_before(r: dict[str, Any], year: int, month: int) -> bool:
+    """Whether a record names a NeMo container older than ``year.month`` (e.g. ``nvcr.io/nvidia/nemo:24.09``,
+    ``NeMo24.03.01.framework``)."""
+    version = re.search(r"nemo(?:[ :_-]|\.framework)?v?(\d\d)\.(\d\d)", source_text(r))
+    return version is not None and (int(version.group(1)), int(version.group(2))) < (year, month)
+
+
 def stack_attention(r: dict[str, Any]) -> AttentionKernel:
     """A record's fused attention kernel: FlashAttention-2 for torchtitan and llm-foundry (PyTorch SDPA, flash-attn),
     cuDNN for Transformer Engine stacks (preferred on Hopper+); GPUs without its curves use their scalar efficiency."""
@@ -23,8 +30,7 @@ def stack_attention(r: dict[str, Any]) -> AttentionKernel:
         return AttentionKernel.FLASH2
     # TE prefers cuDNN FusedAttention on Hopper from v1.8 (commit 43569381c, 2024-06-13; tagged 2024-07-24): NeMo
     # containers before 24.07 ship an older TE that runs flash-attn 2.
-    version = re.search(r"nemo(?:[ :_-]|\.framework)?v?(\d\d)\.(\d\d)", text)
-    if version and (int(version.group(1)), int(version.group(2))) < (24, 7):
+    if nemo_before(r, 24, 7):
         return AttentionKernel.FLASH2
     return AttentionKernel.CUDNN
 
@@ -81,9 +87,7 @@ def stack_fp8_scaling(r: dict[str, Any]) -> str:
         return "current"
     sw = r.get("software") or {}
     recipe = " ".join([str(sw.get("fp8_recipe", "")), *map(str, r.get("notes", []))]).lower()
-    version = re.search(r"nemo(?:[ :_-]|\.framework)?v?(\d\d)\.(\d\d)", source_text(r))
-    old_nemo = version is not None and (int(version.group(1)), int(version.group(2))) < (25, 4)
-    return "delayed" if old_nemo or "delayed scaling" in recipe or "'delayed'" in recipe else "current"
+    return "delayed" if nemo_before(r, 25, 4) or "delayed scaling" in recipe or "'delayed'" in recipe else "current"
 
 
 def stack_gradients(r: dict[str, Any]) -> dict[str, Any]:
