@@ -170,7 +170,8 @@ def test_nvfp4_training_gemm_by_hand() -> None:
     T, n = 8 * 4096, (4 + 2 * 4) * 16  # tokens; q + k + v columns (4 heads, 4 KV heads, head_dim 16)
     assert float(qkv.nbytes[0]) == pytest.approx(0.5625 * T * 64 + 0.5625 * 64 * n + 2 * T * n, rel=1e-12)
     cast = next(op for op in cost.kinds["attention"].fwd_ops if op.name == "attn.qkv.fp4_cast")
-    assert float(cast.nbytes[0]) == pytest.approx((4 + 2 * 0.5625) * T * 64 + (4 + 0.5625) * 64 * n, rel=1e-12)
+    # input and weight each as row- and column-wise NVFP4 copies (scales along K each way)
+    assert float(cast.nbytes[0]) == pytest.approx((4 + 2 * 0.5625) * (T * 64 + 64 * n), rel=1e-12)
     gpu = get_system("dgx-b200").gpu
     assert gpu.peak("fp4") == 2 * gpu.peak("fp8")
     from shardplan.errors import ShardplanError
@@ -204,21 +205,28 @@ def test_decode_reads_only_the_window_and_the_recurrent_state() -> None:
     assert float(ssm.flops[0]) == 4 * 2 * 6 * 8 * 4
 
 
-@pytest.mark.parametrize(("scaling", "reads", "scales"), [("current", 4, 0.0), ("delayed", 2, 0.0),
-                                                           ("mxfp8", 2, 2 / 32)])
-def test_fp8_cast_traffic_by_scaling_recipe(scaling: str, reads: float, scales: float) -> None:
+@pytest.mark.parametrize(("hw", "scaling", "reads", "copies", "scales"),
+                         [("dgx-b200", "current", 4, 1, 0.0), ("dgx-b200", "delayed", 2, 1, 0.0),
+                          ("dgx-b200", "mxfp8", 2, 2, 1 / 32), ("dgx-h100", "current", 4, 2, 0.0),
+                          ("dgx-h100", "delayed", 2, 2, 0.0)])
+def test_fp8_cast_traffic_by_scaling_recipe(hw: str, scaling: str, reads: float, copies: float,
+                                            scales: float) -> None:
     """The qkv input's cast under each Transformer Engine fp8 recipe, by hand: current scaling reads the bf16 input
-    twice (amax, then cast); delayed scaling and MXFP8 once; each writes the row- and column-wise fp8 copies (1 B
-    each), MXFP8 an e8m0 scale per 32 elements each way; the weight once (1 B), cached across the microbatches."""
+    twice (amax, then cast); delayed scaling and MXFP8 once; each writes 1 B per fp8 copy: two (row- and column-wise)
+    on Hopper, whose FP8 GEMMs take TN layouts only, and for MXFP8 (plus an e8m0 scale per 32 elements each way),
+    one for per-tensor scaling on Blackwell; the weight the same once per step (cached across the microbatches); the
+    backward quantizes the output gradient the same way."""
     m = _tiny(("F",))
-    base = get_system("dgx-b200")
+    base = get_system(hw)
     system = base.model_copy(update={"software": base.software.model_copy(update={"fp8_scaling": scaling})})
     work = TrainWorkload(seq_len=4096, global_batch=8, dtype="fp8")
     cost = train_cost(m, system, work, LayoutArrays.from_layouts([TrainLayout(microbatch=8)], 8))
     cast = next(op for op in cost.kinds["attention"].fwd_ops if op.name == "attn.qkv.fp8_cast")
+    back = next(op for op in cost.kinds["attention"].bwd_ops if op.name == "attn.qkv.fp8_cast.bwd")
     T, n = 8 * 4096, (4 + 2 * 4) * 16  # tokens; q + k + v columns (4 heads, 4 KV heads, head_dim 16)
-    assert float(cast.nbytes[0]) == pytest.approx((reads + 2 + scales) * T * 64 + (reads + 1 + scales / 2) * 64 * n,
-                                                  rel=1e-12)
+    per = reads + copies * (1 + scales)
+    assert float(cast.nbytes[0]) == pytest.approx(per * (T * 64 + 64 * n), rel=1e-12)
+    assert float(back.nbytes[0]) == pytest.approx(per * T * n, rel=1e-12)
 
 
 def test_records_carry_their_fp8_recipe() -> None:

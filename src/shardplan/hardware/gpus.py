@@ -212,6 +212,14 @@ B200 = GpuSpec(
     # GEMM efficiency by (M, N, K): OpenXLA's measured B200 grid (gemm_data.py); GB200 (same die) and B300/GB300
     # (Blackwell Ultra, unmeasured) take its shape at their own best-shape rates.
     gemm_shape_table="xla-sm100",
+    # FP8 GEMMs in any layout: per-tensor FP8 keeps one quantized copy (Transformer Engine d0067d0
+    # common/transformer_engine.cpp nvte_is_non_tn_fp8_gemm_supported: SM 10.x; the Blackwell presets below inherit)
+    fp8_any_layout=True,
+    # Transformer Engine's quantization on a B300 (docs/examples/gemm_profiling at d0067d0, 5B-model layer GEMMs,
+    # autocast less pre-quantized: current scaling 2.335 ms, MXFP8 1.823 ms per layer) runs at 0.79 and 0.76 of the
+    # streaming rate over the same bytes (1.842 and 1.378 ms; tests/costmodel/test_fp8_quantization.py): 0.77, the
+    # Blackwell presets below inherit it. (On an H200 the same benchmark runs at 0.96 and 1.0 of it: Hopper keeps 1.)
+    quantize_efficiency=0.77,
     tdp_w=1000,
     source="NVIDIA DGX/HGX B200 datasheet, Blackwell technical brief (published_calibration.json: hw-b200-hgx)",
 )

@@ -163,6 +163,10 @@ class GpuSpec(BaseModel):
     kernel_fixed_s: Seconds = Field(0.0, description="Time every kernel pays on top of its compute or memory time "
                                     "(launch, first memory round trips, last wave's drain); 0 = the floor alone.")
     tdp_w: Annotated[float, Field(ge=0.0, le=1e5, allow_inf_nan=False)] = Field(0.0, description="Board power.")
+    fp8_any_layout: bool = Field(False, description="FP8 GEMMs take every operand layout (Blackwell), so a "
+        "per-tensor-scaled FP8 tensor needs no transposed copy for its column-wise use; False: TN only (Hopper).")
+    quantize_efficiency: Fraction = Field(1.0, description="Rate of the low-precision quantization (cast) kernels "
+        "as a fraction of a streaming kernel's over the same bytes (memory_efficiency), measured.")
     gemm_shape_table: Literal["xla-sm90", "xla-sm100"] | None = Field(None, description="Measured GEMM grid over "
         "(M, N, K) (hardware/gemm_data.py): GEMMs of known shape follow it at matmul_efficiency's top; None: curve.")
     source: str = Field("", description="Datasheet or measurement the numbers come from.")

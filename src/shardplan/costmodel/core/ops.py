@@ -29,6 +29,7 @@ class Op:
     selective: bool = False  # part of core attention that selective recompute reruns
     bwd_nbytes: np.ndarray | None = None  # an elementwise op's backward traffic when its stack's row gives it
     bwd_kernels: int = 1  # kernels that backward traffic is spread over
+    bwd_time: np.ndarray | None = None  # the backward's time when the forward op knows it (a quantization's gradient)
 
 
 @dataclass(frozen=True, slots=True)

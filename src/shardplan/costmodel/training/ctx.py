@@ -21,6 +21,8 @@ from shardplan.costmodel.core.kernels import (
     elementwise_time,
     gemm_time,
     kernel_time,
+    memory_time,
+    with_launch,
 )
 from shardplan.costmodel.core.operators import (
     Attention,
@@ -142,22 +144,33 @@ class Ctx:
                                                            experts=g.experts, m=g.m, n=g.n, k=g.k,
                                                            one_kernel=one_kernel))]
         if self.mm_dtype in LOW_PRECISION:
-            # fp8 current scaling: amax + cast of the input (2+2+1+1 B/elem: the row- and column-wise copies) and of
-            # the weight (2+2+1 B/elem); delayed scaling and MXFP8 read the input once (no amax pass), MXFP8 writing
-            # an e8m0 scale per 32 elements each way (``SoftwareSpec.fp8_scaling``); NVFP4 the amax and cast passes
-            # writing 4.5-bit elements (block scales included). The weight is cast once per step and cached for the
-            # other microbatches (Transformer Engine ``Linear.forward(is_first_microbatch)``, which Megatron-Core's
-            # TE layers pass: megatron/core/extensions/transformer_engine.py).
-            q = wbytes
+            # Quantization (Transformer Engine's cast kernels). Per element: current scaling reads the 16-bit tensor
+            # twice (amax, then cast), delayed scaling and MXFP8 once; each writes the fp8 copies its GEMMs read: a
+            # row-wise and a column-wise one where the column-wise use needs its own (FP8 GEMMs in TN layout only,
+            # Hopper: a transposed copy; MXFP8 and NVFP4: scales along the other axis, MXFP8 an e8m0 per 32 each),
+            # one where per-tensor-scaled FP8 GEMMs take any layout (Blackwell, ``GpuSpec.fp8_any_layout``: TE
+            # quantizer.cpp ``nvte_is_non_tn_fp8_gemm_supported`` at d0067d0). Forward: the input, and the weight once
+            # per step, cached for the other microbatches (TE ``Linear.forward(is_first_microbatch)``, which
+            # Megatron-Core's TE layers pass); backward: the output gradient, which dgrad and wgrad both read.
+            # Streaming kernels at the HBM rate (``stream_time``), as TE's own benchmark measures them (docs/examples/
+            # gemm_profiling at d0067d0, a 5B model's 12 layer GEMMs, autocast less pre-quantized time: H200 NVL
+            # current scaling 3.50 ms, delayed 2.19 ms per layer, priced 3.35 and 2.20; B300 at the measured 0.77 of
+            # that rate: tests/costmodel/test_fp8_quantization.py, docs/physics_sources.md).
+            scaling = self.system.software.fp8_scaling if self.mm_dtype == "fp8" else "current"
+            copies = 1.0 if self.mm_dtype == "fp8" and scaling != "mxfp8" and self.gpu.fp8_any_layout else 2.0
+            per = (4.0 if scaling == "current" else 2.0) + copies * (wbytes + (1 / 32 if scaling == "mxfp8" else 0.0))
             r = self.rows
             microbatches = np.maximum(r.gb / (r.dp * r.mb), 1.0)
-            scaling = self.system.software.fp8_scaling if self.mm_dtype == "fp8" else "current"
-            reads = 4.0 if scaling == "current" else 2.0
-            scales = 2.0 / 32 if scaling == "mxfp8" else 0.0
-            cast = np.asarray((reads + 2 * q + scales) * g.m * g.k
-                              + (reads + q + scales / 2) * g.k * g.n * g.experts / microbatches, dtype=float)
-            ops.append(Op(f"{g.name}.{self.mm_dtype}_cast", MEM, np.zeros_like(cast), cast, self.mem_time(cast)))
+            cast = np.asarray(per * (g.m * g.k + g.k * g.n * g.experts / microbatches), dtype=float)
+            grad = np.asarray(per * g.m * g.n, dtype=float) + np.zeros_like(cast)
+            ops.append(Op(f"{g.name}.{self.mm_dtype}_cast", MEM, np.zeros_like(cast), cast, self.stream_time(cast),
+                          bwd_nbytes=grad, bwd_time=self.stream_time(grad)))
         return ops
+
+    def stream_time(self, nbytes: np.ndarray) -> np.ndarray:
+        """A quantization (cast) kernel moving ``nbytes``: the HBM streaming rate at the GPU's measured share of it
+        (``GpuSpec.quantize_efficiency``), with the launch floor."""
+        return with_launch(self.gpu, memory_time(self.gpu, nbytes) / self.gpu.quantize_efficiency)
 
     def mem_time(self, nbytes: np.ndarray, kernels: int = 1) -> np.ndarray:
         """``kernels`` elementwise kernels moving ``nbytes`` between them (each its share, each its launch)."""
@@ -339,6 +352,8 @@ def backward(ctx: Ctx, fwd: list[Op]) -> list[Op]:
         elif op.kind == MEM:
             if op.bwd_nbytes is None:
                 nbytes, t = MEM_BWD_TRAFFIC * op.nbytes, ctx.mem_time(MEM_BWD_TRAFFIC * op.nbytes)
+            elif op.bwd_time is not None:  # the forward priced its own backward (a gradient's quantization)
+                nbytes, t = op.bwd_nbytes, op.bwd_time
             else:  # the row's own backward kernels, none where the forward op is masked out
                 nbytes = op.bwd_nbytes
                 t = np.where(nbytes > 0, ctx.mem_time(nbytes, op.bwd_kernels), 0.0)
