@@ -187,3 +187,18 @@ def test_megatron_and_torchtitan_plans_recompute_one_count_on_every_rank() -> No
         assert ks is None or any(all(chunk_recompute(K, n, v) == k for k, n in zip(ks, ns, strict=True))
                                  for K in range(max(ns) + 1))
         assert fw.metrics.step_time_s >= free.metrics.step_time_s * (1 - 1e-9)
+
+
+def test_megatron_before_uneven_stages_plans_equal_stages() -> None:
+    """Megatron-Core before 0.9 (NeMo up to 24.09: ``megatron-zero1``) splits the pipeline into equal stages, so the
+    free plan for such a record keeps the uniform split (no per-stage search); today's Megatron (any layout, which the
+    export writes) may hold uneven stages. Llama-3.1-70B on 64 H100 at 8k tokens: the per-stage search moves layers
+    off the first and last stage under ``megatron`` and must not under ``megatron-zero1``."""
+    free = plan_training(TrainRequest(model=LLAMA, system=get_system("dgx-h100"), num_gpus=64, workload=WORK,
+                                      framework="megatron"))
+    equal = plan_training(TrainRequest(model=LLAMA, system=get_system("dgx-h100"), num_gpus=64, workload=WORK,
+                                       framework="megatron-zero1"))
+    assert free.plan.stage_layers is not None and len(set(free.plan.stage_layers)) > 1
+    assert equal.solver.stage_search is None and equal.plan.stage_layers is None
+    assert not FRAMEWORKS["megatron-zero1"].stage_split and FRAMEWORKS["megatron"].stage_split
+    assert equal.metrics.step_time_s >= free.metrics.step_time_s  # the uneven split is the better of the two here

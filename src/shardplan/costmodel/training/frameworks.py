@@ -7,7 +7,10 @@ Sources, one line each (read at the commits the exporters cite):
   does not run under pipeline parallelism (the exporter refuses it).
 - megatron-zero1: Megatron-Core before it ran any FSDP (PyTorch FSDP2 support came in Megatron-LM e1993fa6f7,
   2024-11-13; its own FSDP in d165a8548b, 2025-02-26): ZeRO-1 (the distributed optimizer) or none — NeMo containers
-  up to 24.09, Megatron-Core r0.8. Used for validation records of those versions; not a CLI choice.
+  up to 24.09, Megatron-Core r0.8. Used for validation records of those versions; not a CLI choice. Its pipeline
+  stages hold equal layer counts (``stage_split``): uneven stages came in Megatron-LM fa8bb5921b (2024-09-05, first and
+  last stage only, core_v0.9.0), with interleaving in ef490839e8 (2025-02-03, core_v0.11.0), any layout
+  (``--pipeline-model-parallel-layout``, which the Megatron export writes) in 77732c3628 (2025-06-13, core_v0.13.0).
 - torchtitan: FSDP2 (ZeRO-3, also under PP: ``fsdp_reshard_after_forward``), DDP (ZeRO-0), TP, PP with
   Interleaved1F1B, CP, EP; activation checkpointing none / selective (per op) / full; no ZeRO-1 or ZeRO-2
   (torchtitan/distributed/parallel_dims.py, config/job_config.py).
@@ -64,6 +67,7 @@ class FrameworkCaps:
     selective_policy: str | None = None  # its selective recompute (``knobs.RECOMPUTE_POLICIES``); None: Megatron's
     partial_recompute: bool = True  # False: every block or none (no per-rank counts, uniform pipeline splits)
     one_recompute_count: bool = False  # True: one full-recompute count on every pipeline rank (no per-rank counts)
+    stage_split: bool = True  # False: pipeline stages of equal layer counts only (no per-stage search)
     software: tuple[tuple[str, object], ...] = ()  # ``SoftwareSpec`` fields the framework fixes (``framework_system``)
 
     def refuses(self, knob: str, value: object) -> bool:
@@ -99,7 +103,7 @@ FRAMEWORKS: dict[str, FrameworkCaps] = {
     "megatron": FrameworkCaps("megatron", (0, 1, 2, 3), tuple(Recompute), zero3_with_pp=False,
                               one_recompute_count=True),
     "megatron-zero1": FrameworkCaps("megatron-zero1", (0, 1), tuple(Recompute), zero3_with_pp=False,
-                                    one_recompute_count=True),
+                                    one_recompute_count=True, stage_split=False),
     "torchtitan": FrameworkCaps("torchtitan", (0, 3), tuple(Recompute), selective_policy="torchtitan_op",
                                 one_recompute_count=True),
     "automodel": FrameworkCaps("automodel", (3,), (Recompute.NONE, Recompute.FULL), partial_recompute=False),

@@ -129,6 +129,8 @@ def plan_training(req: TrainRequest, *, explain: bool = True) -> TrainPlan:
     """
     t0 = time.perf_counter()
     req = req.model_copy(update={"system": framework_system(req.system, req.framework)})  # what it fixes, priced
+    if req.framework is not None and not caps_for(req.framework, req.model).stage_split:
+        req = req.model_copy(update={"uniform_stages": True})  # its stages hold equal layer counts
     check_gpus(req.system, req.num_gpus)
     check_pins(req)
     work = req.workload
