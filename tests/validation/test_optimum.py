@@ -263,3 +263,22 @@ def test_layout_text_names_per_rank_recompute_uneven_splits_folding_and_offload(
         "TP1 PP4 DP2 CP1 mb1 rc=full Z1")  # every layer recomputed, even split
     assert layout_text(1, 1, 8, 1, 1, 2, 1, "none", 3, offload=(0.001, 0.0, 0.0)) == "TP1 PP1 DP8 CP1 mb2 Z3 off=o0.1%"
     assert layout_text(1, 1, 8, 1, 1, 2, 1, "none", 3) == "TP1 PP1 DP8 CP1 mb2 Z3"
+
+
+def test_nemotron4_340b_recipe_optimizer_in_bf16_fits_its_published_layout() -> None:
+    """The DGX Cloud Nemotron-4 340B recipe runs NeMo's distributed Adam with ``dtype: bf16`` and
+    ``grad_sync_dtype: bf16`` (nemotron4-340b-synth.yaml @ 143b90dd): bf16 moments and no fp32 master (NeMo stores
+    none where the optimizer dtype is the model's), a bf16 gradient buffer. By hand, per parameter on a GPU of TP 8,
+    PP 8, DP 2: weights 2 B, gradients 2 B, moments 4 B / DP 2 = 2 B, so the three are equal; with Megatron's
+    defaults (fp32 gradients, 12 B of state) the published layout would not fit an 80 GB H100, which it ran on."""
+    from shardplan.costmodel.training.evaluate import estimate_training
+
+    rec = next(r for r in load_records("optimum_runs")["runs"]
+               if r["id"] == "dgxc-v25.01-nemotron-4-340b-128gpu-h100-bf16")
+    run = parse_run(rec)
+    assert isinstance(run, OptimumRun)
+    assert run.work.grad_dtype == "bf16" and run.work.optimizer_bytes_per_param == 4
+    rep = estimate_training(run.model, run.system, run.gpus, run.work, run.layout)
+    first = rep.stages[0]
+    assert first.weights_bytes == first.gradients_bytes == first.optimizer_bytes
+    assert rep.status == "feasible" and rep.memory.total_bytes <= rep.memory.capacity_bytes
