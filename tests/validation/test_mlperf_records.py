@@ -122,3 +122,21 @@ def test_gpt3_matches_nemo_table_for_the_same_layout() -> None:
             table["parallel"]["microbatch"], table["workload"]["global_batch_sequences"]) == (4, 8, 6, 2, 2048)
     ratio = mlperf["metrics"]["tokens_per_s_per_gpu"] / table["metrics"]["tokens_per_s_per_gpu"]
     assert 1.0 < ratio < 1.05
+
+
+def test_megatron_gradient_buffer_takes_the_reduction_dtype() -> None:
+    """Megatron-Core's DDP keeps its gradient buffer in fp32 only with ``grad_reduce_in_fp32`` (else the parameters'
+    bf16): NVIDIA's MLPerf v5.1 Llama 3.1 405B on GB300 sets it False (pretrain.py), so its TP 2 / PP 8 layout holds
+    bf16 gradients, 2 B per parameter like its weights, and fits the 288 GB GPU it ran on (with fp32 gradients the
+    model would put it over); a torchtitan record's fp32 reduction stays the reduction only."""
+    from shardplan.costmodel.training.evaluate import estimate_training
+
+    rec = next(r for r in load_records_tuned() if r["id"] == "mlperf-v5.1-llama3.1-405b-512gpu-gb300-fp4")
+    run = parse_run(rec)
+    assert isinstance(run, OptimumRun) and run.work.grad_dtype == "bf16"
+    rep = estimate_training(run.model, run.system, run.gpus, run.work, run.layout)
+    assert rep.stages[0].gradients_bytes == rep.stages[0].weights_bytes
+    assert rep.memory.total_bytes <= rep.memory.capacity_bytes
+    trainy = "torchtitan-llama3.1-8b-32gpu-h200-fp8-trainy"
+    titan = parse_run(next(r for r in load_records_tuned() if r["id"] == trainy))
+    assert isinstance(titan, OptimumRun) and titan.work.grad_dtype == "fp32" and titan.work.grad_reduce_dtype == "fp32"

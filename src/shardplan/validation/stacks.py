@@ -93,14 +93,19 @@ def stack_fp8_scaling(r: dict[str, Any]) -> str:
 def stack_gradients(r: dict[str, Any]) -> dict[str, Any]:
     """A record's gradient and optimizer-state datatypes (``TrainWorkload`` fields), from its ``software`` entry:
     ``grad_reduce_dtype`` is the reduction only (torchtitan's fp32 ``mixed_precision_reduce``, Composer FSDP fp32),
-    except in Megatron-Bridge, whose gradient buffer has the reduction's datatype (``grad_reduce_in_fp32``); unstated
-    there, bf16 as its performance recipes set (scripts/performance yaml at v0.1.0rc4, configs v0.2.0-v0.4.0,
-    ``perf_recipes/_common.py`` at 067f987). A stack that trains its parameters in 16 bit with no fp32 master (NeMo
-    AutoModel's MoE models) states ``grad_dtype`` and ``optimizer_bytes_per_param`` (the moments alone)."""
+    except under Megatron-Core's DDP, whose gradient buffer has the reduction's datatype (``grad_reduce_in_fp32``:
+    fp32, else the parameters' dtype; megatron/core/distributed/param_and_grad_buffer.py ``group_params_for_buffers``
+    at d98e8a6, distributed_data_parallel.py at core_v0.8.0): Megatron-Bridge, whose performance recipes leave it bf16
+    when unstated (scripts/performance yaml at v0.1.0rc4, configs v0.2.0-v0.4.0, ``perf_recipes/_common.py`` at
+    067f987), and the other Megatron stacks where the record states it (MLPerf's NeMo). A stack that trains its
+    parameters in 16 bit with no fp32 master (NeMo AutoModel's MoE models) states ``grad_dtype`` and
+    ``optimizer_bytes_per_param`` (the moments alone)."""
     sw = r.get("software") or {}
     red = sw.get("grad_reduce_dtype")
     if "Megatron-Bridge" in str(r["source"].get("container_or_version")):
         return {"grad_dtype": red or "bf16"}
+    if red is not None and stack_framework(r) in ("megatron", "megatron-zero1") and "grad_dtype" not in sw:
+        return {"grad_dtype": red, "grad_reduce_dtype": red}
     out: dict[str, Any] = {"grad_reduce_dtype": red}
     out.update({k: sw[k] for k in ("grad_dtype", "optimizer_bytes_per_param") if k in sw})
     return out
