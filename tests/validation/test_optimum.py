@@ -282,3 +282,18 @@ def test_nemotron4_340b_recipe_optimizer_in_bf16_fits_its_published_layout() -> 
     first = rep.stages[0]
     assert first.weights_bytes == first.gradients_bytes == first.optimizer_bytes
     assert rep.status == "feasible" and rep.memory.total_bytes <= rep.memory.capacity_bytes
+
+
+def test_recipe_activation_offload_reaches_the_published_layout() -> None:
+    """Megatron-Bridge's GB200 Llama 3 70B FP8 recipe (v0.4.0 LLAMA3_70B_PRETRAIN_CONFIG_GB200_FP8_CS_V2) offloads the
+    activations of 40 of the 80 layers to the Grace host (``cpu_offloading_num_layers``): the record says so, the
+    layout carries it (0.5), and with it the published FSDP layout at microbatch 2 fits the GPU it ran on (without it
+    the model holds every layer's activations on the GPU, over 185 GB)."""
+    from shardplan.costmodel.training.evaluate import estimate_training
+
+    rid = "mbridge-26.04.01-llama3-70b-64gpu-gb200-fp8"
+    rec = next(r for r in load_records("optimum_runs")["runs"] if r["id"] == rid)
+    run = parse_run(rec)
+    assert isinstance(run, OptimumRun) and run.layout.offload_activations == 0.5
+    rep = estimate_training(run.model, run.system, run.gpus, run.work, run.layout)
+    assert rep.status == "feasible" and rep.memory.cpu_bytes > 0

@@ -254,6 +254,7 @@ def parse_run(record: dict[str, Any]) -> OptimumRun | str:
     layout = TrainLayout(tp=tp, pp=pp, dp=dp, cp=cp, ep=ep, etp=etp, microbatch=mb, interleave=p.get("vp") or 1,
                          recompute=recompute, recompute_layers=int(layers.group(1)) if layers else None,
                          sequence_parallel=bool(sp) if sp is not None else tp > 1, zero_stage=int(zero),
+                         offload_activations=float(p.get("offload_activations") or 0.0),
                          recompute_modules=stack_modules(record) if recompute == Recompute.SELECTIVE else None)
     work = TrainWorkload(seq_len=seq, global_batch=batch, dtype=record_dtype(record), attention=stack_attention(record),
                          local_batch=local_batch, **stack_gradients(record))
