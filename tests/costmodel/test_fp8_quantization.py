@@ -89,3 +89,21 @@ def test_layer_gemms_match_transformer_engine(hw: str, dtype: str, measured_ms: 
            for op in ctx.gemm(Gemm("g", np.array([float(m)]), float(k), float(n)))]
     total = sum(float(op.time[0]) for op in ops if not op.name.endswith("_cast"))
     assert 1e3 * total == pytest.approx(measured_ms, rel=0.10)
+
+
+@pytest.mark.parametrize("model", ["llama-3.1-8b", "mixtral-8x7b"])
+def test_every_backward_cast_is_a_quantization_kernel(model: str) -> None:
+    """The backward quantizes each GEMM's output gradient at the quantization rate, the routed experts' too (whose
+    ops are rebuilt for the busiest EP rank, time scaled as their forward's, so within 1%; the elementwise rate
+    they fell back to is 28% off): every ``*_cast.bwd`` op takes ``Ctx.stream_time`` of its own bytes."""
+    from shardplan.costmodel.training.step import train_cost
+
+    system = get_system("dgx-h100")
+    work = TrainWorkload(seq_len=4096, global_batch=32, dtype="fp8")
+    rows = LayoutArrays.from_layouts([TrainLayout(dp=8, ep=8 if model == "mixtral-8x7b" else 1, microbatch=1)], 32)
+    cost = train_cost(get_model(model), system, work, rows)
+    ctx = Ctx(get_model(model), system, work, rows)
+    casts = [op for k in cost.kinds.values() for op in k.bwd_ops if op.name.endswith("_cast.bwd")]
+    assert any(op.name.startswith("moe.") for op in casts) == (model == "mixtral-8x7b")
+    for op in casts:
+        assert float(op.time[0]) == pytest.approx(float(ctx.stream_time(op.nbytes)[0]), rel=0.01), op.name

@@ -318,9 +318,10 @@ def masked(op: Op, when: np.ndarray) -> Op:
     """The op where ``when`` holds, zero elsewhere (collectives that exist only with SP, or only without)."""
     z = np.zeros_like(op.time)
     bwd = None if op.bwd_nbytes is None else np.where(when, op.bwd_nbytes, z)
+    bwd_t = None if op.bwd_time is None else np.where(when, op.bwd_time, z)
     return Op(op.name, op.kind, np.where(when, op.flops, z), np.where(when, op.nbytes, z),
               np.where(when, op.time, z), dim=op.dim, selective=op.selective, bwd_nbytes=bwd,
-              bwd_kernels=op.bwd_kernels)
+              bwd_kernels=op.bwd_kernels, bwd_time=bwd_t)
 
 
 # Megatron-LM overlaps the backward all-reduce of the TP input gradient with the weight-gradient GEMM
