@@ -190,15 +190,23 @@ def test_megatron_and_torchtitan_plans_recompute_one_count_on_every_rank() -> No
 
 
 def test_megatron_before_uneven_stages_plans_equal_stages() -> None:
-    """Megatron-Core before 0.9 (NeMo up to 24.09: ``megatron-zero1``) splits the pipeline into equal stages, so the
-    free plan for such a record keeps the uniform split (no per-stage search); today's Megatron (any layout, which the
-    export writes) may hold uneven stages. Llama-3.1-70B on 64 H100 at 8k tokens: the per-stage search moves layers
-    off the first and last stage under ``megatron`` and must not under ``megatron-zero1``."""
+    """Megatron-Core before 0.9 (NeMo up to 24.09: ``megatron-zero1``) splits the pipeline into equal stages and equal
+    model chunks, so the free plan for such a record keeps every rank and chunk at L/(pp·v) layers (no per-stage
+    search, no layout whose layers do not divide); today's Megatron (any layout, which the export writes) may hold
+    uneven stages. Llama-3.1-70B on 64 H100 at 8k tokens: the per-stage search moves layers off the first and last
+    stage under ``megatron``; Llama-3.1-405B (126 layers) on 512: every ``megatron-zero1`` row has pp·v dividing 126."""
     free = plan_training(TrainRequest(model=LLAMA, system=get_system("dgx-h100"), num_gpus=64, workload=WORK,
                                       framework="megatron"))
     equal = plan_training(TrainRequest(model=LLAMA, system=get_system("dgx-h100"), num_gpus=64, workload=WORK,
                                        framework="megatron-zero1"))
     assert free.plan.stage_layers is not None and len(set(free.plan.stage_layers)) > 1
     assert equal.solver.stage_search is None and equal.plan.stage_layers is None
-    assert not FRAMEWORKS["megatron-zero1"].stage_split and FRAMEWORKS["megatron"].stage_split
-    assert equal.metrics.step_time_s >= free.metrics.step_time_s  # the uneven split is the better of the two here
+    assert LLAMA.num_layers % (equal.plan.pp * equal.plan.interleave) == 0
+    big = get_model("llama-3.1-405b")
+    work = TrainWorkload(seq_len=8192, global_batch=512)
+    req = SpaceRequest(num_gpus=512, framework=FRAMEWORKS["megatron-zero1"], max_interleave=16)
+    rows = enumerate_layouts(big, work, req).rows
+    assert len(rows) > 0 and (big.num_layers % (rows.pp * rows.v) == 0).all()
+    everything = enumerate_layouts(big, work, SpaceRequest(num_gpus=512, framework=FRAMEWORKS["megatron"],
+                                                           max_interleave=16)).rows
+    assert (big.num_layers % (everything.pp * everything.v) != 0).any()  # the rule removes real rows

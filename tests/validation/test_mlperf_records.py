@@ -128,7 +128,7 @@ def test_megatron_gradient_buffer_takes_the_reduction_dtype() -> None:
     """Megatron-Core's DDP keeps its gradient buffer in fp32 only with ``grad_reduce_in_fp32`` (else the parameters'
     bf16): NVIDIA's MLPerf v5.1 Llama 3.1 405B on GB300 sets it False (pretrain.py), so its TP 2 / PP 8 layout holds
     bf16 gradients, 2 B per parameter like its weights, and fits the 288 GB GPU it ran on (with fp32 gradients the
-    model would put it over); a torchtitan record's fp32 reduction stays the reduction only."""
+    model would put it over); another stack's reduction dtype stays the reduction only."""
     from shardplan.costmodel.training.evaluate import estimate_training
 
     rec = next(r for r in load_records_tuned() if r["id"] == "mlperf-v5.1-llama3.1-405b-512gpu-gb300-fp4")
@@ -137,6 +137,9 @@ def test_megatron_gradient_buffer_takes_the_reduction_dtype() -> None:
     rep = estimate_training(run.model, run.system, run.gpus, run.work, run.layout)
     assert rep.stages[0].gradients_bytes == rep.stages[0].weights_bytes
     assert rep.memory.total_bytes <= rep.memory.capacity_bytes
-    trainy = "torchtitan-llama3.1-8b-32gpu-h200-fp8-trainy"
-    titan = parse_run(next(r for r in load_records_tuned() if r["id"] == trainy))
-    assert isinstance(titan, OptimumRun) and titan.work.grad_dtype == "fp32" and titan.work.grad_reduce_dtype == "fp32"
+    # a record whose fp32 default would hide the rule: llm-foundry reduces in bf16 here and keeps its fp32 gradients
+    mpt = parse_run(next(r for r in load_records_tuned() if r["id"] == "llmfoundry-mpt-70b-64gpu-seq2048-a100-bf16"))
+    assert isinstance(mpt, OptimumRun) and mpt.work.grad_dtype == "fp32" and mpt.work.grad_reduce_dtype == "bf16"
+    fp32 = run.work.model_copy(update={"grad_dtype": "fp32", "grad_reduce_dtype": "fp32"})
+    over = estimate_training(run.model, run.system, run.gpus, fp32, run.layout)
+    assert over.memory.total_bytes > over.memory.capacity_bytes  # with fp32 gradients it would not fit

@@ -2,6 +2,7 @@
 and the planner's optimum against the published layout."""
 
 import json
+from dataclasses import replace
 
 from shardplan.models import get_model
 from shardplan.validation.optimum import (
@@ -282,6 +283,9 @@ def test_nemotron4_340b_recipe_optimizer_in_bf16_fits_its_published_layout() -> 
     first = rep.stages[0]
     assert first.weights_bytes == first.gradients_bytes == first.optimizer_bytes
     assert rep.status == "feasible" and rep.memory.total_bytes <= rep.memory.capacity_bytes
+    megatron = run.work.model_copy(update={"grad_dtype": "fp32", "optimizer_bytes_per_param": None})
+    over = estimate_training(run.model, run.system, run.gpus, megatron, run.layout)
+    assert over.memory.total_bytes > over.memory.capacity_bytes
 
 
 def test_recipe_activation_offload_reaches_the_published_layout() -> None:
@@ -297,3 +301,5 @@ def test_recipe_activation_offload_reaches_the_published_layout() -> None:
     assert isinstance(run, OptimumRun) and run.layout.offload_activations == 0.5
     rep = estimate_training(run.model, run.system, run.gpus, run.work, run.layout)
     assert rep.status == "feasible" and rep.memory.cpu_bytes > 0
+    kept = estimate_training(run.model, run.system, run.gpus, run.work, replace(run.layout, offload_activations=0.0))
+    assert kept.status == "infeasible"

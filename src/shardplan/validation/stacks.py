@@ -104,9 +104,9 @@ def stack_gradients(r: dict[str, Any]) -> dict[str, Any]:
     red = sw.get("grad_reduce_dtype")
     if "Megatron-Bridge" in str(r["source"].get("container_or_version")):
         return {"grad_dtype": red or "bf16"}
-    if red is not None and stack_framework(r) in ("megatron", "megatron-zero1") and "grad_dtype" not in sw:
-        return {"grad_dtype": red, "grad_reduce_dtype": red}
     out: dict[str, Any] = {"grad_reduce_dtype": red}
+    if red is not None and stack_framework(r) in ("megatron", "megatron-zero1"):
+        out["grad_dtype"] = red
     out.update({k: sw[k] for k in ("grad_dtype", "optimizer_bytes_per_param") if k in sw})
     return out
 

@@ -224,6 +224,11 @@ def enumerate_layouts(model: ModelSpec, work: TrainWorkload, req: SpaceRequest) 
     tps = allowed(tps, "tp")
     cps = allowed(keep(cps, req.cp, "cp pinned"), "cp")
     pps = allowed(keep([p for p in divisors(n) if p <= model.num_layers], req.pp, "pp pinned"), "pp")
+    equal = fw is not None and not fw.stage_split  # its stages and model chunks hold equal layer counts
+    rule = f"layers not splitting into equal stages ({fw.name})" if fw is not None else ""
+    if equal and any(model.num_layers % p for p in pps):
+        pruned[rule] = sum(1 for p in pps if model.num_layers % p)
+        pps = [p for p in pps if model.num_layers % p == 0]
     rcs = [Recompute(req.recompute)] if req.recompute is not None else list(fw.recompute if fw else Recompute)
     sps = [req.sequence_parallel] if req.sequence_parallel is not None else [False, True]
     zeros = [req.zero_stage] if req.zero_stage is not None else list(fw.zero_stages if fw else (0, 1, 2, 3))
@@ -248,6 +253,9 @@ def enumerate_layouts(model: ModelSpec, work: TrainWorkload, req: SpaceRequest) 
         if pp > 1 and model.num_layers % pp == 0:  # beyond the cap: chunk counts that split every rank evenly
             vs += [v for v in divisors(model.num_layers // pp) if top < v <= EQUAL_CHUNKS_MAX_INTERLEAVE]
         vs = allowed(keep(vs, req.interleave, "interleave pinned"), "interleave")
+        if equal and any(model.num_layers % (pp * v) for v in vs):
+            pruned[rule] = pruned.get(rule, 0) + sum(1 for v in vs if model.num_layers % (pp * v))
+            vs = [v for v in vs if model.num_layers % (pp * v) == 0]
         for gb in ([req.max_batch // dp * dp] if req.max_batch else batches):
             if gb == 0:
                 pruned["dp larger than the batch"] = pruned.get("dp larger than the batch", 0) + 1
