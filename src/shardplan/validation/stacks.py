@@ -97,7 +97,9 @@ def stack_gradients(r: dict[str, Any]) -> dict[str, Any]:
     fp32, else the parameters' dtype; megatron/core/distributed/param_and_grad_buffer.py ``group_params_for_buffers``
     at d98e8a6, distributed_data_parallel.py at core_v0.8.0): Megatron-Bridge, whose performance recipes leave it bf16
     when unstated (scripts/performance yaml at v0.1.0rc4, configs v0.2.0-v0.4.0, ``perf_recipes/_common.py`` at
-    067f987), and the other Megatron stacks where the record states it (MLPerf's NeMo). A stack that trains its
+    067f987), and the other Megatron stacks where the record states it (MLPerf's NeMo; the GPT-3 submissions' NeMo 1.x
+    distributed Adam, Apex DistributedFusedAdam, holds its contiguous gradient buffer in ``grad_sync_dtype``, which
+    their configs set to bf16). A stack that trains its
     parameters in 16 bit with no fp32 master (NeMo AutoModel's MoE models) states ``grad_dtype`` and
     ``optimizer_bytes_per_param`` (the moments alone)."""
     sw = r.get("software") or {}
