@@ -26,19 +26,24 @@ WGRAD = [(H, M, QKV), (H, M, H), (H, M, FFN), (FFN, M, H)]  # tokens on the cont
 MEASURED_MS = {"current": 3.500, "delayed": 2.193}
 
 
+def _bench_ctx(hw: str, dtype: str = "fp8", scaling: str = "current") -> Ctx:
+    """The benchmark's setting: one microbatch of 31 × 512 tokens (the weight cast every call, as there)."""
+    base = get_system(hw)
+    system = base.model_copy(update={"software": base.software.model_copy(update={"fp8_scaling": scaling})})
+    work = TrainWorkload(seq_len=512, global_batch=31, dtype=dtype)
+    return Ctx(get_model("llama-3.1-8b"), system, work, LayoutArrays.from_layouts([TrainLayout(microbatch=31)], 31))
+
+
 def _cast_ms(scaling: str, hw: str = "hgx-h200") -> float:
     """The benchmark's quantization as the cost model times it: each GEMM's input written row- and column-wise (the
     wgrad the module expects), its weight row-wise only (the benchmark's input needs no gradient: TE
     ``module/linear.py`` at d0067d0, weight ``columnwise_usage = is_grad_enabled and inp.requires_grad``); current
     scaling reads the 16-bit tensor twice (amax, cast), delayed once; each kernel at ``Ctx.stream_time``, the rate the
     training casts use (``Ctx.gemm``)."""
-    base = get_system(hw)
-    system = base.model_copy(update={"software": base.software.model_copy(update={"fp8_scaling": scaling})})
-    work = TrainWorkload(seq_len=512, global_batch=31, dtype="fp8")
-    ctx = Ctx(get_model("llama-3.1-8b"), system, work, LayoutArrays.from_layouts([TrainLayout(microbatch=31)], 31))
+    ctx = _bench_ctx(hw, scaling=scaling)
     reads = 4.0 if scaling == "current" else 2.0
     scale = 1 / 32 if scaling == "mxfp8" else 0.0  # an e8m0 scale per 32 elements, each way
-    copies = 1.0 if scaling != "mxfp8" and system.gpu.fp8_any_layout else 2.0  # Blackwell: no transposed copy
+    copies = 1.0 if scaling != "mxfp8" and ctx.gpu.fp8_any_layout else 2.0  # Blackwell: no transposed copy
     total = 0.0
     for m, k, n in FPROP + DGRAD + WGRAD:
         total += float(ctx.stream_time(np.array([(reads + copies * (1 + scale)) * m * k]))[0])  # input: both uses
@@ -48,9 +53,7 @@ def _cast_ms(scaling: str, hw: str = "hgx-h200") -> float:
 
 def test_training_cast_is_the_same_kernel_rate() -> None:
     """``Ctx.gemm``'s cast op is timed by ``Ctx.stream_time`` (the rate checked above) on its own bytes."""
-    system = get_system("hgx-h200")
-    ctx = Ctx(get_model("llama-3.1-8b"), system, TrainWorkload(seq_len=512, global_batch=31, dtype="fp8"),
-              LayoutArrays.from_layouts([TrainLayout(microbatch=31)], 31))
+    ctx = _bench_ctx("hgx-h200")
     cast = next(op for op in ctx.gemm(Gemm("g", np.array([15872.0]), 4096.0, 4096.0)) if op.name.endswith("_cast"))
     assert float(cast.time[0]) == float(ctx.stream_time(cast.nbytes)[0])
 
@@ -82,9 +85,7 @@ def test_layer_gemms_match_transformer_engine(hw: str, dtype: str, measured_ms: 
     """The same 12 GEMMs without quantization (the benchmark's bf16 and pre-quantized per-tensor FP8 columns, per
     layer) as ``Ctx.gemm`` times them: within 10% (the H200 measured is the 600 W NVL card, the preset the 700 W
     SXM)."""
-    work = TrainWorkload(seq_len=512, global_batch=31, dtype=dtype)
-    ctx = Ctx(get_model("llama-3.1-8b"), get_system(hw), work,
-              LayoutArrays.from_layouts([TrainLayout(microbatch=31)], 31))
+    ctx = _bench_ctx(hw, dtype)
     ops = [op for m, k, n in FPROP + DGRAD + WGRAD
            for op in ctx.gemm(Gemm("g", np.array([float(m)]), float(k), float(n)))]
     total = sum(float(op.time[0]) for op in ops if not op.name.endswith("_cast"))
