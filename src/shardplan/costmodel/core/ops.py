@@ -17,6 +17,27 @@ HOST = "host"
 
 
 @dataclass(frozen=True, slots=True)
+class GemmGrads:
+    """A training GEMM's two backward GEMMs, each timed at its own (M, N, K) shape and traffic: the input gradient
+    (dgrad) and the weight gradient (wgrad)."""
+
+    dgrad_time: np.ndarray
+    dgrad_nbytes: np.ndarray
+    wgrad_time: np.ndarray
+    wgrad_nbytes: np.ndarray
+
+    def scaled(self, factor: np.ndarray | float) -> GemmGrads:
+        """Both GEMMs' times ``factor`` times as long (the busiest EP rank's share of the routed tokens)."""
+        return GemmGrads(self.dgrad_time * factor, self.dgrad_nbytes, self.wgrad_time * factor, self.wgrad_nbytes)
+
+    def where(self, when: np.ndarray) -> GemmGrads:
+        """Zero where ``when`` is false."""
+        z = np.zeros_like(self.dgrad_time)
+        return GemmGrads(*(np.where(when, x, z) for x in (self.dgrad_time, self.dgrad_nbytes, self.wgrad_time,
+                                                           self.wgrad_nbytes)))
+
+
+@dataclass(frozen=True, slots=True)
 class Op:
     """One kernel or collective: per-GPU FLOPs, bytes (HBM traffic, or message size for comm), seconds."""
 
@@ -30,6 +51,7 @@ class Op:
     bwd_nbytes: np.ndarray | None = None  # an elementwise op's backward traffic when its stack's row gives it
     bwd_kernels: int = 1  # kernels that backward traffic is spread over
     bwd_time: np.ndarray | None = None  # the backward's time when the forward op knows it (a quantization's gradient)
+    grads: GemmGrads | None = None  # a GEMM's backward GEMMs at their own shapes (else both priced as the forward)
 
 
 @dataclass(frozen=True, slots=True)

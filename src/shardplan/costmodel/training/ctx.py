@@ -31,7 +31,7 @@ from shardplan.costmodel.core.operators import (
     attention_dims,
     unfused_attention,
 )
-from shardplan.costmodel.core.ops import ATTN, COMM, GEMM, HOST, MEM, Op
+from shardplan.costmodel.core.ops import ATTN, COMM, GEMM, HOST, MEM, GemmGrads, Op
 from shardplan.costmodel.core.passes import FUSED, traffic
 from shardplan.costmodel.core.routing import round_robin_blocks, routed_blocks
 from shardplan.costmodel.training.layout import LayoutArrays, TrainWorkload, fill_drain_slots, pipeline_schedules
@@ -88,6 +88,12 @@ class Ctx:
         return fill_drain_slots(r.gb, r.dp, r.pp, r.v, self.work.local_batch)
 
     @property
+    def microbatches(self) -> np.ndarray:
+        """Microbatches per data-parallel rank per step (at least one)."""
+        r = self.rows
+        return np.maximum(r.gb / (r.dp * r.mb), 1.0)
+
+    @property
     def gpu(self) -> GpuSpec:
         return self.system.gpu
 
@@ -136,13 +142,15 @@ class Ctx:
             dtype = "bf16" if self.mm_dtype in LOW_PRECISION else self.mm_dtype
             nbytes = g.nbytes(e, e, 4.0 if g.name.startswith("moe.") else e)
             return [Op(g.name, GEMM, g.flops, nbytes, gemm_time(self.gpu, g.flops, nbytes, dtype, experts=g.experts,
-                                                                m=g.m, n=g.n, k=g.k))]
+                                                                m=g.m, n=g.n, k=g.k),
+                       grads=self.gemm_grads(g, e, dtype))]
         wbytes = {"fp8": 1.0, "fp4": NVFP4_BYTES}.get(self.mm_dtype, e)
         nbytes = g.nbytes(wbytes, wbytes, e)
         one_kernel = g.routed and self.system.software.expert_mlp == "grouped_mm"
         ops = [Op(g.name, GEMM, g.flops, nbytes, gemm_time(self.gpu, g.flops, nbytes, self.mm_dtype,
                                                            experts=g.experts, m=g.m, n=g.n, k=g.k,
-                                                           one_kernel=one_kernel))]
+                                                           one_kernel=one_kernel),
+                  grads=self.gemm_grads(g, wbytes, self.mm_dtype, one_kernel=one_kernel))]
         if self.mm_dtype in LOW_PRECISION:
             # Quantization (Transformer Engine's cast kernels). Per element: current scaling reads the 16-bit tensor
             # twice (amax, then cast), delayed scaling and MXFP8 once; each writes the fp8 copies its GEMMs read: a
@@ -159,13 +167,31 @@ class Ctx:
             scaling = self.system.software.fp8_scaling if self.mm_dtype == "fp8" else "current"
             copies = 1.0 if self.mm_dtype == "fp8" and scaling != "mxfp8" and self.gpu.fp8_any_layout else 2.0
             per = (4.0 if scaling == "current" else 2.0) + copies * (wbytes + (1 / 32 if scaling == "mxfp8" else 0.0))
-            r = self.rows
-            microbatches = np.maximum(r.gb / (r.dp * r.mb), 1.0)
-            cast = np.asarray(per * (g.m * g.k + g.k * g.n * g.experts / microbatches), dtype=float)
+            cast = np.asarray(per * (g.m * g.k + g.k * g.n * g.experts / self.microbatches), dtype=float)
             grad = np.asarray(per * g.m * g.n, dtype=float) + np.zeros_like(cast)
             ops.append(Op(f"{g.name}.{self.mm_dtype}_cast", MEM, np.zeros_like(cast), cast, self.stream_time(cast),
                           bwd_nbytes=grad, bwd_time=self.stream_time(grad)))
         return ops
+
+    def gemm_grads(self, g: Gemm, operand: float, dtype: str, *, one_kernel: bool = False) -> GemmGrads:
+        """The backward GEMMs of ``g``, each at its own shape. dgrad, dX = dY·Wᵀ: M×K output over inner N, reading
+        the output gradient and the weight (``operand`` bytes each: fp8 copies under fp8) and writing the input
+        gradient. wgrad, dW = Xᵀ·dY per expert: K×N output over inner M/experts (the tokens), reading the input and
+        the output gradient and writing the weight gradient in ``grad_dtype``, read back to accumulate on every
+        microbatch after a step's first (Megatron-Core's fused gradient accumulation into the fp32 ``main_grad``:
+        Transformer Engine ``fuse_wgrad_accumulation``, accumulate = not first microbatch, grouped_linear.py at
+        d0067d0; megatron/core/tensor_parallel/layers.py ``wgrad_gemm_accum_fp32`` at d98e8a6)."""
+        e = self.act_bytes
+        acc = DTYPE_BYTES[self.work.grad_dtype] * (2.0 - 1.0 / self.microbatches)
+        d_bytes = np.asarray(operand * (g.m * g.n + g.k * g.n * g.experts) + e * g.m * g.k, dtype=float)
+        w_bytes = np.asarray(operand * g.m * (g.k + g.n) + acc * g.k * g.n * g.experts, dtype=float)
+        d_bytes, w_bytes = d_bytes + np.zeros_like(self.tokens), w_bytes + np.zeros_like(self.tokens)
+        rows = np.maximum(np.asarray(g.m, dtype=float) / np.maximum(np.asarray(g.experts, dtype=float), 1e-9), 1.0)
+        dgrad = gemm_time(self.gpu, g.flops, d_bytes, dtype, experts=g.experts, m=g.m, n=g.k, k=g.n,
+                          one_kernel=one_kernel)
+        wgrad = gemm_time(self.gpu, g.flops, w_bytes, dtype, experts=g.experts, m=g.k * g.experts, n=g.n, k=rows,
+                          one_kernel=one_kernel)
+        return GemmGrads(dgrad, d_bytes, wgrad, w_bytes)
 
     def stream_time(self, nbytes: np.ndarray) -> np.ndarray:
         """A quantization (cast) kernel moving ``nbytes``: the HBM streaming rate at the GPU's measured share of it
@@ -321,7 +347,7 @@ def masked(op: Op, when: np.ndarray) -> Op:
     bwd_t = None if op.bwd_time is None else np.where(when, op.bwd_time, z)
     return Op(op.name, op.kind, np.where(when, op.flops, z), np.where(when, op.nbytes, z),
               np.where(when, op.time, z), dim=op.dim, selective=op.selective, bwd_nbytes=bwd,
-              bwd_kernels=op.bwd_kernels, bwd_time=bwd_t)
+              bwd_kernels=op.bwd_kernels, bwd_time=bwd_t, grads=None if op.grads is None else op.grads.where(when))
 
 
 # Megatron-LM overlaps the backward all-reduce of the TP input gradient with the weight-gradient GEMM
@@ -343,13 +369,16 @@ def backward(ctx: Ctx, fwd: list[Op]) -> list[Op]:
         if op.kind == HOST:  # the backward reuses the counts the forward copied to the host: no sync
             continue
         if op.kind == COMM and op.name.endswith("tp_allreduce") and entry is not None:
-            wgrad = entry.time
+            wgrad = entry.time if entry.grads is None else entry.grads.wgrad_time
             t = np.maximum(op.time - wgrad, 0.0) + ASYNC_TP_CONTENTION * np.minimum(op.time, wgrad)
             out.append(Op(f"{op.name}.bwd(async)", COMM, op.flops, op.nbytes, t, dim=op.dim))
             continue
         if op.kind == GEMM:
-            out.append(Op(f"{op.name}.dgrad", GEMM, op.flops, op.nbytes, op.time, selective=op.selective))
-            out.append(Op(f"{op.name}.wgrad", GEMM, op.flops, op.nbytes, op.time, selective=op.selective))
+            g = op.grads
+            d_t, d_b, w_t, w_b = (op.time, op.nbytes, op.time, op.nbytes) if g is None else \
+                (g.dgrad_time, g.dgrad_nbytes, g.wgrad_time, g.wgrad_nbytes)
+            out.append(Op(f"{op.name}.dgrad", GEMM, op.flops, d_b, d_t, selective=op.selective))
+            out.append(Op(f"{op.name}.wgrad", GEMM, op.flops, w_b, w_t, selective=op.selective))
         elif op.kind == MEM:
             if op.bwd_nbytes is None:
                 nbytes, t = MEM_BWD_TRAFFIC * op.nbytes, ctx.mem_time(MEM_BWD_TRAFFIC * op.nbytes)

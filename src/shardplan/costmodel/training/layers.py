@@ -118,7 +118,8 @@ def moe_ops(ctx: Ctx) -> list[Op]:
         ops = [Op(o.name, o.kind, o.flops, o.nbytes * busiest if o.kind == MEM else o.nbytes, o.time * busiest,
                   dim=o.dim, selective=o.selective, bwd_kernels=o.bwd_kernels,
                   bwd_nbytes=None if o.bwd_nbytes is None else o.bwd_nbytes * busiest,
-                  bwd_time=None if o.bwd_time is None else o.bwd_time * busiest)
+                  bwd_time=None if o.bwd_time is None else o.bwd_time * busiest,
+                  grads=None if o.grads is None else o.grads.scaled(busiest))
                if o.name.startswith(("moe.experts", "moe.ep_")) else o for o in ops]
     if sw.moe_host_sync and dropless:  # drop-and-pad sizes nothing on the host
         at = next(i for i, o in enumerate(ops) if o.name == "moe.ep_dispatch")
