@@ -137,8 +137,27 @@ def table_fraction(name: str, m: np.ndarray | float, n: np.ndarray | float, k: n
     first = np.ones(order.size, dtype=bool)
     first[1:] = (np.diff(ms) != 0) | (np.diff(ns) != 0) | (np.diff(ks) != 0)
     out = np.empty(order.size)
-    out[order] = _read(name, ms[first], ns[first], ks[first])[np.cumsum(first) - 1]
+    out[order] = _read_cached(name, ms[first], ns[first], ks[first])[np.cumsum(first) - 1]
     return out.reshape(shape)
+
+
+# Fractions already read, by (table, M, N, K): the planner prices the same few GEMM shapes in every pass over its
+# tables, and a read costs ~40 array operations whatever its size. Cleared when it grows past ``_CACHE_MAX``.
+_CACHE: dict[tuple[str, float, float, float], float] = {}
+_CACHE_MAX = 1 << 16
+
+
+def _read_cached(name: str, m: np.ndarray, n: np.ndarray, k: np.ndarray) -> np.ndarray:
+    """``_read`` of distinct shapes, each computed once per process."""
+    keys = [(name, a, b, c) for a, b, c in zip(m.tolist(), n.tolist(), k.tolist(), strict=True)]
+    missing = [i for i, key in enumerate(keys) if key not in _CACHE]
+    if missing:
+        if len(_CACHE) + len(missing) > _CACHE_MAX:
+            _CACHE.clear()
+        idx = np.asarray(missing)
+        for i, v in zip(missing, _read(name, m[idx], n[idx], k[idx]).tolist(), strict=True):
+            _CACHE[keys[i]] = v
+    return np.asarray([_CACHE[key] for key in keys], dtype=float)
 
 
 def _read(name: str, m: np.ndarray, n: np.ndarray, k: np.ndarray) -> np.ndarray:
