@@ -4,6 +4,8 @@ and the planner's optimum against the published layout."""
 import json
 from dataclasses import replace
 
+import pytest
+
 from shardplan.models import get_model
 from shardplan.validation.optimum import (
     OptimumRow,
@@ -303,3 +305,34 @@ def test_recipe_activation_offload_reaches_the_published_layout() -> None:
     assert rep.status == "feasible" and rep.memory.cpu_bytes > 0
     kept = estimate_training(run.model, run.system, run.gpus, run.work, replace(run.layout, offload_activations=0.0))
     assert kept.status == "infeasible"
+
+
+def test_summary_gives_each_target_figure_without_the_publishers_regressions() -> None:
+    """A row whose measurement its publisher lists as a software regression counts in the figures over all rows and
+    is left out of their "without regressions" twins: by hand, H100 MAPE (10 + 150) / 2 = 80 and 10 without."""
+    def row(err: float, regression: str | None = None) -> OptimumRow:
+        return OptimumRow(id="x", model="m", gpus=8, hardware="dgx-h100", dtype="bf16", measured=100.0,
+                          derived_from_tflops=False, pinned=100 + err, pinned_error_pct=err, pinned_layout="",
+                          pinned_fits=True, free=100 + err, free_error_pct=err, free_layout="",
+                          known_regression=regression)
+
+    s = summarise([row(-10.0), row(150.0, "https://example.invalid/issue")])
+    assert s.regressions == 1
+    assert s.pinned_h100_mape_pct == pytest.approx(80.0) and s.free_mean_signed_pct == pytest.approx(70.0)
+    assert s.pinned_h100_mape_without_regressions_pct == pytest.approx(10.0)
+    assert s.free_mean_signed_without_regressions_pct == pytest.approx(-10.0)
+
+
+def test_the_qwen3_30b_dropless_regression_is_the_publishers_own_report() -> None:
+    """Megatron-Bridge issue #1998 reports 25.11's dropless Qwen3-30B on H100 at half of 25.09's rate for the same
+    layout: the record says so, and the two records' measurements show the factor of two it reports."""
+    recs = {r["id"]: r for r in load_records_tuned()}
+    run = parse_run(recs["mbridge-25.11-qwen3-30b-a3b-16gpu-h100-fp8cs"])
+    assert isinstance(run, OptimumRun)
+    assert run.known_regression == "https://github.com/NVIDIA-NeMo/Megatron-Bridge/issues/1998"
+    before = recs["mbridge-25.09-qwen3-30b-a3b-16gpu-h100-fp8"]
+    assert before["parallel"] == {**before["parallel"], **{k: recs[run.id]["parallel"][k] for k in
+                                                           ("tp", "pp", "ep", "vp", "microbatch")}}
+    ratio = before["metrics"]["tokens_per_s_per_gpu"] / run.measured_tokens_per_s_per_gpu
+    assert 1.9 < ratio < 2.1
+    assert all(r.get("known_regression") is None for rid, r in recs.items() if rid != run.id)

@@ -47,6 +47,12 @@ def _render_optimum(con: Console, report: Any) -> None:
               f"/{s.free_ran} (target: all)")
     con.print(f"published layouts: {s.pinned_ran} ran, mean signed {_signed(s.pinned_mean_signed_pct)}, MAPE "
               f"{_pct(s.pinned_mape_pct)}; H100/H200 MAPE {_pct(s.pinned_h100_mape_pct)} (target ≤ 8%)")
+    regressed = [r for r in report.rows if r.known_regression]
+    if regressed:
+        con.print(f"without the {s.regressions} run(s) their publisher lists as a software regression "
+                  f"({', '.join(f'{r.id}: {r.known_regression}' for r in regressed)}): free mean signed "
+                  f"{_signed(s.free_mean_signed_without_regressions_pct)}, H100/H200 MAPE "
+                  f"{_pct(s.pinned_h100_mape_without_regressions_pct)}")
     con.print("* measured tokens/s derived from published model TFLOP/s (attention counted non-causally).")
 
 

@@ -18,18 +18,16 @@ within ±5 %, and pinned layouts of H100-era runs MAPE ≤ 8 %.
 from __future__ import annotations
 
 import re
-import statistics
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
-
-from pydantic import BaseModel, ConfigDict
 
 from shardplan.costmodel.training.evaluate import estimate_training
 from shardplan.costmodel.training.layout import Recompute, TrainLayout, TrainWorkload
 from shardplan.hardware.spec import SoftwareSpec, SystemSpec
 from shardplan.models import params as P
 from shardplan.models.spec import MlpKind, ModelSpec
+from shardplan.validation.optimum_rows import OptimumReport, OptimumRow, summarise
 from shardplan.validation.stacks import (
     stack_attention,
     stack_framework,
@@ -42,7 +40,6 @@ from shardplan.validation.stacks import (
     stack_tp_overlap,
 )
 
-BAND = (-10.0, 15.0)  # free-planner target band, percent of measured throughput (issue 11)
 # GPU name prefix in the records → system preset. The Grand Teton H100s of torchtitan's tables (96 GB HBM2e at
 # 500 W: lower sustained clocks and memory bandwidth than the 700 W H100 SXM 80GB) have no preset: they are
 # listed, not evaluated on the wrong GPU (_NOT_MODELLED).
@@ -76,50 +73,7 @@ class OptimumRun:
     measured_tokens_per_s_per_gpu: float
     derived_from_tflops: bool
     framework: str | None = None  # what the free plan may use: the record's framework (``stack_framework``)
-
-
-class OptimumRow(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    id: str
-    model: str
-    gpus: int
-    hardware: str
-    dtype: str
-    measured: float  # tokens/s per GPU
-    derived_from_tflops: bool
-    pinned: float | None
-    pinned_error_pct: float | None
-    pinned_layout: str
-    pinned_fits: bool | None
-    free: float | None
-    free_error_pct: float | None
-    free_layout: str | None
-    why_free_faster: str | None = None  # when the free plan beats the published layout by > 15%: the costs it removes
-    failure: str | None = None
-    framework: str | None = None  # the knobs the free plan could use (the record's framework; None: every knob)
-
-
-class OptimumSummary(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    cases: int
-    free_ran: int
-    free_mean_signed_pct: float | None
-    free_mape_pct: float | None
-    free_within_band: int
-    pinned_ran: int
-    pinned_mean_signed_pct: float | None
-    pinned_mape_pct: float | None
-    pinned_h100_mape_pct: float | None
-    band_pct: tuple[float, float] = BAND
-
-
-class OptimumReport(BaseModel):
-    model_config = ConfigDict(frozen=True)
-
-    rows: list[OptimumRow]
-    summary: OptimumSummary
+    known_regression: str | None = None  # the publisher's report that this measurement is a software regression
 
 
 def layout_text(tp: int, pp: int, dp: int, cp: int, ep: int, mb: int, v: int, rc: str, zero: int, *,
@@ -264,7 +218,9 @@ def parse_run(record: dict[str, Any]) -> OptimumRun | str:
         measured, derived = float(met["model_tflops_per_gpu"]) * 1e12 / source_flops_per_token(model, seq), True
     else:
         return "no throughput published"
-    return OptimumRun(record["id"], model, system, n, work, layout, measured, derived, stack_framework(record))
+    regression = (record.get("known_regression") or {}).get("url")
+    return OptimumRun(record["id"], model, system, n, work, layout, measured, derived, stack_framework(record),
+                      regression)
 
 
 def load_records_tuned() -> list[dict[str, Any]]:
@@ -334,7 +290,7 @@ def evaluate_run(run: OptimumRun) -> OptimumRow:
     lay = run.layout
     common = dict(id=run.id, model=run.model.name, gpus=run.gpus, hardware=run.system.name, dtype=run.work.dtype,
                   measured=run.measured_tokens_per_s_per_gpu, derived_from_tflops=run.derived_from_tflops,
-                  framework=run.framework,
+                  framework=run.framework, known_regression=run.known_regression,
                   pinned_layout=layout_text(lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.microbatch, lay.interleave,
                                             str(lay.recompute), lay.zero_stage, rc_layers=lay.recompute_layers,
                                             etp=lay.etp, offload=(lay.offload_optimizer, lay.offload_weights,
@@ -379,22 +335,6 @@ def evaluate_run(run: OptimumRun) -> OptimumRow:
     return OptimumRow(**common, pinned=pinned, pinned_error_pct=_error(pinned, m), pinned_fits=fits, free=free,
                       free_error_pct=_error(free, m), free_layout=free_layout, why_free_faster=why,
                       failure="; ".join(failure) or None)
-
-
-def _mean(xs: list[float]) -> float | None:
-    return statistics.fmean(xs) if xs else None
-
-
-def summarise(rows: list[OptimumRow]) -> OptimumSummary:
-    free = [r.free_error_pct for r in rows if r.free_error_pct is not None]
-    pinned = [r.pinned_error_pct for r in rows if r.pinned_error_pct is not None]
-    h100 = [abs(r.pinned_error_pct) for r in rows if r.pinned_error_pct is not None and r.hardware in
-            ("dgx-h100", "hgx-h200")]
-    return OptimumSummary(
-        cases=len(rows), free_ran=len(free), free_mean_signed_pct=_mean(free),
-        free_mape_pct=_mean([abs(x) for x in free]), free_within_band=sum(BAND[0] <= x <= BAND[1] for x in free),
-        pinned_ran=len(pinned), pinned_mean_signed_pct=_mean(pinned), pinned_mape_pct=_mean([abs(x) for x in pinned]),
-        pinned_h100_mape_pct=_mean(h100))
 
 
 @lru_cache(maxsize=1)
