@@ -39,7 +39,9 @@ def _phase_ms(dtype: str) -> tuple[float, float, float]:
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp8"])
 def test_backward_gemms_match_transformer_engine_h200(dtype: str) -> None:
-    """Each phase within 10% of TE's measured sum (the H200 measured is the 600 W NVL card, the preset the SXM)."""
+    """Each phase within 10% of TE's measured sum (the H200 measured is the 600 W NVL card, the preset the SXM): a
+    check of the level only, which the forward's shape passed as well (at M = 15,872 the three shapes run within 1%
+    on the grid, as measured within 2%); the hand counts below are what tell the two pricings apart."""
     for got, want in zip(_phase_ms(dtype), MEASURED_MS[dtype], strict=True):
         assert got == pytest.approx(want, rel=0.10)
 

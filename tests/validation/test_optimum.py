@@ -307,7 +307,7 @@ def test_recipe_activation_offload_reaches_the_published_layout() -> None:
     assert kept.status == "infeasible"
 
 
-def test_summary_gives_each_target_figure_without_the_publishers_regressions() -> None:
+def test_summary_gives_two_target_figures_without_the_publishers_regressions() -> None:
     """A row whose measurement its publisher lists as a software regression counts in the figures over all rows and
     is left out of their "without regressions" twins: by hand, H100 MAPE (10 + 150) / 2 = 80 and 10 without."""
     def row(err: float, regression: str | None = None) -> OptimumRow:
@@ -324,8 +324,9 @@ def test_summary_gives_each_target_figure_without_the_publishers_regressions() -
 
 
 def test_the_qwen3_30b_dropless_regression_is_the_publishers_own_report() -> None:
-    """Megatron-Bridge issue #1998 reports 25.11's dropless Qwen3-30B on H100 at half of 25.09's rate for the same
-    layout: the record says so, and the two records' measurements show the factor of two it reports."""
+    """Megatron-Bridge issue #1998 reports 25.11's dropless Qwen3-30B on H100 at half of 25.09's token-drop rate: the
+    record says so, and the two records (the same parallel layout; 25.09 token-drop with an inferred fp8 recipe)
+    show the factor of two it reports."""
     recs = {r["id"]: r for r in load_records_tuned()}
     run = parse_run(recs["mbridge-25.11-qwen3-30b-a3b-16gpu-h100-fp8cs"])
     assert isinstance(run, OptimumRun)

@@ -4,8 +4,8 @@ figures against issue 11's targets.
 
 A record may carry ``known_regression``: the publisher's own tracker lists that measurement as a performance
 regression of its software against an earlier release of the same layout (a bug it set out to fix, not the
-hardware's physics). Such a row is scored and shown like any other; the summary gives each figure over all rows and,
-beside it, without those rows.
+hardware's physics). Such a row is scored and shown like any other; the summary gives the free planner's mean signed
+error and the H100/H200 published-layout MAPE over all rows and, beside them, without those rows.
 """
 
 from __future__ import annotations

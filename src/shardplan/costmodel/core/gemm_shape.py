@@ -142,22 +142,28 @@ def table_fraction(name: str, m: np.ndarray | float, n: np.ndarray | float, k: n
 
 
 # Fractions already read, by (table, M, N, K): the planner prices the same few GEMM shapes in every pass over its
-# tables, and a read costs ~40 array operations whatever its size. Cleared when it grows past ``_CACHE_MAX``.
+# tables, and a vectorised read of a few shapes costs ~40 array operations. Calls with more distinct shapes than
+# ``_CACHE_CALL_MAX`` read directly (the dictionary is slower there); the cache is emptied when it would pass
+# ``_CACHE_MAX`` entries.
 _CACHE: dict[tuple[str, float, float, float], float] = {}
 _CACHE_MAX = 1 << 16
+_CACHE_CALL_MAX = 256
 
 
 def _read_cached(name: str, m: np.ndarray, n: np.ndarray, k: np.ndarray) -> np.ndarray:
-    """``_read`` of distinct shapes, each computed once per process."""
+    """``_read`` of distinct shapes, through ``_CACHE`` (the same floats: each shape's read is elementwise)."""
+    if m.size > _CACHE_CALL_MAX:
+        return _read(name, m, n, k)
     keys = [(name, a, b, c) for a, b, c in zip(m.tolist(), n.tolist(), k.tolist(), strict=True)]
-    missing = [i for i, key in enumerate(keys) if key not in _CACHE]
+    vals = [_CACHE.get(key) for key in keys]
+    missing = [i for i, v in enumerate(vals) if v is None]
     if missing:
+        idx = np.asarray(missing)
         if len(_CACHE) + len(missing) > _CACHE_MAX:
             _CACHE.clear()
-        idx = np.asarray(missing)
         for i, v in zip(missing, _read(name, m[idx], n[idx], k[idx]).tolist(), strict=True):
-            _CACHE[keys[i]] = v
-    return np.asarray([_CACHE[key] for key in keys], dtype=float)
+            vals[i] = _CACHE[keys[i]] = v
+    return np.asarray(vals, dtype=float)
 
 
 def _read(name: str, m: np.ndarray, n: np.ndarray, k: np.ndarray) -> np.ndarray:

@@ -131,7 +131,8 @@ class Ctx:
 
     # --- pricing the operator inventory (``core.operators.Pricer``) ----------------------------------------------
     def gemm(self, g: Gemm) -> list[Op]:
-        """A linear layer's forward GEMM; under fp8 plus its cast kernels (torchao roofline)."""
+        """A linear layer's forward GEMM with its backward GEMMs attached (``gemm_grads``); under fp8 plus its cast
+        kernels (torchao roofline)."""
         e = self.act_bytes
         if g.high_precision:
             # The router and the LM head stay out of the fp8/fp4 recipe, as 16-bit GEMMs with no cast kernels. Router:
@@ -174,24 +175,22 @@ class Ctx:
         return ops
 
     def gemm_grads(self, g: Gemm, operand: float, dtype: str, *, one_kernel: bool = False) -> GemmGrads:
-        """The backward GEMMs of ``g``, each at its own shape. dgrad, dX = dY·Wᵀ: M×K output over inner N, reading
-        the output gradient and the weight (``operand`` bytes each: fp8 copies under fp8) and writing the input
-        gradient. wgrad, dW = Xᵀ·dY per expert: K×N output over inner M/experts (the tokens), reading the input and
-        the output gradient and writing the weight gradient in ``grad_dtype``, read back to accumulate on every
-        microbatch after a step's first (Megatron-Core's fused gradient accumulation into the fp32 ``main_grad``:
-        Transformer Engine ``fuse_wgrad_accumulation``, accumulate = not first microbatch, grouped_linear.py at
-        d0067d0; megatron/core/tensor_parallel/layers.py ``wgrad_gemm_accum_fp32`` at d98e8a6)."""
+        """The backward GEMMs of ``g`` at their own shapes. dgrad dX = dY·Wᵀ: M×K over inner N, reading dY and W
+        (``operand`` bytes: fp8 copies under fp8), writing dX. wgrad dW = Xᵀ·dY per expert: K×N over inner
+        M/experts (the tokens), reading X and dY, writing dW in ``grad_dtype`` and reading it back on every
+        microbatch after a step's first, as Megatron-Core fuses the accumulation into the fp32 ``main_grad`` (TE
+        ``fuse_wgrad_accumulation``: accumulate = not first microbatch, grouped_linear.py at d0067d0; Megatron-LM
+        ``wgrad_gemm_accum_fp32`` at d98e8a6). Every stack is charged so: autograd's ``.grad +=`` moves more."""
         e = self.act_bytes
         acc = DTYPE_BYTES[self.work.grad_dtype] * (2.0 - 1.0 / self.microbatches)
-        d_bytes = np.asarray(operand * (g.m * g.n + g.k * g.n * g.experts) + e * g.m * g.k, dtype=float)
-        w_bytes = np.asarray(operand * g.m * (g.k + g.n) + acc * g.k * g.n * g.experts, dtype=float)
-        d_bytes, w_bytes = d_bytes + np.zeros_like(self.tokens), w_bytes + np.zeros_like(self.tokens)
+        z = np.zeros_like(self.tokens)
+        d_bytes = operand * (g.m * g.n + g.k * g.n * g.experts) + e * g.m * g.k + z
+        w_bytes = operand * g.m * (g.k + g.n) + acc * g.k * g.n * g.experts + z
         rows = np.maximum(np.asarray(g.m, dtype=float) / np.maximum(np.asarray(g.experts, dtype=float), 1e-9), 1.0)
-        dgrad = gemm_time(self.gpu, g.flops, d_bytes, dtype, experts=g.experts, m=g.m, n=g.k, k=g.n,
-                          one_kernel=one_kernel)
-        wgrad = gemm_time(self.gpu, g.flops, w_bytes, dtype, experts=g.experts, m=g.k * g.experts, n=g.n, k=rows,
-                          one_kernel=one_kernel)
-        return GemmGrads(dgrad, d_bytes, wgrad, w_bytes)
+        return GemmGrads(
+            gemm_time(self.gpu, g.flops, d_bytes, dtype, experts=g.experts, m=g.m, n=g.k, k=g.n, one_kernel=one_kernel),
+            d_bytes, gemm_time(self.gpu, g.flops, w_bytes, dtype, experts=g.experts, m=g.k * g.experts, n=g.n, k=rows,
+                               one_kernel=one_kernel), w_bytes)
 
     def stream_time(self, nbytes: np.ndarray) -> np.ndarray:
         """A quantization (cast) kernel moving ``nbytes``: the HBM streaming rate at the GPU's measured share of it

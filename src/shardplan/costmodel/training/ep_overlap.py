@@ -37,7 +37,7 @@ def unpaired_share(ctx: Ctx) -> np.ndarray:
     """Share of a rank's (virtual) microbatches that the combined 1F1B schedule runs without a partner."""
     r = ctx.rows
     p, v = r.pp.astype(float), r.v.astype(float)
-    m = np.maximum(r.gb / (r.dp * r.mb), 1.0) * v
+    m = ctx.microbatches * v
     warmup = np.where(p > 1, 2 * (p - 1) + (v - 1) * p + 1, 1.0) * ctx.schedules  # each schedule warms up
     return np.minimum(warmup / m, 1.0)
 

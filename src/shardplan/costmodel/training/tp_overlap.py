@@ -31,9 +31,9 @@ def _sp_collective(op: Op) -> str | None:
     return "ag" if ".tp_allgather" in op.name else "rs" if ".tp_reducescatter" in op.name else None
 
 
-def _neighbour_gemm(ops: list[Op], i: int, after: bool) -> np.ndarray | float:
+def _neighbour_gemm(ops: list[Op], i: int, after: bool, suffix: str = "") -> np.ndarray | float:
     seq = ops[i + 1:] if after else reversed(ops[:i])
-    return next((op.time for op in seq if op.kind == GEMM), 0.0)
+    return next((op.time for op in seq if op.kind == GEMM and op.name.endswith(suffix)), 0.0)
 
 
 def overlap_tp(ctx: Ctx, kind: str, ops: list[Op], *, backward: bool) -> list[Op]:
@@ -55,7 +55,11 @@ def overlap_tp(ctx: Ctx, kind: str, ops: list[Op], *, backward: bool) -> list[Op
         if not ub:
             exposed = t * (1 - sw.tp_comm_overlap)
         elif backward:
-            g = _neighbour_gemm(ops, i, after=which == "ag")
+            # Transformer Engine's userbuffers in the backward: the input gradient's reduce-scatter (the forward
+            # all-gather's backward) runs beside the column-parallel layer's wgrad (``qkv_wgrad``/``fc1_wgrad``
+            # bulk), the output gradient's all-gather (the forward reduce-scatter's) beside the row-parallel
+            # layer's dgrad (``proj_dgrad``/``fc2_dgrad``); the backward ops keep the forward's order.
+            g = _neighbour_gemm(ops, i, after=which == "ag", suffix=".wgrad" if which == "ag" else ".dgrad")
             exposed = np.maximum(t - g, 0.0)
         elif which == "ag":
             exposed = np.maximum(t - _neighbour_gemm(ops, i, after=True) * (tp - 1) / tp, 0.0)
