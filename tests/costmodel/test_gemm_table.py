@@ -102,3 +102,19 @@ def test_unknown_grid_name_is_rejected() -> None:
     spec["gemm_shape_table"] = "sm_42"
     with pytest.raises(ValidationError, match="gemm_shape_table"):
         GpuSpec(**spec)
+
+
+def test_shape_cache_is_exact_and_survives_being_emptied(monkeypatch) -> None:
+    """The per-process cache of grid reads returns the uncached read's floats, also in the call that empties it (one
+    shape already cached, two new ones, the cache at its bound)."""
+    import numpy as np
+
+    from shardplan.costmodel.core import gemm_shape as G
+
+    monkeypatch.setattr(G, "_CACHE", {})
+    monkeypatch.setattr(G, "_CACHE_MAX", 3)
+    G.table_fraction("xla-sm90", np.array([4096.0]), np.array([4096.0]), np.array([4096.0]))
+    G.table_fraction("xla-sm90", np.array([512.0, 1024.0]), np.array([3072.0, 3072.0]), np.array([4096.0, 4096.0]))
+    m, n, k = np.array([4096.0, 700.0, 9000.0]), np.array([4096.0, 1536.0, 2048.0]), np.array([4096.0, 100.0, 512.0])
+    got = G.table_fraction("xla-sm90", m, n, k)
+    assert np.array_equal(got, G._read("xla-sm90", m, n, k))
