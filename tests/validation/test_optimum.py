@@ -337,3 +337,19 @@ def test_the_qwen3_30b_dropless_regression_is_the_publishers_own_report() -> Non
     ratio = before["metrics"]["tokens_per_s_per_gpu"] / run.measured_tokens_per_s_per_gpu
     assert 1.9 < ratio < 2.1
     assert all(r.get("known_regression") is None for rid, r in recs.items() if rid != run.id)
+
+
+def test_gpt_oss_h100_record_runs_the_release_recipes_microbatch() -> None:
+    """Megatron-Bridge 25.11's H100 gpt-oss-120b row prints MBS 4 / GA 2, the Blackwell rows' values (DP 64 × 4 × 2 =
+    512), which at its PP 4 (DP 16) make 128 sequences, not its 512; the release recipe (v0.2.0) keeps the base's
+    micro_batch_size=1, GA 32. The record carries the recipe's, and the published layout then fits (at MBS 4 the
+    model put it at 94 GiB)."""
+    from shardplan.costmodel.training.evaluate import estimate_training
+
+    rec = next(r for r in load_records_tuned() if r["id"] == "mbridge-25.11-gpt-oss-120b-64gpu-h100-bf16")
+    p = rec["parallel"]
+    assert p["dp"] * p["microbatch"] * p["grad_accum"] == rec["workload"]["global_batch_sequences"]
+    run = parse_run(rec)
+    assert isinstance(run, OptimumRun) and run.layout.microbatch == 1
+    mem = estimate_training(run.model, run.system, run.gpus, run.work, run.layout).memory
+    assert mem.total_bytes <= mem.capacity_bytes - mem.headroom_bytes
