@@ -268,16 +268,19 @@ def test_layout_text_names_per_rank_recompute_uneven_splits_folding_and_offload(
     assert layout_text(1, 1, 8, 1, 1, 2, 1, "none", 3) == "TP1 PP1 DP8 CP1 mb2 Z3"
 
 
-def test_nemotron4_340b_recipe_optimizer_in_bf16_fits_its_published_layout() -> None:
+@pytest.mark.parametrize("rid", ["dgxc-v25.01-nemotron-4-340b-128gpu-h100-bf16",
+                                 "nemo-24.07-nemotron-340b-128gpu-h100-fp8"])
+def test_nemotron4_340b_recipe_optimizer_in_bf16_fits_its_published_layout(rid: str) -> None:
     """The DGX Cloud Nemotron-4 340B recipe runs NeMo's distributed Adam with ``dtype: bf16`` and
-    ``grad_sync_dtype: bf16`` (nemotron4-340b-synth.yaml @ 143b90dd): bf16 moments and no fp32 master (NeMo stores
-    none where the optimizer dtype is the model's), a bf16 gradient buffer. By hand, per parameter on a GPU of TP 8,
-    PP 8, DP 2: weights 2 B, gradients 2 B, moments 4 B / DP 2 = 2 B, so the three are equal; with Megatron's
-    defaults (fp32 gradients, 12 B of state) the published layout would not fit an 80 GB H100, which it ran on."""
+    ``grad_sync_dtype: bf16`` (nemotron4-340b-synth.yaml @ 143b90dd), as NeMo 24.07's launcher config did
+    (NeMo-Framework-Launcher tag 24.07, conf/training/nemotron/nemotron_340b.yaml): bf16 moments and no fp32 master
+    (NeMo stores none where the optimizer dtype is the model's), a bf16 gradient buffer. By hand, per parameter on a
+    GPU of TP 8, PP 8, DP 2: weights 2 B, gradients 2 B, moments 4 B / DP 2 = 2 B, so the three are equal; with
+    Megatron's defaults (fp32 gradients, 12 B of state) the published layout would not fit an 80 GB H100, which it
+    ran on."""
     from shardplan.costmodel.training.evaluate import estimate_training
 
-    rec = next(r for r in load_records("optimum_runs")["runs"]
-               if r["id"] == "dgxc-v25.01-nemotron-4-340b-128gpu-h100-bf16")
+    rec = next(r for r in load_records_tuned() if r["id"] == rid)
     run = parse_run(rec)
     assert isinstance(run, OptimumRun)
     assert run.work.grad_dtype == "bf16" and run.work.optimizer_bytes_per_param == 4
