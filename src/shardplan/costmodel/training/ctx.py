@@ -221,9 +221,12 @@ class Ctx:
 
     def attention(self, a: Attention) -> list[Op]:
         """Flash or unfused attention per row; under context parallelism the K/V ring, overlapped with the
-        attention kernels (exposed only where the ring takes longer)."""
+        attention kernels (exposed only where the ring takes longer). Selective recompute (Megatron's core_attn)
+        reruns all of it, the flash kernel and its ring too: Megatron-Core checkpoints core attention whatever
+        its kernel (attention.py ``checkpoint_core_attention`` at d98e8a6)."""
         nbytes = a.nbytes(self.act_bytes)
-        flash = Op(f"{a.name}.flash", ATTN, a.flops, nbytes, self.flash_time(a.flops, nbytes, backward=False))
+        flash = Op(f"{a.name}.flash", ATTN, a.flops, nbytes, self.flash_time(a.flops, nbytes, backward=False),
+                   selective=True)
         unfused = unfused_attention(self, a, mask_passes=0, selective=True)
         ops = [masked(op, ~self.flash) for op in unfused] + [masked(flash, self.flash)]
         if self.system.software.attention_unpad:  # packed rows in and out of a varlen flash kernel (core.passes)
@@ -236,7 +239,8 @@ class Ctx:
         ring = self.collective(f"{a.name}.cp_ring", "all_gather", a.kv_tokens * a.kv_token_bytes, "cp")
         exposed = comm.with_overlap_cost(self.system, ring.time,
                                          np.maximum(ring.time - flash.time * (r.cp - 1) / r.cp, 0.0))
-        ops.append(Op(ring.name, ring.kind, ring.flops, ring.nbytes, np.where(r.cp > 1, exposed, 0.0), dim="cp"))
+        ops.append(Op(ring.name, ring.kind, ring.flops, ring.nbytes, np.where(r.cp > 1, exposed, 0.0), dim="cp",
+                      selective=True))
         return ops
 
     def flash_time(self, flops: np.ndarray, nbytes: np.ndarray, *, backward: bool) -> np.ndarray:

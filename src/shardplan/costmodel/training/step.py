@@ -25,7 +25,7 @@ from shardplan.costmodel.training.dp_sync import data_parallel, fsdp_under_pp, o
 from shardplan.costmodel.training.layout import LayoutArrays, TrainWorkload
 from shardplan.costmodel.training.memory import embedding_activations, framework_memory, head_activations
 from shardplan.costmodel.training.pipeline_sim import chunk_factors
-from shardplan.costmodel.training.recompute_modules import selective_terms
+from shardplan.costmodel.training.recompute_modules import MODULES, selective_terms
 from shardplan.costmodel.training.schedule_overlap import pipeline_send_s
 from shardplan.costmodel.training.stages import (
     KindCost,
@@ -244,20 +244,22 @@ def _flops(ctx: Ctx, k: dict[str, KindCost], m: np.ndarray) -> tuple[np.ndarray,
     f = model_flops_parts(mdl, w.seq_len)
     model = tokens * f.total
     # Recompute in the same convention: full reruns the forward of the recomputed layers (2 per weight per
-    # token plus the token mixers' forward); selective reruns core attention (unfused only: flash keeps no scores
-    # to drop, its backward recomputes them inside the kernel, counted as executed work, not as recompute).
+    # token plus the token mixers' forward); selective with core_attn reruns core attention's forward, flash or
+    # unfused (Megatron-Core checkpoints it whatever the kernel).
     full_frac = np.minimum(r.rk * r.pp, mdl.num_layers) / mdl.num_layers
-    selective = np.where(ctx.flash, 0.0, f.attention_fwd)
-    rc = tokens * np.where(r.rc == 1, selective, np.where(r.rc == 2, full_frac * f.layers_fwd, 0.0))
+    core_on = (r.sel >> MODULES.index("core_attn") & 1) == 1
+    rc = tokens * np.where(r.rc == 1, np.where(core_on, f.attention_fwd, 0.0),
+                           np.where(r.rc == 2, full_frac * f.layers_fwd, 0.0))
     counts = model_counts(mdl)
     per_mb = layer_sum(k, counts, lambda c: c.fwd.flops + c.bwd.flops)
     fwd_all = layer_sum(k, counts, lambda c: c.fwd.flops)
     per_mb = per_mb + sum(k[x].fwd.flops + k[x].bwd.flops for x in ("embedding", "head"))
-    mods = selective_terms(k, counts, r.sel).flops  # other --recompute-modules: their forward GEMMs, as executed
-    rc_exec = np.where(r.rc == 1, layer_sum(k, counts, lambda c: c.selective.flops) + mods,
-                       np.where(r.rc == 2, full_frac * fwd_all, 0.0))
+    core = layer_sum(k, counts, lambda c: c.selective.flops)  # core attention's rerun, as executed
+    mods = selective_terms(k, counts, r.sel).flops  # --recompute-modules beyond the default, as executed
+    rc_exec = np.where(r.rc == 1, core + mods, np.where(r.rc == 2, full_frac * fwd_all, 0.0))
     executed = m * r.dp * r.cp * r.tp * (per_mb + rc_exec)
-    return model, model + rc + np.where(r.rc == 1, m * r.dp * r.cp * r.tp * mods, 0.0), executed
+    others = mods + np.where(core_on, 0.0, core)  # the other modules alone (a set without core_attn drops its rerun)
+    return model, model + rc + np.where(r.rc == 1, m * r.dp * r.cp * r.tp * others, 0.0), executed
 
 
 def train_cost(model: ModelSpec, system: SystemSpec, work: TrainWorkload, rows: LayoutArrays, *,
