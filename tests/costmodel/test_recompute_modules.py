@@ -145,3 +145,40 @@ def test_per_layer_rows_carry_the_module_set_as_the_stage_rows_do() -> None:
     for st in moe_act.stages:
         layer_rc = sum(r.count * r.recompute_time_s for r in moe_act.layers if r.stage == st.stage)
         assert layer_rc == pytest.approx(st.recompute_time_s, rel=1e-9)
+
+
+def test_core_attn_rerun_includes_the_context_parallel_ring() -> None:
+    """Under CP, Transformer Engine's attention exchanges K/V inside its forward (context_parallel.py
+    ``AttnFuncWithCPAndKVP2P.forward`` at d0067d0), so core_attn's checkpointed rerun repeats the ring as well as the
+    flash kernel: the selective phase is their two forward times."""
+    from shardplan.costmodel.training.evaluate import normalize
+
+    work = TrainWorkload(seq_len=32768, global_batch=8, attention=AttentionKernel.FLASH)
+    lay = normalize(TrainLayout(tp=8, cp=2, dp=4, sequence_parallel=True))
+    ctx = Ctx(get_model("llama-3.1-70b"), get_system("dgx-h100"), work, LayoutArrays.from_layouts([lay], 8))
+    k = kind_cost(ctx, "attention")
+    ring = sum(float(op.time[0]) for op in k.fwd_ops if op.name.endswith(".cp_ring"))
+    flash = sum(float(op.time[0]) for op in k.fwd_ops if op.name.endswith(".flash"))
+    assert ring > 0 and flash > 0
+    assert float(k.selective.time[0]) == pytest.approx(flash + ring, rel=1e-12)
+
+
+@pytest.mark.parametrize("modules", [("core_attn",), ("layernorm", "moe_act"), ("core_attn", "layernorm")])
+def test_hfu_counts_core_attention_rerun_only_when_core_attn_is_recomputed(modules: tuple[str, ...]) -> None:
+    """HFU − MFU is the forward work recompute reruns (Korthikanti et al. 2022 §6.3): with core_attn in the set, one
+    attention forward in the model convention, 4·s·d FLOPs per token per query head dim (QKᵀ and PV, the full s×s
+    matrix) per attention layer, by hand; the norm and the routed experts' activation add no matmul work; without
+    core_attn nothing is rerun that counts, and HFU = MFU."""
+    from shardplan.costmodel.training.evaluate import estimate_training
+
+    model = get_model("mixtral-8x7b")
+    work = TrainWorkload(seq_len=4096, global_batch=64)
+    lay = TrainLayout(tp=2, pp=1, dp=4, ep=4, microbatch=1, recompute="selective", recompute_modules=modules,
+                      sequence_parallel=True)
+    m = estimate_training(model, get_system("dgx-h100"), 8, work, lay).metrics
+    assert m.hfu >= m.mfu
+    tokens = 64 * 4096
+    attn = model.num_layers * 4 * 4096 * model.num_heads * model.head_size * tokens  # QKᵀ and PV over s×s
+    peak = get_system("dgx-h100").gpu.peak("bf16") * 8 * m.step_time_s
+    want = attn / peak if "core_attn" in modules else 0.0
+    assert m.hfu - m.mfu == pytest.approx(want, rel=1e-6, abs=1e-12)

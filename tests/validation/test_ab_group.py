@@ -58,8 +58,9 @@ def test_every_change_moves_the_way_it_measured_and_within_15_percent() -> None:
 
 
 def test_core_attention_rerun_costs_what_the_recompute_study_measured() -> None:
-    """NVIDIA's Llama 3 70B FP8 SFT recompute study (32 H100, Megatron-Bridge skill nemo-mbridge-perf-memory-tuning):
-    recompute mlp 593.6 TFLOP/s per GPU, mlp + core_attn 586.8: adding core_attn (flash attention) costs 1.16%.
+    """NVIDIA's Llama 3 70B FP8 SFT recompute study (32 H100; Megatron-Bridge@067f987
+    skills/nemo-mbridge-perf-activation-recompute/SKILL.md l.211-217): recompute mlp 593.6 TFLOP/s per GPU,
+    mlp + core_attn 586.8: adding core_attn (flash attention) costs 1.16%.
     Megatron-Core checkpoints core attention whatever its kernel, so the rerun is a flash forward per layer: the
     model's ratio of the two runs within half a point of the measured one (it had priced core_attn at zero)."""
     by_id = {r["id"]: r for r in load_records("ab_runs")}

@@ -220,10 +220,10 @@ class Ctx:
         return Op(name, GEMM, flops, nbytes, kernel_time(self.gpu, flops, nbytes, self.mm_dtype), selective=selective)
 
     def attention(self, a: Attention) -> list[Op]:
-        """Flash or unfused attention per row; under context parallelism the K/V ring, overlapped with the
-        attention kernels (exposed only where the ring takes longer). Selective recompute (Megatron's core_attn)
-        reruns all of it, the flash kernel and its ring too: Megatron-Core checkpoints core attention whatever
-        its kernel (attention.py ``checkpoint_core_attention`` at d98e8a6)."""
+        """Flash or unfused attention per row; under CP the K/V ring, overlapped with the attention kernels (exposed
+        only where the ring takes longer). core_attn recompute reruns the kernels and the ring, flash included
+        (Megatron-Core checkpoints core attention whatever its kernel: attention.py ``checkpoint_core_attention``
+        at d98e8a6; legacy Megatron-LM's flash path did not)."""
         nbytes = a.nbytes(self.act_bytes)
         flash = Op(f"{a.name}.flash", ATTN, a.flops, nbytes, self.flash_time(a.flops, nbytes, backward=False),
                    selective=True)
@@ -401,6 +401,6 @@ def backward(ctx: Ctx, fwd: list[Op]) -> list[Op]:
 
 
 def selective_part(fwd: list[Op]) -> list[Op]:
-    """The forward ops selective recompute reruns by default (Megatron's core_attn): core attention of the unfused
-    path. Other modules: ``recompute_modules``."""
+    """The forward ops selective recompute reruns by default (Megatron's core_attn): core attention, the unfused
+    path's kernels or the flash kernel with its CP ring. Other modules: ``recompute_modules``."""
     return [op for op in fwd if op.selective]

@@ -47,7 +47,7 @@ class KindCost:
     bwd_ops: list[Op]
     fwd: PhaseCost
     bwd: PhaseCost
-    selective: PhaseCost  # what selective recompute reruns (zero with flash attention)
+    selective: PhaseCost  # what core_attn recompute reruns (core attention, flash or unfused)
     params: LayerParams
     acts: LayerActivations | None
     modules: dict[str, ModuleCost]  # selective recompute modules of this kind (``recompute_modules``)

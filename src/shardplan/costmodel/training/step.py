@@ -235,9 +235,10 @@ def _flops(ctx: Ctx, k: dict[str, KindCost], m: np.ndarray) -> tuple[np.ndarray,
     weight per token, 12·L·s·a·d per token for attention scores and context over the whole s×s matrix (causal
     masking is not discounted, as PaLM, torchtitan and Megatron-LM before 8873b55d6a (2025-03-06) count), 6·V·h for
     the LM head. Hardware FLOPs
-    (HFU; Korthikanti et al. 2022 §6.3): the same count plus the forward work recompute reruns, in the same
-    convention, so HFU ≥ MFU. Executed FLOPs: what the kernels run (flash skips the masked half), for the
-    per-layer table.
+    (HFU; Korthikanti et al. 2022 §6.3): the same count plus the forward work recompute reruns: full recompute and
+    core_attn in the model convention, the other recompute modules and policies as executed (the same count for
+    GEMMs; attention a policy reruns at its kernel's executed FLOPs), so HFU ≥ MFU. Executed FLOPs: what the
+    kernels run (flash skips the masked half), for the per-layer table.
     """
     mdl, r, w = ctx.model, ctx.rows, ctx.work
     tokens = r.gb * w.seq_len
@@ -255,7 +256,7 @@ def _flops(ctx: Ctx, k: dict[str, KindCost], m: np.ndarray) -> tuple[np.ndarray,
     fwd_all = layer_sum(k, counts, lambda c: c.fwd.flops)
     per_mb = per_mb + sum(k[x].fwd.flops + k[x].bwd.flops for x in ("embedding", "head"))
     core = layer_sum(k, counts, lambda c: c.selective.flops)  # core attention's rerun, as executed
-    mods = selective_terms(k, counts, r.sel).flops  # --recompute-modules beyond the default, as executed
+    mods = selective_terms(k, counts, r.sel).flops  # the set's change from the default (less core when dropped)
     rc_exec = np.where(r.rc == 1, core + mods, np.where(r.rc == 2, full_frac * fwd_all, 0.0))
     executed = m * r.dp * r.cp * r.tp * (per_mb + rc_exec)
     others = mods + np.where(core_on, 0.0, core)  # the other modules alone (a set without core_attn drops its rerun)

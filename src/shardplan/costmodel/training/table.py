@@ -103,7 +103,7 @@ def _module_sets(cost: TrainCost, cap: float) -> np.ndarray:
     def at(x: np.ndarray | float) -> np.ndarray:
         return np.broadcast_to(np.asarray(x, dtype=float), (n,))[need]
 
-    # the modules the model has, less those that free nothing and rerun nothing here (core_attn under flash)
+    # the modules the model has, less those that free nothing and rerun nothing here
     # (Megatron asserts 'moe' is not recomputed under --overlap-moe-expert-parallel-comm: transformer_config.py)
     # other frameworks' whole-layer policies are priced when pinned, not chosen (each replaces the whole set)
     banned = (("moe",) if cost.ctx.system.software.ep_comm_overlap else ()) + RECOMPUTE_POLICIES
