@@ -11,7 +11,6 @@ can hold, so its memory is an upper bound.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -31,6 +30,7 @@ from shardplan.costmodel.training.ctx import Ctx, backward, selective_part
 from shardplan.costmodel.training.ep_overlap import overlap_ep
 from shardplan.costmodel.training.memory import LayerActivations, LayerParams, layer_activations, layer_params
 from shardplan.costmodel.training.recompute_modules import ModuleCost, module_costs
+from shardplan.costmodel.training.row_trees import map_rows
 from shardplan.costmodel.training.space import row_keys
 from shardplan.costmodel.training.tp_overlap import overlap_tp
 from shardplan.models.spec import ModelSpec
@@ -93,39 +93,15 @@ def kind_costs(ctx: Ctx, *, ops: bool = True) -> dict[str, KindCost]:
     return costs if ops else take_kinds(costs, slice(None), len(ctx.rows))
 
 
-_FIELDS: dict[type, tuple[str, ...]] = {}
-
-
-def _field_names(cls: type) -> tuple[str, ...]:
-    names = _FIELDS.get(cls)
-    if names is None:
-        names = _FIELDS[cls] = tuple(f.name for f in dataclasses.fields(cls))
-    return names
-
-
 def take_kinds(kinds: dict[str, KindCost], idx: np.ndarray | slice, n: int) -> dict[str, KindCost]:
-    """Rows ``idx`` of per-kind costs computed for ``n`` rows at once (operator lists dropped). A cost dataclass
-    without ``__post_init__`` is copied field by field, without ``dataclasses.replace``'s re-initialisation (the
-    per-stage search takes rows thousands of times)."""
+    """Rows ``idx`` of per-kind costs computed for ``n`` rows at once (operator lists dropped)."""
+    return map_rows(kinds, lambda x: x[idx], n, drop_lists=True)
 
-    def pick(x: Any) -> Any:
-        if isinstance(x, np.ndarray):
-            return x[idx] if x.ndim == 1 and len(x) == n else x
-        if isinstance(x, list):
-            return []
-        if isinstance(x, dict):
-            return {k: pick(v) for k, v in x.items()}
-        if dataclasses.is_dataclass(x) and not isinstance(x, type):
-            cls = type(x)
-            if hasattr(cls, "__post_init__"):
-                return dataclasses.replace(x, **{f: pick(getattr(x, f)) for f in _field_names(cls)})
-            out = object.__new__(cls)
-            for name in _field_names(cls):
-                object.__setattr__(out, name, pick(getattr(x, name)))
-            return out
-        return x
 
-    return {k: pick(v) for k, v in kinds.items()}
+def extend_kinds(kinds: dict[str, KindCost], extra: np.ndarray, n: int) -> dict[str, KindCost]:
+    """Per-kind costs of ``n`` rows followed by rows ``extra`` again (``take_kinds`` of ``[0..n) + extra``, the first
+    ``n`` copied, not gathered)."""
+    return map_rows(kinds, lambda x: np.concatenate([x, x[extra]]), n, drop_lists=True)
 
 
 def _moe_overlapped(ctx: Ctx, costs: dict[str, KindCost]) -> KindCost:

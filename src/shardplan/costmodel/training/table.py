@@ -13,18 +13,21 @@ instead of enumerated (the prototype behind DESIGN.md measured this exact agains
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from dataclasses import dataclass
 
 import numpy as np
 
+from shardplan.costmodel.training.ctx import Ctx
 from shardplan.costmodel.training.evaluate import fits, gpu_capacity, host_capacity
 from shardplan.costmodel.training.knobs import RECOMPUTE_MODULES, RECOMPUTE_POLICIES
 from shardplan.costmodel.training.layout import LayoutArrays, TrainWorkload
 from shardplan.costmodel.training.memory import head_activations
 from shardplan.costmodel.training.recompute_modules import NESTED
+from shardplan.costmodel.training.row_trees import map_rows, splice_rows
 from shardplan.costmodel.training.space import row_keys
-from shardplan.costmodel.training.stages import stage_counts, take_kinds
+from shardplan.costmodel.training.stages import extend_kinds, stage_counts, take_kinds
 from shardplan.costmodel.training.step import TrainCost, train_cost
 from shardplan.hardware.spec import SystemSpec
 from shardplan.models.spec import ModelSpec
@@ -189,6 +192,37 @@ def _offload_fills(cost: TrainCost, cap: float, order: tuple[str, ...]) -> dict[
     return frac
 
 
+def _recosted(model: ModelSpec, system: SystemSpec, work: TrainWorkload, first: TrainCost, rows: LayoutArrays,
+              redo: np.ndarray, extra: np.ndarray, extra_sel: np.ndarray) -> TrainCost:
+    """``first`` (the cost of ``rows`` before their recompute-layer counts were set) with rows ``redo`` (whose
+    count changed) costed again and rows ``extra`` appended with module sets ``extra_sel``. ``train_cost`` is row
+    by row, so the rows that did not change keep their costs: the same table as costing every row again."""
+    n = len(rows)
+    kinds = extend_kinds(first.kinds, extra, n) if len(extra) else first.kinds
+    if len(extra):
+        rows = _concat([rows, rows.take(extra).replace(sel=extra_sel)])
+    todo = np.concatenate([redo, n + np.arange(len(extra))])
+    if len(todo) == 0:
+        return first
+    sub = train_cost(model, system, work, rows.take(todo), ops=False, kinds=take_kinds(kinds, todo, len(rows)))
+    spliced = splice_rows(first, sub, redo, n, len(todo), skip=lambda x: isinstance(x, Ctx) or x is first.kinds)
+    return dataclasses.replace(spliced, ctx=Ctx(model, system, work, rows), kinds=kinds)
+
+
+def _appended(model: ModelSpec, system: SystemSpec, work: TrainWorkload, cost: TrainCost, extra: LayoutArrays,
+              source: np.ndarray) -> TrainCost:
+    """``cost`` with the rows ``extra`` (each derived from row ``source`` of it: its per-kind costs) costed and
+    appended."""
+    rows, n = cost.ctx.rows, len(cost.ctx.rows)
+    if len(extra) == 0:
+        return cost
+    kinds = extend_kinds(cost.kinds, source, n)
+    sub = train_cost(model, system, work, extra, ops=False, kinds=take_kinds(cost.kinds, source, n))
+    spliced = splice_rows(cost, sub, np.zeros(0, dtype=np.int64), n, len(extra),
+                          skip=lambda x: isinstance(x, Ctx) or x is cost.kinds)
+    return dataclasses.replace(spliced, ctx=Ctx(model, system, work, _concat([rows, extra])), kinds=kinds)
+
+
 def build_train_table(model: ModelSpec, system: SystemSpec, work: TrainWorkload, rows: LayoutArrays, *,
                       allow_offload: bool = True, partial_recompute: bool = True, module_sets: bool = True,
                       offload_last_resort: bool = False) -> TrainTable:
@@ -201,32 +235,30 @@ def build_train_table(model: ModelSpec, system: SystemSpec, work: TrainWorkload,
     all): elsewhere the planner never reads them.
     """
     cap = gpu_capacity(system, work)
-    # Each pass's arrays are dropped before the next pass is costed: peak memory is one pass, not two.
-    # Per-kind costs do not depend on recompute, module set or offload (``stages.KIND_COLUMNS``): computed once,
-    # every later pass takes each row's from the row it was derived from.
-    kinds = None
+    # Every row is costed once: a later pass costs only the rows it changes or adds and splices them in (the cost is
+    # row by row). Per-kind costs do not depend on recompute, module set or offload (``stages.KIND_COLUMNS``):
+    # computed once, every later pass takes each row's from the row it was derived from.
     if partial_recompute or (module_sets and (rows.rc == 1).any()):
         first = train_cost(model, system, work, rows, ops=False)
-        kinds = first.kinds
         sel = _module_sets(first, cap) if module_sets else rows.sel
-        rows = rows.replace(rk=_recompute_layers(first, cap)) if partial_recompute else rows
-        del first
+        rk = _recompute_layers(first, cap) if partial_recompute else rows.rk
         # a module set is another layout: added beside the default one (which a per-stage split may still fit)
         changed = np.flatnonzero(sel != rows.sel)
-        if len(changed):
-            kinds = take_kinds(kinds, np.concatenate([np.arange(len(rows)), changed]), len(rows))
-            rows = _concat([rows, rows.take(changed).replace(sel=sel[changed])])
-    cost = train_cost(model, system, work, rows, ops=False, kinds=kinds)
+        cost = _recosted(model, system, work, first, rows.replace(rk=rk), np.flatnonzero(rk != rows.rk),
+                         changed, sel[changed])
+        del first
+    else:
+        cost = train_cost(model, system, work, rows, ops=False)
+    rows = cost.ctx.rows
     ok = fits(cost, system, work)
     bad = ~ok if allow_offload else np.zeros_like(ok)
     if offload_last_resort and ok.any():
         pair = rows.tp.astype(np.int64) * (int(rows.pp.max()) + 1) + rows.pp
         bad &= ~np.isin(pair, pair[ok])
     if bad.any():
-        kinds = cost.kinds
-        del cost  # costed again below, with the offload variants
         bad = np.flatnonzero(bad)
-        sub = train_cost(model, system, work, rows.take(bad), ops=False, kinds=take_kinds(kinds, bad, len(rows)))
+        sub = dataclasses.replace(map_rows(cost, lambda x: x[bad], len(rows), skip=lambda x: isinstance(x, Ctx)),
+                                  ctx=Ctx(model, system, work, rows.take(bad)))
         variants = []
         for order in itertools.permutations(OFFLOAD_CLASSES):
             f = _offload_fills(sub, cap, order)
@@ -240,9 +272,7 @@ def build_train_table(model: ModelSpec, system: SystemSpec, work: TrainWorkload,
         uniq = np.sort(uniq)
         extra, source = extra.take(uniq), source[uniq]
         changed = np.flatnonzero((extra.f_opt + extra.f_w + extra.f_act) > 0)
-        kinds = take_kinds(kinds, np.concatenate([np.arange(len(rows)), source[changed]]), len(rows))
-        rows = _concat([rows, extra.take(changed)])
-        cost = train_cost(model, system, work, rows, ops=False, kinds=kinds)
+        cost = _appended(model, system, work, cost, extra.take(changed), source[changed])
         ok = fits(cost, system, work)
     return TrainTable(cost=cost, fits=ok, gpu_over=cost.peak_memory - cap, capacity=cap,
                       host_over=cost.host_bytes_per_node - host_capacity(system, work))
