@@ -98,12 +98,6 @@ def take_kinds(kinds: dict[str, KindCost], idx: np.ndarray | slice, n: int) -> d
     return map_rows(kinds, lambda x: x[idx], n, drop_lists=True)
 
 
-def extend_kinds(kinds: dict[str, KindCost], extra: np.ndarray, n: int) -> dict[str, KindCost]:
-    """Per-kind costs of ``n`` rows followed by rows ``extra`` again (``take_kinds`` of ``[0..n) + extra``, the first
-    ``n`` copied, not gathered)."""
-    return map_rows(kinds, lambda x: np.concatenate([x, x[extra]]), n, drop_lists=True)
-
-
 def _moe_overlapped(ctx: Ctx, costs: dict[str, KindCost]) -> KindCost:
     """The MoE layer with its EP all-to-alls hidden behind the paired microbatch's layer (``ep_overlap``); the
     token mixer beside it is the mean of the model's mixer kinds."""

@@ -27,7 +27,7 @@ from shardplan.costmodel.training.memory import head_activations
 from shardplan.costmodel.training.recompute_modules import NESTED
 from shardplan.costmodel.training.row_trees import map_rows, splice_rows
 from shardplan.costmodel.training.space import row_keys
-from shardplan.costmodel.training.stages import extend_kinds, stage_counts, take_kinds
+from shardplan.costmodel.training.stages import KindCost, stage_counts, take_kinds
 from shardplan.costmodel.training.step import TrainCost, train_cost
 from shardplan.hardware.spec import SystemSpec
 from shardplan.models.spec import ModelSpec
@@ -38,13 +38,22 @@ OFFLOAD_CLASSES = ("f_opt", "f_w", "f_act")
 
 @dataclass(frozen=True, slots=True)
 class TrainTable:
-    """Costed candidate rows (``cost.ctx.rows``) and whether each fits GPU and host memory."""
+    """Costed candidate rows (``cost.ctx.rows``) and whether each fits GPU and host memory.
+
+    ``cost.kinds`` holds the per-kind costs of the rows first costed; a row added later (another module set, an
+    offload variant) shares the per-kind costs of the row it was derived from (``stages.KIND_COLUMNS``): row ``i``'s
+    are ``cost.kinds`` row ``kind_rows[i]`` (``kinds_of``), none copied."""
 
     cost: TrainCost
     fits: np.ndarray
     gpu_over: np.ndarray  # bytes over GPU capacity on the binding stage (≤ 0 when it fits)
     host_over: np.ndarray  # bytes over usable host memory per node
     capacity: float  # GPU memory a row may fill (the GPU's memory less the headroom)
+    kind_rows: np.ndarray  # the row of ``cost.kinds`` each row's per-kind costs are
+
+    def kinds_of(self, idx: np.ndarray) -> dict[str, KindCost]:
+        """The per-kind costs of rows ``idx``."""
+        return take_kinds(self.cost.kinds, self.kind_rows[idx], _kind_count(self.cost.kinds))
 
     @property
     def rows(self) -> LayoutArrays:
@@ -192,35 +201,42 @@ def _offload_fills(cost: TrainCost, cap: float, order: tuple[str, ...]) -> dict[
     return frac
 
 
+def _kind_count(kinds: dict[str, KindCost]) -> int:
+    """Rows the per-kind costs hold (the length of any of their per-row arrays)."""
+    return len(next(iter(kinds.values())).fwd.time)
+
+
 def _recosted(model: ModelSpec, system: SystemSpec, work: TrainWorkload, first: TrainCost, rows: LayoutArrays,
-              redo: np.ndarray, extra: np.ndarray, extra_sel: np.ndarray) -> TrainCost:
+              redo: np.ndarray, extra: np.ndarray, extra_sel: np.ndarray) -> tuple[TrainCost, np.ndarray]:
     """``first`` (the cost of ``rows`` before their recompute-layer counts were set) with rows ``redo`` (whose
-    count changed) costed again and rows ``extra`` appended with module sets ``extra_sel``. ``train_cost`` is row
-    by row, so the rows that did not change keep their costs: the same table as costing every row again."""
+    count changed) costed again and rows ``extra`` appended with module sets ``extra_sel``, and the row of
+    ``first.kinds`` each row's per-kind costs are. ``train_cost`` is row by row, so the rows that did not change
+    keep their costs: the same table as costing every row again."""
     n = len(rows)
-    kinds = extend_kinds(first.kinds, extra, n) if len(extra) else first.kinds
+    kind_rows = np.concatenate([np.arange(n), extra])
     if len(extra):
         rows = _concat([rows, rows.take(extra).replace(sel=extra_sel)])
     todo = np.concatenate([redo, n + np.arange(len(extra))])
     if len(todo) == 0:
-        return first
-    sub = train_cost(model, system, work, rows.take(todo), ops=False, kinds=take_kinds(kinds, todo, len(rows)))
+        return first, kind_rows
+    sub = train_cost(model, system, work, rows.take(todo), ops=False, kinds=take_kinds(first.kinds, kind_rows[todo], n))
     spliced = splice_rows(first, sub, redo, n, len(todo), skip=lambda x: isinstance(x, Ctx) or x is first.kinds)
-    return dataclasses.replace(spliced, ctx=Ctx(model, system, work, rows), kinds=kinds)
+    return dataclasses.replace(spliced, ctx=Ctx(model, system, work, rows), kinds=first.kinds), kind_rows
 
 
-def _appended(model: ModelSpec, system: SystemSpec, work: TrainWorkload, cost: TrainCost, extra: LayoutArrays,
-              source: np.ndarray) -> TrainCost:
+def _appended(model: ModelSpec, system: SystemSpec, work: TrainWorkload, cost: TrainCost, kind_rows: np.ndarray,
+              extra: LayoutArrays, source: np.ndarray) -> tuple[TrainCost, np.ndarray]:
     """``cost`` with the rows ``extra`` (each derived from row ``source`` of it: its per-kind costs) costed and
-    appended."""
+    appended, and the row of ``cost.kinds`` each row's per-kind costs are."""
     rows, n = cost.ctx.rows, len(cost.ctx.rows)
     if len(extra) == 0:
-        return cost
-    kinds = extend_kinds(cost.kinds, source, n)
-    sub = train_cost(model, system, work, extra, ops=False, kinds=take_kinds(cost.kinds, source, n))
+        return cost, kind_rows
+    kind_rows = np.concatenate([kind_rows, kind_rows[source]])
+    sub = train_cost(model, system, work, extra, ops=False,
+                     kinds=take_kinds(cost.kinds, kind_rows[n:], _kind_count(cost.kinds)))
     spliced = splice_rows(cost, sub, np.zeros(0, dtype=np.int64), n, len(extra),
                           skip=lambda x: isinstance(x, Ctx) or x is cost.kinds)
-    return dataclasses.replace(spliced, ctx=Ctx(model, system, work, _concat([rows, extra])), kinds=kinds)
+    return dataclasses.replace(spliced, ctx=Ctx(model, system, work, _concat([rows, extra]))), kind_rows
 
 
 def build_train_table(model: ModelSpec, system: SystemSpec, work: TrainWorkload, rows: LayoutArrays, *,
@@ -244,11 +260,11 @@ def build_train_table(model: ModelSpec, system: SystemSpec, work: TrainWorkload,
         rk = _recompute_layers(first, cap) if partial_recompute else rows.rk
         # a module set is another layout: added beside the default one (which a per-stage split may still fit)
         changed = np.flatnonzero(sel != rows.sel)
-        cost = _recosted(model, system, work, first, rows.replace(rk=rk), np.flatnonzero(rk != rows.rk),
-                         changed, sel[changed])
+        cost, kind_rows = _recosted(model, system, work, first, rows.replace(rk=rk), np.flatnonzero(rk != rows.rk),
+                                    changed, sel[changed])
         del first
     else:
-        cost = train_cost(model, system, work, rows, ops=False)
+        cost, kind_rows = train_cost(model, system, work, rows, ops=False), np.arange(len(rows))
     rows = cost.ctx.rows
     ok = fits(cost, system, work)
     bad = ~ok if allow_offload else np.zeros_like(ok)
@@ -257,8 +273,8 @@ def build_train_table(model: ModelSpec, system: SystemSpec, work: TrainWorkload,
         bad &= ~np.isin(pair, pair[ok])
     if bad.any():
         bad = np.flatnonzero(bad)
-        sub = dataclasses.replace(map_rows(cost, lambda x: x[bad], len(rows), skip=lambda x: isinstance(x, Ctx)),
-                                  ctx=Ctx(model, system, work, rows.take(bad)))
+        sub = dataclasses.replace(map_rows(cost, lambda x: x[bad], len(rows), skip=lambda x: x is cost.kinds or
+                                           isinstance(x, Ctx)), ctx=Ctx(model, system, work, rows.take(bad)), kinds={})
         variants = []
         for order in itertools.permutations(OFFLOAD_CLASSES):
             f = _offload_fills(sub, cap, order)
@@ -272,7 +288,7 @@ def build_train_table(model: ModelSpec, system: SystemSpec, work: TrainWorkload,
         uniq = np.sort(uniq)
         extra, source = extra.take(uniq), source[uniq]
         changed = np.flatnonzero((extra.f_opt + extra.f_w + extra.f_act) > 0)
-        cost = _appended(model, system, work, cost, extra.take(changed), source[changed])
+        cost, kind_rows = _appended(model, system, work, cost, kind_rows, extra.take(changed), source[changed])
         ok = fits(cost, system, work)
     return TrainTable(cost=cost, fits=ok, gpu_over=cost.peak_memory - cap, capacity=cap,
-                      host_over=cost.host_bytes_per_node - host_capacity(system, work))
+                      host_over=cost.host_bytes_per_node - host_capacity(system, work), kind_rows=kind_rows)

@@ -116,7 +116,7 @@ def search_stages(req: TrainRequest, table: TrainTable, rows: np.ndarray, best_r
         rows].max(initial=0) > 0))
     # Two bounds: a cheap average-work one for every row, the memory-aware one where the cheap one leaves hope.
     # per-kind costs depend on neither recompute nor offload: the table's serve every bound and solve below
-    kinds = take_kinds(table.cost.kinds, deep, len(table))
+    kinds = table.kinds_of(deep)
     lb = average_lower_bounds(model, system, work, r.take(deep), free_recompute=free, kinds=kinds) * overhead
     lb = lb / np.where(per_seq, r.gb[deep], 1)
     hope = np.flatnonzero(lb < incumbent * (1 - 1e-9))
