@@ -82,8 +82,12 @@ def fsdp_collectives(ctx: Ctx, st: HeldParams) -> tuple[np.ndarray, np.ndarray, 
     ag = dp_collective(ctx, comm.all_gather_time, st, DTYPE_BYTES["bf16"], z_stride, across_nodes=not rail)
     rs = dp_collective(ctx, comm.reduce_scatter_time, st, DTYPE_BYTES[w.grad_reduce_dtype or w.grad_dtype],
                        z_stride, across_nodes=not rail)
-    f = s.software.zero3_overlap_fraction if s.software.overlap_param_gather else 0.0
-    return ag, rs, f
+    return ag, rs, fsdp_overlap(s)
+
+
+def fsdp_overlap(system: SystemSpec) -> float:
+    """The share of an overlappable ZeRO-3 gather that prefetching hides (0 without prefetching)."""
+    return system.software.zero3_overlap_fraction if system.software.overlap_param_gather else 0.0
 
 
 def synchronised(ctx: Ctx, st: StageCost) -> np.ndarray:
@@ -124,18 +128,24 @@ def _collective_times(ctx: Ctx, st: StageCost, overlap: bool) -> tuple[dict[str,
     bucket = np.minimum(np.maximum(BUCKET_MIN_PARAMS, BUCKET_PARAMS_PER_DP_RANK * n), held.params) if overlap \
         else held.params
     chunk_bucket = np.minimum(bucket, held.params / u.v)  # one DDP module (own buckets) per model chunk
-    z_ag, pp_rs, f = fsdp_collectives(sub, held)
+    # Only the collectives some row's ZeRO stage reads (``data_parallel``; every row's stage, not only the distinct
+    # keys' representatives): ZeRO-0 all-reduces; ZeRO-1/2 reduce-scatter and gather; ZeRO-3 (and ZeRO-2 gathering
+    # per forward) gathers and reduce-scatters layer by layer. The others stay 0 on rows that never select them.
+    zero = set(np.unique(r.zero).tolist())
+    per_layer = 3 in zero or (2 in zero and s.software.zero2_gather_per_forward)
+    z_ag, pp_rs, f = fsdp_collectives(sub, held) if per_layer else (0.0, 0.0, fsdp_overlap(s))
     z_stride = stride if s.software.zero3_rail_parallel else np.full_like(stride, s.gpus_per_node)
+    ar, sharded = 0 in zero, bool(zero & {1, 2})
     out = {
-        "ar": dp_collective(sub, comm.all_reduce_time, held, g_bytes, stride),
-        "rs": dp_collective(sub, comm.reduce_scatter_time, held, g_bytes, stride),
-        "ag": dp_collective(sub, comm.all_gather_time, held, p_bytes, stride),
-        "ar_last": comm.all_reduce_time(s, chunk_bucket * g_bytes, n, stride),
-        "rs_last": comm.reduce_scatter_time(s, chunk_bucket * g_bytes, n, stride),
-        "ag_first": comm.all_gather_time(s, chunk_bucket * p_bytes, n, stride),  # chunk 0's first bucket
+        "ar": dp_collective(sub, comm.all_reduce_time, held, g_bytes, stride) if ar else 0.0,
+        "rs": dp_collective(sub, comm.reduce_scatter_time, held, g_bytes, stride) if sharded else 0.0,
+        "ag": dp_collective(sub, comm.all_gather_time, held, p_bytes, stride) if sharded else 0.0,
+        "ar_last": comm.all_reduce_time(s, chunk_bucket * g_bytes, n, stride) if ar else 0.0,
+        "rs_last": comm.reduce_scatter_time(s, chunk_bucket * g_bytes, n, stride) if sharded else 0.0,
+        "ag_first": comm.all_gather_time(s, chunk_bucket * p_bytes, n, stride) if sharded else 0.0,  # chunk 0's
         "z_ag": z_ag, "pp_rs": pp_rs,
         "z_rs": dp_collective(sub, comm.reduce_scatter_time, held, z3_g_bytes, z_stride,
-                              across_nodes=not s.software.zero3_rail_parallel),
+                              across_nodes=not s.software.zero3_rail_parallel) if 3 in zero else 0.0,
         "bucket": bucket, "chunk_bucket": chunk_bucket,
     }
     return {k: np.broadcast_to(np.asarray(v, dtype=float), first.shape)[inverse].reshape(shape)

@@ -33,7 +33,7 @@ from shardplan.costmodel.training.evaluate import gpu_capacity
 from shardplan.costmodel.training.layout import LayoutArrays, TrainWorkload, fill_drain_slots
 from shardplan.costmodel.training.stage_split import min_first_layers, rank_shape
 from shardplan.costmodel.training.stages import KindCost, kind_costs, take_kinds
-from shardplan.costmodel.training.step import _stage
+from shardplan.costmodel.training.step import _stage, stage_times
 from shardplan.hardware.spec import SystemSpec
 from shardplan.models.spec import ModelSpec
 
@@ -268,17 +268,17 @@ def average_lower_bounds(model: ModelSpec, system: SystemSpec, work: TrainWorklo
     p, v = rows.pp.astype(float), rows.v.astype(float)
     m = (rows.gb / (rows.dp * rows.mb)).astype(float)
 
-    def work_of(rank: np.ndarray, layers: np.ndarray):
-        layers = np.asarray(layers, dtype=float)
-        shape = rank_shape("bound", model, rank, layers, p)
-        st = _stage(ctx, kinds, shape, m)
-        return st.fwd_s + st.bwd_s, st
+    def shape_of(rank: np.ndarray, layers: np.ndarray):
+        return rank_shape("bound", model, rank, np.asarray(layers, dtype=float), p)
+
+    def work_of(rank: np.ndarray, layers: np.ndarray) -> np.ndarray:  # time alone: no memory is read
+        return stage_times(ctx, kinds, shape_of(rank, layers), m).work_s
 
     zero = np.zeros(n)
-    c_first, _ = work_of(zero, zero)
-    c_mid, _ = work_of(np.ones(n), zero)
-    c_last, _ = work_of(p - 1, zero)
-    everything, _ = work_of(zero, np.full(n, float(model.num_layers)))
+    c_first = work_of(zero, zero)
+    c_mid = work_of(np.ones(n), zero)
+    c_last = work_of(p - 1, zero)
+    everything = work_of(zero, np.full(n, float(model.num_layers)))
     total = c_first + c_last + np.maximum(p - 2, 0) * c_mid + (everything - c_first)
-    _, st0 = work_of(zero, np.maximum(v, min_first_layers(model)))
+    st0 = _stage(ctx, kinds, shape_of(zero, np.maximum(v, min_first_layers(model))), m)
     return (m + ctx.fill_slots) * total / p + tail_floor(ctx, st0)

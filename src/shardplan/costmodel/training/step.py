@@ -25,7 +25,7 @@ from shardplan.costmodel.training.dp_sync import data_parallel, fsdp_under_pp, o
 from shardplan.costmodel.training.layout import LayoutArrays, TrainWorkload
 from shardplan.costmodel.training.memory import embedding_activations, framework_memory, head_activations
 from shardplan.costmodel.training.pipeline_sim import chunk_factors
-from shardplan.costmodel.training.recompute_modules import MODULES, selective_terms
+from shardplan.costmodel.training.recompute_modules import MODULES, SelectiveTerms, selective_terms
 from shardplan.costmodel.training.schedule_overlap import pipeline_send_s
 from shardplan.costmodel.training.stages import (
     KindCost,
@@ -148,8 +148,28 @@ def param_memory(ctx: Ctx, dense: np.ndarray, expert: np.ndarray, *, offloaded: 
     return weights, grads, optimizer
 
 
-def _stage(ctx: Ctx, k: dict[str, KindCost], shape: StageShape, m: np.ndarray) -> StageCost:
-    r, w, sysm = ctx.rows, ctx.work, ctx.system
+@dataclass(frozen=True, slots=True)
+class StageTimes:
+    """One representative stage's time per microbatch: forward, backward and recompute (without the sends), one
+    direction's pipeline sends; with what the stage's memory reads of its recompute (``_stage``)."""
+
+    fwd: np.ndarray
+    bwd: np.ndarray
+    rc: np.ndarray
+    p2p: np.ndarray
+    rc_dense: np.ndarray  # fully recomputed dense layers
+    rc_moe: np.ndarray  # fully recomputed MoE layers
+    mods: SelectiveTerms  # the selective module set's change from the default
+
+    @property
+    def work_s(self) -> np.ndarray:
+        """Forward plus backward per microbatch, recompute and sends included (``StageCost.fwd_s + bwd_s``)."""
+        return (self.fwd + self.p2p) + (self.bwd + self.rc + self.p2p)
+
+
+def stage_times(ctx: Ctx, k: dict[str, KindCost], shape: StageShape, m: np.ndarray) -> StageTimes:
+    """The time part of ``_stage`` (bounds that need no memory take it alone)."""
+    r = ctx.rows
     n, counts = shape.layers, stage_counts(shape)
     emb, head = shape.has_embedding, shape.has_head
 
@@ -172,6 +192,16 @@ def _stage(ctx: Ctx, k: dict[str, KindCost], shape: StageShape, m: np.ndarray) -
     rc = np.where(r.rc == 1, layer_sum(k, counts, lambda c: c.selective.time) + mods.time,
                   np.where(r.rc == 2, full_fwd, 0.0))
     p2p = pipeline_send_s(ctx, m)  # one direction per microbatch, as the schedule exposes it
+    return StageTimes(fwd, bwd, rc, p2p, rc_dense, rc_moe, mods)
+
+
+def _stage(ctx: Ctx, k: dict[str, KindCost], shape: StageShape, m: np.ndarray) -> StageCost:
+    r, w, sysm = ctx.rows, ctx.work, ctx.system
+    n, counts = shape.layers, stage_counts(shape)
+    emb, head = shape.has_embedding, shape.has_head
+    t = stage_times(ctx, k, shape, m)
+    fwd, bwd, rc, p2p, rc_dense, rc_moe, mods = t.fwd, t.bwd, t.rc, t.p2p, t.rc_dense, t.rc_moe, t.mods
+    mlp, moe = k["mlp"], k.get("moe")
 
     # Parameters held, and the memory they take with ZeRO sharding and offload.
     def params_of(attr: str) -> np.ndarray:
