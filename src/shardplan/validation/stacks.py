@@ -155,7 +155,10 @@ def stack_schedule(record: dict[str, Any]) -> tuple[int, int | None]:
     gathered through a schedule: ``dp_sync.fsdp_under_pp``) and repeat whole
     schedules of ``local_batch_size`` sequences per DP rank for gradient accumulation (AutoModel@79d0ccf
     recipes/llm/benchmark.py: one ``schedule.step`` per GA step). Llama 3's FSDP keeps the weights after the forward
-    (paper §3.3.1: ZeRO-2 like) and the other stacks run no FSDP under PP: ZeRO-1 there."""
+    and shards optimizer state and gradients (paper §3.3.2: ZeRO-2 like); ZeRO-2 under PP is not a layout the cost
+    model prices (``space.ZERO2_PP``), so its runs are ZeRO-1, whose unsharded gradients make their memory an upper
+    bound (the three published 405B layouts the model puts over memory). The other stacks run no FSDP under PP:
+    ZeRO-1 there."""
     p = record["parallel"]
     pp = p.get("pp") or 1
     torch_pp = stack_framework(record) in ("torchtitan", "automodel") and pp > 1
