@@ -19,6 +19,7 @@ needs rounded up), then fewer recomputed layers and less offload.
 
 from __future__ import annotations
 
+import itertools
 import time
 from dataclasses import dataclass, field
 
@@ -29,6 +30,7 @@ from shardplan.costmodel.training.evaluate import gpu_capacity, host_capacity
 from shardplan.costmodel.training.knobs import RECOMPUTE_CODE, Recompute
 from shardplan.costmodel.training.layout import TrainLayout, TrainWorkload, pipeline_schedules
 from shardplan.costmodel.training.pipeline_sim import chunk_layers, uniform_split
+from shardplan.costmodel.training.row_trees import map_rows
 from shardplan.costmodel.training.stage_split import (
     RankCosts,
     layout_kinds,
@@ -87,6 +89,13 @@ class StageSpace:
     def cost(self, rank: np.ndarray, layers: np.ndarray, k: np.ndarray, pct: np.ndarray) -> RankCosts:
         return rank_costs(self.model, self.system, self.work, self.layout, rank, layers, k, pct, self.kinds)
 
+    def costs(self, *sets: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]) -> list[RankCosts]:
+        """``cost`` of several option sets in one call (``rank_costs`` is option by option), split back."""
+        cols = [np.concatenate([np.asarray(x[j]) for x in sets]) for j in range(4)]
+        every, n = self.cost(*cols), len(cols[0])
+        ends = np.cumsum([0] + [len(x[0]) for x in sets])
+        return [map_rows(every, lambda x, a=a, b=b: x[a:b], n) for a, b in itertools.pairwise(ends)]
+
     def fits(self, c: RankCosts) -> np.ndarray:
         host = c.host_bytes * self.system.gpus_per_node
         cap = gpu_capacity(self.system, self.work)
@@ -126,19 +135,23 @@ def _grid(space: StageSpace, t_cap_s: float | None) -> tuple[np.ndarray, np.ndar
     ln = np.concatenate([np.arange(int(lo[i]), int(hi[i]) + 1) for i in range(space.layout.pp)])
     even = space.even_chunks(ln)
     rk, ln = rk[even], ln[even]
-    fast = space.cost(rk, ln, np.zeros_like(ln) if space.full else space.layout_k(ln), np.zeros_like(ln))
+    none = np.zeros_like(ln)
+    fast_set = (rk, ln, none if space.full else space.layout_k(ln), none)
     # The least memory of a (rank, layers): stored activations fall linearly with the recomputed layers, but a
     # recomputed layer's activations are live on the GPU during its backward (not offloadable): so the least is
-    # at one of the ends, none or all recomputed (with every offloadable activation on the CPU).
+    # at one of the ends, none or all recomputed (with every offloadable activation on the CPU). All in one call.
     f_all = np.full_like(ln, 100 if space.allow_offload else 0)
     if not space.allow_offload:  # nothing on the CPU: the end with nothing recomputed is ``fast`` itself
+        fast, *rest = space.costs(fast_set, *([(rk, ln, ln, f_all)] if space.full else []))
         ok = space.fits(fast)
-        if space.full:
-            ok |= space.fits(space.cost(rk, ln, ln, f_all))
+        for c in rest:
+            ok |= space.fits(c)
     else:
-        ok = space.fits(space.cost(rk, ln, ln if space.full else space.layout_k(ln), f_all))
-        if space.full:
-            ok |= space.fits(space.cost(rk, ln, np.zeros_like(ln), f_all))
+        fast, least, *rest = space.costs(fast_set, (rk, ln, ln if space.full else space.layout_k(ln), f_all),
+                                         *([(rk, ln, none, f_all)] if space.full else []))
+        ok = space.fits(least)
+        for c in rest:
+            ok |= space.fits(c)
     if t_cap_s is not None:
         ok &= fast.per_mb_s <= t_cap_s
     ranks, layers, ks = [], [], []
