@@ -204,6 +204,7 @@ def plan_training(req: TrainRequest, *, explain: bool = True) -> TrainPlan:
                                 [int(table.rows.gb[i]) for i in todo])
             reports.update(zip(todo, got, strict=True))
 
+    prefetch([*chosen, *([] if base is None else [base])])  # the plan, its alternatives and the baseline: one call
     best = report(chosen[0])
     stages = None
     if not req.uniform_stages and not whole and supports_stage_split(req.model):  # else: the uniform split
