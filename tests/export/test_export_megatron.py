@@ -167,15 +167,24 @@ def test_layout_counts_the_mtp_layers_where_megatron_requires_them() -> None:
     # Megatron's PipelineParallelLayerLayout.validate_layer_layout (commit d98e8a64): the layout holds exactly
     # --mtp-num-layers "m" entries, after every decoder layer, all in the last virtual stage of one rank;
     # the framework check (benchmarks/frameworks) found the layout without them rejected
-    t = CORNERS["deepseek-v3-ep"]  # 61 layers on PP 16: an uneven split, so the layout flag is written
+    # 61 layers on PP 16: an uneven split, so the layout flag is written; the plan priced the checkpoint's MTP layer
+    t = dataclasses.replace(CORNERS["deepseek-v3-ep"], mtp_layers=1)
     args = dict((f, v) for f, v in parse(export_train("megatron", t).text))
-    assert args["--mtp-num-layers"] == [str(t.model.mtp_layers)] and t.model.mtp_layers == 1
+    assert args["--mtp-num-layers"] == ["1"] and t.model.mtp_layers == 1
     stages = _megatron_parse_layout(args["--pipeline-model-parallel-layout"][0])
     flat = "".join(stages)
     assert flat.count("m") == 1 and flat.count("t") == 61
     assert flat.index("m") > flat.rindex("t") and stages[-1].endswith("mL")
     assert all("m" not in s for s in stages[:-1])
     assert pipeline_layout(4, 2, 1, [2, 2]) == "Et*2|t*2L"  # no MTP: nothing added
+
+
+def test_mtp_layers_are_written_only_when_the_plan_priced_them() -> None:
+    # TrainWorkload.mtp_layers is what the cost model priced; the checkpoint's MTP layer alone is not trained
+    out = export_train("megatron", CORNERS["deepseek-v3-ep"])
+    flags = dict(parse(out.text))
+    assert "--mtp-num-layers" not in flags and "m" not in flags["--pipeline-model-parallel-layout"][0]
+    assert any("--mtp-layers 1" in n for n in out.notes)
 
 
 @pytest.mark.parametrize(("kernel", "backend"), [("flash", "auto"), ("cudnn", "auto"), ("flash2", "flash"),

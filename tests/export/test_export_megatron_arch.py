@@ -4,6 +4,8 @@ argument list (tests/data/export/megatron_flags.json, with its commit) by test_e
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from export_plans import load, target
 
@@ -38,8 +40,12 @@ def test_mixtral_rope_base() -> None:
 
 def test_deepseek_v3_router_yarn_and_mtp() -> None:
     """DeepSeek-V3 (config.json): sigmoid scores, e_score_correction_bias, routed_scaling_factor 2.5, n_group 8,
-    topk_group 4, YaRN ×40 over 4096 tokens, 1 MTP layer."""
-    a, _ = _args("deepseek-v3", tp=1, ep=8, dp=8)
+    topk_group 4, YaRN ×40 over 4096 tokens; its 1 MTP layer is written only where the plan priced it."""
+    a, notes = _args("deepseek-v3", tp=1, ep=8, dp=8)
+    assert "--mtp-num-layers" not in a and any("--mtp-layers 1" in n for n in notes)
+    t = dataclasses.replace(target("deepseek-v3", num_gpus=8, seq_len=4096, tp=1, ep=8, dp=8), mtp_layers=1)
+    a = dict(line.split(maxsplit=1) if " " in line else (line, None) for line in export_train("megatron", t).text
+             .splitlines() if line.strip() and not line.startswith("#"))
     assert a["--moe-router-score-function"] == "sigmoid"
     assert "--moe-router-enable-expert-bias" in a
     assert a["--moe-router-topk-scaling-factor"] == "2.5"

@@ -35,7 +35,10 @@ def model_notes(spec: Any, job: str = "train") -> list[str]:
             notes.append(f"{' and '.join(extras)} not costed by the offload job")
     if spec.sparse_attention is not None:
         notes.append("DeepSeek sparse attention: the indexer is not costed and attention is costed dense")
-    if spec.mtp_layers:
+    if spec.mtp_layers and job == "train":
+        notes.append(f"{spec.mtp_layers} MTP layer(s) in the checkpoint ({spec.mtp_params / 1e9:.3g}B params "
+                     "apart): trained only as --mtp-layers says")
+    elif spec.mtp_layers:
         notes.append(f"{spec.mtp_layers} MTP layer(s) not planned ({spec.mtp_params / 1e9:.3g}B params apart)")
     if spec.vision_params:
         notes.append(f"vision tower not planned ({spec.vision_params / 1e9:.3g}B params apart); the text model is")

@@ -25,7 +25,7 @@ from shardplan.cli.options import (
     TimeLimitOpt,
 )
 from shardplan.cli.output import console, emit
-from shardplan.costmodel.training.knobs import Recompute
+from shardplan.costmodel.training.knobs import MAX_MTP_LAYERS, Recompute
 from shardplan.planner.training.knobs import OffloadPolicy
 
 
@@ -93,6 +93,10 @@ LocalBatch = Annotated[int | None, typer.Option(
     "--local-batch", min=1, max=MAX_BATCH, help="Sequences per data-parallel rank in one pipeline schedule, when "
     "gradient accumulation repeats whole schedules (torchtitan and NeMo AutoModel local_batch_size): each schedule "
     "pays its own fill and drain and gradient reduction. Default: one schedule per step (Megatron).")]
+MtpLayers = Annotated[int, typer.Option(
+    "--mtp-layers", min=0, max=MAX_MTP_LAYERS, help="Multi-token-prediction modules trained on the last pipeline "
+    "stage (DeepSeek-V3 §2.2; Megatron-LM --mtp-num-layers): each adds a transformer layer, a 2h→h projection and "
+    "another LM head pass with its loss. Default 0.")]
 ExportOpt = Annotated[TrainFormat | None, typer.Option(
     "--export", help="Print the layout as launch settings instead of the tables: megatron (Megatron-LM "
     "arguments), deepspeed (config JSON) or torchtitan (TOML); with --output, write them to a file.")]
@@ -160,7 +164,7 @@ def _launcher(export: Any, framework: Any) -> str | None:
 def _workload(seq_len: int, global_batch: int, dtype: str, grad_dtype: str, attention: str | None,
               optimizer: str = "adam", headroom: dict[str, Any] | None = None,
               grad_reduce_dtype: str | None = None, local_batch: int | None = None,
-              framework: str | None = None) -> Any:
+              framework: str | None = None, mtp_layers: int = 0) -> Any:
     from pydantic import ValidationError
 
     from shardplan.costmodel.training.layout import TrainWorkload
@@ -172,7 +176,7 @@ def _workload(seq_len: int, global_batch: int, dtype: str, grad_dtype: str, atte
     try:
         return TrainWorkload(seq_len=seq_len, global_batch=global_batch, dtype=dtype, grad_dtype=grad_dtype,
                              grad_reduce_dtype=grad_reduce_dtype, attention=attention, optimizer=optimizer,
-                             local_batch=local_batch, **(headroom or {}))
+                             local_batch=local_batch, mtp_layers=mtp_layers, **(headroom or {}))
     except ValidationError as e:
         err = e.errors()[0]
         raise ShardplanError(err["msg"].removeprefix("Value error, "), field=str(err["loc"][0]) if err["loc"]
@@ -260,7 +264,7 @@ def estimate_train(
     attention: Attention = None, as_json: JsonOpt = False, export: ExportOpt = None, output: OutputOpt = None,
     plot: PlotOpt = None, plot_kind: PlotKindOpt = None, stage_layers: StageLayersOpt = None,
     stage_recompute_layers: StageRcOpt = None, recompute_modules: RcModulesOpt = None, framework: FrameworkOpt = None,
-    local_batch: LocalBatch = None,
+    local_batch: LocalBatch = None, mtp_layers: MtpLayers = 0,
 ) -> None:
     """Per-layer and per-stage time and memory of one pinned training layout.
 
@@ -304,7 +308,7 @@ def estimate_train(
             layout = dataclasses.replace(layout, recompute_modules=(caps.selective_policy,))
     work = _workload(seq_len, global_batch, dtype, grad_dtype, attention, optimizer,
                      parse_headroom(memory_headroom, system.gpu.memory_bytes), grad_reduce_dtype, local_batch,
-                     _launcher(export, framework))
+                     _launcher(export, framework), mtp_layers)
     if stage_layers is None:
         if stage_recompute_layers is not None:
             raise ShardplanError("needs --stage-layers", field="stage-recompute-layers")
@@ -349,7 +353,7 @@ def train(
     grad_reduce_dtype: GradReduceDtype = None, optimizer: Optimizer = "adam", memory_headroom: HeadroomOpt = None,
     attention: Attention = None, as_json: JsonOpt = False, export: ExportOpt = None, output: OutputOpt = None,
     plot: PlotOpt = None, plot_kind: PlotKindOpt = None, uniform_stages: UniformOpt = False,
-    framework: FrameworkOpt = None, local_batch: LocalBatch = None,
+    framework: FrameworkOpt = None, local_batch: LocalBatch = None, mtp_layers: MtpLayers = 0,
 ) -> None:
     """Choose the fastest training layout (CP-SAT over the cost model), with the reasons.
 
@@ -376,7 +380,7 @@ def train(
                              field="global-batch")
     work = _workload(seq_len, global_batch or max_global_batch or 1, dtype, grad_dtype, attention, optimizer,
                      parse_headroom(memory_headroom, system.gpu.memory_bytes), grad_reduce_dtype, local_batch,
-                     _launcher(export, framework))
+                     _launcher(export, framework), mtp_layers)
     req = TrainRequest(
         model=spec, system=system, num_gpus=n, workload=work, max_global_batch=max_global_batch,
         fixed_global_batch=global_batch is not None, tp=tp, pp=pp, dp=dp, ep=ep, etp=etp, cp=cp,

@@ -62,6 +62,12 @@ class SoftwareSpec(BaseModel):
         "ShardingStrategy), driven by Composer, which wraps no FSDP microbatch in no_sync (composer/trainer "
         "dist_strategy.py ddp_sync_context: DDP only). False: DeepSpeed ZeRO-2, which keeps the 16-bit weights whole "
         "and gathers them once a step.")
+    fp8_param_gather: bool = Field(
+        True, description="Under fp8 the weights' primary copies are fp8, so the data-parallel parameter all-gathers "
+        "(ZeRO-1/2 after the optimizer step, ZeRO-3/FSDP per layer) move 1 B per parameter instead of 2 (Megatron-LM "
+        "--fp8-param-gather, set by every Megatron-Bridge fp8 recipe: src/megatron/bridge/training/mixed_precision.py "
+        "@067f987 l.231-368; the memory model's 2 B per weight is its rowwise and transposed fp8 copies). False: "
+        "16-bit gathers (torchtitan's float8 default, enable_fsdp_float8_all_gather off).")
     zero3_rail_parallel: bool = Field(
         True, description="ZeRO-3 gathers spread a node's share over all its NICs (NCCL rings per rail); "
         "False: one flat ring, each GPU's NIC carries the whole (n−1)/n of every gather.")

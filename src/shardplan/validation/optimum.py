@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from shardplan.costmodel.training.evaluate import estimate_training
 from shardplan.costmodel.training.layout import Recompute, TrainLayout, TrainWorkload
 from shardplan.hardware.spec import SoftwareSpec, SystemSpec
 from shardplan.models import params as P
@@ -33,10 +32,12 @@ from shardplan.validation.stacks import (
     stack_framework,
     stack_gradients,
     stack_modules,
+    stack_mtp,
     stack_p2p_overlap,
     stack_recompute,
     stack_schedule,
     stack_software,
+    stack_stage_layers,
     stack_tp_overlap,
 )
 
@@ -74,6 +75,7 @@ class OptimumRun:
     derived_from_tflops: bool
     framework: str | None = None  # what the free plan may use: the record's framework (``stack_framework``)
     known_regression: str | None = None  # the publisher's report that this measurement is a software regression
+    stage_layers: list[int] | None = None  # the recipe's own layers per pipeline rank (``stack_stage_layers``)
 
 
 def layout_text(tp: int, pp: int, dp: int, cp: int, ep: int, mb: int, v: int, rc: str, zero: int, *,
@@ -211,7 +213,7 @@ def parse_run(record: dict[str, Any]) -> OptimumRun | str:
                          offload_activations=float(p.get("offload_activations") or 0.0),
                          recompute_modules=stack_modules(record) if recompute == Recompute.SELECTIVE else None)
     work = TrainWorkload(seq_len=seq, global_batch=batch, dtype=record_dtype(record), attention=stack_attention(record),
-                         local_batch=local_batch, **stack_gradients(record))
+                         local_batch=local_batch, mtp_layers=stack_mtp(record), **stack_gradients(record))
     if met.get("tokens_per_s_per_gpu"):
         measured, derived = float(met["tokens_per_s_per_gpu"]), False
     elif met.get("model_tflops_per_gpu"):
@@ -220,7 +222,7 @@ def parse_run(record: dict[str, Any]) -> OptimumRun | str:
         return "no throughput published"
     regression = (record.get("known_regression") or {}).get("url")
     return OptimumRun(record["id"], model, system, n, work, layout, measured, derived, stack_framework(record),
-                      regression)
+                      regression, stack_stage_layers(record))
 
 
 def load_records_tuned() -> list[dict[str, Any]]:
@@ -293,13 +295,16 @@ def evaluate_run(run: OptimumRun) -> OptimumRow:
                   framework=run.framework, known_regression=run.known_regression,
                   pinned_layout=layout_text(lay.tp, lay.pp, lay.dp, lay.cp, lay.ep, lay.microbatch, lay.interleave,
                                             str(lay.recompute), lay.zero_stage, rc_layers=lay.recompute_layers,
-                                            etp=lay.etp, offload=(lay.offload_optimizer, lay.offload_weights,
-                                                                  lay.offload_activations)))
+                                            stage_layers=run.stage_layers, etp=lay.etp,
+                                            offload=(lay.offload_optimizer, lay.offload_weights,
+                                                     lay.offload_activations)))
     pinned = fits = pinned_metrics = why = None
     pinned_detail: tuple[Any, Any] | None = None
     failure: list[str] = []
     try:
-        rep = estimate_training(run.model, run.system, run.gpus, run.work, lay)
+        from shardplan.validation.runs import pinned_estimate
+
+        rep = pinned_estimate(run.model, run.system, run.gpus, run.work, lay, run.stage_layers)
         pinned_metrics = rep.metrics
         pinned_detail = (rep.stages, rep.plan)
         pinned = rep.metrics.tokens_per_s / run.gpus

@@ -30,10 +30,12 @@ from shardplan.validation.stacks import (
     stack_attention,
     stack_gradients,
     stack_modules,
+    stack_mtp,
     stack_p2p_overlap,
     stack_recompute,
     stack_schedule,
     stack_software,
+    stack_stage_layers,
     stack_tp_overlap,
 )
 
@@ -264,12 +266,22 @@ def modern_setup(r: dict[str, Any]) -> tuple[ModelSpec, Any, int, TrainWorkload,
                                           "overlap_p2p_comm": stack_p2p_overlap(r), **stack_software(r)})
     system = job_system(base.model_copy(update={"software": sw}), n)
     work = TrainWorkload(seq_len=w["seq_len"], global_batch=batch, local_batch=local_batch, **stack_gradients(r),
-                         dtype=record_dtype(r), attention=stack_attention(r))
+                         dtype=record_dtype(r), attention=stack_attention(r), mtp_layers=stack_mtp(r))
     if met.get("tokens_per_s_per_gpu"):
         quantity, measured = "tokens_per_s_per_gpu", float(met["tokens_per_s_per_gpu"])
     else:
         quantity, measured = "model_tflops_per_gpu", float(met["model_tflops_per_gpu"])
     return model, system, n, work, layout, quantity, measured
+
+
+def pinned_estimate(model: ModelSpec, system: Any, n: int, work: TrainWorkload, layout: TrainLayout,
+                    stage_layers: list[int] | None) -> Any:
+    """A published layout's estimate, with the recipe's own layers per pipeline rank where it sets them."""
+    if stage_layers is None:
+        return estimate_training(model, system, n, work, layout)
+    from shardplan.costmodel.training.stage_report import estimate_split
+
+    return estimate_split(model, system, n, work, layout, stage_layers)
 
 
 def modern() -> list[Case]:
@@ -281,10 +293,12 @@ def modern() -> list[Case]:
         if setup is None:
             continue
         model, system, n, work, layout, quantity, measured = setup
+        split = stack_stage_layers(r)
 
         def predict(model: ModelSpec = model, system: Any = system, n: int = n, work: TrainWorkload = work,
-                    layout: TrainLayout = layout, quantity: str = quantity) -> Prediction:
-            rep = estimate_training(model, system, n, work, layout)
+                    layout: TrainLayout = layout, quantity: str = quantity,
+                    split: list[int] | None = split) -> Prediction:
+            rep = pinned_estimate(model, system, n, work, layout, split)
             if quantity == "tokens_per_s_per_gpu":
                 return _flagged(rep, rep.metrics.tokens_per_s / n)
             return _flagged(rep, rep.metrics.mfu * system.gpu.peak(work.dtype) / 1e12)

@@ -57,7 +57,7 @@ def stack_p2p_overlap(r: dict[str, Any]) -> bool:
 # SoftwareSpec fields a record's ``software`` entry may set, each with its source in that entry.
 STACK_FIELDS = ("ep_dispatcher", "ep_comm_overlap", "ep_delay_wgrad", "moe_drop_and_pad", "moe_router_padding",
                 "moe_balanced_routing", "elementwise_kernels", "norm_kernel", "attention_unpad", "overlap_p2p_comm",
-                "expert_mlp", "moe_host_sync")
+                "expert_mlp", "moe_host_sync", "overlap_grad_reduce")
 
 
 def stack_software(r: dict[str, Any]) -> dict[str, Any]:
@@ -68,6 +68,13 @@ def stack_software(r: dict[str, Any]) -> dict[str, Any]:
     microbatch's forward (``SoftwareSpec.zero2_gather_per_forward``)."""
     sw = r.get("software") or {}
     out = {k: sw[k] for k in STACK_FIELDS if k in sw}
+    if "tp_comm_overlap_share" in sw:  # a recipe that turns TP communication overlap off (0.0)
+        out["tp_comm_overlap"] = float(sw["tp_comm_overlap_share"])
+    # fp8 primary weights (1-byte parameter gathers): Megatron-Bridge's fp8 recipes (mixed_precision.py@067f987
+    # l.231-368 fp8_param_gather=True) and the records that state fp8_params (MLPerf's NeMo config_fp8.sh); the
+    # other stacks gather 16-bit weights (NeMo 1.x fp8_params and torchtitan's float8 all-gather default off)
+    bridge = "Megatron-Bridge" in str(r["source"].get("container_or_version"))
+    out.setdefault("fp8_param_gather", bool(sw.get("fp8_params", bridge)))
     out.setdefault("fp8_scaling", stack_fp8_scaling(r))
     if stack_framework(r) == "fsdp":
         out.setdefault("fsdp_backward_prefetch", "post")
@@ -111,6 +118,19 @@ def stack_gradients(r: dict[str, Any]) -> dict[str, Any]:
         out["grad_dtype"] = red
     out.update({k: sw[k] for k in ("grad_dtype", "optimizer_bytes_per_param") if k in sw})
     return out
+
+
+def stack_mtp(r: dict[str, Any]) -> int:
+    """The MTP modules a record's recipe trains (``TrainWorkload.mtp_layers``; its workload entry, with the source
+    in its notes): 0 where unstated, Megatron-LM's default."""
+    return int(r["workload"].get("mtp_layers") or 0)
+
+
+def stack_stage_layers(r: dict[str, Any]) -> list[int] | None:
+    """Transformer layers per pipeline rank where the recipe sets its own pipeline layout (``parallel.stage_layers``,
+    e.g. Megatron-Bridge's DeepSeek-V3 layouts), else None: the cost model's even split."""
+    layers = r["parallel"].get("stage_layers")
+    return [int(n) for n in layers] if layers else None
 
 
 def stack_modules(r: dict[str, Any]) -> tuple[str, ...] | None:

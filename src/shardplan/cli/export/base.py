@@ -47,6 +47,8 @@ class TrainTarget:
     norm_kernel not fused): a torchtitan export then leaves torch.compile off, as costed."""
     overlap_p2p_comm: bool = True
     """Whether the cost model priced interleaved pipeline sends beside compute (SoftwareSpec.overlap_p2p_comm)."""
+    mtp_layers: int = 0
+    """Multi-token-prediction modules the cost model priced (TrainWorkload.mtp_layers)."""
 
     @property
     def num_nodes(self) -> int:
@@ -80,7 +82,7 @@ def train_target(plan: TrainPlanOut | None, *, model: ModelSpec, system: Any, nu
         ep_delay_wgrad=bool(sw.ep_delay_wgrad),
         moe_drop_and_pad=bool(sw.moe_drop_and_pad), moe_router_padding=bool(sw.moe_router_padding),
         eager_kernels=sw.elementwise_kernels != "fused" or sw.norm_kernel != "fused",
-        overlap_p2p_comm=bool(sw.overlap_p2p_comm),
+        overlap_p2p_comm=bool(sw.overlap_p2p_comm), mtp_layers=workload.mtp_layers,
     )
 
 

@@ -142,6 +142,9 @@ def config(t: TrainTarget) -> tuple[dict[str, Any], list[str]]:
     _pipeline_notes(t, notes)
     if p.sequence_parallel:
         notes.append("sequence parallelism (Megatron-style, with TP) is set in the model code: --sequence-parallel")
+    if t.mtp_layers:
+        notes.append(f"the plan prices {t.mtp_layers} MTP module(s) on the last stage: they are model code, not a "
+                     "DeepSpeed config key")
     return cfg, notes
 
 

@@ -125,9 +125,14 @@ def _parallel(t: TrainTarget, args: Args, notes: list[str]) -> None:
     if p.pp > 1 and (not even or per_stage):
         args.append(("--pipeline-model-parallel-layout",
                      pipeline_layout(m.num_layers, p.pp, p.interleave, p.stage_layers if per_stage else None,
-                                     mtp=m.mtp_layers)))
+                                     mtp=t.mtp_layers)))
     elif p.interleave > 1:
         args.append(("--num-layers-per-virtual-pipeline-stage", str(m.num_layers // (p.pp * p.interleave))))
+    if t.mtp_layers:  # priced on the last stage (TrainWorkload.mtp_layers)
+        args.append(("--mtp-num-layers", str(t.mtp_layers)))
+    elif m.mtp_layers:
+        notes.append(f"the checkpoint's {m.mtp_layers} MTP layer(s) are not trained, as planned: re-plan with "
+                     f"--mtp-layers {m.mtp_layers} to train and price them")
     if p.interleave > 1 and not t.overlap_p2p_comm:  # Megatron-LM's CLI overlaps interleaved sends by default
         args.append(("--no-overlap-p2p-communication", None))
     if p.interleave > 1 and p.num_microbatches % p.pp:

@@ -135,5 +135,3 @@ def mixer_args(m: ModelSpec, args: Args, notes: list[str]) -> None:
         notes.append("--qk-layernorm normalises each head; this model's qk-norm spans the whole projection")
     if m.sparse_attention is not None:
         notes.append("DeepSeek sparse attention (the indexer) is not exported: dense MLA is written")
-    if m.mtp_layers:
-        args.append(("--mtp-num-layers", str(m.mtp_layers)))

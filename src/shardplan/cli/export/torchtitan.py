@@ -185,6 +185,9 @@ def sections(t: TrainTarget) -> tuple[dict[str, dict[str, Value]], list[str]]:
         out["model"] = {"converters": ["quantize.linear.float8"]}
     if t.dtype == "fp4":
         notes.append("torchtitan has no NVFP4 training converter: the file trains in bf16, slower than planned")
+    if t.mtp_layers:
+        notes.append(f"the plan prices {t.mtp_layers} MTP module(s) on the last stage; torchtitan's config has no "
+                     "setting for them: the model code must add them, else the run is faster than planned")
     return out, notes
 
 

@@ -79,10 +79,17 @@ def fsdp_collectives(ctx: Ctx, st: HeldParams) -> tuple[np.ndarray, np.ndarray, 
     r, w, s = ctx.rows, ctx.work, ctx.system
     rail = s.software.zero3_rail_parallel
     z_stride = r.tp if rail else np.full_like(r.tp, s.gpus_per_node)
-    ag = dp_collective(ctx, comm.all_gather_time, st, DTYPE_BYTES["bf16"], z_stride, across_nodes=not rail)
+    ag = dp_collective(ctx, comm.all_gather_time, st, gathered_bytes(ctx), z_stride, across_nodes=not rail)
     rs = dp_collective(ctx, comm.reduce_scatter_time, st, DTYPE_BYTES[w.grad_reduce_dtype or w.grad_dtype],
                        z_stride, across_nodes=not rail)
     return ag, rs, fsdp_overlap(s)
+
+
+def gathered_bytes(ctx: Ctx) -> float:
+    """Bytes per parameter a data-parallel weight all-gather moves: the fp8 primary copy under fp8 with
+    ``SoftwareSpec.fp8_param_gather``, else the 16-bit weight."""
+    fp8 = ctx.work.dtype == "fp8" and ctx.system.software.fp8_param_gather
+    return DTYPE_BYTES["fp8"] if fp8 else DTYPE_BYTES["bf16"]
 
 
 def fsdp_overlap(system: SystemSpec) -> float:
@@ -124,7 +131,7 @@ def _collective_times(ctx: Ctx, st: StageCost, overlap: bool) -> tuple[dict[str,
     stride = u.tp
     g_bytes = DTYPE_BYTES[w.grad_reduce_dtype or w.grad_dtype]
     z3_g_bytes = DTYPE_BYTES[w.grad_reduce_dtype or ("bf16" if w.dtype in ("fp8", "fp4") else w.dtype)]
-    p_bytes = DTYPE_BYTES["bf16"]
+    p_bytes = gathered_bytes(ctx)
     bucket = np.minimum(np.maximum(BUCKET_MIN_PARAMS, BUCKET_PARAMS_PER_DP_RANK * n), held.params) if overlap \
         else held.params
     chunk_bucket = np.minimum(bucket, held.params / u.v)  # one DDP module (own buckets) per model chunk

@@ -178,9 +178,11 @@ def _layer_row(cost: TrainCost, stage: str, kind: str, kc: Any, count: int, mode
         mods = selective_terms({kind: kc}, {kind: 1}, cost.ctx.rows.sel)
         rc_time, rc_flops = rc_time + _f(mods.time, i), rc_flops + _f(mods.flops, i)
         acts -= _f(mods.freed, i)
+    mtp = kind == "head" and cost.ctx.work.mtp_layers > 0  # the head row carries the MTP modules (stages.kind_costs)
     return LayerRow(
-        stage=stage, kind=kind, count=count, recompute=("none", "selective", "full")[mode] if kc.acts is not None
-        else "none", fwd_flops=_f(kc.fwd.flops, i), bwd_flops=_f(kc.bwd.flops, i), recompute_flops=rc_flops,
+        stage=stage, kind="head+mtp" if mtp else kind, count=count,
+        recompute=("none", "selective", "full")[mode] if kc.acts is not None else "none",
+        fwd_flops=_f(kc.fwd.flops, i), bwd_flops=_f(kc.bwd.flops, i), recompute_flops=rc_flops,
         fwd_time_s=_f(kc.fwd.time, i), bwd_time_s=_f(kc.bwd.time, i), recompute_time_s=rc_time,
         hbm_bytes=_f(kc.fwd.nbytes, i) + _f(kc.bwd.nbytes, i),
         comm_tp_s=_f(kc.fwd.comm_tp + kc.bwd.comm_tp, i), comm_cp_s=_f(kc.fwd.comm_cp + kc.bwd.comm_cp, i),

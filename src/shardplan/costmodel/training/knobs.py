@@ -39,3 +39,7 @@ def modules_mask(names: tuple[str, ...] | None) -> int:
 def modules_of_mask(mask: int) -> tuple[str, ...]:
     """The module set of a bit mask, in ``RECOMPUTE_MODULES`` order."""
     return tuple(n for i, n in enumerate(RECOMPUTE_MODULES) if mask >> i & 1)
+
+
+# Multi-token-prediction modules a workload may train (DeepSeek-V3 trains 1; the bound only keeps input sane).
+MAX_MTP_LAYERS = 16

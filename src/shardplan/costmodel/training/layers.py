@@ -132,6 +132,18 @@ def embedding_ops(ctx: Ctx) -> list[Op]:
     return inv.embedding_block(ctx.model, ctx, ctx.tokens, ctx.norm_tokens)
 
 
+def mtp_entry_ops(ctx: Ctx) -> list[Op]:
+    """What one MTP module runs before its transformer layer (Megatron-LM d98e8a6 transformer/
+    multi_token_prediction.py ``_concat_embeddings``): the shifted tokens' embedding lookup, enorm and hnorm, the
+    column-parallel ``eh_proj`` (2h→h, its input gathered under SP), and the all-gather of its output over TP
+    (``gather_from_tensor_model_parallel_region``; SP then keeps its own slice)."""
+    h, T, r = ctx.model.hidden_size, ctx.tokens, ctx.rows
+    gather = ctx.collective("mtp.proj_gather", "all_gather", T * h * ctx.act_bytes, "tp")
+    return [*embedding_ops(ctx), inv.norm(ctx, "mtp.enorm", ctx.norm_tokens, h),
+            inv.norm(ctx, "mtp.hnorm", ctx.norm_tokens, h), *ctx.tp_entry("mtp.proj", T * 2 * h),
+            *ctx.gemm(inv.Gemm("mtp.proj", T, 2 * h, h / ctx.tp)), masked(gather, r.tp > 1)]
+
+
 def head_ops(ctx: Ctx) -> list[Op]:
     """LM head over every token, then vocab-parallel cross entropy in fp32 (``core.passes`` row ``cross_entropy``:
     Megatron's fused kernels, or eager PyTorch's cast and log-softmax); the TP ranks all-reduce the max, sum and

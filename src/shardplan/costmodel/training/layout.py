@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from shardplan.costmodel.training.knobs import (
     DEFAULT_RECOMPUTE_MODULES,
+    MAX_MTP_LAYERS,
     RECOMPUTE_CODE,
     RECOMPUTE_OF_CODE,
     Recompute,
@@ -83,6 +84,12 @@ class TrainWorkload(BaseModel):
         "runs whole schedules one after another (torchtitan and NeMo AutoModel ``local_batch_size``): a step runs "
         "global_batch/(dp·local_batch) schedules, each with its own fill and drain and its own gradient reduction. "
         "None: one schedule per step (Megatron-LM, NeMo, DeepSpeed)."
+    )
+    mtp_layers: Annotated[int, Field(ge=0, le=MAX_MTP_LAYERS)] = Field(
+        0, description="Multi-token-prediction modules trained beside the model (DeepSeek-V3 §2.2; Megatron-LM "
+        "--mtp-num-layers, which Megatron-Bridge's DeepSeek-V3 recipes set to 1), on the last pipeline stage: each "
+        "is an embedding lookup, two norms, a 2h→h projection, one transformer layer of the model's last-layer kind "
+        "and another pass of the LM head with its loss. 0: none (Megatron-LM's default)."
     )
 
     @property

@@ -16,6 +16,7 @@ import numpy as np
 from shardplan.costmodel.core.passes import traffic
 from shardplan.costmodel.core.shards import layer_shard
 from shardplan.costmodel.training.ctx import Ctx
+from shardplan.models.params import norm_params
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,10 +33,36 @@ class LayerParams:
 
 
 def layer_params(ctx: Ctx, kind: str) -> LayerParams:
-    """Parameters per GPU of one layer of ``kind`` (a mixer, mlp, moe, embedding or head: ``core.shards``)."""
+    """Parameters per GPU of one layer of ``kind`` (a mixer, mlp, moe, embedding or head: ``core.shards``); the
+    head carries the workload's MTP modules (``mtp_params``)."""
     r = ctx.rows
     shard = layer_shard(ctx.model, kind, r.tp, r.ep, r.pp, r.etp)
+    if kind == "head" and ctx.work.mtp_layers:
+        mtp = mtp_params(ctx)
+        return LayerParams(shard.dense + mtp.dense, shard.experts + mtp.expert)
     return LayerParams(shard.dense, shard.experts)
+
+
+def mtp_ffn_kind(ctx: Ctx) -> str:
+    """The feed-forward kind of an MTP module's transformer layer: the model's last layer's (``models.params``
+    ``mtp_param_breakdown``; Megatron-LM d98e8a6 training.py counts it by ``last_layer_is_moe``)."""
+    m = ctx.model
+    return "moe" if m.moe is not None and m.num_moe_layers else "mlp"
+
+
+def mtp_params(ctx: Ctx) -> LayerParams:
+    """Parameters per GPU of the workload's MTP modules, all on the last stage (Megatron-LM d98e8a6
+    transformer/multi_token_prediction.py): per module a full-attention layer and a layer of ``mtp_ffn_kind``,
+    enorm, hnorm and a final norm, the column-parallel 2h→h ``eh_proj``; the LM head is the model's own, and the
+    word embedding too, except that under PP the last stage holds its own copy for the MTP lookup (``GPTModel``
+    builds the embedding where ``pre_process or mtp_process``)."""
+    m, r = ctx.model, ctx.rows
+    n, h, t = float(ctx.work.mtp_layers), m.hidden_size, r.tp.astype(float)
+    attn = layer_shard(m, "attention", r.tp, r.ep, r.pp, r.etp)
+    ffn = layer_shard(m, mtp_ffn_kind(ctx), r.tp, r.ep, r.pp, r.etp)
+    emb = layer_shard(m, "embedding", r.tp, r.ep, r.pp, r.etp)
+    dense = attn.dense + ffn.dense + 2 * h * h / t + 3 * norm_params(m, h) + np.where(r.pp > 1, emb.dense, 0.0)
+    return LayerParams(n * dense, n * (attn.experts + ffn.experts))
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,10 +169,26 @@ def embedding_activations(ctx: Ctx) -> np.ndarray:
 
 
 def head_activations(ctx: Ctx) -> np.ndarray:
-    """Last stage, per microbatch: final-norm and LM-head inputs, and fp32 logits for the loss."""
+    """Last stage, per microbatch: final-norm and LM-head inputs, and fp32 logits for the loss; once more for each
+    MTP module, whose head and loss run in the same forward (Megatron-LM d98e8a6 ``process_mtp_loss``)."""
     m, r, e = ctx.model, ctx.rows, ctx.act_bytes
     norm_in = np.where(r.sp == 1, e * m.hidden_size / r.tp, e * m.hidden_size)
-    return ctx.tokens * (norm_in + e * m.hidden_size + 4.0 * m.vocab_size / r.tp)
+    return (1 + ctx.work.mtp_layers) * ctx.tokens * (norm_in + e * m.hidden_size + 4.0 * m.vocab_size / r.tp)
+
+
+def mtp_activations(ctx: Ctx) -> np.ndarray:
+    """Last stage, per microbatch in flight: what the MTP modules store for backward beyond their heads' logits:
+    the looked-up embedding and the hidden state (the enorm/hnorm inputs), the concatenated 2h ``eh_proj`` input
+    (its fp8 copy under fp8), and the transformer layer's activations with nothing recomputed (Megatron-LM's MTP
+    layer follows no recompute setting of the decoder's here: an upper bound)."""
+    m, r, e = ctx.model, ctx.rows, ctx.act_bytes
+    if not ctx.work.mtp_layers:
+        return np.zeros_like(ctx.tokens)
+    q = 1.0 if ctx.work.dtype == "fp8" else e
+    h, t = m.hidden_size, r.tp.astype(float)
+    inputs = (2 * e + 2 * q) * h / np.where(r.sp == 1, t, 1.0)  # SP shards them; eh_proj re-gathers its input
+    layer = layer_activations(ctx, "attention").none + layer_activations(ctx, mtp_ffn_kind(ctx)).none
+    return ctx.work.mtp_layers * (ctx.tokens * inputs + layer)
 
 
 # --- memory the model cannot see as tensors (per GPU) ----------------------------------------------------

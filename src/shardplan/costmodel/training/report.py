@@ -99,7 +99,8 @@ class MemoryOut(Out):
 
 class LayerRow(Out):
     stage: str
-    kind: str
+    kind: str = Field(description="Layer kind: embedding, attention (or sliding, chunked, linear, mamba), mlp, moe, "
+                      "head; head+mtp when the workload trains MTP modules (the head row then carries them).")
     count: int
     recompute: str = Field("none", description="Recompute of these layers: none, selective or full (with "
                            "--recompute full on k layers per stage, the stage's layers split into two rows).")

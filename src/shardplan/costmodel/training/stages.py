@@ -28,7 +28,13 @@ from shardplan.costmodel.core.ops import COMM, HOST, Op, PhaseCost
 from shardplan.costmodel.training import layers as Lyr
 from shardplan.costmodel.training.ctx import Ctx, backward, selective_part
 from shardplan.costmodel.training.ep_overlap import overlap_ep
-from shardplan.costmodel.training.memory import LayerActivations, LayerParams, layer_activations, layer_params
+from shardplan.costmodel.training.memory import (
+    LayerActivations,
+    LayerParams,
+    layer_activations,
+    layer_params,
+    mtp_ffn_kind,
+)
 from shardplan.costmodel.training.recompute_modules import ModuleCost, module_costs
 from shardplan.costmodel.training.row_trees import map_rows
 from shardplan.costmodel.training.space import row_keys
@@ -90,7 +96,25 @@ def kind_costs(ctx: Ctx, *, ops: bool = True) -> dict[str, KindCost]:
     costs = {k: kind_cost(ctx, k) for k in kinds}
     if "moe" in costs and ctx.system.software.ep_comm_overlap:
         costs["moe"] = _moe_overlapped(ctx, costs)
+    if ctx.work.mtp_layers:
+        costs["head"] = _head_with_mtp(ctx, costs)
     return costs if ops else take_kinds(costs, slice(None), len(ctx.rows))
+
+
+def _head_with_mtp(ctx: Ctx, costs: dict[str, KindCost]) -> KindCost:
+    """The LM head followed by the workload's MTP modules, each its entry (``layers.mtp_entry_ops``), a full-attention
+    layer and a layer of the last layer's feed-forward kind as the model's own layers cost, and the head again with
+    its loss; the head's parameters already hold the modules' (``memory.layer_params``)."""
+    raw = Lyr.mtp_entry_ops(ctx)
+    entry_f = overlap_tp(ctx, "head", raw, backward=False)
+    entry_b = overlap_tp(ctx, "head", backward(ctx, raw), backward=True)
+    head, attn, ffn = costs["head"], costs["attention"], costs[mtp_ffn_kind(ctx)]
+    n = ctx.work.mtp_layers
+    fwd = head.fwd_ops + n * (entry_f + attn.fwd_ops + ffn.fwd_ops + head.fwd_ops)
+    bwd = head.bwd_ops + n * (head.bwd_ops + ffn.bwd_ops + attn.bwd_ops + entry_b)
+    like = ctx.tokens
+    return KindCost(head.kind, fwd, bwd, PhaseCost.of(fwd, like), PhaseCost.of(bwd, like), head.selective,
+                    head.params, head.acts, head.modules)
 
 
 def take_kinds(kinds: dict[str, KindCost], idx: np.ndarray | slice, n: int) -> dict[str, KindCost]:
@@ -175,12 +199,14 @@ class ModelFlops:
         return 3.0 * (self.layers_fwd + self.head_fwd)
 
 
-def model_flops_parts(model: ModelSpec, seq_len: int) -> ModelFlops:
+def model_flops_parts(model: ModelSpec, seq_len: int, mtp_layers: int = 0) -> ModelFlops:
     """Model FLOPs per token (Narayanan et al. 2021 App. A; Chowdhery et al. 2022 App. B), per layer kind: 2 per
     active weight, 4·span·a·d per attention layer for scores and context over the keys a query may see (the whole
     sequence, not discounted for causality as Megatron, PaLM and torchtitan count; the window for sliding layers,
     the chunk for chunked ones), the forward core FLOPs of linear-attention and Mamba layers (chunkwise forms),
-    2·V·h for the head; training is 3× the forward."""
+    2·V·h for the head; training is 3× the forward. Each MTP module counts as one more full-attention layer of the
+    last layer's feed-forward kind, its 2h→h projection with enorm, hnorm and final norm (3h) and one more head
+    (Megatron-LM d98e8a6 training.py ``num_floating_point_operations``)."""
     from shardplan.costmodel.core import operators as inv
     from shardplan.costmodel.core import recurrent as rec
     from shardplan.models import params as P
@@ -209,4 +235,9 @@ def model_flops_parts(model: ModelSpec, seq_len: int) -> ModelFlops:
     if m.mamba is not None:
         cores += counts.get("mamba", 0.0) * float(rec.ssd_core_flops(m, 1.0, m.mamba.num_heads, m.mamba.n_groups,
                                                                       recurrent=False))
-    return ModelFlops(2.0 * active, attention + cores, attention, 2.0 * m.vocab_size * m.hidden_size)
+    if mtp_layers:
+        ffn = per if m.moe is not None and m.num_moe_layers else P.mlp_params(m, m.ffn_hidden_size)
+        active += mtp_layers * (attn + ffn + 2 * m.hidden_size * m.hidden_size + 3 * m.hidden_size)  # + 3 norms
+        attention += mtp_layers * 4.0 * float(inv.mixer_span(m, "attention", seq_len)) * m.num_heads * d_att
+    head = (1 + mtp_layers) * 2.0 * m.vocab_size * m.hidden_size
+    return ModelFlops(2.0 * active, attention + cores, attention, head)

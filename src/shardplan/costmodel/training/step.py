@@ -23,7 +23,12 @@ import numpy as np
 from shardplan.costmodel.training.ctx import Ctx
 from shardplan.costmodel.training.dp_sync import data_parallel, fsdp_under_pp, optimizer_time
 from shardplan.costmodel.training.layout import LayoutArrays, TrainWorkload
-from shardplan.costmodel.training.memory import embedding_activations, framework_memory, head_activations
+from shardplan.costmodel.training.memory import (
+    embedding_activations,
+    framework_memory,
+    head_activations,
+    mtp_activations,
+)
 from shardplan.costmodel.training.pipeline_sim import chunk_factors
 from shardplan.costmodel.training.recompute_modules import MODULES, SelectiveTerms, selective_terms
 from shardplan.costmodel.training.schedule_overlap import pipeline_send_s
@@ -229,7 +234,7 @@ def _stage(ctx: Ctx, k: dict[str, KindCost], shape: StageShape, m: np.ndarray) -
     save_dense, save_moe = saving(mlp), saving(moe)
     kept = acts("none") - rc_dense * save_dense - rc_moe * save_moe  # the first rk layers keep only their input
     stored = np.where(r.rc == 0, acts("none"), np.where(r.rc == 1, acts("selective") - mods.freed, kept))
-    stored = stored + emb * embedding_activations(ctx)
+    stored = stored + emb * embedding_activations(ctx) + head * mtp_activations(ctx)
     p = r.pp.astype(float)
     interleave = np.where(r.v > 1, 1 + (p - 1) / (p * r.v), 1.0)  # Korthikanti et al. 2022 §4.2.3
     inflight = np.minimum(m / ctx.schedules, p - shape.index) * interleave  # per schedule (1F1B warm-up)
@@ -272,15 +277,16 @@ def _flops(ctx: Ctx, k: dict[str, KindCost], m: np.ndarray) -> tuple[np.ndarray,
     """
     mdl, r, w = ctx.model, ctx.rows, ctx.work
     tokens = r.gb * w.seq_len
-    f = model_flops_parts(mdl, w.seq_len)
+    f = model_flops_parts(mdl, w.seq_len, w.mtp_layers)
     model = tokens * f.total
     # Recompute in the same convention: full reruns the forward of the recomputed layers (2 per weight per
     # token plus the token mixers' forward); selective with core_attn reruns core attention's forward, flash or
     # unfused (Megatron-Core checkpoints it whatever the kernel).
     full_frac = np.minimum(r.rk * r.pp, mdl.num_layers) / mdl.num_layers
     core_on = (r.sel >> MODULES.index("core_attn") & 1) == 1
-    rc = tokens * np.where(r.rc == 1, np.where(core_on, f.attention_fwd, 0.0),
-                           np.where(r.rc == 2, full_frac * f.layers_fwd, 0.0))
+    f_rc = model_flops_parts(mdl, w.seq_len) if w.mtp_layers else f  # the MTP modules are not recomputed
+    rc = tokens * np.where(r.rc == 1, np.where(core_on, f_rc.attention_fwd, 0.0),
+                           np.where(r.rc == 2, full_frac * f_rc.layers_fwd, 0.0))
     counts = model_counts(mdl)
     per_mb = layer_sum(k, counts, lambda c: c.fwd.flops + c.bwd.flops)
     fwd_all = layer_sum(k, counts, lambda c: c.fwd.flops)
