@@ -96,6 +96,7 @@ def test_cli_prices_mtp_layers_and_rejects_out_of_range(run_cli) -> None:
     for n in (0, 1):
         res = run_cli(*base, "--mtp-layers", str(n))
         assert res.code == 0, res.err
+        assert res.json()["plan"]["mtp_layers"] == n  # the layout names what its numbers price
         steps.append(res.json()["metrics"]["step_time_s"])
     assert steps[1] > steps[0]
     bad = run_cli(*base, "--mtp-layers", "17")

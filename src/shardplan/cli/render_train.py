@@ -38,6 +38,8 @@ def layout_line(plan: Any) -> str:
              f"interleave={p.interleave}"]
     if getattr(p, "schedules", 1) > 1:  # gradient accumulation over whole pipeline schedules (--local-batch)
         parts.insert(6, f"schedules={p.schedules}")
+    if getattr(p, "mtp_layers", 0):
+        parts.append(f"MTP={p.mtp_layers}")
     rc = p.recompute + (f"({p.recompute_layers} layers/stage)" if p.recompute_layers else "")
     if getattr(p, "stage_layers", None) and len(p.stage_layers) > 1:
         parts.append("layers/stage=" + ",".join(map(str, p.stage_layers)))

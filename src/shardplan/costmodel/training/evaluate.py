@@ -80,7 +80,7 @@ def report_row(cost: TrainCost, i: int, *, model: ModelSpec, system: SystemSpec,
     plan = TrainPlanOut(
         tp=lay.tp, pp=lay.pp, dp=lay.dp, ep=lay.ep, cp=lay.cp, microbatch_size=lay.microbatch,
         num_microbatches=int(round(_f(cost.num_microbatches, i))), global_batch=gb, interleave=lay.interleave,
-        schedules=int(round(float(cost.ctx.schedules[i]))),
+        schedules=int(round(float(cost.ctx.schedules[i]))), mtp_layers=w.mtp_layers,
         recompute=str(lay.recompute), recompute_layers=_recompute_layers(cost, lay, i), zero_stage=lay.zero_stage,
         sequence_parallel=lay.sequence_parallel,
         offload=OffloadOut(weights=lay.offload_weights, optimizer=lay.offload_optimizer,

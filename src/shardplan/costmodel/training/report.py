@@ -29,6 +29,8 @@ class TrainPlanOut(Out):
                            "gradient accumulation repeats whole schedules (--local-batch), each with its own fill "
                            "and drain; 1 otherwise.")
     global_batch: int
+    mtp_layers: int = Field(0, description="Multi-token-prediction modules trained on the last stage (--mtp-layers); "
+                            "part of the workload, echoed so the layout names what its numbers price.")
     interleave: int
     recompute: str
     recompute_layers: int | None = Field(description="Fully recomputed layers per stage (None: all).")
