@@ -87,7 +87,8 @@ GradReduceDtype = Annotated[str | None, typer.Option(
     "mixed_precision_reduce, Composer FSDP DEFAULT), bf16, fp16; default: --grad-dtype, the compute dtype under "
     "ZeRO-3.")]
 Optimizer = Annotated[str, typer.Option(
-    "--optimizer", help="adam (12 B/param state), adam-8bit (6), sgd (8), adafactor (4); all with an fp32 master.")]
+    "--optimizer", help="adam (12 B/param state), adam-8bit (6), sgd (8), adafactor (4), adam-bf16 (8: bf16 moments, "
+    "Megatron's precision-aware optimizer); all with an fp32 master.")]
 Attention = Annotated[str | None, typer.Option("--attention", help="flash or unfused (default: the system's).")]
 LocalBatch = Annotated[int | None, typer.Option(
     "--local-batch", min=1, max=MAX_BATCH, help="Sequences per data-parallel rank in one pipeline schedule, when "

@@ -111,9 +111,10 @@ def stack_gradients(r: dict[str, Any]) -> dict[str, Any]:
     ``optimizer_bytes_per_param`` (the moments alone)."""
     sw = r.get("software") or {}
     red = sw.get("grad_reduce_dtype")
+    optimizer = {"optimizer": sw["optimizer"]} if "optimizer" in sw else {}  # e.g. adam-bf16 (its source beside it)
     if "Megatron-Bridge" in str(r["source"].get("container_or_version")):
-        return {"grad_dtype": red or "bf16"}
-    out: dict[str, Any] = {"grad_reduce_dtype": red}
+        return {"grad_dtype": red or "bf16", **optimizer}
+    out: dict[str, Any] = {"grad_reduce_dtype": red, **optimizer}
     if red is not None and stack_framework(r) in ("megatron", "megatron-zero1"):
         out["grad_dtype"] = red
     out.update({k: sw[k] for k in ("grad_dtype", "optimizer_bytes_per_param") if k in sw})

@@ -49,6 +49,8 @@ class TrainTarget:
     """Whether the cost model priced interleaved pipeline sends beside compute (SoftwareSpec.overlap_p2p_comm)."""
     mtp_layers: int = 0
     """Multi-token-prediction modules the cost model priced (TrainWorkload.mtp_layers)."""
+    optimizer: str = "adam"
+    """The optimizer whose state the cost model held (TrainWorkload.optimizer)."""
 
     @property
     def num_nodes(self) -> int:
@@ -83,6 +85,7 @@ def train_target(plan: TrainPlanOut | None, *, model: ModelSpec, system: Any, nu
         moe_drop_and_pad=bool(sw.moe_drop_and_pad), moe_router_padding=bool(sw.moe_router_padding),
         eager_kernels=sw.elementwise_kernels != "fused" or sw.norm_kernel != "fused",
         overlap_p2p_comm=bool(sw.overlap_p2p_comm), mtp_layers=workload.mtp_layers,
+        optimizer=workload.optimizer,
     )
 
 

@@ -91,6 +91,9 @@ def config(t: TrainTarget) -> tuple[dict[str, Any], list[str]]:
     """The config dict and notes (what the model code or launcher must set instead)."""
     p = t.plan
     notes: list[str] = []
+    if t.optimizer == "adam-bf16":
+        raise _refuse("keep Adam's moments in bf16 beside an fp32 master (Megatron's precision-aware optimizer)",
+                      "re-plan with --optimizer adam")
     if p.ep > 1 and p.zero_stage == 3:
         # runtime/engine.py _configure_zero_optimizer: assert not self.has_moe_layers, "MoE not supported with Stage 3"
         raise _refuse(f"combine expert parallelism (EP={p.ep}, deepspeed.moe.layer.MoE) with ZeRO-3",

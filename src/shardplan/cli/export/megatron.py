@@ -215,9 +215,17 @@ def _zero_and_offload(t: TrainTarget, args: Args, notes: list[str]) -> list[str]
         args.append(("--use-distributed-optimizer", None))
         if p.zero_stage == 0:
             notes.append("optimizer offload needs Megatron's distributed optimizer: ZeRO-1 is switched on")
+    if t.optimizer == "adam-bf16" and p.zero_stage == 0:
+        # Megatron-Core d98e8a6 optimizer/__init__.py l.1057: "--use-precision-aware-optimizer only supported with
+        # distributed optimizer"
+        raise ShardplanError("Megatron keeps bf16 Adam moments only under its distributed optimizer: pin --zero 1",
+                             field="export")
+    if p.offload.optimizer > 0 or t.optimizer == "adam-bf16":
+        args.append(("--use-precision-aware-optimizer", None))
+    if t.optimizer == "adam-bf16":  # bf16 moments beside the fp32 master (layout.OPTIMIZER_STATE_BYTES)
+        args += [("--exp-avg-dtype", "bf16"), ("--exp-avg-sq-dtype", "bf16")]
     if p.offload.optimizer > 0:
-        args += [("--use-precision-aware-optimizer", None), ("--optimizer-cpu-offload", None),
-                 ("--optimizer-offload-fraction", f"{p.offload.optimizer:.4g}")]
+        args += [("--optimizer-cpu-offload", None), ("--optimizer-offload-fraction", f"{p.offload.optimizer:.4g}")]
     if p.offload.activations > 0:
         modules = _OFFLOAD_MODULES + (_OFFLOAD_MODULES_MOE if t.model.moe else ())
         args += [("--fine-grained-activation-offloading", None), ("--offload-modules", " ".join(modules)),

@@ -130,6 +130,9 @@ def _training(t: TrainTarget, notes: list[str]) -> dict[str, Value]:
     if t.dtype == "fp16":
         raise ShardplanError("torchtitan trains in bfloat16 or float32 (training.mixed_precision_param), not fp16: "
                              "plan with --dtype bf16", field="export")
+    if t.optimizer == "adam-bf16":
+        raise ShardplanError("torchtitan keeps Adam's moments in fp32 (no bf16-moment optimizer setting): re-plan "
+                             "with --optimizer adam", field="export")
     off = p.offload
     if off.activations > 0:
         raise ShardplanError("torchtitan cannot offload activations to the CPU: re-plan with "

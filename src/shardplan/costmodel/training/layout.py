@@ -25,8 +25,11 @@ from shardplan.hardware.spec import AttentionKernel
 
 # fp32 master weights (4 B) plus the moments: Adam m and v in fp32 (8 B; Rajbhandari et al. 2020, K = 12);
 # 8-bit Adam m and v (2 B; Dettmers et al. 2022); SGD momentum (4 B); Adafactor's factored second moment
-# (~0 B per parameter, no first moment; Shazeer & Stern 2018).
-OPTIMIZER_STATE_BYTES = {"adam": 12.0, "adam-8bit": 6.0, "sgd": 8.0, "adafactor": 4.0}
+# (~0 B per parameter, no first moment; Shazeer & Stern 2018); Adam with bf16 m and v beside the fp32 master (4 B;
+# Megatron-Core --use-precision-aware-optimizer --exp-avg-dtype bf16 --exp-avg-sq-dtype bf16, as Megatron-Bridge's
+# DeepSeek-V3 recipes run it: recipes/deepseek/deepseek_v3.py@v0.4.0 l.161-164; under bf16 or fp8 delayed scaling
+# Transformer Engine's FusedAdam may keep the master as a 16-bit remainder, 2 B less: not priced, an upper bound).
+OPTIMIZER_STATE_BYTES = {"adam": 12.0, "adam-8bit": 6.0, "sgd": 8.0, "adafactor": 4.0, "adam-bf16": 8.0}
 
 
 # Default headroom: 10% of GPU memory left free beyond framework_bytes. Evidence: the PyTorch caching allocator
@@ -52,7 +55,7 @@ class TrainWorkload(BaseModel):
         None, description="Datatype of the gradient reduction (default: grad_dtype; under ZeRO-3 the compute "
         "dtype, as DeepSpeed and FSDP reduce-scatter 16-bit gradients into fp32 shards)."
     )
-    optimizer: Literal["adam", "adam-8bit", "sgd", "adafactor"] = Field(
+    optimizer: Literal["adam", "adam-8bit", "sgd", "adafactor", "adam-bf16"] = Field(
         "adam", description="Optimizer whose state is kept per parameter (with an fp32 master copy).")
     optimizer_bytes_per_param: Annotated[float, Field(ge=0)] | None = Field(
         None, description="Override: optimizer state bytes per parameter, the moments alone, for a stack that trains "
