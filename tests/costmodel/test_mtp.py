@@ -101,3 +101,42 @@ def test_cli_prices_mtp_layers_and_rejects_out_of_range(run_cli) -> None:
     assert steps[1] > steps[0]
     bad = run_cli(*base, "--mtp-layers", "17")
     assert bad.code == 2 and "--mtp-layers" in bad.err and "Traceback" not in bad.err
+
+
+def test_tied_embeddings_keep_one_copy_on_the_last_stage() -> None:
+    # tied: under PP the head already holds the word embedding the MTP lookup uses, so the MTP adds the same
+    # parameters as without PP; untied (deepseek-v3, above) adds its own copy
+    def extra(pp: int) -> float:
+        return float((layer_params(_ctx("gpt-7.5b", 1, pp=pp), "head").dense
+                      - layer_params(_ctx("gpt-7.5b", 0, pp=pp), "head").dense)[0])
+
+    assert extra(4) == pytest.approx(extra(1), rel=1e-12)
+
+
+def test_uneven_split_layer_table_keeps_the_mtp_head_row() -> None:
+    # the per-layer rows of an uneven split (stage_report) must include the head+mtp row: the last stage's rows,
+    # times their counts, add up to the stage's forward time
+    from shardplan.costmodel.training.stage_report import estimate_split
+
+    spec, system = get_model("deepseek-v3"), get_system("dgx-h100")
+    work = TrainWorkload(seq_len=4096, global_batch=256, mtp_layers=1)
+    lay = TrainLayout(tp=1, pp=8, dp=8, ep=8)
+    rep = estimate_split(spec, system, 64, work, lay, [8, 8, 8, 8, 8, 8, 8, 5])
+    last = [row for row in rep.layers if row.stage == rep.stages[-1].stage]
+    assert any(row.kind == "head+mtp" for row in last)
+    assert sum(row.fwd_time_s * row.count for row in last) == pytest.approx(rep.stages[-1].fwd_time_s, rel=0.02)
+
+
+def test_fp8_weight_gathers_by_framework() -> None:
+    # Megatron's fp8 recipes gather fp8 primary weights (1 B); torchtitan, FSDP and AutoModel gather 16-bit ones
+    from shardplan.costmodel.training.dp_sync import gathered_bytes
+    from shardplan.costmodel.training.frameworks import framework_system
+
+    def gathered(dtype: str, framework: str | None) -> float:
+        work = TrainWorkload(seq_len=4096, global_batch=64, dtype=dtype)
+        rows = LayoutArrays.from_layouts([TrainLayout(dp=8, zero_stage=3)], work.global_batch)
+        return gathered_bytes(Ctx(get_model("llama-3.1-8b"), framework_system(get_system("dgx-h100"), framework),
+                                  work, rows))
+
+    assert gathered("fp8", None) == 1.0 and gathered("fp8", "megatron") == 1.0 and gathered("bf16", None) == 2.0
+    assert all(gathered("fp8", f) == 2.0 for f in ("torchtitan", "fsdp", "automodel"))

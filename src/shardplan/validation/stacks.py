@@ -143,7 +143,11 @@ def stack_modules(r: dict[str, Any]) -> tuple[str, ...] | None:
 
 def stack_recompute(r: dict[str, Any], rc_text: str) -> Recompute:
     """A record's recompute short of full: selective where its text says so or its recipe names recompute_modules
-    (Megatron-Bridge set_recompute_overrides sets them on selective granularity), else none."""
+    (Megatron-Bridge set_recompute_overrides sets them on selective granularity), else none. An empty module list
+    recomputes nothing: Megatron-Core fills in core_attn only where the list is None (transformer_config.py@14346b6
+    l.1821-1825)."""
+    if (r.get("software") or {}).get("recompute_modules") == []:
+        return Recompute.NONE
     return Recompute.SELECTIVE if "selective" in rc_text or stack_modules(r) else Recompute.NONE
 
 

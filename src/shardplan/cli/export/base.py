@@ -51,6 +51,8 @@ class TrainTarget:
     """Multi-token-prediction modules the cost model priced (TrainWorkload.mtp_layers)."""
     optimizer: str = "adam"
     """The optimizer whose state the cost model held (TrainWorkload.optimizer)."""
+    fp8_param_gather: bool = True
+    """Whether the cost model gathered fp8 weights (1 B a parameter) under fp8 (SoftwareSpec.fp8_param_gather)."""
 
     @property
     def num_nodes(self) -> int:
@@ -85,7 +87,7 @@ def train_target(plan: TrainPlanOut | None, *, model: ModelSpec, system: Any, nu
         moe_drop_and_pad=bool(sw.moe_drop_and_pad), moe_router_padding=bool(sw.moe_router_padding),
         eager_kernels=sw.elementwise_kernels != "fused" or sw.norm_kernel != "fused",
         overlap_p2p_comm=bool(sw.overlap_p2p_comm), mtp_layers=workload.mtp_layers,
-        optimizer=workload.optimizer,
+        optimizer=workload.optimizer, fp8_param_gather=bool(sw.fp8_param_gather),
     )
 
 

@@ -186,6 +186,9 @@ def sections(t: TrainTarget) -> tuple[dict[str, dict[str, Value]], list[str]]:
                      "norm_kernel): torch.compile stays off; enabling it runs faster than planned")
     if t.dtype == "fp8":
         out["model"] = {"converters": ["quantize.linear.float8"]}
+        if t.plan.zero_stage == 3 and t.fp8_param_gather:
+            notes.append("the plan priced fp8 weight all-gathers (1 B a parameter); torchtitan gathers bf16 weights "
+                         "unless its float8 all-gather is on: re-plan with --framework torchtitan to price that")
     if t.dtype == "fp4":
         notes.append("torchtitan has no NVFP4 training converter: the file trains in bf16, slower than planned")
     if t.mtp_layers:

@@ -99,18 +99,24 @@ class FrameworkCaps:
                                  field="recompute-layers")
 
 
+# Outside Megatron the fp8 recipes keep 16-bit weights and gather them (torchtitan's enable_fsdp_float8_all_gather is
+# off by default; PyTorch FSDP and AutoModel gather the module's parameters): SoftwareSpec.fp8_param_gather off.
+_BF16_GATHERS: tuple[tuple[str, bool], ...] = (("fp8_param_gather", False),)
+
 FRAMEWORKS: dict[str, FrameworkCaps] = {
     "megatron": FrameworkCaps("megatron", (0, 1, 2, 3), tuple(Recompute), zero3_with_pp=False,
                               one_recompute_count=True),
     "megatron-zero1": FrameworkCaps("megatron-zero1", (0, 1), tuple(Recompute), zero3_with_pp=False,
                                     one_recompute_count=True, stage_split=False),
     "torchtitan": FrameworkCaps("torchtitan", (0, 3), tuple(Recompute), selective_policy="torchtitan_op",
-                                one_recompute_count=True),
-    "automodel": FrameworkCaps("automodel", (3,), (Recompute.NONE, Recompute.FULL), partial_recompute=False),
+                                one_recompute_count=True, software=_BF16_GATHERS),
+    "automodel": FrameworkCaps("automodel", (3,), (Recompute.NONE, Recompute.FULL), partial_recompute=False,
+                               software=_BF16_GATHERS),
     "automodel-moe": FrameworkCaps("automodel (MoE models)", (3,), (Recompute.NONE, Recompute.FULL), tp=False,
-                                   cp=False, partial_recompute=False),
+                                   cp=False, partial_recompute=False, software=_BF16_GATHERS),
     "fsdp": FrameworkCaps("fsdp", (0, 2, 3), (Recompute.NONE, Recompute.FULL), tp=False, pp=False,
-                          interleave=False, cp=False, ep=False, software=(("zero2_gather_per_forward", True),)),
+                          interleave=False, cp=False, ep=False,
+                          software=(("zero2_gather_per_forward", True), *_BF16_GATHERS)),
 }
 
 

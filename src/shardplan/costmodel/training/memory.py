@@ -55,13 +55,16 @@ def mtp_params(ctx: Ctx) -> LayerParams:
     transformer/multi_token_prediction.py): per module a full-attention layer and a layer of ``mtp_ffn_kind``,
     enorm, hnorm and a final norm, the column-parallel 2h→h ``eh_proj``; the LM head is the model's own, and the
     word embedding too, except that under PP the last stage holds its own copy for the MTP lookup (``GPTModel``
-    builds the embedding where ``pre_process or mtp_process``)."""
+    builds the embedding where ``pre_process or mtp_process``; with tied embeddings that is the copy the head
+    already holds)."""
     m, r = ctx.model, ctx.rows
     n, h, t = float(ctx.work.mtp_layers), m.hidden_size, r.tp.astype(float)
     attn = layer_shard(m, "attention", r.tp, r.ep, r.pp, r.etp)
     ffn = layer_shard(m, mtp_ffn_kind(ctx), r.tp, r.ep, r.pp, r.etp)
     emb = layer_shard(m, "embedding", r.tp, r.ep, r.pp, r.etp)
-    dense = attn.dense + ffn.dense + 2 * h * h / t + 3 * norm_params(m, h) + np.where(r.pp > 1, emb.dense, 0.0)
+    # under PP the last stage needs the word embedding: its own copy, unless tied embeddings already put one there
+    copy = np.where((r.pp > 1) & (not m.tied_embeddings), emb.dense, 0.0)
+    dense = attn.dense + ffn.dense + 2 * h * h / t + 3 * norm_params(m, h) + copy
     return LayerParams(n * dense, n * (attn.experts + ffn.experts))
 
 

@@ -85,8 +85,8 @@ def _split_layer_rows(model: ModelSpec, system: SystemSpec, work: TrainWorkload,
     else:
         templates = uniform
     by_kind: dict[tuple[str, bool], LayerRow] = {}
-    for row in templates:
-        by_kind.setdefault((row.kind, full and row.recompute == "full"), row)
+    for row in templates:  # "head+mtp" (evaluate._layer_row) is the head's row
+        by_kind.setdefault((row.kind.removesuffix("+mtp"), full and row.recompute == "full"), row)
     rows: list[LayerRow] = []
     for i, name in ranks:
         counts = _layer_counts(model, sc, i)

@@ -28,6 +28,7 @@ from shardplan.costmodel.training.memory import (
     framework_memory,
     head_activations,
     mtp_activations,
+    mtp_params,
 )
 from shardplan.costmodel.training.pipeline_sim import chunk_factors
 from shardplan.costmodel.training.recompute_modules import MODULES, SelectiveTerms, selective_terms
@@ -247,7 +248,11 @@ def _stage(ctx: Ctx, k: dict[str, KindCost], shape: StageShape, m: np.ndarray) -
     # ZeRO-3/FSDP gathers one module (wrapping unit) at a time: a transformer layer, the embedding or the output
     # layer (torchtitan and Megatron-FSDP wrap each); the buffer is the largest unit the stage holds.
     layer_unit = layer_sum(k, counts, lambda c: c.params.dense + c.params.expert) / np.maximum(n, 1)
-    largest = np.maximum(layer_unit, np.maximum(emb * k["embedding"].params.total, head * k["head"].params.total))
+    head_unit = k["head"].params.total
+    if w.mtp_layers:  # the head and each MTP module are separate units (memory.mtp_params: all modules)
+        mtp = mtp_params(ctx).total
+        head_unit = np.maximum(head_unit - mtp, mtp / w.mtp_layers)
+    largest = np.maximum(layer_unit, np.maximum(emb * k["embedding"].params.total, head * head_unit))
     gathered = np.where((r.zero >= 3) & ~fsdp_under_pp(r), largest * w_bytes, 0.0)  # under PP: all kept (weights)
     activations = stored * inflight * (1 - r.f_act) + working + gathered
     framework = np.broadcast_to(framework_memory(ctx), np.shape(activations)).astype(float)
