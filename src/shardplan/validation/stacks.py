@@ -24,7 +24,11 @@ def nemo_before(r: dict[str, Any], year: int, month: int) -> bool:
 
 def stack_attention(r: dict[str, Any]) -> AttentionKernel:
     """A record's fused attention kernel: FlashAttention-2 for torchtitan and llm-foundry (PyTorch SDPA, flash-attn),
-    cuDNN for Transformer Engine stacks (preferred on Hopper+); GPUs without its curves use their scalar efficiency."""
+    cuDNN for Transformer Engine stacks (preferred on Hopper+); GPUs without its curves use their scalar efficiency.
+    A record's ``software.attention`` (with its source) overrides: a launcher that turns TE's fused attention off."""
+    stated = (r.get("software") or {}).get("attention")
+    if stated:
+        return AttentionKernel(stated)
     text = source_text(r)
     if any(s in text for s in ("torchtitan", "llm-foundry", "llmfoundry", "mosaicml")):
         return AttentionKernel.FLASH2
