@@ -61,7 +61,7 @@ def stack_p2p_overlap(r: dict[str, Any]) -> bool:
 # SoftwareSpec fields a record's ``software`` entry may set, each with its source in that entry.
 STACK_FIELDS = ("ep_dispatcher", "ep_comm_overlap", "ep_delay_wgrad", "moe_drop_and_pad", "moe_router_padding",
                 "moe_balanced_routing", "elementwise_kernels", "norm_kernel", "attention_unpad", "overlap_p2p_comm",
-                "expert_mlp", "moe_host_sync", "overlap_grad_reduce")
+                "expert_mlp", "moe_host_sync", "overlap_grad_reduce", "loss_memory")
 
 
 def stack_software(r: dict[str, Any]) -> dict[str, Any]:
@@ -80,6 +80,8 @@ def stack_software(r: dict[str, Any]) -> dict[str, Any]:
     bridge = "Megatron-Bridge" in str(r["source"].get("container_or_version"))
     out.setdefault("fp8_param_gather", bool(sw.get("fp8_params", bridge)))
     out.setdefault("fp8_scaling", stack_fp8_scaling(r))
+    if stack_framework(r) == "torchtitan":  # its fixed loss (frameworks.FRAMEWORKS)
+        out.setdefault("loss_memory", "torch_fp32")
     if stack_framework(r) == "fsdp":
         out.setdefault("fsdp_backward_prefetch", "post")
         out.setdefault("zero2_gather_per_forward", True)  # PyTorch FSDP SHARD_GRAD_OP, no no_sync under Composer

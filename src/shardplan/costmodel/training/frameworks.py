@@ -16,7 +16,8 @@ Sources, one line each (read at the commits the exporters cite):
   (torchtitan/distributed/parallel_dims.py, config/job_config.py).
   Its selective activation checkpointing is op-level (``selective_ac_option = "op"``: ``knobs.RECOMPUTE_POLICIES``
   ``torchtitan_op``), not Megatron's module sets; the cost model prices that policy on attention + dense-MLP layers,
-  so on other models a torchtitan plan recomputes everything or nothing.
+  so on other models a torchtitan plan recomputes everything or nothing. Its loss is F.cross_entropy on the logits
+  upcast to fp32 (train.py l.131-134 at 9dec370; components/loss.py at b5bcd76): ``SoftwareSpec.loss_memory``.
 - automodel: NeMo AutoModel (FSDP2 always, DTensor TP, CP, torch PP with interleaving; ``activation_checkpointing``
   a whole-block ``checkpoint_wrapper``, on or off: components/distributed/parallelizer.py at
   NVIDIA-NeMo/Automodel@79d0ccf). Its MoE parallelizer (components/moe/parallelizer.py ``parallelize_model``) asserts
@@ -109,7 +110,7 @@ FRAMEWORKS: dict[str, FrameworkCaps] = {
     "megatron-zero1": FrameworkCaps("megatron-zero1", (0, 1), tuple(Recompute), zero3_with_pp=False,
                                     one_recompute_count=True, stage_split=False),
     "torchtitan": FrameworkCaps("torchtitan", (0, 3), tuple(Recompute), selective_policy="torchtitan_op",
-                                one_recompute_count=True, software=_BF16_GATHERS),
+                                one_recompute_count=True, software=(*_BF16_GATHERS, ("loss_memory", "torch_fp32"))),
     "automodel": FrameworkCaps("automodel", (3,), (Recompute.NONE, Recompute.FULL), partial_recompute=False,
                                software=_BF16_GATHERS),
     "automodel-moe": FrameworkCaps("automodel (MoE models)", (3,), (Recompute.NONE, Recompute.FULL), tp=False,

@@ -171,12 +171,22 @@ def embedding_activations(ctx: Ctx) -> np.ndarray:
                                  drop * ctx.model.hidden_size)
 
 
+# Bytes per logit the loss holds at its peak (``SoftwareSpec.loss_memory``). Megatron-Core's vocab-parallel cross
+# entropy: one fp32 softmax, made and differentiated in place (tensor_parallel/cross_entropy.py at d98e8a6). PyTorch's
+# F.cross_entropy = nll_loss(log_softmax(x)): in the loss backward, log_softmax's saved output, nll_loss's gradient
+# (zeros_like its input) and log_softmax's input gradient (_log_softmax_backward_data, empty_like) coexist, each a
+# logit-sized tensor in the logits' dtype: 3 × 4 B on an fp32 upcast (torchtitan), 3 × 2 B on bf16 logits.
+LOSS_BYTES_PER_LOGIT = {"vocab_parallel": 4.0, "torch_fp32": 12.0, "torch_bf16": 6.0}
+
+
 def head_activations(ctx: Ctx) -> np.ndarray:
-    """Last stage, per microbatch: final-norm and LM-head inputs, and fp32 logits for the loss; once more for each
-    MTP module, whose head and loss run in the same forward (Megatron-LM d98e8a6 ``process_mtp_loss``)."""
+    """Last stage, per microbatch: final-norm and LM-head inputs, and the logits as the loss holds them at its peak
+    (``LOSS_BYTES_PER_LOGIT``); once more for each MTP module, whose head and loss run in the same forward
+    (Megatron-LM d98e8a6 ``process_mtp_loss``)."""
     m, r, e = ctx.model, ctx.rows, ctx.act_bytes
     norm_in = np.where(r.sp == 1, e * m.hidden_size / r.tp, e * m.hidden_size)
-    return (1 + ctx.work.mtp_layers) * ctx.tokens * (norm_in + e * m.hidden_size + 4.0 * m.vocab_size / r.tp)
+    per_logit = LOSS_BYTES_PER_LOGIT[ctx.system.software.loss_memory]
+    return (1 + ctx.work.mtp_layers) * ctx.tokens * (norm_in + e * m.hidden_size + per_logit * m.vocab_size / r.tp)
 
 
 def mtp_activations(ctx: Ctx) -> np.ndarray:
