@@ -218,7 +218,7 @@ def test_unwritable_output_is_one_line(run_cli, target: str) -> None:
 def test_an_infeasible_request_with_a_huge_space_answers_its_fix_search_in_seconds(run_cli) -> None:
     """Issue 15 (> 180 s, 8.6 GB; then 32 s and 4 GB, stopped by --time-limit): deepseek-v3 at 1M tokens on 8 GPUs.
     The search for the smallest GPU count rejects every count below 64 by a memory floor before costing it and finds
-    context parallelism across 8 nodes fitting on 64, well inside the default --time-limit."""
+    context parallelism across 12 nodes with a pipeline fitting on 96, well inside the default --time-limit."""
     import time
 
     argv = ["train", "-m", "deepseek-v3", "-H", "dgx-h100", "--gpus", "8", "-b", "10000000", "-s", "1048576", "--json"]
@@ -227,5 +227,5 @@ def test_an_infeasible_request_with_a_huge_space_answers_its_fix_search_in_secon
     check_contract(r, argv)
     plan = r.json()
     assert plan["status"] == "infeasible"
-    assert plan["suggestions"][0].startswith("use at least 64 GPUs (8 nodes): TP=8 PP=1 DP=1 CP=8")
+    assert plan["suggestions"][0].startswith("use at least 96 GPUs (12 nodes): TP=4 PP=3 DP=1 CP=8")
     assert time.process_time() - t0 < 30  # the default --time-limit, which stopped the search before

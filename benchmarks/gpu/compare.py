@@ -29,6 +29,7 @@ from shardplan.costmodel.core.kernels import (
 from shardplan.costmodel.training.ctx import Ctx
 from shardplan.costmodel.training.dp_sync import optimizer_bytes_per_param
 from shardplan.costmodel.training.layout import LayoutArrays, TrainLayout, TrainWorkload
+from shardplan.costmodel.training.memory import LOSS_BYTES_PER_LOGIT
 from shardplan.costmodel.training.stages import kind_costs
 from shardplan.hardware.gpus import H200_SXM
 from shardplan.hardware.load import resolve_system
@@ -133,8 +134,10 @@ def step_rows(res: dict) -> None:
                                 recompute=r["recompute"], grad_dtype="bf16")
         fb_pred = (rep.metrics.step_time_s - rep.metrics.optimizer_s) / accum
         kern = r["kernel_s_by_category"]
+        # after the forward the loss holds its fp32 log_softmax output (4 B per logit), not its 12 B backward peak
+        transient = (LOSS_BYTES_PER_LOGIT["torch_fp32"] - 4.0) * 128_256 * r["microbatch"] * r["seq"]
         mem = "" if "after_forward_bytes" not in r else (
-            f"; after forward pred {rep.memory.activations_bytes / 2**30:.2f} GiB meas "
+            f"; after forward pred {(rep.memory.activations_bytes - transient) / 2**30:.2f} GiB meas "
             f"{r['after_forward_bytes'] / 2**30:.2f} GiB")
         print(f"L{r['layers']} s{r['seq']} mb{r['microbatch']}x{accum} {r['recompute']:4s} "
               f"{'compiled' if r.get('compiled') else 'eager':8s} fwd+bwd pred {fb_pred * 1e3:7.1f} ms  meas "

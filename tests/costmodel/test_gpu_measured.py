@@ -16,6 +16,7 @@ from shardplan.costmodel.core.kernels import gemm_time, memory_time, multi_tenso
 from shardplan.costmodel.training.ctx import Ctx
 from shardplan.costmodel.training.dp_sync import optimizer_bytes_per_param
 from shardplan.costmodel.training.layout import LayoutArrays, TrainLayout, TrainWorkload
+from shardplan.costmodel.training.memory import LOSS_BYTES_PER_LOGIT
 from shardplan.costmodel.training.stages import kind_costs
 from shardplan.hardware import get_system
 from shardplan.hardware.gpus import H200_SXM
@@ -108,8 +109,11 @@ def test_one_gpu_training_steps_within_the_measured_band(run: int, part: str) ->
         fwd_bwd = (rep.metrics.step_time_s - rep.metrics.optimizer_s) / accum
         # measured forward+backward per microbatch: the model is 0-7% slower on one GPU (RESULTS.md §5)
         assert -0.02 < fwd_bwd / r["fwdbwd_s"] - 1 < 0.09, (r["layers"], r["recompute"], r["microbatch"])
-        # memory held after the forward: the model's stored activations within 10% (full recompute exact)
-        assert rep.memory.activations_bytes == pytest.approx(r["after_forward_bytes"], rel=0.10)
+        # memory held after the forward: the model's stored activations within 10% (full recompute exact). The loss
+        # (F.cross_entropy on fp32-upcast logits) then holds its fp32 log_softmax output, 4 B per logit; the other
+        # 8 B of its 12 B peak (memory.LOSS_BYTES_PER_LOGIT) appear in the backward, after this reading
+        transient = (LOSS_BYTES_PER_LOGIT["torch_fp32"] - 4.0) * 128_256 * r["microbatch"] * r["seq"]
+        assert rep.memory.activations_bytes - transient == pytest.approx(r["after_forward_bytes"], rel=0.10)
 
 
 def test_one_tensor_parallel_rank_alone_within_the_measured_band() -> None:

@@ -67,8 +67,10 @@ def test_the_pruned_search_finds_what_the_brute_force_search_finds(req: TrainReq
 
 def test_the_reported_request_is_answered_with_one_cost_table(monkeypatch: pytest.MonkeyPatch) -> None:
     """deepseek-v3 at 1M tokens on 8 GPUs (issue 15: minutes and gigabytes): every count below 64 GPUs is rejected
-    by the memory floor without a cost table, and context parallelism across nodes (TP 8 · CP 8 on 8 nodes: the
-    fp32 logits of the 1M-token sequence split 64 ways) fits on 64: one table is costed."""
+    by the memory floor without a cost table; 64 is costed and does not fit (the loss holds the 1M-token sequence's
+    logits at 6 B each, bf16 beside fp32: memory.LOSS_BYTES_PER_LOGIT), 128 and then 96 are costed and fit, with
+    context parallelism across nodes and a pipeline (TP 4 · CP 8 · PP 3 on 12 nodes): three tables, not one per
+    count from 8."""
     import shardplan.costmodel.training.table as table_mod
 
     built: list[int] = []
@@ -80,5 +82,5 @@ def test_the_reported_request_is_answered_with_one_cost_table(monkeypatch: pytes
 
     monkeypatch.setattr(table_mod, "build_train_table", spy)
     found = _min_gpus(_req("deepseek-v3", 8, 2**20, 10_000_000))
-    assert found is not None and found[0] == 64 and "TP=8 PP=1 DP=1 CP=8" in found[1]
-    assert len(built) == 1
+    assert found is not None and found[0] == 96 and "TP=4 PP=3 DP=1 CP=8" in found[1]
+    assert len(built) == 3

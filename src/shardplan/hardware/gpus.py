@@ -226,14 +226,16 @@ B200 = GpuSpec(
 )
 # GB200 (1200 W): NVL72 table ÷ 72 — FP32 5,760 TFLOPS, TF32 180 PFLOPS*, INT8 720 POPS*, HBM 576 TB/s.
 # The rate it sustains in a job, measured against a B200 on the same job: MLPerf Training v5.0, NVIDIA llama2_70b_lora
-# on 8 GPUs, NGC 25.04 NeMo, TP1 PP1 CP1, fp8 GEMMs and attention, configs differing in LR and NCCL NVLS only: median
-# train_step_time (median of each of the 10 runs) 1.5127 s on DGX B200 (nyx_n1) and 1.4864 s on GB200 NVL72 (tyche_
-# ngpu8) (mlcommons/training_results_v5.0@0fdc28f NVIDIA/results/*/llama2_70b_lora/result_*.txt, benchmarks/
-# llama2_70b_lora/implementations/*/config_*.sh). The same die at 1200 W runs 1.018× the 1000 W part, so its GEMMs
-# take the B200's sustained rate (B200_SUSTAINED_CLOCK) times that, not the A100-derived in-job ratio (which put it
-# 1.15× above the B200). A check, not used: GB300 NVL72 runs MLPerf v5.1's identical 72-GPU llama2_70b_lora config
-# 1.156× faster than GB200 (0.1722 against 0.1990 s per step, training_results_v5.1 theia/tyche_ngpu72_ngc25.09);
-# the presets' GEMM rates now stand 1.22× apart and their measured attention rates 1.02-1.05× (before: GEMMs 1.08×).
+# on 8 GPUs, NGC 25.04 NeMo, TP1 PP1 CP1, fp8 GEMMs and attention; the configs differ in LR, NCCL NVLS (off on the
+# B200), CPU binding and 1×8 vs 2×4 GPUs: median train_step_time (median of each of the 10 runs) 1.5127 s on DGX B200
+# (nyx_n1) and 1.4864 s on GB200 NVL72 (tyche_ngpu8) (mlcommons/training_results_v5.0@0fdc28f NVIDIA/results/*/
+# llama2_70b_lora/result_*.txt, benchmarks/llama2_70b_lora/implementations/*/config_*.sh). The same die at 1200 W
+# runs 1.018× the 1000 W part, so its GEMMs take the B200's sustained rate (B200_SUSTAINED_CLOCK) times that, not the
+# A100-derived in-job ratio (which put it 1.15× above the B200). The whole step's ratio stands for the GEMMs' (a
+# GEMM-only one could lie about 1.00-1.04; the mean of the runs' medians gives 1.024). A check, not used: GB300 NVL72
+# runs MLPerf v5.1's identical 72-GPU llama2_70b_lora config 1.156× faster than GB200 (0.1723 against 0.1992 s per
+# step, training_results_v5.1 theia/tyche_ngpu72_ngc25.09); the presets' GEMM rates now stand 1.22× apart and their
+# measured attention rates 1.02-1.05× (before: GEMMs 1.08×).
 GB200_OF_B200_SUSTAINED = 1.5127 / 1.4864
 GB200 = B200.model_copy(
     update={
@@ -244,7 +246,8 @@ GB200 = B200.model_copy(
                        "int8": 5000e12, "fp4": 10000e12},
         "tdp_w": 1200,
         # best-shape matmul (same source): bf16 1822.0 = 0.729 of 2500, fp8 3615.6 = 0.723 of 5000. At 1200 W the
-        # GB200 reaches 4.4% more than a 1000 W B200 (1745.0), not the datasheet's 11%: the curve takes its own MAMF.
+        # GB200 reaches 4.4% more than a 1000 W B200 (1745.0), not the datasheet's 11%, isolated; in a job its GEMMs
+        # run at the B200's sustained rate × GB200_OF_B200_SUSTAINED (above).
         "matmul_peak_fraction": {"bf16": 0.729, "fp8": 0.723, "fp4": 0.729 * B200_NVFP4_OF_BF16},
         "matmul_efficiency": scaled_curve(HOPPER_MATMUL_ISOLATED,
                                           0.776 * B200_SUSTAINED_CLOCK * 2250 / 2500 * GB200_OF_B200_SUSTAINED),

@@ -131,11 +131,13 @@ class SoftwareSpec(BaseModel):
     attention_unpad: bool = Field(False, description="q, k, v packed around a varlen flash kernel (passes.UNPAD).")
     loss_memory: Literal["vocab_parallel", "torch_fp32", "torch_bf16"] = Field(
         "vocab_parallel", description="How the loss holds the logits at its peak, bytes per logit (per token and vocab "
-        "entry of a TP shard): 'vocab_parallel' 4 (Megatron-Core's vocab-parallel cross entropy: one fp32 softmax, "
-        "computed and differentiated in place); 'torch_fp32' 12 (PyTorch F.cross_entropy on an fp32 upcast of the "
-        "logits: log_softmax's saved fp32 output, nll_loss's fp32 gradient and log_softmax's fp32 input gradient are "
-        "alive together in the loss backward; torchtitan@9dec370 train.py l.131-134, HEAD components/loss.py); "
-        "'torch_bf16' 6 (the same on 16-bit logits: NeMo AutoModel MaskedCrossEntropy with fp32_upcast false).")
+        "entry of a TP shard): 'vocab_parallel' 6 (Megatron-Core: the bf16 logits beside the loss's fp32 softmax or "
+        "gradient buffer, vocab-parallel or Transformer Engine's fused cross entropy); 'torch_fp32' 12 (PyTorch "
+        "F.cross_entropy on an fp32 upcast of the logits: log_softmax's saved fp32 output, nll_loss's fp32 gradient "
+        "and log_softmax's fp32 input gradient are alive together in the loss backward; torchtitan@9dec370 train.py "
+        "l.131-134, HEAD components/loss.py; priced as at TP 1 without PP: training.memory.LOSS_BYTES_PER_LOGIT); "
+        "'torch_bf16' 6 (the same on 16-bit logits, e.g. NeMo AutoModel's MaskedCrossEntropy with fp32_upcast false; "
+        "AutoModel plans keep the default).")
     ep_dispatcher: Literal["alltoall", "deepep"] = Field(
         "alltoall", description="How MoE tokens travel: 'alltoall' (one copy per routed expert, NCCL all-to-all: "
         "Megatron's alltoall dispatcher) or 'deepep' (Megatron's flex dispatcher with DeepEP/HybridEP: a token "

@@ -171,12 +171,18 @@ def embedding_activations(ctx: Ctx) -> np.ndarray:
                                  drop * ctx.model.hidden_size)
 
 
-# Bytes per logit the loss holds at its peak (``SoftwareSpec.loss_memory``). Megatron-Core's vocab-parallel cross
-# entropy: one fp32 softmax, made and differentiated in place (tensor_parallel/cross_entropy.py at d98e8a6). PyTorch's
-# F.cross_entropy = nll_loss(log_softmax(x)): in the loss backward, log_softmax's saved output, nll_loss's gradient
-# (zeros_like its input) and log_softmax's input gradient (_log_softmax_backward_data, empty_like) coexist, each a
-# logit-sized tensor in the logits' dtype: 3 × 4 B on an fp32 upcast (torchtitan), 3 × 2 B on bf16 logits.
-LOSS_BYTES_PER_LOGIT = {"vocab_parallel": 4.0, "torch_fp32": 12.0, "torch_bf16": 6.0}
+# Bytes per logit the loss holds at its peak (``SoftwareSpec.loss_memory``). Megatron-Core: the output layer's bf16
+# logits (2 B) stay alive while the loss holds an fp32 copy (4 B) — the vocab-parallel cross entropy's softmax, made
+# and differentiated in place (tensor_parallel/cross_entropy.py at d98e8a6 l.25, 61-79, 181-204), or Transformer
+# Engine's fused cross entropy's fp32 gradient buffer (Megatron-Bridge's perf scripts set cross_entropy_fusion_impl
+# "te": TE d0067d0 pytorch/triton/cross_entropy.py, grad_input = empty_like(_input, dtype=float32)); in the backward
+# that fp32 gradient and its bf16 cast coexist: 6 B either way. PyTorch's F.cross_entropy = nll_loss(log_softmax(x)):
+# in the loss backward, log_softmax's saved output, nll_loss's gradient (zeros_like its input) and log_softmax's input
+# gradient (_log_softmax_backward_data, empty_like) coexist, each a logit-sized tensor in the logits' dtype: 3 × 4 B on
+# an fp32 upcast (torchtitan; its forward holds at most 10 B: bf16 logits, fp32 copy, log_softmax output), 3 × 2 B on
+# bf16 logits. Not priced: torchtitan's loss under TP (loss_parallel's DTensor decomposition holds more per local
+# logit) and under PP (torch.distributed.pipelining keeps every microbatch's output on the last stage).
+LOSS_BYTES_PER_LOGIT = {"vocab_parallel": 6.0, "torch_fp32": 12.0, "torch_bf16": 6.0}
 
 
 def head_activations(ctx: Ctx) -> np.ndarray:
