@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from shardplan.costmodel.training.frameworks import FRAMEWORKS
 from shardplan.costmodel.training.layout import Recompute
 from shardplan.hardware.spec import AttentionKernel
 
@@ -80,11 +81,14 @@ def stack_software(r: dict[str, Any]) -> dict[str, Any]:
     bridge = "Megatron-Bridge" in str(r["source"].get("container_or_version"))
     out.setdefault("fp8_param_gather", bool(sw.get("fp8_params", bridge)))
     out.setdefault("fp8_scaling", stack_fp8_scaling(r))
-    if stack_framework(r) == "torchtitan":  # its fixed loss (frameworks.FRAMEWORKS)
-        out.setdefault("loss_memory", "torch_fp32")
-    if stack_framework(r) == "fsdp":
+    framework = stack_framework(r)
+    # what the framework fixes (frameworks.FRAMEWORKS: torchtitan's fp32 loss, PyTorch FSDP's SHARD_GRAD_OP gathering
+    # the weights in every forward under Composer, 16-bit gathers), where the record does not say otherwise
+    caps = FRAMEWORKS.get(framework or "")
+    for key, value in caps.software if caps else ():
+        out.setdefault(key, value)
+    if framework == "fsdp":
         out.setdefault("fsdp_backward_prefetch", "post")
-        out.setdefault("zero2_gather_per_forward", True)  # PyTorch FSDP SHARD_GRAD_OP, no no_sync under Composer
     return out
 
 
