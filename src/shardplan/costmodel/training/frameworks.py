@@ -14,15 +14,17 @@ Sources, one line each (read at the commits the exporters cite):
 - torchtitan: FSDP2 (ZeRO-3, also under PP: ``fsdp_reshard_after_forward``), DDP (ZeRO-0), TP, PP with
   Interleaved1F1B, CP, EP; activation checkpointing none / selective (per op) / full; no ZeRO-1 or ZeRO-2
   (torchtitan/distributed/parallel_dims.py, config/job_config.py).
+  Its TP is DTensor's and its pipeline torch's: blocking collectives and sends (``_TORCH_NATIVE``).
   Its selective activation checkpointing is op-level (``selective_ac_option = "op"``: ``knobs.RECOMPUTE_POLICIES``
   ``torchtitan_op``), not Megatron's module sets; the cost model prices that policy on attention + dense-MLP layers,
   so on other models a torchtitan plan recomputes everything or nothing. Its loss is F.cross_entropy on the logits
   upcast to fp32 (train.py l.131-134 at 9dec370; components/loss.py at b5bcd76): ``SoftwareSpec.loss_memory``.
 - automodel: NeMo AutoModel (FSDP2 always, DTensor TP, CP, torch PP with interleaving; ``activation_checkpointing``
   a whole-block ``checkpoint_wrapper``, on or off: components/distributed/parallelizer.py at
-  NVIDIA-NeMo/Automodel@79d0ccf). Its MoE parallelizer (components/moe/parallelizer.py ``parallelize_model``) asserts
-  TP 1 and CP 1: ``automodel-moe``, which ``caps_for`` picks for an MoE model. Its pipeline splits uniformly
-  (``layers_per_stage``) and checkpoints every block or none: no per-rank recompute counts or splits.
+  NVIDIA-NeMo/Automodel@79d0ccf; blocking DTensor TP and torch pipeline sends: ``_TORCH_NATIVE``). Its MoE
+  parallelizer (components/moe/parallelizer.py ``parallelize_model``) asserts TP 1 and CP 1: ``automodel-moe``,
+  which ``caps_for`` picks for an MoE model. Its pipeline splits uniformly (``layers_per_stage``) and checkpoints
+  every block or none: no per-rank recompute counts or splits.
 - fsdp: PyTorch FSDP1 as llm-foundry (Composer) and HF Accelerate drive it — data parallelism only, sharding
   NO_SHARD (ZeRO-0), SHARD_GRAD_OP (ZeRO-2) or FULL_SHARD (ZeRO-3), activation checkpointing of whole blocks, all
   or some, or none (llm-foundry scripts/train/benchmarking/submit_benchmarks.py: fsdp_config sharding_strategy,
@@ -102,7 +104,17 @@ class FrameworkCaps:
 
 # Outside Megatron the fp8 recipes keep 16-bit weights and gather them (torchtitan's enable_fsdp_float8_all_gather is
 # off by default; PyTorch FSDP and AutoModel gather the module's parameters): SoftwareSpec.fp8_param_gather off.
-_BF16_GATHERS: tuple[tuple[str, bool], ...] = (("fp8_param_gather", False),)
+_BF16_GATHERS: tuple[tuple[str, object], ...] = (("fp8_param_gather", False),)
+# DTensor TP runs its sequence-parallel all-gathers and reduce-scatters as blocking functional collectives: the GEMM
+# that reads the gathered input waits for it, nothing else is queued beside it. Only async TP (inductor's
+# micro-pipelined TP under torch.compile) overlaps them, and both stacks default it off: torchtitan b5bcd76
+# torchtitan/config/configs.py l.298 ``enable_async_tensor_parallel: bool = False`` (it requires compile, l.307-313);
+# NeMo AutoModel 36044ad components/distributed/config.py l.320 ``enable_async_tensor_parallel: bool = False``.
+# SoftwareSpec.tp_comm_overlap 0: no TP communication hidden. Their pipelines (torch.distributed.pipelining) have no
+# counterpart of Megatron's overlap_p2p_comm either (validation.stacks.stack_p2p_overlap): SoftwareSpec.overlap_p2p_comm
+# off. Both, with the 16-bit gathers, are what the PyTorch-native stacks share.
+_TORCH_NATIVE: tuple[tuple[str, object], ...] = (*_BF16_GATHERS, ("tp_comm_overlap", 0.0),
+                                                  ("overlap_p2p_comm", False))
 
 FRAMEWORKS: dict[str, FrameworkCaps] = {
     "megatron": FrameworkCaps("megatron", (0, 1, 2, 3), tuple(Recompute), zero3_with_pp=False,
@@ -110,11 +122,12 @@ FRAMEWORKS: dict[str, FrameworkCaps] = {
     "megatron-zero1": FrameworkCaps("megatron-zero1", (0, 1), tuple(Recompute), zero3_with_pp=False,
                                     one_recompute_count=True, stage_split=False),
     "torchtitan": FrameworkCaps("torchtitan", (0, 3), tuple(Recompute), selective_policy="torchtitan_op",
-                                one_recompute_count=True, software=(*_BF16_GATHERS, ("loss_memory", "torch_fp32"))),
+                                one_recompute_count=True,
+                                software=(*_TORCH_NATIVE, ("loss_memory", "torch_fp32"))),
     "automodel": FrameworkCaps("automodel", (3,), (Recompute.NONE, Recompute.FULL), partial_recompute=False,
-                               software=_BF16_GATHERS),
+                               software=_TORCH_NATIVE),
     "automodel-moe": FrameworkCaps("automodel (MoE models)", (3,), (Recompute.NONE, Recompute.FULL), tp=False,
-                                   cp=False, partial_recompute=False, software=_BF16_GATHERS),
+                                   cp=False, partial_recompute=False, software=_TORCH_NATIVE),
     "fsdp": FrameworkCaps("fsdp", (0, 2, 3), (Recompute.NONE, Recompute.FULL), tp=False, pp=False,
                           interleave=False, cp=False, ep=False,
                           software=(("zero2_gather_per_forward", True), *_BF16_GATHERS)),

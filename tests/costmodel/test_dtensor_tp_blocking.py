@@ -1,0 +1,49 @@
+"""torchtitan and NeMo AutoModel run DTensor TP, whose sequence-parallel collectives block (async TP is off by default
+in both: ``frameworks._TORCH_NATIVE``): under ``--framework`` either, every TP collective of a layer is exposed."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from shardplan.cli import app
+from shardplan.costmodel.core import comm
+from shardplan.costmodel.training.evaluate import estimate_training
+from shardplan.costmodel.training.frameworks import framework_system
+from shardplan.costmodel.training.layout import TrainLayout, TrainWorkload
+from shardplan.hardware import get_system
+from shardplan.models import get_model
+
+MODEL = get_model("llama-3.1-8b")
+WORK = TrainWorkload(seq_len=4096, global_batch=64)
+LAYOUT = TrainLayout(tp=2, dp=4, microbatch=1, sequence_parallel=True, zero_stage=3)
+
+
+@pytest.mark.parametrize("framework", ["torchtitan", "automodel"])
+def test_dtensor_tp_collectives_are_all_exposed(framework: str) -> None:
+    system = framework_system(get_system("dgx-h100"), framework)
+    assert system.software.tp_comm_overlap == 0.0 and not system.software.overlap_p2p_comm
+    rep = estimate_training(MODEL, system, 8, WORK, LAYOUT)
+    # By hand: a sequence-parallel attention or MLP block all-gathers its input (4096 tokens × 4096 × 2 B) before
+    # the column-parallel GEMM and reduce-scatters the row-parallel GEMM's output; the backward runs the transposes
+    # (reduce-scatter of the input gradient, all-gather of the output gradient): four collectives of the layer input
+    # over the two TP ranks of one node, none hidden.
+    one = float(comm.all_gather_time(system, 4096 * 4096 * 2.0, 2, 1))
+    rows = {r.kind: r for r in rep.layers}
+    for kind in ("attention", "mlp"):
+        assert rows[kind].comm_tp_s == pytest.approx(4 * one, rel=1e-9)
+    # the step's transformer layers (32 of each kind), 16 microbatches per rank (64 sequences over DP 4), all exposed
+    assert rep.metrics.tp_exposed_s == pytest.approx(16 * 64 * 4 * one, rel=1e-9)
+    megatron = estimate_training(MODEL, get_system("dgx-h100"), 8, WORK, LAYOUT)
+    assert megatron.metrics.tp_exposed_s < 0.5 * rep.metrics.tp_exposed_s  # Transformer Engine userbuffers hide most
+
+
+def test_cli_framework_prices_blocking_tp() -> None:
+    args = ["estimate", "train", "-m", "llama-3.1-8b", "-H", "dgx-h100", "--gpus", "8", "-b", "64", "-s", "4096",
+            "--tp", "2", "--sequence-parallel", "--microbatch", "1", "--zero", "3", "--json"]
+    runner = CliRunner()
+    tt = json.loads(runner.invoke(app, [*args, "--framework", "torchtitan"]).stdout)
+    want = estimate_training(MODEL, framework_system(get_system("dgx-h100"), "torchtitan"), 8, WORK, LAYOUT)
+    assert tt["metrics"]["tp_exposed_s"] == pytest.approx(want.metrics.tp_exposed_s, rel=1e-9)
