@@ -115,6 +115,12 @@ _BF16_GATHERS: tuple[tuple[str, object], ...] = (("fp8_param_gather", False),)
 # off. Both, with the 16-bit gathers, are what the PyTorch-native stacks share.
 _TORCH_NATIVE: tuple[tuple[str, object], ...] = (*_BF16_GATHERS, ("tp_comm_overlap", 0.0),
                                                   ("overlap_p2p_comm", False))
+# Each stack's fused attention, whatever the system preset's (the A100 preset's is Selene 2021's unfused softmax):
+# torchtitan's SDPA prefers cuDNN, then FlashAttention (b5bcd76 torchtitan/models/common/attention.py l.388-393,
+# ``sdpa_kernel(..., set_priority=True)``); llm-foundry runs flash-attn 2 (8c8dd48 llmfoundry/models/utils/
+# config_defaults.py l.12 ``attn_impl: 'flash'``; HF Accelerate's SDPA picks the same kernel); NeMo AutoModel's
+# benchmark configs run Transformer Engine's attention (its performance table's "TE" kernel column), cuDNN's.
+_CUDNN, _FLASH2 = ("attention", "cudnn"), ("attention", "flash2")
 
 FRAMEWORKS: dict[str, FrameworkCaps] = {
     "megatron": FrameworkCaps("megatron", (0, 1, 2, 3), tuple(Recompute), zero3_with_pp=False,
@@ -123,14 +129,14 @@ FRAMEWORKS: dict[str, FrameworkCaps] = {
                                     one_recompute_count=True, stage_split=False),
     "torchtitan": FrameworkCaps("torchtitan", (0, 3), tuple(Recompute), selective_policy="torchtitan_op",
                                 one_recompute_count=True,
-                                software=(*_TORCH_NATIVE, ("loss_memory", "torch_fp32"))),
+                                software=(*_TORCH_NATIVE, _CUDNN, ("loss_memory", "torch_fp32"))),
     "automodel": FrameworkCaps("automodel", (3,), (Recompute.NONE, Recompute.FULL), partial_recompute=False,
-                               software=_TORCH_NATIVE),
+                               software=(*_TORCH_NATIVE, _CUDNN)),
     "automodel-moe": FrameworkCaps("automodel (MoE models)", (3,), (Recompute.NONE, Recompute.FULL), tp=False,
-                                   cp=False, partial_recompute=False, software=_TORCH_NATIVE),
+                                   cp=False, partial_recompute=False, software=(*_TORCH_NATIVE, _CUDNN)),
     "fsdp": FrameworkCaps("fsdp", (0, 2, 3), (Recompute.NONE, Recompute.FULL), tp=False, pp=False,
                           interleave=False, cp=False, ep=False,
-                          software=(("zero2_gather_per_forward", True), *_BF16_GATHERS)),
+                          software=(("zero2_gather_per_forward", True), *_BF16_GATHERS, _FLASH2)),
 }
 
 
