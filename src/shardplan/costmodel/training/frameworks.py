@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING
 from shardplan.costmodel.core.layouts import layer_kind_names
 from shardplan.costmodel.training.layout import Recompute
 from shardplan.errors import ShardplanError
+from shardplan.hardware.software import AttentionKernel
 
 if TYPE_CHECKING:
     from shardplan.hardware.spec import SystemSpec
@@ -120,7 +121,7 @@ _TORCH_NATIVE: tuple[tuple[str, object], ...] = (*_BF16_GATHERS, ("tp_comm_overl
 # ``sdpa_kernel(..., set_priority=True)``); llm-foundry runs flash-attn 2 (8c8dd48 llmfoundry/models/utils/
 # config_defaults.py l.12 ``attn_impl: 'flash'``; HF Accelerate's SDPA picks the same kernel); NeMo AutoModel's
 # benchmark configs run Transformer Engine's attention (its performance table's "TE" kernel column), cuDNN's.
-_CUDNN, _FLASH2 = ("attention", "cudnn"), ("attention", "flash2")
+_CUDNN, _FLASH2 = ("attention", AttentionKernel.CUDNN), ("attention", AttentionKernel.FLASH2)
 
 FRAMEWORKS: dict[str, FrameworkCaps] = {
     "megatron": FrameworkCaps("megatron", (0, 1, 2, 3), tuple(Recompute), zero3_with_pp=False,
