@@ -33,3 +33,30 @@ def test_framework_attention_keeps_no_scores(framework: str, kernel: AttentionKe
     assert unfused["attention"].activations_bytes - fused["attention"].activations_bytes == pytest.approx(
         scores - lse, rel=1e-12)
     assert fused["mlp"].activations_bytes == unfused["mlp"].activations_bytes
+
+
+def test_automodel_moe_dispatches_with_deepep() -> None:
+    """AutoModel's MoE backend dispatches with DeepEP by default (``frameworks._AUTOMODEL``): a token goes once to each
+    other rank holding one of its experts, where Megatron's alltoall dispatcher sends one copy per routed expert."""
+    from math import comb
+
+    model = get_model("qwen3-30b-a3b")  # 128 experts, top 8
+    work = TrainWorkload(seq_len=4096, global_batch=64)
+    layout = TrainLayout(dp=8, ep=8, microbatch=1, zero_stage=3)
+    preset = get_system("dgx-h100")
+    system = framework_system(preset, "automodel")
+    assert system.software.ep_dispatcher == "deepep"
+    deepep = {r.kind: r for r in estimate_training(model, system, 8, work, layout).layers}["moe"].comm_ep_s
+    a2a = {r.kind: r for r in estimate_training(model, preset, 8, work, layout).layers}["moe"].comm_ep_s
+    # By hand: uniform routing over 8 ranks of 16 experts; a rank is missed by all 8 picks with probability
+    # C(112, 8)/C(128, 8), so a token reaches 8·(1 − that) ≈ 5.34 ranks against 8 copies, 7/8 of them other ranks of
+    # the node; each call is NCCL's Simple protocol: its base latency, one NVLink hop per peer, the bytes at the
+    # link's rate (both sides scale alike by the busiest rank's load, which cancels)
+    ranks = 8 * (1 - comb(112, 8) / comb(128, 8))
+    link = preset.intra_node
+
+    def call(copies: float) -> float:
+        return 8.4e-6 + 7 * link.latency_s + 4096 * copies * 2048 * 2 * 7 / 8 / (link.bandwidth_bytes_per_s
+                                                                                * link.efficiency)
+
+    assert deepep / a2a == pytest.approx(call(ranks) / call(8), rel=1e-6)

@@ -122,6 +122,10 @@ _TORCH_NATIVE: tuple[tuple[str, object], ...] = (*_BF16_GATHERS, ("tp_comm_overl
 # config_defaults.py l.12 ``attn_impl: 'flash'``; HF Accelerate's SDPA picks the same kernel); NeMo AutoModel's
 # benchmark configs run Transformer Engine's attention (its performance table's "TE" kernel column), cuDNN's.
 _CUDNN, _FLASH2 = ("attention", AttentionKernel.CUDNN), ("attention", AttentionKernel.FLASH2)
+# NeMo AutoModel's MoE backend defaults (36044ad components/models/common/utils.py ``BackendConfig``, l.328-343):
+# attention "te" (Transformer Engine's, as above) and the DeepEP dispatcher wherever DeepEP is installed, as in
+# NVIDIA's containers.
+_AUTOMODEL: tuple[tuple[str, object], ...] = (*_TORCH_NATIVE, _CUDNN, ("ep_dispatcher", "deepep"))
 
 FRAMEWORKS: dict[str, FrameworkCaps] = {
     "megatron": FrameworkCaps("megatron", (0, 1, 2, 3), tuple(Recompute), zero3_with_pp=False,
@@ -132,9 +136,9 @@ FRAMEWORKS: dict[str, FrameworkCaps] = {
                                 one_recompute_count=True,
                                 software=(*_TORCH_NATIVE, _CUDNN, ("loss_memory", "torch_fp32"))),
     "automodel": FrameworkCaps("automodel", (3,), (Recompute.NONE, Recompute.FULL), partial_recompute=False,
-                               software=(*_TORCH_NATIVE, _CUDNN)),
+                               software=_AUTOMODEL),
     "automodel-moe": FrameworkCaps("automodel (MoE models)", (3,), (Recompute.NONE, Recompute.FULL), tp=False,
-                                   cp=False, partial_recompute=False, software=(*_TORCH_NATIVE, _CUDNN)),
+                                   cp=False, partial_recompute=False, software=_AUTOMODEL),
     "fsdp": FrameworkCaps("fsdp", (0, 2, 3), (Recompute.NONE, Recompute.FULL), tp=False, pp=False,
                           interleave=False, cp=False, ep=False,
                           software=(("zero2_gather_per_forward", True), *_BF16_GATHERS, _FLASH2)),
