@@ -52,7 +52,7 @@ def test_framework_fsdp_prices_shard_grad_op() -> None:
     plain = json.loads(runner.invoke(app, args).stdout)
     fsdp = json.loads(runner.invoke(app, [*args, "--framework", "fsdp"]).stdout)
     system = framework_system(get_system("dgx-h100"), "fsdp")
-    assert system.software.zero2_gather_per_forward
+    assert system.software.zero2_gather_per_forward and system.software.fsdp_backward_prefetch == "post"
     want = estimate_training(MODEL, system, 8, TrainWorkload(seq_len=4096, global_batch=64), LAYOUT)
     assert fsdp["metrics"]["step_time_s"] == pytest.approx(want.metrics.step_time_s, rel=1e-9)
     assert fsdp["metrics"]["step_time_s"] > plain["metrics"]["step_time_s"]

@@ -67,10 +67,9 @@ STACK_FIELDS = ("ep_dispatcher", "ep_comm_overlap", "ep_delay_wgrad", "moe_drop_
 
 def stack_software(r: dict[str, Any]) -> dict[str, Any]:
     """The ``SoftwareSpec`` fields of ``STACK_FIELDS`` a record's ``software`` entry sets, each with its source (the
-    recipe at the framework's commit); the rest keep Megatron-Core's defaults. llm-foundry runs Composer's FSDP, whose
-    ``backward_prefetch`` defaults to BACKWARD_POST (Composer ``FSDPConfig``; llm-foundry's benchmark yamls, e.g.
-    scripts/train/yamls/pretrain/mpt-7b.yaml, do not set it), and its SHARD_GRAD_OP gathers the weights in every
-    microbatch's forward (``SoftwareSpec.zero2_gather_per_forward``)."""
+    recipe at the framework's commit), over what the record's framework fixes (``frameworks.FRAMEWORKS``: llm-foundry's
+    Composer FSDP prefetches BACKWARD_POST and gathers the weights in every microbatch's forward under SHARD_GRAD_OP);
+    the rest keep Megatron-Core's defaults."""
     sw = r.get("software") or {}
     out = {k: sw[k] for k in STACK_FIELDS if k in sw}
     if "tp_comm_overlap_share" in sw:  # a recipe that turns TP communication overlap off (0.0)
@@ -87,8 +86,6 @@ def stack_software(r: dict[str, Any]) -> dict[str, Any]:
     caps = FRAMEWORKS.get(framework or "")
     for key, value in caps.software if caps else ():
         out.setdefault(key, value)
-    if framework == "fsdp":
-        out.setdefault("fsdp_backward_prefetch", "post")
     return out
 
 

@@ -30,7 +30,9 @@ Sources, one line each (read at the commits the exporters cite):
   or some, or none (llm-foundry scripts/train/benchmarking/submit_benchmarks.py: fsdp_config sharding_strategy,
   activation_checkpointing; llmfoundry/models/utils/act_ckpt.py at 8c8dd48: target blocks "first-n", "range-i-j").
   Its ZeRO-2 is priced as Composer runs SHARD_GRAD_OP, no microbatch under ``no_sync``, so every forward gathers the
-  weights (``FrameworkCaps.software``); HF Accelerate's accumulation uses ``no_sync``, which keeps them gathered.
+  weights (``FrameworkCaps.software``); HF Accelerate's accumulation uses ``no_sync``, which keeps them gathered. Its
+  backward prefetch is Composer's default, BACKWARD_POST (Composer ``FSDPConfig``; llm-foundry's benchmark yamls,
+  e.g. scripts/train/yamls/pretrain/mpt-7b.yaml, do not set it); HF Accelerate's is BACKWARD_PRE.
 - One full-recompute count on every pipeline rank (``one_recompute_count``): Megatron-LM's ``--recompute-method block
   --recompute-num-layers N`` recomputes N layers "within each pipeline stage", one N for every rank
   (megatron/core/transformer/transformer_config.py ``recompute_num_layers`` at d98e8a6); torchtitan wraps every
@@ -141,7 +143,8 @@ FRAMEWORKS: dict[str, FrameworkCaps] = {
                                    cp=False, partial_recompute=False, software=_AUTOMODEL),
     "fsdp": FrameworkCaps("fsdp", (0, 2, 3), (Recompute.NONE, Recompute.FULL), tp=False, pp=False,
                           interleave=False, cp=False, ep=False,
-                          software=(("zero2_gather_per_forward", True), *_BF16_GATHERS, _FLASH2)),
+                          software=(("zero2_gather_per_forward", True), ("fsdp_backward_prefetch", "post"),
+                                    *_BF16_GATHERS, _FLASH2)),
 }
 
 
