@@ -100,6 +100,7 @@ def system_from_mapping(data: dict[str, Any], *, origin: str) -> SystemSpec:
     GPU; a ``gpu`` mapping without ``base`` overrides fields of the base system's GPU.
     """
     data = _parse_units(data, path="", origin=origin)
+    stated = data.get("software")
     name = data.get("name", Path(origin).stem)
     whole_gpu = False
     if "gpu" in data:
@@ -112,9 +113,11 @@ def system_from_mapping(data: dict[str, Any], *, origin: str) -> SystemSpec:
         data = _merge(base, data)
     data["name"] = name
     try:
-        return SystemSpec.model_validate(data)
+        spec = SystemSpec.model_validate(data)
     except ValidationError as e:
         raise ConfigFileError(f"{origin}: {_first_error(e)}", field="hardware") from None
+    spec.software._stated = frozenset(stated) if isinstance(stated, dict) else frozenset()
+    return spec
 
 
 def resolve_system(name_or_path: str) -> SystemSpec:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from shardplan.hardware.units import Fraction, NonNeg
 
@@ -32,6 +32,9 @@ class SoftwareSpec(BaseModel):
     """The software stack the efficiencies were measured with (kernels and overlap behaviour)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
+    # The fields a system file states (``hardware.load.system_from_mapping``): a framework's software
+    # (``costmodel.training.frameworks.framework_system``) leaves them as the user wrote them. Not serialised.
+    _stated: frozenset[str] = PrivateAttr(default_factory=frozenset)
 
     attention: AttentionKernel = Field(AttentionKernel.FLASH, description="Core-attention implementation.")
     overlap_grad_reduce: bool = Field(True, description="Data-parallel gradient reduction overlaps backward.")

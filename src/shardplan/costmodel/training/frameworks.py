@@ -113,6 +113,8 @@ _BF16_GATHERS: tuple[tuple[str, object], ...] = (("fp8_param_gather", False),)
 # micro-pipelined TP under torch.compile) overlaps them, and both stacks default it off: torchtitan b5bcd76
 # torchtitan/config/configs.py l.298 ``enable_async_tensor_parallel: bool = False`` (it requires compile, l.307-313);
 # NeMo AutoModel 36044ad components/distributed/config.py l.320 ``enable_async_tensor_parallel: bool = False``.
+# torchtitan's Llama 3 70B recipe keeps that default; its 405B recipe turns compile and async TP on
+# (models/llama3/config_registry.py l.305-308): a plan for it wants a system file's ``tp_comm_overlap``.
 # SoftwareSpec.tp_comm_overlap 0: no TP communication hidden. Their pipelines (torch.distributed.pipelining) have no
 # counterpart of Megatron's overlap_p2p_comm either (validation.stacks.stack_p2p_overlap): SoftwareSpec.overlap_p2p_comm
 # off. Both, with the 16-bit gathers, are what the PyTorch-native stacks share.
@@ -150,11 +152,15 @@ FRAMEWORKS: dict[str, FrameworkCaps] = {
 
 def framework_system(system: SystemSpec, name: str | None) -> SystemSpec:
     """``system`` with the software behaviour framework ``name`` fixes (PyTorch FSDP's SHARD_GRAD_OP gathers the
-    weights in every forward); unchanged without a framework or for one that fixes none."""
+    weights in every forward), except the fields the user's system file states (a torchtitan recipe that turns
+    async TP on: ``software.tp_comm_overlap``); unchanged without a framework or for one that fixes none."""
     caps = FRAMEWORKS.get(name or "")
     if caps is None or not caps.software:
         return system
-    software = type(system.software).model_validate({**system.software.model_dump(), **dict(caps.software)})
+    stated = system.software._stated
+    fixed = {k: v for k, v in caps.software if k not in stated}
+    software = type(system.software).model_validate({**system.software.model_dump(), **fixed})
+    software._stated = stated
     return system.model_copy(update={"software": software})
 
 
