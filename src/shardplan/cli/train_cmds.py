@@ -283,7 +283,7 @@ def estimate_train(
 
     plots = _check_outputs(export, output, plot, as_json, plot_kind)
     spec, system, n = resolve_inputs(model, hardware, gpus, seq_len)
-    system = framework_system(system, str(framework) if framework else None)
+    system = framework_system(system, str(framework) if framework else None, spec)
     tp, pp, cp = tp or 1, pp or 1, cp or 1
     if dp is None:
         if n % (tp * pp * cp):
@@ -372,7 +372,7 @@ def train(
 
     plots = _check_outputs(export, output, plot, as_json, plot_kind)
     spec, system, n = resolve_inputs(model, hardware, gpus, seq_len)
-    system = framework_system(system, str(framework) if framework else None)
+    system = framework_system(system, str(framework) if framework else None, spec)
     if global_batch is not None and max_global_batch is not None:
         raise ShardplanError("give either --global-batch B (fixed) or --max-global-batch B (the planner chooses the "
                              "batch), not both", field="max-global-batch")

@@ -51,9 +51,10 @@ def measured_peak(r: dict[str, Any]) -> tuple[str, float]:
 
 def memory_setup(r: dict[str, Any]) -> tuple[Any, Any, int, TrainWorkload, TrainLayout, float]:
     """A record as (model, system, gpus, workload, layout, measured GiB)."""
-    system = framework_system(job_system(get_system(r["hardware"]), r["gpus"]), r.get("framework"))
+    model = get_model(r["model"])
+    system = framework_system(job_system(get_system(r["hardware"]), r["gpus"]), r.get("framework"), model)
     measured = measured_peak(r)[1]
-    return (get_model(r["model"]), system, r["gpus"], record_workload(r["workload"]), record_layout(r["layout"]),
+    return (model, system, r["gpus"], record_workload(r["workload"]), record_layout(r["layout"]),
             measured)
 
 

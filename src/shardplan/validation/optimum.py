@@ -38,6 +38,7 @@ from shardplan.validation.stacks import (
     stack_schedule,
     stack_software,
     stack_stage_layers,
+    stack_stated,
     stack_tp_overlap,
 )
 
@@ -180,9 +181,11 @@ def parse_run(record: dict[str, Any]) -> OptimumRun | str:
         return f"model {record['model']['name']} is not in the catalog"
     if system is None:
         return f"no system preset for {record['hardware']['gpu']}"
-    system = system.model_copy(update={"software": system.software.model_copy(
+    software = system.software.model_copy(
         update={"tp_overlap_method": stack_tp_overlap(record), "overlap_p2p_comm": stack_p2p_overlap(record),
-                **stack_software(record)})})
+                **stack_software(record)})
+    software._stated = stack_stated(record)  # the free plan's framework keeps what the record states
+    system = system.model_copy(update={"software": software})
     p, w, met = record["parallel"], record["workload"], record["metrics"]
     tp, pp, cp, ep = p.get("tp") or 1, p.get("pp") or 1, p.get("cp") or 1, p.get("ep") or 1
     if (ep > 1) != (model.moe is not None):

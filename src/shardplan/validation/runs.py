@@ -36,6 +36,7 @@ from shardplan.validation.stacks import (
     stack_schedule,
     stack_software,
     stack_stage_layers,
+    stack_stated,
     stack_tp_overlap,
 )
 
@@ -264,6 +265,7 @@ def modern_setup(r: dict[str, Any]) -> tuple[ModelSpec, Any, int, TrainWorkload,
     sw = base.software.model_copy(update={"overlap_grad_reduce": True, "tp_comm_overlap": 0.5,
                                           "zero3_rail_parallel": True, "tp_overlap_method": stack_tp_overlap(r),
                                           "overlap_p2p_comm": stack_p2p_overlap(r), **stack_software(r)})
+    sw._stated = stack_stated(r)
     system = job_system(base.model_copy(update={"software": sw}), n)
     work = TrainWorkload(seq_len=w["seq_len"], global_batch=batch, local_batch=local_batch, **stack_gradients(r),
                          dtype=record_dtype(r), attention=stack_attention(r), mtp_layers=stack_mtp(r))

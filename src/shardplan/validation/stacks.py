@@ -43,7 +43,8 @@ def stack_attention(r: dict[str, Any]) -> AttentionKernel:
 def stack_tp_overlap(r: dict[str, Any]) -> str:
     """How a record's stack overlaps sequence-parallel TP collectives: Transformer Engine userbuffers for Megatron-LM,
     NeMo and Megatron-Bridge unless the recorded config turns them off (``ub_tp_comm_overlap false``); a fixed share
-    for torchtitan (async TP) and llm-foundry."""
+    for torchtitan and llm-foundry, whose framework hides none of it unless a record states a share
+    (``frameworks._TORCH_NATIVE``: DTensor TP blocks without async TP)."""
     text = source_text(r)
     notes = " ".join(map(str, r.get("notes", []))).lower()
     if any(s in text for s in ("torchtitan", "llm-foundry", "llmfoundry", "mosaicml")):
@@ -87,6 +88,16 @@ def stack_software(r: dict[str, Any]) -> dict[str, Any]:
     for key, value in caps.software if caps else ():
         out.setdefault(key, value)
     return out
+
+
+def stack_stated(r: dict[str, Any]) -> frozenset[str]:
+    """The ``SoftwareSpec`` fields a record's ``software`` entry states itself (``stack_software``): a framework's
+    software (``frameworks.framework_system``, which the free plan applies) leaves them as the record has them."""
+    sw = r.get("software") or {}
+    stated = {k for k in STACK_FIELDS if k in sw}
+    stated |= {"tp_comm_overlap"} if "tp_comm_overlap_share" in sw else set()
+    stated |= {"fp8_param_gather"} if "fp8_params" in sw else set()
+    return frozenset(stated)
 
 
 def stack_fp8_scaling(r: dict[str, Any]) -> str:

@@ -112,7 +112,8 @@ _BF16_GATHERS: tuple[tuple[str, object], ...] = (("fp8_param_gather", False),)
 # that reads the gathered input waits for it, nothing else is queued beside it. Only async TP (inductor's
 # micro-pipelined TP under torch.compile) overlaps them, and both stacks default it off: torchtitan b5bcd76
 # torchtitan/config/configs.py l.298 ``enable_async_tensor_parallel: bool = False`` (it requires compile, l.307-313);
-# NeMo AutoModel 36044ad components/distributed/config.py l.320 ``enable_async_tensor_parallel: bool = False``.
+# NeMo AutoModel 36044ad nemo_automodel/components/distributed/config.py l.319 ``enable_async_tensor_parallel: bool =
+# False`` (its docstring, l.283-287: it overlaps the row-parallel reduce-scatters).
 # torchtitan's Llama 3 70B recipe keeps that default; its 405B recipe turns compile and async TP on
 # (models/llama3/config_registry.py l.305-308): a plan for it wants a system file's ``tp_comm_overlap``.
 # SoftwareSpec.tp_comm_overlap 0: no TP communication hidden. Their pipelines (torch.distributed.pipelining) have no
@@ -120,16 +121,21 @@ _BF16_GATHERS: tuple[tuple[str, object], ...] = (("fp8_param_gather", False),)
 # off. Both, with the 16-bit gathers, are what the PyTorch-native stacks share.
 _TORCH_NATIVE: tuple[tuple[str, object], ...] = (*_BF16_GATHERS, ("tp_comm_overlap", 0.0),
                                                   ("overlap_p2p_comm", False))
-# Each stack's fused attention, whatever the system preset's (the A100 preset's is Selene 2021's unfused softmax):
-# torchtitan's SDPA prefers cuDNN, then FlashAttention (b5bcd76 torchtitan/models/common/attention.py l.388-393,
-# ``sdpa_kernel(..., set_priority=True)``); llm-foundry runs flash-attn 2 (8c8dd48 llmfoundry/models/utils/
-# config_defaults.py l.12 ``attn_impl: 'flash'``; HF Accelerate's SDPA picks the same kernel); NeMo AutoModel's
-# benchmark configs run Transformer Engine's attention (its performance table's "TE" kernel column), cuDNN's.
+# Each stack's fused attention (``framework_system`` sets it where the GPU has that kernel's measured curves, else a
+# generic fused kernel in place of the A100 preset's unfused softmax of Selene 2021). torchtitan's language models run
+# FlexAttention (b5bcd76 torchtitan/models/llama3/__init__.py l.371 ``attn_backend="flex"``; models/common/
+# config_utils.py l.71-101 refuses SDPA for them), which the model has no curves for: FlashAttention-2's, the nearest.
+# NeMo AutoModel's dense models run PyTorch SDPA (its Llama 3.1 70B benchmark yaml, examples/llm_benchmark/llama3_3/
+# custom_llama3_1_70b_pretrain_benchmark_8nodes.yaml l.52 ``attn_implementation: sdpa  # required for cp>1``), with
+# FlashAttention-2 first under CP or activation checkpointing (36044ad nemo_automodel/_transformers/model_init.py
+# l.1637-1644); its own MoE models Transformer Engine's (36044ad nemo_automodel/components/models/
+# common/utils.py ``BackendConfig.attn`` l.327: "te"), cuDNN's. llm-foundry runs flash-attn 2 (8c8dd48 llmfoundry/
+# models/utils/config_defaults.py l.12 ``attn_impl: 'flash'``).
 _CUDNN, _FLASH2 = ("attention", AttentionKernel.CUDNN), ("attention", AttentionKernel.FLASH2)
-# NeMo AutoModel's MoE backend defaults (36044ad components/models/common/utils.py ``BackendConfig``, l.328-343):
-# attention "te" (Transformer Engine's, as above) and the DeepEP dispatcher wherever DeepEP is installed, as in
-# NVIDIA's containers.
-_AUTOMODEL: tuple[tuple[str, object], ...] = (*_TORCH_NATIVE, _CUDNN, ("ep_dispatcher", "deepep"))
+# NeMo AutoModel's MoE backend dispatches with DeepEP wherever DeepEP is installed, as in NVIDIA's containers
+# (``BackendConfig.dispatcher``, l.338-343).
+_AUTOMODEL: tuple[tuple[str, object], ...] = (*_TORCH_NATIVE, _FLASH2, ("ep_dispatcher", "deepep"))
+_AUTOMODEL_MOE: tuple[tuple[str, object], ...] = (*_TORCH_NATIVE, _CUDNN, ("ep_dispatcher", "deepep"))
 
 FRAMEWORKS: dict[str, FrameworkCaps] = {
     "megatron": FrameworkCaps("megatron", (0, 1, 2, 3), tuple(Recompute), zero3_with_pp=False,
@@ -138,11 +144,11 @@ FRAMEWORKS: dict[str, FrameworkCaps] = {
                                     one_recompute_count=True, stage_split=False),
     "torchtitan": FrameworkCaps("torchtitan", (0, 3), tuple(Recompute), selective_policy="torchtitan_op",
                                 one_recompute_count=True,
-                                software=(*_TORCH_NATIVE, _CUDNN, ("loss_memory", "torch_fp32"))),
+                                software=(*_TORCH_NATIVE, _FLASH2, ("loss_memory", "torch_fp32"))),
     "automodel": FrameworkCaps("automodel", (3,), (Recompute.NONE, Recompute.FULL), partial_recompute=False,
                                software=_AUTOMODEL),
     "automodel-moe": FrameworkCaps("automodel (MoE models)", (3,), (Recompute.NONE, Recompute.FULL), tp=False,
-                                   cp=False, partial_recompute=False, software=_AUTOMODEL),
+                                   cp=False, partial_recompute=False, software=_AUTOMODEL_MOE),
     "fsdp": FrameworkCaps("fsdp", (0, 2, 3), (Recompute.NONE, Recompute.FULL), tp=False, pp=False,
                           interleave=False, cp=False, ep=False,
                           software=(("zero2_gather_per_forward", True), ("fsdp_backward_prefetch", "post"),
@@ -150,15 +156,23 @@ FRAMEWORKS: dict[str, FrameworkCaps] = {
 }
 
 
-def framework_system(system: SystemSpec, name: str | None) -> SystemSpec:
+def framework_system(system: SystemSpec, name: str | None, model: ModelSpec | None = None) -> SystemSpec:
     """``system`` with the software behaviour framework ``name`` fixes (PyTorch FSDP's SHARD_GRAD_OP gathers the
-    weights in every forward), except the fields the user's system file states (a torchtitan recipe that turns
-    async TP on: ``software.tp_comm_overlap``); unchanged without a framework or for one that fixes none."""
-    caps = FRAMEWORKS.get(name or "")
+    weights in every forward; AutoModel's MoE parallelizer for an MoE ``model``), except the fields the user's system
+    file states (a torchtitan recipe that turns async TP on: ``software.tp_comm_overlap``). A framework's attention
+    kernel applies where the GPU has its measured curves; elsewhere a fused kernel (``AttentionKernel.FLASH``, at the
+    GPU's scalar efficiency) replaces an unfused preset's and any other preset kernel stays. Unchanged without a
+    framework or for one that fixes none."""
+    key = "automodel-moe" if name == "automodel" and model is not None and model.moe is not None else name or ""
+    caps = FRAMEWORKS.get(key)
     if caps is None or not caps.software:
         return system
     stated = system.software._stated
     fixed = {k: v for k, v in caps.software if k not in stated}
+    kernel = fixed.get("attention")
+    if kernel is not None and not any(c.kernel == kernel for c in system.gpu.attention_curves):
+        preset = system.software.attention
+        fixed["attention"] = AttentionKernel.FLASH if preset == AttentionKernel.UNFUSED else preset
     software = type(system.software).model_validate({**system.software.model_dump(), **fixed})
     software._stated = stated
     return system.model_copy(update={"software": software})

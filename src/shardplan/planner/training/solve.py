@@ -128,7 +128,8 @@ def plan_training(req: TrainRequest, *, explain: bool = True) -> TrainPlan:
     ``explain=False`` skips the search for fixes when nothing fits (used by that search itself).
     """
     t0 = time.perf_counter()
-    req = req.model_copy(update={"system": framework_system(req.system, req.framework)})  # what it fixes, priced
+    # what the framework fixes, priced
+    req = req.model_copy(update={"system": framework_system(req.system, req.framework, req.model)})
     if req.framework is not None and not caps_for(req.framework, req.model).stage_split:
         req = req.model_copy(update={"uniform_stages": True})  # its stages hold equal layer counts
     check_gpus(req.system, req.num_gpus)
