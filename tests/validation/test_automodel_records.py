@@ -36,3 +36,22 @@ def test_nemotron_nano_memory_by_hand() -> None:
     assert st.gradients_bytes == pytest.approx(st.weights_bytes, rel=1e-9)
     assert st.optimizer_bytes == pytest.approx(2 * st.weights_bytes, rel=1e-9)
     assert rep.memory.total_bytes <= rep.memory.capacity_bytes
+
+
+def test_the_free_plan_keeps_what_a_record_states() -> None:
+    """A record that states a software field its framework also fixes keeps its own value in the free plan, which
+    applies the framework (``validation.stacks.stack_stated``, ``frameworks.framework_system``): here an AutoModel MoE
+    record restated with the alltoall dispatcher, where AutoModel's own default is DeepEP."""
+    import copy
+
+    from shardplan.costmodel.training.frameworks import framework_system
+
+    rec = copy.deepcopy(next(r for r in AUTOMODEL_MOE if r["id"] == "automodel-qwen3-30b-a3b-8gpu-bf16"))
+    rec["software"]["ep_dispatcher"] = "alltoall"
+    run = parse_run(rec)
+    assert isinstance(run, OptimumRun)
+    assert run.system.software.ep_dispatcher == "alltoall"
+    assert framework_system(run.system, run.framework, run.model).software.ep_dispatcher == "alltoall"
+    unstated = run.system.model_copy(update={"software": run.system.software.model_copy()})
+    unstated.software._stated = frozenset()
+    assert framework_system(unstated, run.framework, run.model).software.ep_dispatcher == "deepep"
