@@ -168,7 +168,7 @@ def test_validation_records_carry_their_routing() -> None:
 
     for r in load_records("modern_training_runs"):
         sw = stack_software(r)
-        if r["id"].startswith("automodel-") and r.get("software"):
+        if r["id"].startswith("automodel-") and "llama" not in r["id"] and r.get("software"):  # its MoE records
             assert sw.get("moe_balanced_routing") is True, r["id"]
         if r["id"].startswith("mbridge-"):
             assert not sw.get("moe_balanced_routing"), r["id"]
