@@ -104,6 +104,25 @@ def test_why_faster_names_the_removed_costs_largest_first() -> None:
     assert text == "stage imbalance -4.00 s, bubble -1.30 s, DP sync -0.40 s"
 
 
+def test_a_claim_names_the_memory_it_rests_on() -> None:
+    """A free plan faster through removed recompute (or fewer stages) rests on fitting: its explanation gives its
+    peak against what it may fill (GPU memory less headroom) and the published layout's peak, by hand here, and on
+    MPT-7B at 8k on 8 H100 (llm-foundry's full recompute removed) as the free plan's own memory table gives them."""
+    from types import SimpleNamespace
+
+    from shardplan.units import GiB
+    from shardplan.validation.optimum import memory_note
+
+    free = SimpleNamespace(total_bytes=60 * GiB, capacity_bytes=80 * GiB, headroom_bytes=8 * GiB)
+    assert memory_note(SimpleNamespace(total_bytes=50.5 * GiB), free) == (
+        "; peak 60.0 of 72.0 GiB usable (published layout 50.5 GiB)")
+    row = evaluate_run(parse_run(_tuned("llmfoundry-mpt-7b-8gpu-seq8192-h100-bf16")))
+    assert row.why_free_faster is not None and row.why_free_faster.startswith("recompute -")
+    peak, usable = map(float, row.why_free_faster.split("; peak ")[1].split(" GiB")[0].split(" of "))
+    assert peak <= usable  # the free plan fits what it may fill; a 7B model's 8k activations without recompute
+    assert peak > 30.0  # (32 layers x 8192 x 4096 x 34 bytes = 34 GiB, Korthikanti et al. 2022 eq. 1) are in it
+
+
 def test_a_gpu_without_a_preset_is_listed_not_evaluated_on_another_gpu() -> None:
     """torchtitan's Grand Teton H100s (96 GB HBM2e, 500 W) are not the 700 W H100 SXM 80GB of dgx-h100."""
     rec = next(r for r in load_records("modern_training_runs") if r["id"] == "torchtitan-llama3.1-8b-8gpu-fsdp-bf16")

@@ -26,6 +26,7 @@ from shardplan.costmodel.training.layout import Recompute, TrainLayout, TrainWor
 from shardplan.hardware.spec import SoftwareSpec, SystemSpec
 from shardplan.models import params as P
 from shardplan.models.spec import MlpKind, ModelSpec
+from shardplan.units import GiB
 from shardplan.validation.optimum_rows import OptimumReport, OptimumRow, summarise
 from shardplan.validation.stacks import (
     stack_attention,
@@ -283,6 +284,15 @@ def why_faster(pinned: Any, free: Any, top: int = 3, pinned_detail: tuple[Any, A
     return ", ".join(f"{k} {d:+.2f} s" for d, k in diffs[:top] if d < 0)
 
 
+def memory_note(pinned: Any, free: Any) -> str:
+    """What the free plan's claim rests on in memory (removed recompute, fewer stages): its peak GPU memory against
+    what it may fill (capacity less headroom), beside the published layout's peak, both as the cost model prices
+    them: '; peak 59.9 of 71.7 GiB usable (published layout 50.5 GiB)'."""
+    usable = (free.capacity_bytes - free.headroom_bytes) / GiB
+    return (f"; peak {free.total_bytes / GiB:.1f} of {usable:.1f} GiB usable "
+            f"(published layout {pinned.total_bytes / GiB:.1f} GiB)")
+
+
 def _error(pred: float | None, measured: float) -> float | None:
     return None if pred is None else 100.0 * (pred - measured) / measured
 
@@ -330,7 +340,7 @@ def evaluate_run(run: OptimumRun) -> OptimumRow:
                                       offload=(q.offload.optimizer, q.offload.weights, q.offload.activations))
             if pinned is not None and pinned_metrics is not None and free > 1.15 * pinned:
                 why = why_faster(pinned_metrics, plan.metrics, pinned_detail=pinned_detail,
-                                 free_detail=(plan.stages, plan.plan))
+                                 free_detail=(plan.stages, plan.plan)) + memory_note(rep.memory, plan.memory)
     except (ShardplanError, ValueError) as e:
         failure.append(f"free: {e}")
     except OverflowError as e:  # a planner defect (CP-SAT objective scaling), shown on its row, not a crash
