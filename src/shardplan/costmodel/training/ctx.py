@@ -395,6 +395,9 @@ def backward(ctx: Ctx, fwd: list[Op]) -> list[Op]:
             flops = 2.5 * op.flops
             t = ctx.flash_time(flops, 2.0 * op.nbytes, backward=True)
             out.append(Op(f"{op.name}.bwd", ATTN, flops, 2.0 * op.nbytes, t))
+        elif op.bwd_time is not None:  # the forward knows its backward (the loss's all-reduces have none)
+            out.append(Op(f"{op.name}.bwd", COMM, op.flops, op.bwd_nbytes if op.bwd_nbytes is not None else op.nbytes,
+                          op.bwd_time, dim=op.dim))
         else:
             out.append(Op(f"{op.name}.bwd", COMM, op.flops, op.nbytes, op.time, dim=op.dim))
     return out

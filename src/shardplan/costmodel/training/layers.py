@@ -153,5 +153,9 @@ def head_ops(ctx: Ctx) -> list[Op]:
     ops = inv.head_block(m, ctx, ctx.tokens, ctx.norm_tokens)
     ops.append(ctx.elementwise(inv.kernel("cross_entropy", "head.cross_entropy", ctx.tokens * vocab)))
     loss = ctx.collective("head.tp_loss_allreduce", "all_reduce", ctx.tokens * 12.0, "tp")
-    ops.append(masked(loss, r.tp > 1))
+    # the backward computes each vocab shard's gradient locally, softmax − one-hot: no collective (Megatron-Core
+    # d98e8a6 tensor_parallel/cross_entropy.py: all-reduces in forward l.130-150, none in backward l.186-)
+    none = np.zeros_like(loss.time)
+    ops.append(masked(Op(loss.name, loss.kind, loss.flops, loss.nbytes, loss.time, dim=loss.dim, bwd_nbytes=none,
+                         bwd_time=none), r.tp > 1))
     return ops

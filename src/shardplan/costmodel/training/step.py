@@ -335,7 +335,12 @@ def train_cost(model: ModelSpec, system: SystemSpec, work: TrainWorkload, rows: 
     slowest = np.argmax(np.stack([np.where(s.shape.exists, s.per_microbatch_s, -np.inf) for s in stages]), axis=0)
 
     def comm_exposed(attr: str) -> np.ndarray:
+        def both(kind: str) -> np.ndarray:
+            return getattr(k[kind].fwd, attr) + getattr(k[kind].bwd, attr)
+        # the layers' collectives and, on the stages that hold them, the embedding's and the LM head's (vocab-parallel
+        # lookup all-reduce, the head's SP gather and loss all-reduces), as the stage times count them
         per_stage = np.stack([layer_sum(k, stage_counts(s.shape), lambda c: getattr(c.fwd, attr) + getattr(c.bwd, attr))
+                              + s.shape.has_embedding * both("embedding") + s.shape.has_head * both("head")
                               + np.zeros_like(m) for s in stages])
         return slots * np.take_along_axis(per_stage, slowest[None, :], axis=0)[0]
     return TrainCost(
