@@ -81,3 +81,22 @@ def test_a_system_file_that_states_async_tp_keeps_it(tmp_path) -> None:
             "--json"]
     cli = json.loads(runner.invoke(app, args).stdout)
     assert cli["metrics"]["tp_exposed_s"] == pytest.approx(rep.metrics.tp_exposed_s, rel=1e-9)
+
+
+def test_embedding_and_head_collectives_without_sequence_parallelism() -> None:
+    """Megatron-Core without SP: the vocab-parallel embedding all-reduces its output, and the identity is its backward
+    (``_ReduceFromModelParallelRegion``); the column-parallel LM head copies its input forward and all-reduces the
+    input gradient backward, asynchronously beside its weight-gradient GEMM; the vocab-parallel loss all-reduces 3 fp32
+    per token forward and nothing backward."""
+    from shardplan.costmodel.training.ctx import ASYNC_TP_CONTENTION
+
+    system = get_system("dgx-h100")
+    layout = TrainLayout(tp=2, dp=4, microbatch=1, sequence_parallel=False, zero_stage=1)
+    rep = estimate_training(MODEL, system, 8, WORK, layout)
+    rows = {r.kind: r for r in rep.layers}
+    ar = float(comm.all_reduce_time(system, 4096 * 4096 * 2.0, 2, 1))  # 4096 tokens × 4096 hidden, bf16
+    loss = float(comm.all_reduce_time(system, 4096 * 12.0, 2, 1))
+    assert rows["embedding"].comm_tp_s == pytest.approx(ar, rel=1e-9)
+    # the head's weight gradient (4096 × 4096 × 64,128 over the TP shard: about 1 TFLOP) outlasts the all-reduce, so
+    # only the contention share of it shows
+    assert rows["head"].comm_tp_s == pytest.approx(loss + ASYNC_TP_CONTENTION * ar, rel=1e-9)

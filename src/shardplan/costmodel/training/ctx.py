@@ -373,7 +373,8 @@ def backward(ctx: Ctx, fwd: list[Op]) -> list[Op]:
             continue
         if op.kind == COMM and op.name.endswith("tp_allreduce") and entry is not None:
             wgrad = entry.time if entry.grads is None else entry.grads.wgrad_time
-            t = np.maximum(op.time - wgrad, 0.0) + ASYNC_TP_CONTENTION * np.minimum(op.time, wgrad)
+            ar = op.time if op.bwd_time is None else op.bwd_time  # the LM head's: none forward, one backward
+            t = np.maximum(ar - wgrad, 0.0) + ASYNC_TP_CONTENTION * np.minimum(ar, wgrad)
             out.append(Op(f"{op.name}.bwd(async)", COMM, op.flops, op.nbytes, t, dim=op.dim))
             continue
         if op.kind == GEMM:

@@ -129,7 +129,15 @@ def moe_ops(ctx: Ctx) -> list[Op]:
 
 
 def embedding_ops(ctx: Ctx) -> list[Op]:
-    return inv.embedding_block(ctx.model, ctx, ctx.tokens, ctx.norm_tokens)
+    """The embedding block; without SP its output all-reduce has an identity backward (Megatron-Core d98e8a6
+    tensor_parallel/mappings.py ``_ReduceFromModelParallelRegion.backward`` l.235-237): no collective there."""
+    return [_without_backward(op) if op.name == "embed.tp_allreduce" else op
+            for op in inv.embedding_block(ctx.model, ctx, ctx.tokens, ctx.norm_tokens)]
+
+
+def _without_backward(op: Op) -> Op:
+    none = np.zeros_like(op.time)
+    return Op(op.name, op.kind, op.flops, op.nbytes, op.time, dim=op.dim, bwd_nbytes=none, bwd_time=none)
 
 
 def mtp_entry_ops(ctx: Ctx) -> list[Op]:
@@ -155,7 +163,11 @@ def head_ops(ctx: Ctx) -> list[Op]:
     loss = ctx.collective("head.tp_loss_allreduce", "all_reduce", ctx.tokens * 12.0, "tp")
     # the backward computes each vocab shard's gradient locally, softmax − one-hot: no collective (Megatron-Core
     # d98e8a6 tensor_parallel/cross_entropy.py: all-reduces in forward l.130-150, none in backward l.186-)
-    none = np.zeros_like(loss.time)
-    ops.append(masked(Op(loss.name, loss.kind, loss.flops, loss.nbytes, loss.time, dim=loss.dim, bwd_nbytes=none,
-                         bwd_time=none), r.tp > 1))
+    ops.append(masked(_without_backward(loss), r.tp > 1))
+    # Without SP the column-parallel head's input gradient is all-reduced in backward, asynchronously beside its
+    # weight-gradient GEMM (layers.py l.694-696 ``allreduce_dgrad``; ``ctx.backward``'s async rule); none forward
+    dgrad = ctx.collective("head.tp_allreduce", "all_reduce", ctx.tokens * m.hidden_size * ctx.act_bytes, "tp")
+    zero = np.zeros_like(dgrad.time)
+    ops.append(masked(Op(dgrad.name, dgrad.kind, zero, zero, zero, dim=dgrad.dim, bwd_nbytes=dgrad.nbytes,
+                         bwd_time=dgrad.time), (r.sp == 0) & (r.tp > 1)))
     return ops
