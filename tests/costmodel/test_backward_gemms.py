@@ -13,7 +13,8 @@ import pytest
 
 from shardplan.costmodel.core.kernels import memory_time, with_launch
 from shardplan.costmodel.core.operators import Gemm
-from shardplan.costmodel.training.ctx import Ctx, backward
+from shardplan.costmodel.training.backward import backward
+from shardplan.costmodel.training.ctx import Ctx
 from shardplan.costmodel.training.layout import LayoutArrays, TrainLayout, TrainWorkload
 from shardplan.hardware import get_system
 from shardplan.models import get_model

@@ -88,7 +88,7 @@ def test_embedding_and_head_collectives_without_sequence_parallelism() -> None:
     (``_ReduceFromModelParallelRegion``); the column-parallel LM head copies its input forward and all-reduces the
     input gradient backward, asynchronously beside its weight-gradient GEMM; the vocab-parallel loss all-reduces 3 fp32
     per token forward and nothing backward."""
-    from shardplan.costmodel.training.ctx import ASYNC_TP_CONTENTION
+    from shardplan.costmodel.training.backward import ASYNC_TP_CONTENTION
 
     system = get_system("dgx-h100")
     layout = TrainLayout(tp=2, dp=4, microbatch=1, sequence_parallel=False, zero_stage=1)

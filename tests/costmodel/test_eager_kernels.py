@@ -14,7 +14,8 @@ import pytest
 from shardplan.costmodel.core import operators as inv
 from shardplan.costmodel.core.ops import MEM
 from shardplan.costmodel.training import layers as L
-from shardplan.costmodel.training.ctx import Ctx, backward
+from shardplan.costmodel.training.backward import backward
+from shardplan.costmodel.training.ctx import Ctx
 from shardplan.costmodel.training.evaluate import estimate_training
 from shardplan.costmodel.training.layout import LayoutArrays, Recompute, TrainLayout, TrainWorkload
 from shardplan.hardware import get_system

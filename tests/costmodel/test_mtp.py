@@ -64,7 +64,7 @@ def test_mtp_time_is_its_layers_and_another_head() -> None:
     c0, c1 = _ctx("deepseek-v3", 0, ep=8, dp=8), _ctx("deepseek-v3", 1, ep=8, dp=8)
     k0, k1 = kind_costs(c0), kind_costs(c1)
     from shardplan.costmodel.training import layers as Lyr
-    from shardplan.costmodel.training.ctx import backward
+    from shardplan.costmodel.training.backward import backward
 
     entry = Lyr.mtp_entry_ops(c1)
     entry_f = sum(float(o.time[0]) for o in entry)

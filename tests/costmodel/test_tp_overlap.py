@@ -9,7 +9,8 @@ import pytest
 
 from shardplan.costmodel.core.ops import COMM, GEMM
 from shardplan.costmodel.training import layers as L
-from shardplan.costmodel.training.ctx import Ctx, backward
+from shardplan.costmodel.training.backward import backward
+from shardplan.costmodel.training.ctx import Ctx
 from shardplan.costmodel.training.layout import LayoutArrays, Recompute, TrainLayout, TrainWorkload
 from shardplan.costmodel.training.tp_overlap import overlap_tp
 from shardplan.hardware import get_system

@@ -4,7 +4,7 @@ One row per operator kind, forward and backward, in passes over the op's ``eleme
 datatype read or written) plus extra bytes per element (fp32 intermediates of eager code, int64 indices), and the
 number of kernels streaming it (kernels on per-row statistics only are left out). ``FUSED`` is what Megatron-Core /
 Transformer Engine (or a compiled graph) runs: one kernel each way; its backward ``None`` is the job's generic rule
-(training: ``ctx.MEM_BWD_TRAFFIC`` × forward). ``EAGER`` is what PyTorch eager mode runs for the same math (every op
+(training: ``MEM_BWD_TRAFFIC`` × forward). ``EAGER`` is what PyTorch eager mode runs for the same math (every op
 its own kernel streaming the tensor through HBM, and autograd's backward kernels), counted from the framework source
 named on each row and from the autograd formulas of PyTorch's ``tools/autograd/derivatives.yaml``@d327a787 (``mul``:
 two products; ``pow``: ``grad·e·x^(e−1)``; ``mean``: the expanded gradient ÷ n; a cast: the reverse cast). A kind

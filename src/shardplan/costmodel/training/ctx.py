@@ -1,7 +1,7 @@
 """The training context: per-row shapes of a microbatch on one GPU, and how backward and recompute derive
 from the forward operators.
 
-Layer builders (``layers.py``) emit forward ops; ``backward`` and ``recompute`` turn
+Layer builders (``layers.py``) emit forward ops; ``backward.backward`` and recompute turn
 them into the other phases with the usual rules: a GEMM's backward is two GEMMs of the same size
 (activation and weight gradients), an elementwise kernel's backward moves 1.5× the bytes,
 flash attention's backward does 2.5× the forward FLOPs (five matmuls instead of two; Dao 2023), and a
@@ -31,7 +31,7 @@ from shardplan.costmodel.core.operators import (
     attention_dims,
     unfused_attention,
 )
-from shardplan.costmodel.core.ops import ATTN, COMM, GEMM, HOST, MEM, GemmGrads, Op
+from shardplan.costmodel.core.ops import ATTN, COMM, GEMM, MEM, GemmGrads, Op
 from shardplan.costmodel.core.passes import FUSED, traffic
 from shardplan.costmodel.core.routing import round_robin_blocks, routed_blocks
 from shardplan.costmodel.training.layout import LayoutArrays, TrainWorkload, fill_drain_slots, pipeline_schedules
@@ -45,6 +45,9 @@ LOW_PRECISION = ("fp8", "fp4")
 # NVFP4 operands: E2M1 values plus one FP8 E4M3 scale per 16 (NVIDIA, "Pretraining LLMs with NVFP4", arXiv
 # 2509.25149 §2): 4.5 bits per element.
 NVFP4_BYTES = 4.5 / 8
+# A fused attention backward recomputes QKᵀ and the softmax and runs four matmuls against the forward's two: 2.5× its
+# FLOPs (FlashAttention-2, Dao 2023 §4.1, which counts the backward so)
+BWD_ATTN_FLOPS = 2.5
 
 
 @dataclass(slots=True)
@@ -239,8 +242,14 @@ class Ctx:
         ring = self.collective(f"{a.name}.cp_ring", "all_gather", a.kv_tokens * a.kv_token_bytes, "cp")
         exposed = comm.with_overlap_cost(self.system, ring.time,
                                          np.maximum(ring.time - flash.time * (r.cp - 1) / r.cp, 0.0))
+        # The backward ring carries K/V and their accumulated gradients (Transformer Engine d0067d0
+        # context_parallel.py AttnFuncWithCPAndKVP2P.backward l.2459-2495: K/V at the first step, K/V with dK/dV
+        # between, dK/dV at the last): twice the bytes, beside the backward kernels (``backward``'s ATTN rule).
+        bwd_flash = self.flash_time(BWD_ATTN_FLOPS * a.flops, 2.0 * nbytes, backward=True)
+        exposed_b = comm.with_overlap_cost(self.system, 2.0 * ring.time,
+                                           np.maximum(2.0 * ring.time - bwd_flash * (r.cp - 1) / r.cp, 0.0))
         ops.append(Op(ring.name, ring.kind, ring.flops, ring.nbytes, np.where(r.cp > 1, exposed, 0.0), dim="cp",
-                      selective=True))
+                      selective=True, bwd_nbytes=2.0 * ring.nbytes, bwd_time=np.where(r.cp > 1, exposed_b, 0.0)))
         return ops
 
     def flash_time(self, flops: np.ndarray, nbytes: np.ndarray, *, backward: bool) -> np.ndarray:
@@ -351,60 +360,3 @@ def masked(op: Op, when: np.ndarray) -> Op:
     return Op(op.name, op.kind, np.where(when, op.flops, z), np.where(when, op.nbytes, z),
               np.where(when, op.time, z), dim=op.dim, selective=op.selective, bwd_nbytes=bwd,
               bwd_kernels=op.bwd_kernels, bwd_time=bwd_t, grads=None if op.grads is None else op.grads.where(when))
-
-
-# Megatron-LM overlaps the backward all-reduce of the TP input gradient with the weight-gradient GEMM
-# (``--async-tensor-model-parallel-allreduce``, on by default since 2021). NCCL kernels share SMs with
-# the GEMM, so overlapped communication still costs this fraction of its time (fitted to Korthikanti et
-# al. 2022 Table 4: 22B layer backward 11.9 ms without SP).
-ASYNC_TP_CONTENTION = 0.4
-# An elementwise kernel's backward reads its saved input and the output gradient and writes the input
-# gradient: three tensors where the forward moved two (norms, softmax, GeLU, dropout); an op whose stack's row in
-# ``core.passes`` gives its backward (eager PyTorch kernels, the fused cross entropy) moves that instead.
-MEM_BWD_TRAFFIC = 1.5
-
-
-def backward(ctx: Ctx, fwd: list[Op]) -> list[Op]:
-    """Backward-pass ops of a layer from its forward ops."""
-    out: list[Op] = []
-    entry = next((op for op in fwd if op.kind == GEMM), None)
-    for op in fwd:
-        if op.kind == HOST:  # the backward reuses the counts the forward copied to the host: no sync
-            continue
-        if op.kind == COMM and op.name.endswith("tp_allreduce") and entry is not None:
-            wgrad = entry.time if entry.grads is None else entry.grads.wgrad_time
-            ar = op.time if op.bwd_time is None else op.bwd_time  # the LM head's: none forward, one backward
-            t = np.maximum(ar - wgrad, 0.0) + ASYNC_TP_CONTENTION * np.minimum(ar, wgrad)
-            out.append(Op(f"{op.name}.bwd(async)", COMM, op.flops, op.nbytes, t, dim=op.dim))
-            continue
-        if op.kind == GEMM:
-            g = op.grads
-            d_t, d_b, w_t, w_b = (op.time, op.nbytes, op.time, op.nbytes) if g is None else \
-                (g.dgrad_time, g.dgrad_nbytes, g.wgrad_time, g.wgrad_nbytes)
-            out.append(Op(f"{op.name}.dgrad", GEMM, op.flops, d_b, d_t, selective=op.selective))
-            out.append(Op(f"{op.name}.wgrad", GEMM, op.flops, w_b, w_t, selective=op.selective))
-        elif op.kind == MEM:
-            if op.bwd_nbytes is None:
-                nbytes, t = MEM_BWD_TRAFFIC * op.nbytes, ctx.mem_time(MEM_BWD_TRAFFIC * op.nbytes)
-            elif op.bwd_time is not None:  # the forward priced its own backward (a gradient's quantization)
-                nbytes, t = op.bwd_nbytes, op.bwd_time
-            else:  # the row's own backward kernels, none where the forward op is masked out
-                nbytes = op.bwd_nbytes
-                t = np.where(nbytes > 0, ctx.mem_time(nbytes, op.bwd_kernels), 0.0)
-            out.append(Op(f"{op.name}.bwd", MEM, op.flops, nbytes, t))
-        elif op.kind == ATTN:
-            flops = 2.5 * op.flops
-            t = ctx.flash_time(flops, 2.0 * op.nbytes, backward=True)
-            out.append(Op(f"{op.name}.bwd", ATTN, flops, 2.0 * op.nbytes, t))
-        elif op.bwd_time is not None:  # the forward knows its backward (the loss's all-reduces have none)
-            out.append(Op(f"{op.name}.bwd", COMM, op.flops, op.bwd_nbytes if op.bwd_nbytes is not None else op.nbytes,
-                          op.bwd_time, dim=op.dim))
-        else:
-            out.append(Op(f"{op.name}.bwd", COMM, op.flops, op.nbytes, op.time, dim=op.dim))
-    return out
-
-
-def selective_part(fwd: list[Op]) -> list[Op]:
-    """The forward ops selective recompute reruns by default (Megatron's core_attn): core attention, the unfused
-    path's kernels or the flash kernel with its CP ring. Other modules: ``recompute_modules``."""
-    return [op for op in fwd if op.selective]

@@ -165,7 +165,7 @@ def head_ops(ctx: Ctx) -> list[Op]:
     # d98e8a6 tensor_parallel/cross_entropy.py: all-reduces in forward l.130-150, none in backward l.186-)
     ops.append(masked(_without_backward(loss), r.tp > 1))
     # Without SP the column-parallel head's input gradient is all-reduced in backward, asynchronously beside its
-    # weight-gradient GEMM (layers.py l.694-696 ``allreduce_dgrad``; ``ctx.backward``'s async rule); none forward
+    # weight-gradient GEMM (layers.py l.694-696 ``allreduce_dgrad``; ``backward.backward``'s async rule); none forward
     dgrad = ctx.collective("head.tp_allreduce", "all_reduce", ctx.tokens * m.hidden_size * ctx.act_bytes, "tp")
     zero = np.zeros_like(dgrad.time)
     ops.append(masked(Op(dgrad.name, dgrad.kind, zero, zero, zero, dim=dgrad.dim, bwd_nbytes=dgrad.nbytes,

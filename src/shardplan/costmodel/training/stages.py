@@ -26,7 +26,8 @@ from shardplan.costmodel.core.layouts import (
 )
 from shardplan.costmodel.core.ops import COMM, HOST, Op, PhaseCost
 from shardplan.costmodel.training import layers as Lyr
-from shardplan.costmodel.training.ctx import Ctx, backward, selective_part
+from shardplan.costmodel.training.backward import backward, selective_part
+from shardplan.costmodel.training.ctx import Ctx
 from shardplan.costmodel.training.ep_overlap import overlap_ep
 from shardplan.costmodel.training.memory import (
     LayerActivations,
