@@ -11,6 +11,7 @@ collective in forward has a mirror collective in backward (Megatron's f/g operat
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
@@ -65,8 +66,10 @@ class Ctx:
     flash: np.ndarray = field(init=False)  # flash attention per row (context parallel requires it)
     flash_kernel: AttentionKernel = field(init=False)  # which fused kernel times it
     dropout: bool = field(init=False)
+    memo: dict[str, tuple[Any, Any]] = field(init=False, repr=False, compare=False)  # ``stage_memory.once``
 
     def __post_init__(self) -> None:
+        self.memo = {}
         r, w = self.rows, self.work
         self.tokens = (r.mb * w.seq_len / r.cp).astype(float)
         self.norm_tokens = np.where(r.sp == 1, self.tokens / r.tp, self.tokens)

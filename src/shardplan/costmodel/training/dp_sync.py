@@ -113,6 +113,23 @@ def tail_floor(ctx: Ctx, st: StageCost) -> np.ndarray:
     return optimizer_time(ctx, st) + np.where(fsdp_under_pp(ctx.rows), ctx.schedules * (rs + (1 - f) * ag), 0.0)
 
 
+def _equal_rows(cols: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The rows equal in every column (float64, bit for bit): the first row of each group and each row's group.
+    Grouped by a 64-bit hash of the columns' bits, then checked bit for bit against each group's first row; a
+    collision (never seen) falls back to comparing whole rows."""
+    bits = [np.ascontiguousarray(c).view(np.uint64) for c in cols]
+    h = np.zeros(len(bits[0]), dtype=np.uint64)
+    for b in bits:
+        h = h * np.uint64(0x9E3779B97F4A7C15) + b  # wraps modulo 2**64
+    _, first, inverse = np.unique(h, return_index=True, return_inverse=True)
+    inverse = inverse.ravel()
+    if all(np.array_equal(b, b[first][inverse]) for b in bits):
+        return first, inverse
+    key = np.ascontiguousarray(np.stack(cols, axis=1)).view(np.dtype((np.void, 8 * len(cols)))).ravel()
+    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    return first, inverse.ravel()
+
+
 def _collective_times(ctx: Ctx, st: StageCost, overlap: bool) -> tuple[dict[str, np.ndarray], float]:
     """Every collective ``data_parallel`` prices, per row: evaluated once per distinct (parameters held, degrees,
     model chunks), the only inputs they read, and spread back to the rows that share them (a table's rows differ
@@ -122,8 +139,7 @@ def _collective_times(ctx: Ctx, st: StageCost, overlap: bool) -> tuple[dict[str,
     shape = np.shape(r.tp)
     cols = [np.broadcast_to(np.asarray(x, dtype=float), shape) for x in
             (st.params, st.expert_params, r.dp, r.cp, r.tp, r.etp, r.ep, r.v)]
-    key = np.ascontiguousarray(np.stack(cols, axis=1)).view(np.dtype((np.void, 8 * len(cols)))).ravel()
-    _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    first, inverse = _equal_rows(cols)
     sub = Ctx(ctx.model, s, w, r.take(first))
     held = _Held(cols[0][first], cols[1][first])
     u = sub.rows

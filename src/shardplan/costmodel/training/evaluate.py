@@ -27,8 +27,9 @@ from shardplan.costmodel.training.report import (
     TrainReport,
 )
 from shardplan.costmodel.training.space import check_dtype, validate_layout
+from shardplan.costmodel.training.stage_memory import param_memory
 from shardplan.costmodel.training.stages import STAGES
-from shardplan.costmodel.training.step import TrainCost, param_memory, train_cost
+from shardplan.costmodel.training.step import TrainCost, train_cost
 from shardplan.errors import ShardplanError
 from shardplan.hardware.spec import SystemSpec
 from shardplan.models.spec import ModelSpec

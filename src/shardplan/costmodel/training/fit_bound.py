@@ -27,8 +27,8 @@ from shardplan.costmodel.training.ctx import Ctx
 from shardplan.costmodel.training.evaluate import gpu_capacity, host_capacity
 from shardplan.costmodel.training.layout import LayoutArrays, TrainWorkload
 from shardplan.costmodel.training.memory import framework_memory, head_activations, layer_params
+from shardplan.costmodel.training.stage_memory import param_memory
 from shardplan.costmodel.training.stages import stage_shapes
-from shardplan.costmodel.training.step import param_memory
 from shardplan.hardware.spec import SystemSpec
 from shardplan.models.spec import ModelSpec
 

@@ -57,6 +57,7 @@ of the layer's operators.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -286,12 +287,40 @@ def selective_terms(kinds: dict[str, Any], counts: dict[str, Any], sel: np.ndarr
     """``SelectiveTerms`` of a stage holding ``counts[kind]`` layers of each kind (``stages.KindCost`` in
     ``kinds``, each with ``modules``), for rows with module bit mask ``sel``. With the default set every term is 0,
     so the default keeps the cost model's selective recompute exactly."""
-    zero = np.zeros(np.shape(sel), dtype=float)
-    time, flops, freed, transient = zero, zero, zero, zero
+    masks = module_masks(sel)
+    return selective_of(module_sums(kinds, counts, np.shape(sel), masks), masks, np.shape(sel))
+
+
+def module_masks(sel: np.ndarray) -> dict[str, np.ndarray]:
+    """The rows each module is on for, in ``MODULES`` order, for the modules where some row differs from the default
+    (core_attn on, the others off): only those change a row's terms."""
+    masks = {}
     for i, mod in enumerate(MODULES):
         on = (np.asarray(sel) >> i & 1) == 1
         if on.all() if mod == "core_attn" else not on.any():
             continue  # as in the default for every row
+        masks[mod] = on
+    return masks
+
+
+@dataclass(frozen=True, slots=True)
+class ModuleSums:
+    """One module over a stage's layers (``selective_terms``' part that reads no row's module set): seconds and FLOPs
+    rerun and bytes freed per microbatch, and the largest recomputed layer's bytes (None for core_attn, in the
+    default)."""
+
+    time: np.ndarray
+    flops: np.ndarray
+    freed: np.ndarray
+    one: np.ndarray | None
+
+
+def module_sums(kinds: dict[str, Any], counts: dict[str, Any], shape: tuple[int, ...], mods: Iterable[str]
+                ) -> dict[str, ModuleSums]:
+    """``ModuleSums`` of the modules ``mods`` that some layer kind of the stage has (arrays of ``shape``)."""
+    zero = np.zeros(shape, dtype=float)
+    out = {}
+    for mod in mods:
         present = [(n, kinds[k].modules[mod]) for k, n in counts.items() if k in kinds and mod in kinds[k].modules]
         if not present:
             continue
@@ -299,9 +328,8 @@ def selective_terms(kinds: dict[str, Any], counts: dict[str, Any], sel: np.ndarr
         f = sum((n * c.flops for n, c in present), start=zero)
         b = sum((n * c.freed for n, c in present), start=zero)
         if mod == "core_attn":  # in the default: dropping it stores the scores again and saves their rerun
-            time, flops, freed = time - np.where(on, 0.0, t), flops - np.where(on, 0.0, f), freed - np.where(on, 0.0, b)
+            out[mod] = ModuleSums(t, f, b, None)
             continue
-        time, flops, freed = time + np.where(on, t, 0.0), flops + np.where(on, f, 0.0), freed + np.where(on, b, 0.0)
         live = [(k, np.where(np.asarray(n) > 0, kinds[k].modules[mod].freed, 0.0) + zero) for k, n in counts.items()
                 if k in kinds and mod in kinds[k].modules]
         one = np.max(np.stack([b for _, b in live]), axis=0)
@@ -309,5 +337,25 @@ def selective_terms(kinds: dict[str, Any], counts: dict[str, Any], sel: np.ndarr
             mixers = [b for k, b in live if k != "mlp"]
             one = (np.max(np.stack(mixers), axis=0) if mixers else zero) + sum((b for k, b in live if k == "mlp"),
                                                                                start=zero)
-        transient = np.maximum(transient, np.where(on, one, 0.0))
+        out[mod] = ModuleSums(t, f, b, one)
+    return out
+
+
+def selective_of(sums: dict[str, ModuleSums], masks: dict[str, np.ndarray], shape: tuple[int, ...]
+                 ) -> SelectiveTerms:
+    """``SelectiveTerms`` of rows whose modules are on where ``masks`` (``module_masks``) says, from the stage's
+    ``module_sums`` (arrays of ``shape``, the rows')."""
+    zero = np.zeros(shape, dtype=float)
+    time, flops, freed, transient = zero, zero, zero, zero
+    for mod, on in masks.items():
+        if mod not in sums:
+            continue
+        s = sums[mod]
+        if mod == "core_attn":  # in the default: dropping it stores the scores again and saves their rerun
+            time, flops = time - np.where(on, 0.0, s.time), flops - np.where(on, 0.0, s.flops)
+            freed = freed - np.where(on, 0.0, s.freed)
+            continue
+        time, flops, freed = time + np.where(on, s.time, 0.0), flops + np.where(on, s.flops, 0.0), \
+            freed + np.where(on, s.freed, 0.0)
+        transient = np.maximum(transient, np.where(on, s.one, 0.0))
     return SelectiveTerms(time, flops, freed, transient)

@@ -31,9 +31,11 @@ from shardplan.costmodel.training.ctx import Ctx
 from shardplan.costmodel.training.dp_sync import data_parallel, fsdp_under_pp, optimizer_time, tail_floor
 from shardplan.costmodel.training.evaluate import gpu_capacity
 from shardplan.costmodel.training.layout import LayoutArrays, TrainWorkload, fill_drain_slots
+from shardplan.costmodel.training.stage_memory import stage_memory
 from shardplan.costmodel.training.stage_split import min_first_layers, rank_shape
-from shardplan.costmodel.training.stages import KindCost, kind_costs, take_kinds
-from shardplan.costmodel.training.step import _stage, stage_times
+from shardplan.costmodel.training.stage_sums import SharedSums
+from shardplan.costmodel.training.stages import KindTable, kind_table
+from shardplan.costmodel.training.step import StageCost, _stage, stage_times
 from shardplan.hardware.spec import SystemSpec
 from shardplan.models.spec import ModelSpec
 
@@ -42,18 +44,21 @@ ALL = 10**9
 
 def stage_lower_bounds(model: ModelSpec, system: SystemSpec, work: TrainWorkload, rows: LayoutArrays, *,
                        free_recompute: bool, allow_offload: bool, cutoff: np.ndarray | None = None,
-                       kinds: dict[str, KindCost] | None = None) -> np.ndarray:
+                       kinds: KindTable | None = None, known_fit: bool = False) -> np.ndarray:
     """Per row: a lower bound on the step time (without the overhead factor) over every per-rank split,
     recompute count and activation offload; ``inf`` where no split can fit GPU memory. Rows whose balance bound
     stays below ``cutoff`` (all rows without one) also get the joint bound on rank 0's layers and tail.
-    ``kinds``: the rows' per-kind costs when the caller has them (they do not depend on recompute or offload)."""
+    ``kinds``: the rows' per-kind costs when the caller has them (they do not depend on recompute or offload).
+    ``known_fit``: every row is known to pass the fit test (the call on the rows that do), so the stages it reads
+    are costed whole at once; otherwise the test reads their memory alone (``stage_memory``): most rows fail it, and
+    the others are bounded in a call on them."""
     n_rows = len(rows)
     if n_rows == 0:
         return np.zeros(0)
     L = model.num_layers
     p_row = rows.pp.astype(np.int64)
     row = np.repeat(np.arange(n_rows), p_row)
-    rank = np.concatenate([np.arange(k) for k in p_row])
+    rank = np.arange(len(row)) - np.repeat(np.cumsum(p_row) - p_row, p_row)  # 0 … pp−1 within each row
     sub = rows.take(row)
     recompute = (sub.rc == 2) & free_recompute
     ctx_all = Ctx(model, system, work, sub.replace(rk=np.where(recompute, ALL, sub.rk),
@@ -63,17 +68,25 @@ def stage_lower_bounds(model: ModelSpec, system: SystemSpec, work: TrainWorkload
     lo = np.where(rank == 0, np.maximum(sub.v, min_first_layers(model)), sub.v).astype(float)
     hi = L - (np.bincount(row, weights=lo, minlength=n_rows)[row] - lo)
 
-    def stage(ctx: Ctx, layers: np.ndarray):
-        shape = rank_shape("bound", model, rank, layers, p)
-        return _stage(ctx, kinds, shape, m)
-
     # nothing recomputed where recompute is free; the row's own count where it is pinned
     ctx_fix = Ctx(model, system, work, sub.replace(rk=np.where(recompute, 0, sub.rk),
                                                   f_act=np.ones(len(row)) if allow_offload else sub.f_act))
-    rows_kinds = kinds
-    kinds = kind_costs(ctx_fix, ops=False) if kinds is None else take_kinds(kinds, row, n_rows)
-    r1 = stage(ctx_all, lo + 1)  # every layer recomputed (where free)
-    a0, a1 = (stage(ctx_fix, lo), stage(ctx_fix, lo + 1)) if allow_offload else (None, None)
+    entries = kind_table(ctx_fix) if kinds is None else kinds.take(row)
+    # a rank's stage follows from its row's pp, its rank and its layers (from v): sums shared by those
+    shared = SharedSums.of(entries, sub.sel, [rank, sub.v])
+
+    def stage(ctx: Ctx, layers: np.ndarray) -> StageCost:
+        shape = rank_shape("bound", model, rank, layers, p)
+        return _stage(ctx, None, shape, m, shared.sums(shape))
+
+    def memory(ctx: Ctx, layers: np.ndarray) -> np.ndarray:  # ``stage(ctx, layers).total``, without the times
+        shape = rank_shape("bound", model, rank, layers, p)
+        return stage_memory(ctx, None, shape, m, shared.sums(shape)).total
+
+    r1 = stage(ctx_all, lo + 1) if known_fit else None  # every layer recomputed (where free)
+    a0 = a1 = None  # nothing recomputed
+    if known_fit and allow_offload:
+        a0, a1 = stage(ctx_fix, lo), stage(ctx_fix, lo + 1)
     cap = gpu_capacity(system, work)
     # ZeRO-3 without PP gathers one unit at a time (a buffer not affine in layers); under PP it keeps the stage
     gathers = (sub.zero >= 3) & ~fsdp_under_pp(sub)
@@ -86,9 +99,10 @@ def stage_lower_bounds(model: ModelSpec, system: SystemSpec, work: TrainWorkload
         most = np.where(gathers, hi, np.minimum(hi, lo + np.floor(spare * (1 + 1e-9) + 1e-9)))
         return most, m_lo <= cap * (1 + 1e-12)
 
-    most, rank_ok = most_layers(stage(ctx_all, lo).total, r1.total)
-    if a0 is not None and a1 is not None:
-        most_f, ok_f = most_layers(a0.total, a1.total)
+    most, rank_ok = most_layers(memory(ctx_all, lo), memory(ctx_all, lo + 1) if r1 is None else r1.total)
+    if allow_offload:
+        most_f, ok_f = most_layers(memory(ctx_fix, lo) if a0 is None else a0.total,
+                                   memory(ctx_fix, lo + 1) if a1 is None else a1.total)
         most, rank_ok = np.where(ok_f & (~rank_ok | (most_f > most)), most_f, most), rank_ok | ok_f
     fit = np.bincount(row, weights=~rank_ok, minlength=n_rows) == 0
     fit &= np.bincount(row, weights=np.where(rank_ok, most, 0), minlength=n_rows) >= L
@@ -97,8 +111,11 @@ def stage_lower_bounds(model: ModelSpec, system: SystemSpec, work: TrainWorkload
         if len(keep):
             out[keep] = stage_lower_bounds(model, system, work, rows.take(keep), free_recompute=free_recompute,
                                            allow_offload=allow_offload, cutoff=None if cutoff is None else cutoff[keep],
-                                           kinds=None if rows_kinds is None else take_kinds(rows_kinds, keep, n_rows))
+                                           kinds=None if kinds is None else kinds.take(keep),
+                                           known_fit=True)
         return out
+    if r1 is None:
+        r1 = stage(ctx_all, lo + 1)
     if a0 is None or a1 is None:
         a0, a1 = stage(ctx_fix, lo), stage(ctx_fix, lo + 1)
     t0 = a0.fwd_s + a0.bwd_s
@@ -111,7 +128,7 @@ def stage_lower_bounds(model: ModelSpec, system: SystemSpec, work: TrainWorkload
     # saving is smaller; a lower bound takes the larger, marginal one and ignores the transient.
     ctx_most = Ctx(model, system, work, sub.replace(rk=np.where(recompute, lo.astype(np.int64), sub.rk),
                                                    f_act=ctx_fix.rows.f_act))
-    s = np.where(exact, stage(ctx_most, lo + 1).total - r1.total, 0.0)
+    s = np.where(exact, memory(ctx_most, lo + 1) - r1.total, 0.0)
     mem0, b = a0.total, a1.total - a0.total
     use = exact & (r > 0) & (s > 0)
     steep = slope + np.divide(r * b, s, out=np.zeros(len(row)), where=use)
@@ -124,13 +141,20 @@ def stage_lower_bounds(model: ModelSpec, system: SystemSpec, work: TrainWorkload
                                                   where=over)
     lines = _RankLines(lo, np.minimum(most, hi), t0, slope, knee, g_knee, steep, over)
 
+    # what every step of the bisection reads, once: the divisions write only where the slope is positive, so the
+    # rest of their buffers stays inf
+    rising, steeper = slope > 0, steep > 0
+    lin_buf, bent_buf = np.full(len(row), np.inf), np.full(len(row), np.inf)
+    with np.errstate(invalid="ignore"):  # inf − inf where a rank never recomputes: the branch is not taken
+        g_lo = lines.g(lo)
+
     def layers_within(T: np.ndarray) -> np.ndarray:
         Tr = T[row]
-        lin = lo + np.divide(Tr - t0, slope, out=np.full(len(row), np.inf), where=slope > 0)
-        bent = knee + np.divide(Tr - g_knee, steep, out=np.full(len(row), np.inf), where=steep > 0)
+        lin = lo + np.divide(Tr - t0, slope, out=lin_buf, where=rising)
+        bent = knee + np.divide(Tr - g_knee, steep, out=bent_buf, where=steeper)
         x = np.where(over, bent, np.where(lin <= knee, lin, np.maximum(bent, np.minimum(lin, knee))))
         # whole layers, at most what fits the rank's memory
-        x = np.where(lines.g(lo) > Tr * (1 + 1e-12), -np.inf, np.minimum(np.floor(x + 1e-9), most))
+        x = np.where(g_lo > Tr * (1 + 1e-12), -np.inf, np.minimum(np.floor(x + 1e-9), most))
         return np.bincount(row, weights=np.where(np.isfinite(x) | (x > 0), x, -1e18), minlength=n_rows)
 
     low = np.zeros(n_rows)
@@ -150,7 +174,7 @@ def stage_lower_bounds(model: ModelSpec, system: SystemSpec, work: TrainWorkload
     todo = fit & (bound < (np.inf if cutoff is None else cutoff))
     if todo.any():
         with np.errstate(invalid="ignore"):
-            tails = _Rank0Tails(model, system, work, sub, kinds, recompute, m)
+            tails = _Rank0Tails(model, system, work, sub, entries, recompute, m)
             bound[todo] = np.maximum(bound[todo], _joint_bounds(lines, tails, row, rank, todo, factor, L))
     return bound
 
@@ -188,7 +212,7 @@ class _Rank0Tails:
     system: SystemSpec
     work: TrainWorkload
     sub: LayoutArrays
-    kinds: dict[str, KindCost]
+    kinds: KindTable  # the entries'
     recompute: np.ndarray  # recompute count free (full): every layer recomputed gives the smallest tail
     m: np.ndarray
 
@@ -200,7 +224,7 @@ class _Rank0Tails:
         fl = layers.astype(float)
         ctx = Ctx(self.model, self.system, self.work,
                   sub.replace(rk=np.where(self.recompute[ent], layers.astype(np.int64), sub.rk)))
-        kinds = take_kinds(self.kinds, ent, len(self.sub))
+        kinds = self.kinds.take(ent).expand()
         p = sub.pp
         st = _stage(ctx, kinds, rank_shape("bound", self.model, np.zeros(len(ent), dtype=np.int64), fl, p),
                     self.m[ent])
@@ -256,7 +280,7 @@ def _joint_bounds(lines: _RankLines, tails: _Rank0Tails, row: np.ndarray, rank: 
 
 
 def average_lower_bounds(model: ModelSpec, system: SystemSpec, work: TrainWorkload, rows: LayoutArrays, *,
-                         free_recompute: bool, kinds: dict[str, KindCost] | None = None) -> np.ndarray:
+                         free_recompute: bool, kinds: KindTable | None = None) -> np.ndarray:
     """A cheaper, weaker bound (no memory): the slowest rank is at least the average of the ranks' fastest
     work (layer work adds up over ranks), plus rank 0's smallest tail (``dp_sync.tail_floor``). ``kinds``: the
     rows' per-kind costs when the caller has them."""
@@ -264,7 +288,8 @@ def average_lower_bounds(model: ModelSpec, system: SystemSpec, work: TrainWorklo
     recompute = (rows.rc == 2) & free_recompute
     fast = rows.replace(rk=np.where(recompute, 0, rows.rk), f_act=np.zeros(n))
     ctx = Ctx(model, system, work, fast)
-    kinds = kind_costs(ctx, ops=False) if kinds is None else kinds
+    # the stages below follow from a row's pp and v: sums shared by the rows with the same per-kind costs and v
+    shared = SharedSums.of(kind_table(ctx) if kinds is None else kinds, rows.sel, [rows.v])
     p, v = rows.pp.astype(float), rows.v.astype(float)
     m = (rows.gb / (rows.dp * rows.mb)).astype(float)
 
@@ -272,7 +297,8 @@ def average_lower_bounds(model: ModelSpec, system: SystemSpec, work: TrainWorklo
         return rank_shape("bound", model, rank, np.asarray(layers, dtype=float), p)
 
     def work_of(rank: np.ndarray, layers: np.ndarray) -> np.ndarray:  # time alone: no memory is read
-        return stage_times(ctx, kinds, shape_of(rank, layers), m).work_s
+        shape = shape_of(rank, layers)
+        return stage_times(ctx, None, shape, m, shared.sums(shape)).work_s
 
     zero = np.zeros(n)
     c_first = work_of(zero, zero)
@@ -280,5 +306,6 @@ def average_lower_bounds(model: ModelSpec, system: SystemSpec, work: TrainWorklo
     c_last = work_of(p - 1, zero)
     everything = work_of(zero, np.full(n, float(model.num_layers)))
     total = c_first + c_last + np.maximum(p - 2, 0) * c_mid + (everything - c_first)
-    st0 = _stage(ctx, kinds, shape_of(zero, np.maximum(v, min_first_layers(model))), m)
+    shape0 = shape_of(zero, np.maximum(v, min_first_layers(model)))
+    st0 = _stage(ctx, None, shape0, m, shared.sums(shape0))
     return (m + ctx.fill_slots) * total / p + tail_floor(ctx, st0)

@@ -25,7 +25,7 @@ from shardplan.costmodel.training.evaluate import (
 from shardplan.costmodel.training.layout import LayoutArrays, Recompute, TrainLayout, TrainWorkload
 from shardplan.costmodel.training.report import LayerRow, MemoryOut, StageRow, TrainReport
 from shardplan.costmodel.training.stage_split import StageSplitCost, check_split, evaluate_split, pipeline_factor
-from shardplan.costmodel.training.stages import kind_costs
+from shardplan.costmodel.training.stages import KindCost, kind_costs
 from shardplan.costmodel.training.step import _flops, train_cost
 from shardplan.errors import ShardplanError
 from shardplan.hardware.spec import SystemSpec
@@ -37,15 +37,15 @@ def stage_name(i: int, p: int) -> str:
 
 
 def _executed_flops(model: ModelSpec, system: SystemSpec, work: TrainWorkload, layout: TrainLayout,
-                    recomputed: int) -> tuple[float, float, float]:
+                    recomputed: int, kinds: dict[str, KindCost] | None = None) -> tuple[float, float, float]:
     """Model, hardware (model + recompute) and kernel-executed FLOPs per step with ``recomputed`` layers fully
-    recomputed over all ranks."""
+    recomputed over all ranks (``kinds``: the layout's per-kind costs when the caller has them)."""
     rows = LayoutArrays.from_layouts([layout], work.global_batch)
     # _flops recomputes min(rk·pp, L)/L of the forward: rk = (Σ k_i)/pp gives Σ k_i / L exactly.
     rows = rows.replace(rk=np.array([recomputed / layout.pp]))
     ctx = Ctx(model, system, work, rows)
     m = (rows.gb / (rows.dp * rows.mb)).astype(float)
-    mf, hf, ef = _flops(ctx, kind_costs(ctx), m)
+    mf, hf, ef = _flops(ctx, kind_costs(ctx) if kinds is None else kinds, m)
     return float(mf[0]), float(hf[0]), float(ef[0])
 
 
@@ -107,14 +107,15 @@ def _same_without_recompute(model: ModelSpec, system: SystemSpec, work: TrainWor
 
 
 def split_report(model: ModelSpec, system: SystemSpec, num_gpus: int, work: TrainWorkload, layout: TrainLayout,
-                 sc: StageSplitCost, base: TrainReport) -> TrainReport:
-    """``base`` (the uniform estimate of ``layout``) with the plan, metrics, memory and stages of ``sc``."""
+                 sc: StageSplitCost, base: TrainReport, kinds: dict[str, KindCost] | None = None) -> TrainReport:
+    """``base`` (the uniform estimate of ``layout``) with the plan, metrics, memory and stages of ``sc``
+    (``kinds``: the layout's per-kind costs when the caller has them; the operator lists are not read)."""
     c, st = sc.costs, sc.costs.stage
     p = layout.pp
     step = sc.step_time_s
     peak = system.gpu.peak(work.dtype)
     recomputed = sum(sc.recompute_layers) if str(layout.recompute) == "full" else 0
-    model_flops, hw_flops, exec_flops = _executed_flops(model, system, work, layout, recomputed)
+    model_flops, hw_flops, exec_flops = _executed_flops(model, system, work, layout, recomputed, kinds)
     factor = pipeline_factor(layout, work)
     b0 = base.metrics
     # The slowest rank's exposed collectives (train_cost's convention): per-layer fwd+bwd collective time × its counts.

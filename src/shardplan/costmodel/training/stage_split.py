@@ -35,7 +35,7 @@ from shardplan.costmodel.training.layout import (
     pipeline_schedules,
 )
 from shardplan.costmodel.training.pipeline_sim import chunk_factor, uneven_chunks
-from shardplan.costmodel.training.stages import KindCost, StageShape, kind_costs, take_kinds
+from shardplan.costmodel.training.stages import KindCost, StageShape, kind_costs
 from shardplan.costmodel.training.step import StageCost, _stage
 from shardplan.errors import ShardplanError
 from shardplan.hardware.spec import SystemSpec
@@ -94,11 +94,6 @@ def layout_kinds(model: ModelSpec, system: SystemSpec, work: TrainWorkload, layo
                  ) -> dict[str, KindCost]:
     """Per-layer-kind costs of one layout (one row; they broadcast over a rank's options)."""
     return kind_costs(Ctx(model, system, work, LayoutArrays.from_layouts([layout], work.global_batch)))
-
-
-def kinds_of_row(kinds: dict[str, KindCost], j: int, n: int) -> dict[str, KindCost]:
-    """Row ``j`` of per-kind costs computed for ``n`` rows at once (operator lists dropped)."""
-    return take_kinds(kinds, np.array([j]), n)
 
 
 def rank_costs(model: ModelSpec, system: SystemSpec, work: TrainWorkload, layout: TrainLayout,

@@ -29,6 +29,7 @@ from shardplan.costmodel.training import layers as Lyr
 from shardplan.costmodel.training.backward import backward, selective_part
 from shardplan.costmodel.training.ctx import Ctx
 from shardplan.costmodel.training.ep_overlap import overlap_ep
+from shardplan.costmodel.training.layout import LayoutArrays
 from shardplan.costmodel.training.memory import (
     LayerActivations,
     LayerParams,
@@ -86,20 +87,56 @@ def kind_costs(ctx: Ctx, *, ops: bool = True) -> dict[str, KindCost]:
 
     ``ops=False``: the sums only (operator lists left empty), each distinct ``KIND_COLUMNS`` row costed once."""
     if not ops and len(ctx.rows) > 1:
-        r = ctx.rows
+        return kind_table(ctx).expand()
+    costs = _every_kind(ctx)
+    return costs if ops else take_kinds(costs, slice(None), len(ctx.rows))
+
+
+@dataclass(frozen=True, slots=True)
+class KindTable:
+    """Per-kind costs (sums only) of distinct ``KIND_COLUMNS`` rows, and the distinct row each row's are."""
+
+    rows: LayoutArrays  # the distinct rows
+    kinds: dict[str, KindCost]  # theirs
+    index: np.ndarray  # per row, its distinct row
+    own: bool = False  # every row distinct: ``kinds`` are the rows' own, in their order
+
+    def take(self, idx: np.ndarray) -> KindTable:
+        """The table of rows ``idx``."""
+        return KindTable(self.rows, self.kinds, self.index[idx])
+
+    def expand(self) -> dict[str, KindCost]:
+        """The rows' per-kind costs, one entry per row (``kind_costs(ctx, ops=False)``)."""
+        return self.kinds if self.own else take_kinds(self.kinds, self.index, len(self.rows))
+
+
+def kind_table(ctx: Ctx) -> KindTable:
+    """The rows' per-kind costs, each distinct ``KIND_COLUMNS`` row costed once."""
+    r = ctx.rows
+    if len(r) > 1:
         # the EP all-to-all overlap of the combined 1F1B schedule depends on interleaving and recompute too
         cols = KIND_COLUMNS + (("v", "rc") if ctx.system.software.ep_comm_overlap else ())
         _, first, inverse = np.unique(row_keys([getattr(r, c) for c in cols]), return_index=True, return_inverse=True)
         if len(first) < len(r):
-            distinct = kind_costs(Ctx(ctx.model, ctx.system, ctx.work, r.take(first)))
-            return take_kinds(distinct, inverse.ravel(), len(first))
+            distinct = r.take(first)
+            kinds = _every_kind(Ctx(ctx.model, ctx.system, ctx.work, distinct))
+            return KindTable(distinct, take_kinds(kinds, slice(None), len(first)), inverse.ravel())
+    return KindTable(r, take_kinds(_every_kind(ctx), slice(None), len(r)), np.arange(len(r)), own=True)
+
+
+def kind_count(kinds: dict[str, KindCost]) -> int:
+    """Rows per-kind costs hold (the length of any of their per-row arrays)."""
+    return len(next(iter(kinds.values())).fwd.time)
+
+
+def _every_kind(ctx: Ctx) -> dict[str, KindCost]:
     kinds = ["embedding", *dict.fromkeys(["attention", "mlp", *layer_kind_names(ctx.model)]), "head"]
     costs = {k: kind_cost(ctx, k) for k in kinds}
     if "moe" in costs and ctx.system.software.ep_comm_overlap:
         costs["moe"] = _moe_overlapped(ctx, costs)
     if ctx.work.mtp_layers:
         costs["head"] = _head_with_mtp(ctx, costs)
-    return costs if ops else take_kinds(costs, slice(None), len(ctx.rows))
+    return costs
 
 
 def _head_with_mtp(ctx: Ctx, costs: dict[str, KindCost]) -> KindCost:

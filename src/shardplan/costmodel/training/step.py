@@ -21,32 +21,25 @@ from dataclasses import dataclass
 import numpy as np
 
 from shardplan.costmodel.training.ctx import Ctx
-from shardplan.costmodel.training.dp_sync import data_parallel, fsdp_under_pp, optimizer_time
+from shardplan.costmodel.training.dp_sync import data_parallel, optimizer_time
 from shardplan.costmodel.training.layout import LayoutArrays, TrainWorkload
-from shardplan.costmodel.training.memory import (
-    embedding_activations,
-    framework_memory,
-    head_activations,
-    mtp_activations,
-    mtp_params,
-)
 from shardplan.costmodel.training.pipeline_sim import chunk_factors
-from shardplan.costmodel.training.recompute_modules import MODULES, SelectiveTerms, selective_terms
+from shardplan.costmodel.training.recompute_modules import MODULES
 from shardplan.costmodel.training.schedule_overlap import pipeline_send_s
+from shardplan.costmodel.training.stage_memory import full_recompute, memory_of, once, row_masks, sums_of
+from shardplan.costmodel.training.stage_sums import FlopSums, SharedSums, StageSums, comm_sums, flop_sums, stage_sums
 from shardplan.costmodel.training.stages import (
     KindCost,
+    KindTable,
     StageShape,
     kind_costs,
-    layer_sum,
-    mixer_mean,
+    kind_table,
     model_counts,
     model_flops_parts,
-    stage_counts,
     stage_shapes,
 )
 from shardplan.hardware.spec import SystemSpec
 from shardplan.models.spec import ModelSpec
-from shardplan.units import DTYPE_BYTES
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,45 +108,6 @@ class TrainCost:
         return np.argmax(totals, axis=0)
 
 
-def _phase(kind: KindCost, attr: str) -> np.ndarray:
-    return getattr(kind, attr).time
-
-
-def weight_bytes(work: TrainWorkload) -> float:
-    """Bytes per stored weight: 16-bit copies for mixed precision, fp32 for fp32 training."""
-    return DTYPE_BYTES["fp32"] if work.dtype == "fp32" else DTYPE_BYTES["bf16"]
-
-
-def param_memory(ctx: Ctx, dense: np.ndarray, expert: np.ndarray, *, offloaded: bool = True
-                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """GPU bytes of weights, gradients and optimizer state for ``dense`` + ``expert`` parameters held.
-
-    ZeRO-1/2/3 shard optimizer state / + gradients / + weights over the data-parallel group (dp·cp;
-    experts over the expert-data-parallel group, tp·cp·dp/(etp·ep)) (Rajbhandari et al. 2020); offloaded
-    fractions live on the CPU instead.
-
-    ZeRO-3 with pipeline parallelism is torchtitan's FSDP2 under PP (``space.ZERO2_PP``): weights are not
-    resharded after forward nor after backward until the stage's last microbatch (torch pipelining
-    ``backward_maybe_with_nosync``: ``set_reshard_after_backward(False)``, ``set_requires_gradient_sync(False)``),
-    so the stage's unsharded weights stay gathered through the step, on top of their shards, and gradients
-    accumulate unsharded (FSDP2 keeps them in the reduce dtype) until one reduce-scatter after the last backward.
-    """
-    r, w = ctx.rows, ctx.work
-    dpz = (r.dp * r.cp).astype(float)
-    edpz = r.edp  # expert-data-parallel ranks: tp·cp·dp / (etp·ep) (= dp·cp/ep when etp = tp)
-
-    def sharded(stage_min: int) -> np.ndarray:
-        return np.where(r.zero >= stage_min, dense / dpz + expert / edpz, dense + expert)
-
-    keep_w = (1 - r.f_w) if offloaded else 1.0
-    keep_o = (1 - r.f_opt) if offloaded else 1.0
-    held = fsdp_under_pp(r)
-    weights = sharded(3) * weight_bytes(w) * keep_w + np.where(held, (dense + expert) * weight_bytes(w), 0.0)
-    grads = np.where(held, dense + expert, sharded(2)) * DTYPE_BYTES[w.grad_dtype]
-    optimizer = sharded(1) * w.optimizer_state_bytes * keep_o
-    return weights, grads, optimizer
-
-
 @dataclass(frozen=True, slots=True)
 class StageTimes:
     """One representative stage's time per microbatch: forward, backward and recompute (without the sends), one
@@ -165,7 +119,6 @@ class StageTimes:
     p2p: np.ndarray
     rc_dense: np.ndarray  # fully recomputed dense layers
     rc_moe: np.ndarray  # fully recomputed MoE layers
-    mods: SelectiveTerms  # the selective module set's change from the default
 
     @property
     def work_s(self) -> np.ndarray:
@@ -173,102 +126,47 @@ class StageTimes:
         return (self.fwd + self.p2p) + (self.bwd + self.rc + self.p2p)
 
 
-def stage_times(ctx: Ctx, k: dict[str, KindCost], shape: StageShape, m: np.ndarray) -> StageTimes:
-    """The time part of ``_stage`` (bounds that need no memory take it alone)."""
+def stage_times(ctx: Ctx, k: dict[str, KindCost] | None, shape: StageShape, m: np.ndarray,
+                sums: StageSums | None = None) -> StageTimes:
+    """The time part of ``_stage`` (bounds that need no memory take it alone); ``sums``: the stage's sums over the
+    rows' per-kind costs ``k`` when the caller has them (``stage_sums``)."""
     r = ctx.rows
-    n, counts = shape.layers, stage_counts(shape)
-    emb, head = shape.has_embedding, shape.has_head
-
-    def per_layer(attr: str) -> np.ndarray:
-        return layer_sum(k, counts, lambda c: _phase(c, attr))
-
-    fwd = per_layer("fwd") + emb * k["embedding"].fwd.time + head * k["head"].fwd.time
-    bwd = per_layer("bwd") + emb * k["embedding"].bwd.time + head * k["head"].bwd.time
+    sums = sums_of(ctx, k, shape, sums)
     # Recompute: selective reruns core attention in every layer; full reruns the forward of the stage's first rk
     # layers (Megatron's uniform/block method), dense layers first as they precede MoE layers.
-    full_layers = np.minimum(r.rk, n)
-    dense, nmoe = counts["mlp"], counts["moe"]
-    mlp, moe = k["mlp"], k.get("moe")
-    rc_dense = np.minimum(full_layers, dense)
-    rc_moe = np.minimum(full_layers - rc_dense, nmoe)
+    full_layers, rc_dense, rc_moe = full_recompute(r, shape)
     # the recomputed layers' token mixers: the stage's mixer kinds in proportion (one kind: exactly its layers)
-    full_fwd = full_layers * mixer_mean(k, counts, lambda c: c.fwd.time) + rc_dense * mlp.fwd.time \
-        + (rc_moe * moe.fwd.time if moe else 0.0)
-    mods = selective_terms(k, counts, r.sel)  # Megatron's --recompute-modules beyond its default, core_attn
-    rc = np.where(r.rc == 1, layer_sum(k, counts, lambda c: c.selective.time) + mods.time,
-                  np.where(r.rc == 2, full_fwd, 0.0))
-    p2p = pipeline_send_s(ctx, m)  # one direction per microbatch, as the schedule exposes it
-    return StageTimes(fwd, bwd, rc, p2p, rc_dense, rc_moe, mods)
+    full_fwd = full_layers * sums.mixer_fwd + rc_dense * sums.mlp_fwd \
+        + (rc_moe * sums.moe_fwd if sums.moe_fwd is not None else 0.0)
+    # selective: core attention, and Megatron's --recompute-modules beyond its default (core_attn)
+    rc = np.where(r.rc == 1, sums.selective_s, np.where(r.rc == 2, full_fwd, 0.0))
+    p2p = once(ctx, "p2p", lambda: pipeline_send_s(ctx, m), m)  # one direction per microbatch, as the schedule sees
+    return StageTimes(sums.fwd, sums.bwd, rc, p2p, rc_dense, rc_moe)
 
 
-def _stage(ctx: Ctx, k: dict[str, KindCost], shape: StageShape, m: np.ndarray) -> StageCost:
-    r, w, sysm = ctx.rows, ctx.work, ctx.system
-    n, counts = shape.layers, stage_counts(shape)
-    emb, head = shape.has_embedding, shape.has_head
-    t = stage_times(ctx, k, shape, m)
-    fwd, bwd, rc, p2p, rc_dense, rc_moe, mods = t.fwd, t.bwd, t.rc, t.p2p, t.rc_dense, t.rc_moe, t.mods
-    mlp, moe = k["mlp"], k.get("moe")
-
-    # Parameters held, and the memory they take with ZeRO sharding and offload.
-    def params_of(attr: str) -> np.ndarray:
-        total = layer_sum(k, counts, lambda c: getattr(c.params, attr))
-        return total + emb * getattr(k["embedding"].params, attr) + head * getattr(k["head"].params, attr)
-
-    dense_p, expert_p = params_of("dense"), params_of("expert")
-    w_bytes = weight_bytes(w)
-    weights_full = (dense_p + expert_p) * w_bytes
-    weights, grads, optimizer = param_memory(ctx, dense_p, expert_p)
-    w_kept, _, opt_full = param_memory(ctx, dense_p, expert_p, offloaded=False)
-
-    # Activations: layers storing everything vs. fully recomputed ones, times microbatches in flight.
-    def acts(mode: str) -> np.ndarray:
-        return layer_sum(k, counts, lambda c: getattr(c.acts, mode))
-
-    mixer_saving = mixer_mean(k, counts, lambda c: c.acts.none - c.acts.full)
-
-    def saving(kind: KindCost | None) -> np.ndarray | float:
-        """Bytes one layer (its token mixer + this MLP kind) stores beyond its checkpointed input."""
-        if kind is None:
-            return 0.0
-        return mixer_saving + kind.acts.none - kind.acts.full
-
-    save_dense, save_moe = saving(mlp), saving(moe)
-    kept = acts("none") - rc_dense * save_dense - rc_moe * save_moe  # the first rk layers keep only their input
-    stored = np.where(r.rc == 0, acts("none"), np.where(r.rc == 1, acts("selective") - mods.freed, kept))
-    stored = stored + emb * embedding_activations(ctx) + head * mtp_activations(ctx)
-    p = r.pp.astype(float)
-    interleave = np.where(r.v > 1, 1 + (p - 1) / (p * r.v), 1.0)  # Korthikanti et al. 2022 §4.2.3
-    inflight = np.minimum(m / ctx.schedules, p - shape.index) * interleave  # per schedule (1F1B warm-up)
-    # Transients at the peak, one at a time: the layer being recomputed holds its full activations, less its
-    # input (already stored as its checkpoint); the LM head's logits are freed by the loss backward before the
-    # last layer is recomputed, so the two never coexist (Megatron's backward order).
-    recomputed = np.where(r.rc == 2, np.maximum(np.where(rc_dense > 0, save_dense, 0.0),
-                                                 np.where(rc_moe > 0, save_moe, 0.0)), (r.rc == 1) * mods.transient)
-    working = np.maximum(recomputed, head * head_activations(ctx))
-    # ZeRO-3/FSDP gathers one module (wrapping unit) at a time: a transformer layer, the embedding or the output
-    # layer (torchtitan and Megatron-FSDP wrap each); the buffer is the largest unit the stage holds.
-    layer_unit = layer_sum(k, counts, lambda c: c.params.dense + c.params.expert) / np.maximum(n, 1)
-    head_unit = k["head"].params.total
-    if w.mtp_layers:  # the head and each MTP module are separate units (memory.mtp_params: all modules)
-        mtp = mtp_params(ctx).total
-        head_unit = np.maximum(head_unit - mtp, mtp / w.mtp_layers)
-    largest = np.maximum(layer_unit, np.maximum(emb * k["embedding"].params.total, head * head_unit))
-    gathered = np.where((r.zero >= 3) & ~fsdp_under_pp(r), largest * w_bytes, 0.0)  # under PP: all kept (weights)
-    activations = stored * inflight * (1 - r.f_act) + working + gathered
-    framework = np.broadcast_to(framework_memory(ctx), np.shape(activations)).astype(float)
+def _stage(ctx: Ctx, k: dict[str, KindCost] | None, shape: StageShape, m: np.ndarray,
+           sums: StageSums | None = None) -> StageCost:
+    r, sysm = ctx.rows, ctx.system
+    sums = sums_of(ctx, k, shape, sums)
+    t = stage_times(ctx, k, shape, m, sums)
+    fwd, bwd, rc, p2p = t.fwd, t.bwd, t.rc, t.p2p
+    mem = memory_of(ctx, sums, shape, m, t.rc_dense, t.rc_moe)
+    stored, inflight, weights_full = mem.stored_mb, mem.inflight, mem.weights_full
 
     # Offload traffic per microbatch over PCIe (weights streamed for every pass, activations out and back).
     passes = 2 + ((r.rc == 2) & (r.rk > 0))  # full recompute of no layer streams no third time
     pcie_bw = sysm.pcie.effective_bytes_per_s
     xfer = (weights_full * r.f_w * passes + 2 * stored * r.f_act) / pcie_bw
     off_exposed = np.maximum(xfer - (fwd + bwd + rc), 0.0)
-    cpu = opt_full * r.f_opt + weights_full * r.f_w + stored * inflight * r.f_act
-    return StageCost(shape, fwd + p2p, bwd + rc + p2p, rc, 2 * p2p, off_exposed, weights, grads, optimizer,
-                     activations, framework, dense_p + expert_p, expert_p, cpu, inflight, stored,
-                     np.broadcast_to(save_dense, n.shape), np.broadcast_to(save_moe, n.shape), w_kept, opt_full)
+    cpu = mem.optimizer_if_kept * r.f_opt + weights_full * r.f_w + stored * inflight * r.f_act
+    return StageCost(shape, fwd + p2p, bwd + rc + p2p, rc, 2 * p2p, off_exposed, mem.weights, mem.grads,
+                     mem.optimizer, mem.activations, mem.framework, mem.dense_params + mem.expert_params,
+                     mem.expert_params, cpu, inflight, stored, mem.save_dense, mem.save_moe,
+                     mem.weights_on_gpu_if_kept, mem.optimizer_if_kept)
 
 
-def _flops(ctx: Ctx, k: dict[str, KindCost], m: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _flops(ctx: Ctx, k: dict[str, KindCost], m: np.ndarray, sums: FlopSums | None = None
+           ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """FLOPs per step, whole cluster: model, hardware, and as executed by the kernels.
 
     Model FLOPs (MFU; Megatron/PaLM convention, Narayanan et al. 2021 Eq. 3 without recompute): 6 per active
@@ -292,27 +190,61 @@ def _flops(ctx: Ctx, k: dict[str, KindCost], m: np.ndarray) -> tuple[np.ndarray,
     f_rc = model_flops_parts(mdl, w.seq_len) if w.mtp_layers else f  # the MTP modules are not recomputed
     rc = tokens * np.where(r.rc == 1, np.where(core_on, f_rc.attention_fwd, 0.0),
                            np.where(r.rc == 2, full_frac * f_rc.layers_fwd, 0.0))
-    counts = model_counts(mdl)
-    per_mb = layer_sum(k, counts, lambda c: c.fwd.flops + c.bwd.flops)
-    fwd_all = layer_sum(k, counts, lambda c: c.fwd.flops)
-    per_mb = per_mb + sum(k[x].fwd.flops + k[x].bwd.flops for x in ("embedding", "head"))
-    core = layer_sum(k, counts, lambda c: c.selective.flops)  # core attention's rerun, as executed
-    mods = selective_terms(k, counts, r.sel).flops  # the set's change from the default (less core when dropped)
+    fs = sums if sums is not None else flop_sums(k, model_counts(mdl), row_masks(ctx), np.shape(r.sel))
+    per_mb, fwd_all, core = fs.per_mb, fs.fwd_all, fs.core  # core: core attention's rerun, as executed
+    mods = fs.mods  # the set's change from the default (less core when dropped)
     rc_exec = np.where(r.rc == 1, core + mods, np.where(r.rc == 2, full_frac * fwd_all, 0.0))
     executed = m * r.dp * r.cp * r.tp * (per_mb + rc_exec)
     others = mods + np.where(core_on, 0.0, core)  # the other modules alone (a set without core_attn drops its rerun)
     return model, model + rc + np.where(r.rc == 1, m * r.dp * r.cp * r.tp * others, 0.0), executed
 
 
+def spread_sums(ctx: Ctx, table: KindTable) -> tuple[list[StageShape], list[StageSums]]:
+    """The rows' representative stages (``stages.stage_shapes``) and their sums (``stage_sums``), summed once per
+    group of rows with the same per-kind costs (``table``: the rows') and module set and spread to the rows: the same
+    arrays as summing on every row (a stage's shape follows from the row's pp)."""
+    shapes, sums, _, _ = _spread(ctx, table, everything=False)
+    return shapes, sums
+
+
+def _spread(ctx: Ctx, table: KindTable, *, everything: bool
+            ) -> tuple[list[StageShape], list[StageSums], list[dict[str, np.ndarray]], FlopSums | None]:
+    """``spread_sums``, with (``everything``) the stages' collective sums and the model's FLOP sums."""
+    shared = SharedSums.of(table, ctx.rows.sel, [])
+    n, masks, spread = len(shared.first), shared.masks, shared.spread
+    bases = stage_shapes(Ctx(ctx.model, ctx.system, ctx.work, ctx.rows.take(shared.first)))
+    shapes = [spread(shape) for shape in bases]
+    sums = [spread(stage_sums(shared.kinds, shape, masks, (n,))) for shape in bases]
+    if not everything:
+        return shapes, sums, [], None
+    comm = [spread(comm_sums(shared.kinds, shape)) for shape in bases]
+    return shapes, sums, comm, spread(flop_sums(shared.kinds, model_counts(ctx.model), masks, (n,)))
+
+
 def train_cost(model: ModelSpec, system: SystemSpec, work: TrainWorkload, rows: LayoutArrays, *,
-               ops: bool = True, kinds: dict[str, KindCost] | None = None) -> TrainCost:
+               ops: bool = True, kinds: dict[str, KindCost] | KindTable | None = None) -> TrainCost:
     """Time and memory of every layout row (valid: ``space.validate_layout``); ``ops``: see ``kind_costs``.
     ``kinds``: the rows' per-kind costs when the caller has them (rows that differ only in recompute, module set
-    or offload share them: ``stages.KIND_COLUMNS``)."""
+    or offload share them: ``stages.KIND_COLUMNS``), or a ``stages.KindTable`` of them, whose distinct rows are then
+    the cost's ``kinds`` (their ``index`` names each row's).
+
+    Without operator lists the stages' sums over their layers (``stage_sums``), which depend on the per-kind costs
+    and the stage's shape alone, are summed once per distinct row and spread to the rows: the same arithmetic."""
     ctx = Ctx(model, system, work, rows)
-    k = kind_costs(ctx, ops=ops) if kinds is None else kinds
+    table = kinds if isinstance(kinds, KindTable) else kind_table(ctx) if kinds is None and not ops \
+        and len(rows) > 1 else None
     m = (rows.gb / (rows.dp * rows.mb)).astype(float)
-    stages = [_stage(ctx, k, shape, m) for shape in stage_shapes(ctx)]
+    masks, row_shape = row_masks(ctx), np.shape(rows.sel)
+    if table is None:
+        k = kind_costs(ctx, ops=ops) if kinds is None else kinds
+        shapes = stage_shapes(ctx)
+        sums = [stage_sums(k, shape, masks, row_shape) for shape in shapes]
+        comm = [comm_sums(k, shape) for shape in shapes]
+        fsums = flop_sums(k, model_counts(model), masks, row_shape)
+    else:
+        k = table.kinds if kinds is table else table.expand()
+        shapes, sums, comm, fsums = _spread(ctx, table, everything=True)
+    stages = [_stage(ctx, k, shape, m, ss) for shape, ss in zip(shapes, sums, strict=True)]
     per_mb = np.max(np.stack([np.where(s.shape.exists, s.per_microbatch_s, 0.0) for s in stages]), axis=0)
     cal = system.calibration
     per_mb = per_mb + cal.microbatch_overhead_s  # calibrated: per microbatch per stage slot
@@ -326,7 +258,7 @@ def train_cost(model: ModelSpec, system: SystemSpec, work: TrainWorkload, rows: 
     opt = optimizer_time(ctx, first)
     base = pipeline + dp_exposed + z3 + opt
     step = base * (1 + system.software.step_overhead_fraction) + cal.step_overhead_s
-    model_flops, hw_flops, exec_flops = _flops(ctx, k, m)
+    model_flops, hw_flops, exec_flops = _flops(ctx, k, m, fsums)
     peak = np.max(np.stack([np.where(s.shape.exists, s.total, 0.0) for s in stages]), axis=0)
     host_gpu = np.max(np.stack([np.where(s.shape.exists, s.cpu_bytes, 0.0) for s in stages]), axis=0)
 
@@ -335,13 +267,7 @@ def train_cost(model: ModelSpec, system: SystemSpec, work: TrainWorkload, rows: 
     slowest = np.argmax(np.stack([np.where(s.shape.exists, s.per_microbatch_s, -np.inf) for s in stages]), axis=0)
 
     def comm_exposed(attr: str) -> np.ndarray:
-        def both(kind: str) -> np.ndarray:
-            return getattr(k[kind].fwd, attr) + getattr(k[kind].bwd, attr)
-        # the layers' collectives and, on the stages that hold them, the embedding's and the LM head's (vocab-parallel
-        # lookup all-reduce, the head's SP gather and loss all-reduces), as the stage times count them
-        per_stage = np.stack([layer_sum(k, stage_counts(s.shape), lambda c: getattr(c.fwd, attr) + getattr(c.bwd, attr))
-                              + s.shape.has_embedding * both("embedding") + s.shape.has_head * both("head")
-                              + np.zeros_like(m) for s in stages])
+        per_stage = np.stack([c[attr] + np.zeros_like(m) for c in comm])
         return slots * np.take_along_axis(per_stage, slowest[None, :], axis=0)[0]
     return TrainCost(
         ctx=ctx, kinds=k, stages=stages, num_microbatches=m, pipeline_s=pipeline, bubble_s=bubble,

@@ -84,24 +84,13 @@ def _objective(table: TrainTable, idx: np.ndarray | int, per_sequence: bool) -> 
     return t / table.rows.gb[idx] if per_sequence else t
 
 
-def comparisons(table: TrainTable, chosen: int, eligible: np.ndarray, report: Callable[[int], TrainReport],
-                limit: int = 8, per_sequence: bool = False, plan: TrainReport | None = None,
-                prefetch: Callable[[list[int]], None] | None = None) -> list[Comparison]:
-    """The best layout of each other (TP, PP) pair among the rows the solver chose from (``eligible``), named in
-    full and re-evaluated by ``report`` (``estimate_training`` of that layout): its step time, or why it does not
-    fit. A pair that fits only with CPU offload (which the solver sets aside by default) says so. ``delta_pct``
-    compares time per sequence (step time when the batch is fixed) with ``plan``, the plan as printed (its
-    per-stage split included); without it, with row ``chosen``. ``prefetch``: evaluates the rows named before
-    ``report`` is asked for them one at a time (the same reports, in one batch)."""
+def comparison_rows(table: TrainTable, chosen: int, eligible: np.ndarray, limit: int = 8,
+                    per_sequence: bool = False) -> tuple[list[int], list[int | Comparison]]:
+    """The rows ``comparisons`` shows: the best row of each other (TP, PP) pair that fits among ``eligible``, fastest
+    first, and in pair order those that fit only with offload (a row) or not at all (why)."""
     r = table.rows
     radix = int(r.pp.max(initial=0)) + 1
     pairs = [(int(c) // radix, int(c) % radix) for c in np.unique(r.tp.astype(np.int64) * radix + r.pp)]
-    best = plan if plan is not None else report(chosen)
-
-    def delta(rep: TrainReport) -> float:
-        return 100 * ((rep.metrics.step_time_s / rep.plan.global_batch)
-                      / (best.metrics.step_time_s / best.plan.global_batch) - 1)
-
     fitting: list[tuple[float, int]] = []
     other: list[int | Comparison] = []  # in pair order: a row that fits only with offload, or why none fits
     for tp, pp in pairs:
@@ -120,7 +109,27 @@ def comparisons(table: TrainTable, chosen: int, eligible: np.ndarray, report: Ca
                     f"{_binding(table, i)}" if need > table.capacity
                     else "does not fit: offloaded tensors exceed host memory")
             other.append(Comparison(layout=describe_row(table, i), fits=False, note=note))
-    shown = [i for _, i in sorted(fitting)[:limit]]
+    return [i for _, i in sorted(fitting)[:limit]], other
+
+
+def comparisons(table: TrainTable, chosen: int, eligible: np.ndarray, report: Callable[[int], TrainReport],
+                limit: int = 8, per_sequence: bool = False, plan: TrainReport | None = None,
+                prefetch: Callable[[list[int]], None] | None = None,
+                rows: tuple[list[int], list[int | Comparison]] | None = None) -> list[Comparison]:
+    """The best layout of each other (TP, PP) pair among the rows the solver chose from (``eligible``), named in
+    full and re-evaluated by ``report`` (``estimate_training`` of that layout): its step time, or why it does not
+    fit. A pair that fits only with CPU offload (which the solver sets aside by default) says so. ``delta_pct``
+    compares time per sequence (step time when the batch is fixed) with ``plan``, the plan as printed (its
+    per-stage split included); without it, with row ``chosen``. ``prefetch``: evaluates the rows named before
+    ``report`` is asked for them one at a time (the same reports, in one batch). ``rows``: ``comparison_rows`` of
+    these arguments, when the caller has them."""
+    shown, other = rows if rows is not None else comparison_rows(table, chosen, eligible, limit, per_sequence)
+    best = plan if plan is not None else report(chosen)
+
+    def delta(rep: TrainReport) -> float:
+        return 100 * ((rep.metrics.step_time_s / rep.plan.global_batch)
+                      / (best.metrics.step_time_s / best.plan.global_batch) - 1)
+
     if prefetch is not None:
         prefetch([*shown, *(i for i in other if isinstance(i, int))])
 

@@ -26,7 +26,7 @@ from shardplan.errors import ShardplanError
 from shardplan.hardware.spec import SystemSpec
 from shardplan.planner.core.scaling import RATE_UNIT_S, TIME_UNIT_S, from_int_time, to_int_time
 from shardplan.planner.core.select import select
-from shardplan.planner.training.explain import comparisons, explanation, infeasible_plan
+from shardplan.planner.training.explain import comparison_rows, comparisons, explanation, infeasible_plan
 from shardplan.planner.training.rank import tie_rank
 from shardplan.planner.training.request import TrainRequest, check_pins, selective_modules, space_request
 from shardplan.planner.training.schema import Alternative, SolverOut, TrainPlan
@@ -205,7 +205,10 @@ def plan_training(req: TrainRequest, *, explain: bool = True) -> TrainPlan:
                                 [int(table.rows.gb[i]) for i in todo])
             reports.update(zip(todo, got, strict=True))
 
-    prefetch([*chosen, *([] if base is None else [base])])  # the plan, its alternatives and the baseline: one call
+    # the plan, its alternatives, the baseline and the comparisons' rows (which the selection fixes): one call
+    compared = comparison_rows(table, chosen[0], fits, per_sequence=per_seq)
+    prefetch([*chosen, *([] if base is None else [base]), *compared[0],
+              *(i for i in compared[1] if isinstance(i, int))])
     best = report(chosen[0])
     stages = None
     if not req.uniform_stages and not whole and supports_stage_split(req.model):  # else: the uniform split
@@ -240,7 +243,8 @@ def plan_training(req: TrainRequest, *, explain: bool = True) -> TrainPlan:
         status=status, model=req.model.name, hardware=req.system.name, num_gpus=req.num_gpus,
         seq_len=work.seq_len, plan=best.plan, metrics=best.metrics, memory=best.memory, stages=best.stages,
         layers=best.layers, solver=solver, alternatives=alts,
-        comparisons=comparisons(table, chosen[0], fits, report, per_sequence=per_seq, plan=best, prefetch=prefetch),
+        comparisons=comparisons(table, chosen[0], fits, report, per_sequence=per_seq, plan=best, prefetch=prefetch,
+                                rows=compared),
         explanation=explained,
     )
     wall = time.perf_counter() - t0

@@ -28,10 +28,9 @@ from shardplan.costmodel.training.stage_report import split_report
 from shardplan.costmodel.training.stage_split import (
     StageSplitCost,
     evaluate_split,
-    kinds_of_row,
     supports_stage_split,
 )
-from shardplan.costmodel.training.stages import KindCost, take_kinds
+from shardplan.costmodel.training.stages import KindCost
 from shardplan.costmodel.training.table import TrainTable
 from shardplan.planner.training.request import TrainRequest
 from shardplan.planner.training.schema import SolverOut, StageSearchOut
@@ -116,20 +115,16 @@ def search_stages(req: TrainRequest, table: TrainTable, rows: np.ndarray, best_r
         rows].max(initial=0) > 0))
     # Two bounds: a cheap average-work one for every row, the memory-aware one where the cheap one leaves hope.
     # per-kind costs depend on neither recompute nor offload: the table's serve every bound and solve below
-    kinds = table.kinds_of(deep)
+    kinds = table.kinds.take(deep)
     lb = average_lower_bounds(model, system, work, r.take(deep), free_recompute=free, kinds=kinds) * overhead
     lb = lb / np.where(per_seq, r.gb[deep], 1)
     hope = np.flatnonzero(lb < incumbent * (1 - 1e-9))
     per = np.where(per_seq, r.gb[deep[hope]], 1)
     fine = stage_lower_bounds(model, system, work, r.take(deep[hope]), free_recompute=free, allow_offload=allow,
                               cutoff=incumbent * (1 - 1e-9) * per / overhead,
-                              kinds=take_kinds(kinds, hope, len(deep)))
+                              kinds=kinds.take(hope))
     lb[hope] = np.maximum(lb[hope], fine * overhead / per)
     order = np.argsort(lb, kind="stable")
-    # Per-kind costs of every row that may need solving, in one vectorized pass.
-    maybe = order[lb[order] < incumbent * (1 - 1e-9)]
-    batch = take_kinds(kinds, maybe, len(deep))
-    slot = {int(j): q for q, j in enumerate(maybe)}
     solved = bounded = 0
     status = "optimal"
     for pos, j in enumerate(order):
@@ -144,7 +139,7 @@ def search_stages(req: TrainRequest, table: TrainTable, rows: np.ndarray, best_r
         gb = int(r.gb[i])
         bound_s = incumbent * (gb if per_seq else 1) / overhead
         split, choice = solve_row(req, table, i, time_limit_s=left, upper_bound_s=bound_s,
-                                  kinds=kinds_of_row(batch, slot[int(j)], len(maybe)))
+                                  kinds=table.kinds_of(np.array([i])))
         solved += 1
         if choice is None or split is None:
             continue
@@ -172,7 +167,7 @@ def stage_plan_report(req: TrainRequest, table: TrainTable, search: StageSearch,
     base = report(i)
     lay = table.rows.row(i)
     w = req.workload.model_copy(update={"global_batch": int(table.rows.gb[i])})
-    return split_report(req.model, req.system, req.num_gpus, w, lay, search.split, base)
+    return split_report(req.model, req.system, req.num_gpus, w, lay, search.split, base, table.kinds_of(np.array([i])))
 
 
 def row_report(req: TrainRequest, table: TrainTable, i: int, report: Callable[[int], TrainReport]) -> TrainReport:
@@ -183,12 +178,12 @@ def row_report(req: TrainRequest, table: TrainTable, i: int, report: Callable[[i
     r = table.rows
     if req.uniform_stages or not supports_stage_split(req.model) or r.pp[i] == 1 or base.plan is None:
         return base
-    split, _ = solve_row(req, table, i, time_limit_s=req.time_limit_s)
+    split, _ = solve_row(req, table, i, time_limit_s=req.time_limit_s, kinds=table.kinds_of(np.array([i])))
     if split is None or not split.fits or base.metrics is None or split.step_time_s >= base.metrics.step_time_s:
         uniform = uniform_split(req.model.num_layers, int(r.pp[i]))
         return base.model_copy(update={"plan": base.plan.model_copy(update={"stage_layers": uniform})})
     w = req.workload.model_copy(update={"global_batch": int(r.gb[i])})
-    return split_report(req.model, req.system, req.num_gpus, w, r.row(i), split, base)
+    return split_report(req.model, req.system, req.num_gpus, w, r.row(i), split, base, table.kinds_of(np.array([i])))
 
 
 def with_stage_search(solver: SolverOut, search: StageSearch) -> SolverOut:
