@@ -97,6 +97,20 @@ def test_embedding_and_head_collectives_without_sequence_parallelism() -> None:
     ar = float(comm.all_reduce_time(system, 4096 * 4096 * 2.0, 2, 1))  # 4096 tokens × 4096 hidden, bf16
     loss = float(comm.all_reduce_time(system, 4096 * 12.0, 2, 1))
     assert rows["embedding"].comm_tp_s == pytest.approx(ar, rel=1e-9)
-    # the head's weight gradient (4096 × 4096 × 64,128 over the TP shard: about 1 TFLOP) outlasts the all-reduce, so
-    # only the contention share of it shows
+    # the head's weight gradient (2 × 4096 × 4096 × 64,128 over the TP shard: 2.15 TFLOP, milliseconds) outlasts the
+    # 117 µs all-reduce, so only the contention share of it shows
     assert rows["head"].comm_tp_s == pytest.approx(loss + ASYNC_TP_CONTENTION * ar, rel=1e-9)
+
+
+def test_an_explicit_split_reports_the_exposed_collectives_the_uniform_estimate_does() -> None:
+    """``estimate_split`` with the uniform split names the same exposed TP time as ``estimate_training``, the
+    embedding's and the LM head's collectives included (train_cost's convention), with SP and without."""
+    from shardplan.costmodel.training.stage_report import estimate_split
+
+    system = get_system("dgx-h100")
+    for layout in (TrainLayout(tp=2, pp=2, dp=2, microbatch=1, sequence_parallel=True, zero_stage=1),
+                   TrainLayout(tp=2, pp=1, dp=4, microbatch=1, sequence_parallel=False, zero_stage=1)):
+        uniform = estimate_training(MODEL, system, 8, WORK, layout)
+        split = estimate_split(MODEL, system, 8, WORK, layout, [32 // layout.pp] * layout.pp)
+        assert split.metrics.step_time_s == pytest.approx(uniform.metrics.step_time_s, rel=1e-9)
+        assert split.metrics.tp_exposed_s == pytest.approx(uniform.metrics.tp_exposed_s, rel=1e-9)

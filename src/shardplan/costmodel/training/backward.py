@@ -34,7 +34,8 @@ def backward(ctx: Ctx, fwd: list[Op]) -> list[Op]:
             wgrad = entry.time if entry.grads is None else entry.grads.wgrad_time
             ar = op.time if op.bwd_time is None else op.bwd_time  # the LM head's: none forward, one backward
             t = np.maximum(ar - wgrad, 0.0) + ASYNC_TP_CONTENTION * np.minimum(ar, wgrad)
-            out.append(Op(f"{op.name}.bwd(async)", COMM, op.flops, op.nbytes, t, dim=op.dim))
+            nbytes = op.nbytes if op.bwd_nbytes is None else op.bwd_nbytes
+            out.append(Op(f"{op.name}.bwd(async)", COMM, op.flops, nbytes, t, dim=op.dim))
             continue
         if op.kind == GEMM:
             g = op.grads

@@ -247,10 +247,10 @@ class Ctx:
                                          np.maximum(ring.time - flash.time * (r.cp - 1) / r.cp, 0.0))
         # The backward ring carries K/V and their accumulated gradients (Transformer Engine d0067d0
         # context_parallel.py AttnFuncWithCPAndKVP2P.backward l.2459-2495: K/V at the first step, K/V with dK/dV
-        # between, dK/dV at the last): twice the bytes, beside the backward kernels (``backward``'s ATTN rule).
+        # between, dK/dV at the last): twice the bytes, each step's send beside that step's backward kernels (all cp
+        # of them; the forward sends on cp − 1), whose time is ``backward``'s ATTN rule.
         bwd_flash = self.flash_time(BWD_ATTN_FLOPS * a.flops, 2.0 * nbytes, backward=True)
-        exposed_b = comm.with_overlap_cost(self.system, 2.0 * ring.time,
-                                           np.maximum(2.0 * ring.time - bwd_flash * (r.cp - 1) / r.cp, 0.0))
+        exposed_b = comm.with_overlap_cost(self.system, 2.0 * ring.time, np.maximum(2.0 * ring.time - bwd_flash, 0.0))
         ops.append(Op(ring.name, ring.kind, ring.flops, ring.nbytes, np.where(r.cp > 1, exposed, 0.0), dim="cp",
                       selective=True, bwd_nbytes=2.0 * ring.nbytes, bwd_time=np.where(r.cp > 1, exposed_b, 0.0)))
         return ops

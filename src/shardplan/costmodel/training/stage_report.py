@@ -118,13 +118,13 @@ def split_report(model: ModelSpec, system: SystemSpec, num_gpus: int, work: Trai
     model_flops, hw_flops, exec_flops = _executed_flops(model, system, work, layout, recomputed, kinds)
     factor = pipeline_factor(layout, work)
     b0 = base.metrics
-    # The slowest rank's exposed collectives (train_cost's convention): per-layer fwd+bwd collective time × its counts.
+    # The slowest rank's exposed collectives (train_cost's convention): per-layer fwd+bwd collective time × its counts,
+    # the embedding's and the LM head's on the ranks that hold them
     per_kind = {row.kind: row for row in base.layers}
     counts0 = _layer_counts(model, sc, int(np.argmax(sc.per_mb_s)))
 
     def exposed(attr: str) -> float:
-        return factor * sum(counts0[k] * getattr(per_kind[k], attr) for k in ("attention", "mlp", "moe")
-                            if k in per_kind)
+        return factor * sum(n * getattr(per_kind[k], attr) for k, n in counts0.items() if k in per_kind)
 
     metrics = b0.model_copy(update=dict(
         step_time_s=step, tokens_per_s=work.global_batch * work.seq_len / step,
