@@ -56,11 +56,10 @@ def backward(ctx: Ctx, fwd: list[Op]) -> list[Op]:
             flops = BWD_ATTN_FLOPS * op.flops
             t = ctx.flash_time(flops, 2.0 * op.nbytes, backward=True)
             out.append(Op(f"{op.name}.bwd", ATTN, flops, 2.0 * op.nbytes, t))
-        elif op.bwd_time is not None:  # the forward knows its backward (the loss's all-reduces have none)
-            out.append(Op(f"{op.name}.bwd", COMM, op.flops, op.bwd_nbytes if op.bwd_nbytes is not None else op.nbytes,
-                          op.bwd_time, dim=op.dim))
-        else:
-            out.append(Op(f"{op.name}.bwd", COMM, op.flops, op.nbytes, op.time, dim=op.dim))
+        else:  # the mirror collective, unless the forward knows its backward (the loss's all-reduces have none)
+            nbytes = op.nbytes if op.bwd_nbytes is None else op.bwd_nbytes
+            out.append(Op(f"{op.name}.bwd", COMM, op.flops, nbytes, op.time if op.bwd_time is None else op.bwd_time,
+                          dim=op.dim))
     return out
 
 

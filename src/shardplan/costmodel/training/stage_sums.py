@@ -98,10 +98,10 @@ def comm_sums(k: dict[str, KindCost], shape: StageShape) -> dict[str, np.ndarray
     the stage times count them."""
     counts = stage_counts(shape)
 
-    def both(kind: str, a: str) -> np.ndarray:
-        return getattr(k[kind].fwd, a) + getattr(k[kind].bwd, a)
-    return {attr: layer_sum(k, counts, lambda c, a=attr: getattr(c.fwd, a) + getattr(c.bwd, a))
-            + shape.has_embedding * both("embedding", attr) + shape.has_head * both("head", attr)
+    def both(c: KindCost, a: str) -> np.ndarray:
+        return getattr(c.fwd, a) + getattr(c.bwd, a)
+    return {attr: layer_sum(k, counts, lambda c, a=attr: both(c, a))
+            + shape.has_embedding * both(k["embedding"], attr) + shape.has_head * both(k["head"], attr)
             for attr in COMM_PARTS}
 
 
