@@ -141,6 +141,12 @@ class SoftwareSpec(BaseModel):
         "l.131-134, HEAD components/loss.py; priced as at TP 1 without PP: training.memory.LOSS_BYTES_PER_LOGIT); "
         "'torch_bf16' 6 (the same on 16-bit logits, e.g. NeMo AutoModel's MaskedCrossEntropy with fp32_upcast false; "
         "AutoModel plans keep the default).")
+    cp_comm_type: Literal["p2p", "all_gather", "a2a"] = Field(
+        "p2p", description="How context parallelism exchanges K/V (Megatron-Core --cp-comm-type, Transformer Engine's "
+        "implementations): 'p2p' (a ring beside the attention kernels, exposed only where it outlasts them), "
+        "'all_gather' (K/V all-gathered before attention and dK/dV reduce-scattered after, exposed: Llama 3's CP) or "
+        "'a2a' (all-to-alls trade sequence for heads around one whole-sequence kernel, exposed; the heads of Q and "
+        "K/V per TP rank must divide by cp). Sources: costmodel/training/cp_comm.py.")
     ep_dispatcher: Literal["alltoall", "deepep"] = Field(
         "alltoall", description="How MoE tokens travel: 'alltoall' (one copy per routed expert, NCCL all-to-all: "
         "Megatron's alltoall dispatcher) or 'deepep' (Megatron's flex dispatcher with DeepEP/HybridEP: a token "

@@ -35,6 +35,7 @@ from shardplan.costmodel.core.operators import (
 from shardplan.costmodel.core.ops import ATTN, COMM, GEMM, MEM, GemmGrads, Op
 from shardplan.costmodel.core.passes import FUSED, traffic
 from shardplan.costmodel.core.routing import round_robin_blocks, routed_blocks
+from shardplan.costmodel.training.cp_comm import cp_ops
 from shardplan.costmodel.training.layout import LayoutArrays, TrainWorkload, fill_drain_slots, pipeline_schedules
 from shardplan.hardware.spec import AttentionKernel, GpuSpec, SystemSpec
 from shardplan.models.spec import ModelSpec
@@ -226,10 +227,11 @@ class Ctx:
         return Op(name, GEMM, flops, nbytes, kernel_time(self.gpu, flops, nbytes, self.mm_dtype), selective=selective)
 
     def attention(self, a: Attention) -> list[Op]:
-        """Flash or unfused attention per row; under CP the K/V ring, overlapped with the attention kernels (exposed
-        only where the ring takes longer). core_attn recompute reruns the kernels and the ring, flash included
-        (Megatron-Core checkpoints core attention whatever its kernel: attention.py ``checkpoint_core_attention``
-        at d98e8a6; legacy Megatron-LM's flash path did not)."""
+        """Flash or unfused attention per row; under CP its communication as ``SoftwareSpec.cp_comm_type`` runs it
+        (``cp_comm``: the K/V ring exposed only where it outlasts the kernels, by default). core_attn recompute
+        reruns the kernels and the CP exchange, flash included (Megatron-Core checkpoints core attention whatever
+        its kernel: attention.py ``checkpoint_core_attention`` at d98e8a6; legacy Megatron-LM's flash path did
+        not)."""
         nbytes = a.nbytes(self.act_bytes)
         flash = Op(f"{a.name}.flash", ATTN, a.flops, nbytes, self.flash_time(a.flops, nbytes, backward=False),
                    selective=True)
@@ -241,25 +243,17 @@ class Ctx:
                                                         kind="attn.unpad_qkv")), self.flash),
                     masked(self.elementwise(Elementwise(f"{a.name}.pad_out", a.q_tokens * a.heads * a.d_v, 0,
                                                         kind="attn.pad_out")), self.flash)]
-        r = self.rows
-        ring = self.collective(f"{a.name}.cp_ring", "all_gather", a.kv_tokens * a.kv_token_bytes, "cp")
-        exposed = comm.with_overlap_cost(self.system, ring.time,
-                                         np.maximum(ring.time - flash.time * (r.cp - 1) / r.cp, 0.0))
-        # The backward ring carries K/V and their accumulated gradients (Transformer Engine d0067d0
-        # context_parallel.py AttnFuncWithCPAndKVP2P.backward l.2459-2495: K/V at the first step, K/V with dK/dV
-        # between, dK/dV at the last): twice the bytes, each step's send beside that step's backward kernels (all cp
-        # of them; the forward sends on cp − 1), whose time is ``backward``'s ATTN rule.
         bwd_flash = self.flash_time(BWD_ATTN_FLOPS * a.flops, 2.0 * nbytes, backward=True)
-        exposed_b = comm.with_overlap_cost(self.system, 2.0 * ring.time, np.maximum(2.0 * ring.time - bwd_flash, 0.0))
-        ops.append(Op(ring.name, ring.kind, ring.flops, ring.nbytes, np.where(r.cp > 1, exposed, 0.0), dim="cp",
-                      selective=True, bwd_nbytes=2.0 * ring.nbytes, bwd_time=np.where(r.cp > 1, exposed_b, 0.0)))
-        return ops
+        return ops + cp_ops(self, a, flash, bwd_flash)
 
     def flash_time(self, flops: np.ndarray, nbytes: np.ndarray, *, backward: bool) -> np.ndarray:
         """The fused attention kernel(s) of a microbatch. Without context parallelism one causal kernel over the
         sequence; with it (ring attention) each rank runs kernels on chunks of s/cp keys: the diagonal chunk
-        causal, 1/cp of the pairs, the others full (Transformer Engine's load-balanced ring)."""
-        cp = self.rows.cp.astype(float)
+        causal, 1/cp of the pairs, the others full (Transformer Engine's load-balanced ring; its all-gather CP's
+        two kernels per rank run the same causal and full pairs). All-to-all CP runs one causal kernel over the
+        whole sequence with heads/cp heads (``cp_comm``)."""
+        whole = self.system.software.cp_comm_type == "a2a"
+        cp = np.ones_like(self.rows.cp, dtype=float) if whole else self.rows.cp.astype(float)
         kernel, seq = str(self.flash_kernel), self.work.seq_len / cp
         head_dim = max(attention_dims(self.model))
         eff_c, eff_f = (attention_efficiency(self.gpu, kernel, backward=backward, causal=causal, head_dim=head_dim,

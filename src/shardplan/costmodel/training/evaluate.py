@@ -26,7 +26,7 @@ from shardplan.costmodel.training.report import (
     TrainPlanOut,
     TrainReport,
 )
-from shardplan.costmodel.training.space import check_dtype, validate_layout
+from shardplan.costmodel.training.space import check_cp_comm, check_dtype, validate_layout
 from shardplan.costmodel.training.stage_memory import param_memory
 from shardplan.costmodel.training.stages import STAGES
 from shardplan.costmodel.training.step import TrainCost, train_cost
@@ -238,6 +238,7 @@ def _checked(model: ModelSpec, system: SystemSpec, num_gpus: int, work: TrainWor
     check_gpus(system, num_gpus)
     check_dtype(work, system.gpu)
     validate_layout(model, num_gpus, work, layout)
+    check_cp_comm(model, layout, system.software.cp_comm_type)
     if system.software.ep_comm_overlap and "moe" in (layout.recompute_modules or ()):
         # Megatron-LM d98e8a6 transformer_config.py asserts this pair away
         raise ShardplanError("moe cannot be recomputed with the system's ep_comm_overlap (Megatron's "

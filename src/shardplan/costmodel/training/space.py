@@ -33,6 +33,24 @@ def valid_tp(model: ModelSpec) -> list[int]:
     return [t for t in divisors(model.num_heads) if kv % t == 0]
 
 
+def a2a_heads_ok(model: ModelSpec, tp: int, cp: int) -> bool:
+    """All-to-all CP splits each TP rank's query and K/V heads over the cp ranks (Transformer Engine d0067d0
+    context_parallel.py l.4246-4249 asserts both divide): under MLA K and V carry every query head; K/V heads fewer
+    than tp are replicated, one per rank."""
+    q = model.num_heads // tp
+    kv = q if model.mla else max(model.kv_heads // tp, 1)
+    return q % cp == 0 and kv % cp == 0
+
+
+def check_cp_comm(model: ModelSpec, lay: TrainLayout, cp_comm_type: str) -> None:
+    """A pinned CP degree the system's CP communication can run (``SoftwareSpec.cp_comm_type``)."""
+    if cp_comm_type == "a2a" and lay.cp > 1 and not a2a_heads_ok(model, lay.tp, lay.cp):
+        ok = [c for c in divisors(model.num_heads // lay.tp) if a2a_heads_ok(model, lay.tp, c)]
+        raise ShardplanError(f"cp ({lay.cp}) must divide the query and K/V heads of a TP rank under the system's "
+                             f"cp_comm_type a2a (tp {lay.tp}): allowed {fmt_values(ok)}, or use p2p or all_gather",
+                             field="cp")
+
+
 def check_dtype(work: TrainWorkload, gpu: GpuSpec) -> None:
     """NVFP4 training GEMMs need FP4 tensor cores (Blackwell: the GPU preset has an fp4 peak)."""
     if work.dtype == "fp4" and "fp4" not in gpu.peak_flops:
@@ -181,6 +199,7 @@ class SpaceRequest:
     zero3_with_pp: bool = True  # False: the target framework cannot shard weights under PP (Megatron, DeepSpeed)
     zero3_with_ep: bool = True  # False: the target cannot combine expert parallelism with ZeRO-3 (DeepSpeed MoE)
     recompute_modules: tuple[str, ...] | None = None  # pinned selective module set (None: Megatron's default)
+    cp_heads_split: bool = False  # the system's CP is all-to-all: cp must divide each TP rank's heads
     framework: FrameworkCaps | None = None  # only the knobs this framework can run (``frameworks.FRAMEWORKS``)
 
 
@@ -237,6 +256,10 @@ def enumerate_layouts(model: ModelSpec, work: TrainWorkload, req: SpaceRequest) 
     cols: dict[str, list] = {k: [] for k in ("tp", "pp", "dp", "ep", "cp", "mb", "v", "rc", "sp", "zero", "gb",
                                              "etp")}
     for tp, cp, pp in itertools.product(tps, cps, pps):
+        if req.cp_heads_split and not a2a_heads_ok(model, tp, cp):
+            key = "cp not dividing a TP rank's heads (a2a CP)"
+            pruned[key] = pruned.get(key, 0) + 1
+            continue
         if tp * cp * pp > n or n % (tp * cp * pp):
             continue
         dp = n // (tp * cp * pp)

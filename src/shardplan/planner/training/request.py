@@ -118,4 +118,5 @@ def space_request(req: TrainRequest) -> SpaceRequest:
         gpu_memory_bytes=float(req.system.gpu.memory_bytes),
         zero3_with_pp=req.zero3_with_pp and (caps is None or caps.zero3_with_pp),
         zero3_with_ep=req.zero3_with_ep, recompute_modules=selective_modules(req), framework=caps,
+        cp_heads_split=req.system.software.cp_comm_type == "a2a",
     )
