@@ -5,14 +5,17 @@ dot_product_attention/context_parallel.py, ``attn_forward_func_with_cp`` l.5100-
 - ``p2p`` (``AttnFuncWithCPAndKVP2P``, Megatron's default): a ring passes K/V chunks between the cp ranks beside
   the attention kernels; only what the kernels cannot cover shows. The backward carries K/V with their gradients.
 - ``all_gather`` (``AttnFuncWithCPAndKVAllGather``, Llama 3's §3.3.2: "KV all-gather between CP ranks is exposed",
-  l.3014-3016): the forward all-gathers K and V (l.3222-3223) and reorders the gathered chunks (``index_select``,
-  l.3234-3235) before its two attention steps; the backward gathers them again (l.3788-3789) and reduce-scatters
-  dK and dV, bf16 buffers cp times the local size (l.3768-3777, l.4107-4123), each reorder again; nothing overlaps.
+  l.3014-3016): the forward all-gathers K and V (l.3215-3216) and reorders the gathered chunks (``index_select``,
+  l.3229-3230) before its two attention steps; the backward gathers and reorders them again (l.3788-3789,
+  l.3806-3807), zero-fills bf16 dK and dV of the gathered size (l.3768-3777), adds each step's gradients into them
+  (l.4094-4095), reorders them and reduce-scatters them (l.4112-4123); nothing overlaps.
 - ``a2a`` (``AttnFuncWithCPAndQKVOA2A``, DeepSpeed-Ulysses style): all-to-alls trade sequence for heads, Q, K, V
-  before the kernel and O after it (``flash_attn_a2a_communicate`` l.387-535: each one's chunk reorder runs beside the
-  next one's all-to-all; the kernel waits for all); the backward mirrors them (dO before, dQ, dK, dV after). Each
-  rank then runs one causal kernel over the whole sequence with heads/cp heads (``Ctx.flash_time``); the heads of Q
-  and of K/V must divide by cp (l.4246-4249: ``space.a2a_heads_ok``).
+  before the kernel and O after it (``flash_attn_a2a_communicate`` l.387-535), each tensor copied twice around its
+  all-to-all (a permute before sending and a chunk reorder after receiving, l.473/l.435; O's reorder before sending and
+  ``contiguous`` after, l.489/l.529); the backward mirrors them (dO before, dQ, dK, dV after). Priced whole: a copy
+  runs beside the next tensor's all-to-all at most, and the kernel waits for all. Each rank then runs one causal
+  kernel over the whole sequence with heads/cp heads (``Ctx.flash_time``); the heads of Q and of K/V must divide by cp
+  (l.4246-4249: ``space.a2a_heads_ok``).
 """
 
 from __future__ import annotations
@@ -40,12 +43,17 @@ def cp_ops(ctx: Ctx, a: Attention, flash: Op, bwd_flash: np.ndarray) -> list[Op]
         # two calls (K, V) each way; the backward's reduce-scatters move what its gathers do (bf16 dK, dV)
         ag = ctx.collective(f"{a.name}.cp_allgather", "all_gather", kv / 2, "cp")
         t = np.where(on, 2.0 * ag.time, 0.0)
-        reorder = kv * 2.0  # index_select reads and writes the gathered K and V
+        cp = ctx.rows.cp.astype(float)
+        # forward: index_select reads and writes the gathered K and V; backward: that again for the re-gathered K, V
+        # and for dK, dV, their zero fill, and each step's add into its key range (read, read, write: the two
+        # steps' ranges cover (2cp + 1)/(2cp) of the sequence)
+        reorder = 2.0 * kv
+        bwd_copies = 2.0 * reorder + kv + 3.0 * kv * (2.0 * cp + 1.0) / (2.0 * cp)
         copy = Op(f"{a.name}.cp_reorder", MEM, np.zeros_like(kv), np.where(on, reorder, 0.0),
                   np.where(on, ctx.mem_time(reorder, 2), 0.0), selective=True,
-                  bwd_nbytes=np.where(on, 2 * reorder, 0.0), bwd_kernels=4)
-        return [Op(ag.name, ag.kind, ag.flops, ag.nbytes, t, dim="cp", selective=True, bwd_nbytes=2.0 * ag.nbytes,
-                   bwd_time=2.0 * t), copy]
+                  bwd_nbytes=np.where(on, bwd_copies, 0.0), bwd_kernels=10)
+        return [Op(ag.name, ag.kind, ag.flops, np.where(on, kv, 0.0), t, dim="cp", selective=True,
+                   bwd_nbytes=np.where(on, 2.0 * kv, 0.0), bwd_time=2.0 * t), copy]
     if kind == "a2a":
         cp = ctx.rows.cp.astype(float)
         local = a.kv_tokens / cp  # this rank's tokens before the trade
@@ -54,11 +62,10 @@ def cp_ops(ctx: Ctx, a: Attention, flash: Op, bwd_flash: np.ndarray) -> list[Op]
         times = [ctx.collective(f"{a.name}.cp_a2a", "all_to_all", x, "cp").time for x in (q, kv_local / 2,
                                                                                         kv_local / 2, o)]
         t = np.where(on, sum(times[1:], start=times[0]), 0.0)
-        moved = q + kv_local + o
-        reorder = 2.0 * moved  # each received tensor's chunks reordered (read and write)
-        copy = Op(f"{a.name}.cp_reorder", MEM, np.zeros_like(moved), np.where(on, reorder, 0.0),
-                  np.where(on, ctx.mem_time(reorder, 4), 0.0), selective=True, bwd_nbytes=np.where(on, reorder, 0.0),
-                  bwd_kernels=4)
+        moved = np.where(on, q + kv_local + o, 0.0)
+        copies = 4.0 * moved  # two copies (read and write) of each traded tensor, eight kernels each way
+        copy = Op(f"{a.name}.cp_reorder", MEM, np.zeros_like(moved), copies, np.where(on, ctx.mem_time(copies, 8), 0.0),
+                  selective=True, bwd_nbytes=copies, bwd_kernels=8)
         return [Op(f"{a.name}.cp_a2a", COMM, np.zeros_like(moved), moved, t, dim="cp", selective=True,
                    bwd_nbytes=moved, bwd_time=t), copy]
     ring = ctx.collective(f"{a.name}.cp_ring", "all_gather", kv, "cp")

@@ -249,9 +249,10 @@ class Ctx:
     def flash_time(self, flops: np.ndarray, nbytes: np.ndarray, *, backward: bool) -> np.ndarray:
         """The fused attention kernel(s) of a microbatch. Without context parallelism one causal kernel over the
         sequence; with it (ring attention) each rank runs kernels on chunks of s/cp keys: the diagonal chunk
-        causal, 1/cp of the pairs, the others full (Transformer Engine's load-balanced ring; its all-gather CP's
-        two kernels per rank run the same causal and full pairs). All-to-all CP runs one causal kernel over the
-        whole sequence with heads/cp heads (``cp_comm``)."""
+        causal, 1/cp of the pairs, the others full (Transformer Engine's load-balanced ring; its all-gather CP's two
+        kernels per rank, Q of s/(2cp) against a K/V prefix, compute as many causal and full pairs and are priced the
+        same, an approximation). All-to-all CP runs one causal kernel over the whole sequence with heads/cp heads
+        (``cp_comm``)."""
         whole = self.system.software.cp_comm_type == "a2a"
         cp = np.ones_like(self.rows.cp, dtype=float) if whole else self.rows.cp.astype(float)
         kernel, seq = str(self.flash_kernel), self.work.seq_len / cp

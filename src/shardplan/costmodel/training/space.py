@@ -256,11 +256,11 @@ def enumerate_layouts(model: ModelSpec, work: TrainWorkload, req: SpaceRequest) 
     cols: dict[str, list] = {k: [] for k in ("tp", "pp", "dp", "ep", "cp", "mb", "v", "rc", "sp", "zero", "gb",
                                              "etp")}
     for tp, cp, pp in itertools.product(tps, cps, pps):
+        if tp * cp * pp > n or n % (tp * cp * pp):
+            continue
         if req.cp_heads_split and not a2a_heads_ok(model, tp, cp):
             key = "cp not dividing a TP rank's heads (a2a CP)"
             pruned[key] = pruned.get(key, 0) + 1
-            continue
-        if tp * cp * pp > n or n % (tp * cp * pp):
             continue
         dp = n // (tp * cp * pp)
         if req.dp is not None and dp != req.dp:

@@ -9,7 +9,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from shardplan.costmodel.core.layouts import divisors
 from shardplan.costmodel.training.frameworks import caps_for
 from shardplan.costmodel.training.layout import Recompute, TrainWorkload
-from shardplan.costmodel.training.space import ZERO2_PP, SpaceRequest, check_dtype, check_modules, valid_tp
+from shardplan.costmodel.training.space import (
+    ZERO2_PP,
+    SpaceRequest,
+    a2a_heads_ok,
+    check_dtype,
+    check_modules,
+    valid_tp,
+)
 from shardplan.errors import ShardplanError
 from shardplan.hardware.spec import SystemSpec
 from shardplan.models.spec import ModelSpec
@@ -64,7 +71,10 @@ def check_pins(req: TrainRequest) -> None:
     require_allowed("tp", req.tp, [t for t in valid_tp(m) if n % t == 0])
     require_allowed("pp", req.pp, [p for p in divisors(n) if p <= m.num_layers])
     require_allowed("dp", req.dp, divisors(n))
-    require_allowed("cp", req.cp, [c for c in divisors(n) if req.workload.seq_len % c == 0])
+    cps = [c for c in divisors(n) if req.workload.seq_len % c == 0]
+    if req.system.software.cp_comm_type == "a2a":  # all-to-all CP splits a TP rank's heads over the cp ranks
+        cps = [c for c in cps if any(a2a_heads_ok(m, t, c) for t in ([req.tp] if req.tp else valid_tp(m)))]
+    require_allowed("cp", req.cp, cps)
     require_allowed("ep", req.ep, divisors(m.moe.num_experts) if m.moe else [1])
     if req.etp is not None:
         require_allowed("etp", req.etp, divisors(n) if m.moe else ([req.tp] if req.tp else []))
