@@ -124,3 +124,24 @@ def test_the_planner_searches_only_cp_degrees_a2a_can_run() -> None:
     for split, want in ((False, {1, 2, 4, 8}), (True, {1, 2, 4})):
         space = enumerate_layouts(model, work, SpaceRequest(num_gpus=16, tp=2, max_cp=8, cp_heads_split=split))
         assert set(space.rows.cp.tolist()) == want
+
+
+def test_a_cp_plan_names_each_exchange_at_its_own_layout() -> None:
+    """The explanation's figures are the cost model's evaluation of the plan's layout under each exchange."""
+    import re
+
+    from shardplan.planner.training.explain import plan_layout
+    from shardplan.planner.training.solve import TrainRequest, plan_training
+
+    model, work = get_model("llama-3.1-8b"), TrainWorkload(seq_len=SEQ, global_batch=8)
+    plan = plan_training(TrainRequest(model=model, system=_system("p2p"), num_gpus=8, workload=work, cp=4, tp=1,
+                                      pp=1))
+    line = next(x for x in plan.explanation if x.startswith("Context parallelism exchanges K/V by p2p"))
+    shown = {k: float(t) for k, t in re.findall(r"(all_gather|a2a) (\d+\.\d+) s", line)}
+    shown["p2p"] = float(re.search(r"cp_comm_type\): (\d+\.\d+) s per step", line).group(1))
+    assert set(shown) == {"p2p", "all_gather", "a2a"}  # 32 heads, 8 K/V heads at TP 1: a2a runs at cp 4
+    assert shown["p2p"] == pytest.approx(plan.metrics.step_time_s, abs=1e-3)  # the plan itself
+    lay = plan_layout(plan.plan)
+    for kind, t in shown.items():
+        again = estimate_training(model, _system(kind), 8, work, lay).metrics.step_time_s
+        assert t == pytest.approx(again, abs=1e-3)

@@ -5,7 +5,7 @@ Each field is a behaviour of a framework read from its source (docs/physics_sour
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
@@ -27,6 +27,10 @@ class AttentionKernel(StrEnum):
     UNFUSED = "unfused"
     """Batched GEMMs plus a fused softmax kernel (Megatron-LM 2021–22): the s² scores pass through HBM."""
 
+
+# Context parallelism's K/V exchanges (Transformer Engine's implementations, costmodel/training/cp_comm.py).
+CpCommType = Literal["p2p", "all_gather", "a2a"]
+CP_COMM_TYPES: tuple[str, ...] = get_args(CpCommType)
 
 class SoftwareSpec(BaseModel):
     """The software stack the efficiencies were measured with (kernels and overlap behaviour)."""
@@ -141,7 +145,7 @@ class SoftwareSpec(BaseModel):
         "l.131-134, HEAD components/loss.py; priced as at TP 1 without PP: training.memory.LOSS_BYTES_PER_LOGIT); "
         "'torch_bf16' 6 (the same on 16-bit logits, e.g. NeMo AutoModel's MaskedCrossEntropy with fp32_upcast false; "
         "AutoModel plans keep the default).")
-    cp_comm_type: Literal["p2p", "all_gather", "a2a"] = Field(
+    cp_comm_type: CpCommType = Field(
         "p2p", description="How context parallelism exchanges K/V (Megatron-Core --cp-comm-type, Transformer Engine's "
         "implementations): 'p2p' (a ring beside the attention kernels, exposed only where it outlasts them), "
         "'all_gather' (K/V all-gathered before attention and dK/dV reduce-scattered after, exposed: Llama 3's CP) or "

@@ -49,16 +49,20 @@ def describe_row(table: TrainTable, i: int) -> str:
     return describe(table.rows.row(i), stage_layers)
 
 
+def plan_layout(plan: TrainPlanOut) -> TrainLayout:
+    """A reported plan's layout (its uniform split: per-stage choices are the plan's ``stage_*`` fields)."""
+    return TrainLayout(tp=plan.tp, pp=plan.pp, dp=plan.dp, ep=plan.ep, cp=plan.cp, etp=plan.etp,
+                       microbatch=plan.microbatch_size, interleave=plan.interleave, recompute=Recompute(plan.recompute),
+                       recompute_layers=plan.recompute_layers, sequence_parallel=plan.sequence_parallel,
+                       zero_stage=plan.zero_stage, offload_optimizer=plan.offload.optimizer,
+                       offload_weights=plan.offload.weights, offload_activations=plan.offload.activations,
+                       recompute_modules=None if plan.recompute_modules in (None, ["core_attn"])
+                       else tuple(plan.recompute_modules))
+
+
 def describe_plan(plan: TrainPlanOut) -> str:
     """A reported plan named in full (the same words as ``describe``)."""
-    lay = TrainLayout(tp=plan.tp, pp=plan.pp, dp=plan.dp, ep=plan.ep, cp=plan.cp, etp=plan.etp,
-                      microbatch=plan.microbatch_size, interleave=plan.interleave, recompute=Recompute(plan.recompute),
-                      recompute_layers=plan.recompute_layers, sequence_parallel=plan.sequence_parallel,
-                      zero_stage=plan.zero_stage, offload_optimizer=plan.offload.optimizer,
-                      offload_weights=plan.offload.weights, offload_activations=plan.offload.activations,
-                      recompute_modules=None if plan.recompute_modules in (None, ["core_attn"])
-                      else tuple(plan.recompute_modules))
-    return describe(lay)
+    return describe(plan_layout(plan))
 
 
 def _binding(table: TrainTable, i: int) -> str:

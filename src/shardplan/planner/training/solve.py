@@ -17,16 +17,24 @@ from shardplan.costmodel.core.layouts import check_gpus
 from shardplan.costmodel.training.evaluate import estimate_rows, estimate_training
 from shardplan.costmodel.training.frameworks import caps_for, framework_system
 from shardplan.costmodel.training.knobs import RECOMPUTE_POLICIES
-from shardplan.costmodel.training.layout import Recompute, TrainLayout
+from shardplan.costmodel.training.layout import Recompute
 from shardplan.costmodel.training.report import TrainReport
-from shardplan.costmodel.training.space import enumerate_layouts, row_keys
+from shardplan.costmodel.training.space import a2a_heads_ok, enumerate_layouts, row_keys
+from shardplan.costmodel.training.stage_report import estimate_split
 from shardplan.costmodel.training.stage_split import supports_stage_split
 from shardplan.costmodel.training.table import TrainTable, build_train_table
 from shardplan.errors import ShardplanError
+from shardplan.hardware.software import CP_COMM_TYPES
 from shardplan.hardware.spec import SystemSpec
 from shardplan.planner.core.scaling import RATE_UNIT_S, TIME_UNIT_S, from_int_time, to_int_time
 from shardplan.planner.core.select import select
-from shardplan.planner.training.explain import comparison_rows, comparisons, explanation, infeasible_plan
+from shardplan.planner.training.explain import (
+    comparison_rows,
+    comparisons,
+    explanation,
+    infeasible_plan,
+    plan_layout,
+)
 from shardplan.planner.training.rank import tie_rank
 from shardplan.planner.training.request import TrainRequest, check_pins, selective_modules, space_request
 from shardplan.planner.training.schema import Alternative, SolverOut, TrainPlan
@@ -91,10 +99,7 @@ def _without_recompute(req: TrainRequest, best: TrainReport) -> TrainReport | No
     if best.plan is None or best.plan.recompute == "none":
         return None
     p = best.plan
-    lay = TrainLayout(tp=p.tp, pp=p.pp, dp=p.dp, ep=p.ep, cp=p.cp, etp=p.etp, microbatch=p.microbatch_size,
-                      interleave=p.interleave, sequence_parallel=p.sequence_parallel, zero_stage=p.zero_stage,
-                      offload_optimizer=p.offload.optimizer, offload_weights=p.offload.weights,
-                      offload_activations=p.offload.activations)
+    lay = dataclasses.replace(plan_layout(p), recompute=Recompute.NONE, recompute_layers=None, recompute_modules=None)
     w = req.workload.model_copy(update={"global_batch": p.global_batch})
     return estimate_training(req.model, req.system, req.num_gpus, w, lay)
 
@@ -106,10 +111,8 @@ def _modules_sentence(req: TrainRequest, best: TrainReport) -> str | None:
     if p is None or p.recompute != "selective" or p.recompute_modules in (None, ["core_attn"]) \
             or set(p.recompute_modules) & set(RECOMPUTE_POLICIES):  # another framework's policy: no Megatron set
         return None
-    lay = TrainLayout(tp=p.tp, pp=p.pp, dp=p.dp, ep=p.ep, cp=p.cp, etp=p.etp, microbatch=p.microbatch_size,
-                      interleave=p.interleave, recompute=Recompute.SELECTIVE, sequence_parallel=p.sequence_parallel,
-                      zero_stage=p.zero_stage, offload_optimizer=p.offload.optimizer,
-                      offload_weights=p.offload.weights, offload_activations=p.offload.activations)
+    lay = dataclasses.replace(plan_layout(p), recompute=Recompute.SELECTIVE, recompute_layers=None,
+                              recompute_modules=None)
     w = req.workload.model_copy(update={"global_batch": p.global_batch})
     default = estimate_training(req.model, req.system, req.num_gpus, w, lay)
     chosen = estimate_training(req.model, req.system, req.num_gpus, w,
@@ -120,6 +123,34 @@ def _modules_sentence(req: TrainRequest, best: TrainReport) -> str | None:
     return (f"Selective recompute of {', '.join(p.recompute_modules)} (Megatron --recompute-modules): peak "
             f"{format_bytes(chosen.memory.total_bytes)} per GPU vs {format_bytes(default.memory.total_bytes)} with "
             f"core_attn alone ({default.status}), for {more:+.1f}% step time (uniform split).")
+
+
+def _cp_comm_sentence(req: TrainRequest, best: TrainReport) -> str | None:
+    """With CP, the plan's layout (its stage split included) under the system's CP exchange and under the others
+    Transformer Engine runs (``SoftwareSpec.cp_comm_type``; a2a only where cp divides a TP rank's heads), each
+    evaluated by the cost model: which exchange to set."""
+    p = best.plan
+    if p is None or best.metrics is None or p.cp == 1 or any(p.stage_offload_activations or []):
+        return None  # (per-rank activation offload: no command evaluates it, so no sentence prices it)
+    lay = plan_layout(p)
+    w = req.workload.model_copy(update={"global_batch": p.global_batch})
+    ours = req.system.software.cp_comm_type
+    times = {ours: best.metrics.step_time_s}  # the plan's own evaluation
+    for kind in CP_COMM_TYPES:
+        if kind == ours or (kind == "a2a" and not a2a_heads_ok(req.model, p.tp, p.cp)):
+            continue
+        system = req.system.model_copy(update={"software": req.system.software.model_copy(
+            update={"cp_comm_type": kind})})
+        rep = estimate_training(req.model, system, req.num_gpus, w, lay) if p.pp == 1 or p.stage_layers is None \
+            else estimate_split(req.model, system, req.num_gpus, w, lay, p.stage_layers, p.stage_recompute_layers)
+        if rep.metrics is not None:
+            times[kind] = rep.metrics.step_time_s
+    if len(times) < 2:
+        return None
+    others = ", ".join(f"{k} {t:.3f} s ({100 * (t / times[ours] - 1):+.1f}%)" for k, t in times.items() if k != ours)
+    heads = "" if "a2a" in times else f"; a2a cannot split a TP-{p.tp} rank's heads over cp {p.cp}"
+    return (f"Context parallelism exchanges K/V by {ours} (the system's cp_comm_type): {times[ours]:.3f} s per step; "
+            f"the same layout with {others}{heads} (system file: software: {{cp_comm_type: …}}).")
 
 
 def plan_training(req: TrainRequest, *, explain: bool = True) -> TrainPlan:
@@ -239,6 +270,8 @@ def plan_training(req: TrainRequest, *, explain: bool = True) -> TrainPlan:
             explained = [*explained, stage_sentence(stages, best)]
     if (modules := _modules_sentence(req, best)) is not None:
         explained = [*explained, modules]
+    if (cp_comm := _cp_comm_sentence(req, best)) is not None:
+        explained = [*explained, cp_comm]
     plan = TrainPlan(
         status=status, model=req.model.name, hardware=req.system.name, num_gpus=req.num_gpus,
         seq_len=work.seq_len, plan=best.plan, metrics=best.metrics, memory=best.memory, stages=best.stages,
