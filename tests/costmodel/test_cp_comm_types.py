@@ -145,3 +145,37 @@ def test_a_cp_plan_names_each_exchange_at_its_own_layout() -> None:
     for kind, t in shown.items():
         again = estimate_training(model, _system(kind), 8, work, lay).metrics.step_time_s
         assert t == pytest.approx(again, abs=1e-3)
+
+
+def test_a_split_cp_plan_names_each_exchange_at_its_own_split() -> None:
+    """With a per-stage split and per-stage recompute the other exchanges are ``estimate train --stage-layers`` of
+    the plan's layout, rebuilt here field by field."""
+    import re
+
+    from shardplan.costmodel.training.stage_report import estimate_split
+    from shardplan.planner.training.solve import TrainRequest, plan_training
+
+    model, work = get_model("llama-3.1-70b"), TrainWorkload(seq_len=8192, global_batch=1024)
+    plan = plan_training(TrainRequest(model=model, system=_system("p2p"), num_gpus=256, workload=work))
+    p = plan.plan
+    assert p.cp > 1 and p.pp > 1 and p.stage_layers is not None
+    line = next(x for x in plan.explanation if x.startswith("Context parallelism exchanges K/V by p2p"))
+    lay = TrainLayout(tp=p.tp, pp=p.pp, dp=p.dp, cp=p.cp, microbatch=p.microbatch_size, interleave=p.interleave,
+                      recompute=p.recompute, recompute_layers=p.recompute_layers,
+                      sequence_parallel=p.sequence_parallel, zero_stage=p.zero_stage)
+    w = work.model_copy(update={"global_batch": p.global_batch})
+    for kind, t in re.findall(r"(all_gather|a2a) (\d+\.\d+) s", line):
+        again = estimate_split(model, _system(kind), 256, w, lay, p.stage_layers, p.stage_recompute_layers)
+        assert float(t) == pytest.approx(again.metrics.step_time_s, abs=1e-3)
+
+
+def test_a_uniform_split_the_stage_rules_refuse_still_plans() -> None:
+    """DeepSeek-V3 at PP 32: the uniform split puts one of the 3 dense-first layers on rank 0, which an explicit
+    split may not, so the plan's layout is re-evaluated as the planner evaluated it (uniformly)."""
+    from shardplan.planner.training.solve import TrainRequest, plan_training
+
+    work = TrainWorkload(seq_len=8192, global_batch=1024)
+    plan = plan_training(TrainRequest(model=get_model("deepseek-v3"), system=_system("p2p"), num_gpus=2048,
+                                      workload=work, pp=32, cp=2))
+    assert plan.plan is not None and plan.plan.cp == 2
+    assert any(x.startswith("Context parallelism exchanges K/V by p2p") for x in plan.explanation)

@@ -18,6 +18,7 @@ from shardplan.costmodel.training.evaluate import estimate_rows, estimate_traini
 from shardplan.costmodel.training.frameworks import caps_for, framework_system
 from shardplan.costmodel.training.knobs import RECOMPUTE_POLICIES
 from shardplan.costmodel.training.layout import Recompute
+from shardplan.costmodel.training.pipeline_sim import uniform_split
 from shardplan.costmodel.training.report import TrainReport
 from shardplan.costmodel.training.space import a2a_heads_ok, enumerate_layouts, row_keys
 from shardplan.costmodel.training.stage_report import estimate_split
@@ -128,29 +129,36 @@ def _modules_sentence(req: TrainRequest, best: TrainReport) -> str | None:
 def _cp_comm_sentence(req: TrainRequest, best: TrainReport) -> str | None:
     """With CP, the plan's layout (its stage split included) under the system's CP exchange and under the others
     Transformer Engine runs (``SoftwareSpec.cp_comm_type``; a2a only where cp divides a TP rank's heads), each
-    evaluated by the cost model: which exchange to set."""
+    evaluated by the cost model: which exchange to set. Only for stacks that run Transformer Engine's CP (Megatron,
+    or no framework named)."""
     p = best.plan
-    if p is None or best.metrics is None or p.cp == 1 or any(p.stage_offload_activations or []):
-        return None  # (per-rank activation offload: no command evaluates it, so no sentence prices it)
+    if p is None or best.metrics is None or p.cp == 1 or req.framework not in (None, "megatron") \
+            or any(p.stage_offload_activations or []):  # per-rank activation offload: no command evaluates it
+        return None
     lay = plan_layout(p)
     w = req.workload.model_copy(update={"global_batch": p.global_batch})
+    uniform = p.stage_layers in (None, uniform_split(req.model.num_layers, p.pp)) and p.stage_recompute_layers is None
     ours = req.system.software.cp_comm_type
+    heads = a2a_heads_ok(req.model, p.tp, p.cp)
     times = {ours: best.metrics.step_time_s}  # the plan's own evaluation
     for kind in CP_COMM_TYPES:
-        if kind == ours or (kind == "a2a" and not a2a_heads_ok(req.model, p.tp, p.cp)):
+        if kind == ours or (kind == "a2a" and not heads):
             continue
         system = req.system.model_copy(update={"software": req.system.software.model_copy(
             update={"cp_comm_type": kind})})
-        rep = estimate_training(req.model, system, req.num_gpus, w, lay) if p.pp == 1 or p.stage_layers is None \
-            else estimate_split(req.model, system, req.num_gpus, w, lay, p.stage_layers, p.stage_recompute_layers)
-        if rep.metrics is not None:
+        try:
+            rep = estimate_training(req.model, system, req.num_gpus, w, lay) if p.pp == 1 or uniform else \
+                estimate_split(req.model, system, req.num_gpus, w, lay, p.stage_layers, p.stage_recompute_layers)
+        except ShardplanError:
+            continue
+        if rep.metrics is not None and rep.status != "infeasible":
             times[kind] = rep.metrics.step_time_s
     if len(times) < 2:
         return None
     others = ", ".join(f"{k} {t:.3f} s ({100 * (t / times[ours] - 1):+.1f}%)" for k, t in times.items() if k != ours)
-    heads = "" if "a2a" in times else f"; a2a cannot split a TP-{p.tp} rank's heads over cp {p.cp}"
+    why = "" if heads else f"; a2a cannot split a TP-{p.tp} rank's heads over cp {p.cp}"
     return (f"Context parallelism exchanges K/V by {ours} (the system's cp_comm_type): {times[ours]:.3f} s per step; "
-            f"the same layout with {others}{heads} (system file: software: {{cp_comm_type: …}}).")
+            f"the same layout with {others}{why} (system file: software: {{cp_comm_type: …}}).")
 
 
 def plan_training(req: TrainRequest, *, explain: bool = True) -> TrainPlan:
