@@ -37,13 +37,13 @@ def cp_ops(ctx: Ctx, a: Attention, flash: Op, bwd_flash: np.ndarray) -> list[Op]
     backward stated (``bwd_time``/``bwd_nbytes``); ``flash`` is the forward kernel and ``bwd_flash`` its backward
     time, which the ring hides behind. Every op is core attention's (selective recompute reruns it)."""
     kind = ctx.system.software.cp_comm_type
-    on = ctx.rows.cp > 1
+    cp = ctx.rows.cp.astype(float)
+    on = cp > 1
     kv = a.kv_tokens * a.kv_token_bytes  # the sequence's K and V on this TP rank, gathered size
     if kind == "all_gather":
         # two calls (K, V) each way; the backward's reduce-scatters move what its gathers do (bf16 dK, dV)
         ag = ctx.collective(f"{a.name}.cp_allgather", "all_gather", kv / 2, "cp")
         t = np.where(on, 2.0 * ag.time, 0.0)
-        cp = ctx.rows.cp.astype(float)
         # forward: index_select reads and writes the gathered K and V; backward: that again for the re-gathered K, V
         # and for dK, dV, their zero fill, and each step's add into its key range (read, read, write: the two
         # steps' ranges cover (2cp + 1)/(2cp) of the sequence)
@@ -55,7 +55,6 @@ def cp_ops(ctx: Ctx, a: Attention, flash: Op, bwd_flash: np.ndarray) -> list[Op]
         return [Op(ag.name, ag.kind, ag.flops, np.where(on, kv, 0.0), t, dim="cp", selective=True,
                    bwd_nbytes=np.where(on, 2.0 * kv, 0.0), bwd_time=2.0 * t), copy]
     if kind == "a2a":
-        cp = ctx.rows.cp.astype(float)
         local = a.kv_tokens / cp  # this rank's tokens before the trade
         q, o = (local * a.heads * d * ctx.act_bytes for d in (a.d_qk, a.d_v))
         kv_local = kv / cp
@@ -69,7 +68,6 @@ def cp_ops(ctx: Ctx, a: Attention, flash: Op, bwd_flash: np.ndarray) -> list[Op]
         return [Op(f"{a.name}.cp_a2a", COMM, np.zeros_like(moved), moved, t, dim="cp", selective=True,
                    bwd_nbytes=moved, bwd_time=t), copy]
     ring = ctx.collective(f"{a.name}.cp_ring", "all_gather", kv, "cp")
-    cp = ctx.rows.cp
     exposed = comm.with_overlap_cost(ctx.system, ring.time, np.maximum(ring.time - flash.time * (cp - 1) / cp, 0.0))
     # The backward ring carries K/V and their accumulated gradients (context_parallel.py
     # AttnFuncWithCPAndKVP2P.backward l.2459-2495: K/V at the first step, K/V with dK/dV between, dK/dV at the last):
