@@ -170,8 +170,8 @@ def test_a_split_cp_plan_names_each_exchange_at_its_own_split() -> None:
 
 
 def test_a_uniform_split_the_stage_rules_refuse_still_plans() -> None:
-    """DeepSeek-V3 at PP 32: the uniform split puts one of the 3 dense-first layers on rank 0, which an explicit
-    split may not, so the plan's layout is re-evaluated as the planner evaluated it (uniformly)."""
+    """DeepSeek-V3 at PP 32: the uniform split puts one of the 3 dense-first layers on rank 0; the plan's layout is
+    re-evaluated as the planner evaluated it (uniformly)."""
     from shardplan.planner.training.solve import TrainRequest, plan_training
 
     work = TrainWorkload(seq_len=8192, global_batch=1024)

@@ -33,11 +33,14 @@ def memory_line(mem: Any) -> str:
 def layout_line(plan: Any) -> str:
     p = plan
     off = p.offload
-    parts = [f"TP={p.tp}", f"PP={p.pp}", f"DP={p.dp}", f"CP={p.cp}", f"EP={p.ep}",
-             f"microbatch={p.microbatch_size}×{p.num_microbatches}", f"batch={p.global_batch}",
-             f"interleave={p.interleave}"]
+    etp = getattr(p, "etp", None)
+    parts = [f"TP={p.tp}", f"PP={p.pp}", f"DP={p.dp}", f"CP={p.cp}", f"EP={p.ep}"]
+    if p.ep > 1 and etp is not None and etp != p.tp:  # folded experts' own TP (estimate's --etp defaults to tp)
+        parts.append(f"ETP={etp}")
+    parts.append(f"microbatch={p.microbatch_size}×{p.num_microbatches}")
     if getattr(p, "schedules", 1) > 1:  # gradient accumulation over whole pipeline schedules (--local-batch)
-        parts.insert(6, f"schedules={p.schedules}")
+        parts.append(f"schedules={p.schedules}")
+    parts += [f"batch={p.global_batch}", f"interleave={p.interleave}"]
     if getattr(p, "mtp_layers", 0):
         parts.append(f"MTP={p.mtp_layers}")
     rc = p.recompute + (f"({p.recompute_layers} layers/stage)" if p.recompute_layers else "")

@@ -13,8 +13,10 @@ data-parallel sync, ZeRO-3 gathers and optimizer step (rank 0 finishes its last 
 interleaved schedules), times ``1 + step_overhead``, plus a calibration's per-microbatch and per-step overheads.
 With the uniform split it equals ``train_cost``.
 
-MoE placement: every layer after ``first_dense_layers`` is MoE (``layer_freq == 1``), and rank 0 holds all
-dense-first layers (``n_0 ≥ first_dense_layers``), so a rank's MoE count depends on its own ``n_i`` only.
+MoE placement: every layer after ``first_dense_layers`` is MoE (``layer_freq == 1``). The per-stage search keeps
+all dense-first layers on rank 0 (``n_0 ≥ first_dense_layers``), so a rank's MoE count depends on its own ``n_i``
+only; a pinned split (``evaluate_split``) may spread them, as Megatron places layers in order
+(``dense_first_per_rank``).
 """
 
 from __future__ import annotations
@@ -75,16 +77,30 @@ class RankCosts:
         return len(self.rank)
 
 
-def moe_layers_of(model: ModelSpec, rank: np.ndarray, layers: np.ndarray) -> np.ndarray:
+def dense_first_per_rank(model: ModelSpec, stage_layers: list[int]) -> list[int]:
+    """Dense-first layers on each rank of a fixed split: layers go to ranks in order (Megatron's
+    ``--pipeline-model-parallel-layout`` and its even split), so rank i holds those of ``[0, first_dense_layers)``
+    that fall in its range ``[n_0 + … + n_{i−1}, … + n_i)``."""
+    fd = model.moe.first_dense_layers if model.moe is not None else 0
+    starts = np.concatenate([[0], np.cumsum(stage_layers)[:-1]])
+    return [int(max(0, min(a + n, fd) - a)) for a, n in zip(starts, stage_layers, strict=True)]
+
+
+def moe_layers_of(model: ModelSpec, rank: np.ndarray, layers: np.ndarray,
+                  dense_first: np.ndarray | None = None) -> np.ndarray:
+    """MoE layers of each option: its layers less its dense-first ones (``dense_first`` per option, else all of
+    them on rank 0)."""
     if model.moe is None:
         return np.zeros_like(layers, dtype=float)
-    dense_first = np.where(rank == 0, np.minimum(layers, model.moe.first_dense_layers), 0)
+    if dense_first is None:
+        dense_first = np.where(rank == 0, np.minimum(layers, model.moe.first_dense_layers), 0)
     return (layers - dense_first).astype(float)
 
 
-def rank_shape(name: str, model: ModelSpec, rank: np.ndarray, layers: np.ndarray, p: int) -> StageShape:
+def rank_shape(name: str, model: ModelSpec, rank: np.ndarray, layers: np.ndarray, p: int,
+               dense_first: np.ndarray | None = None) -> StageShape:
     """One pipeline rank as a stage shape: its layers, their kinds, the embedding on rank 0, the head on the last."""
-    moe = moe_layers_of(model, np.asarray(rank).astype(np.int64), layers)
+    moe = moe_layers_of(model, np.asarray(rank).astype(np.int64), layers, dense_first)
     layers = np.asarray(layers, dtype=float)
     return StageShape(name, np.asarray(rank, dtype=float), layers, moe, rank == 0, rank == p - 1,
                       np.ones(np.shape(layers), dtype=bool), uniform_kinds(model, layers, moe))
@@ -98,9 +114,11 @@ def layout_kinds(model: ModelSpec, system: SystemSpec, work: TrainWorkload, layo
 
 def rank_costs(model: ModelSpec, system: SystemSpec, work: TrainWorkload, layout: TrainLayout,
                rank: np.ndarray, layers: np.ndarray, recompute_layers: np.ndarray,
-               offload_pct: np.ndarray, kinds: dict[str, KindCost] | None = None) -> RankCosts:
+               offload_pct: np.ndarray, kinds: dict[str, KindCost] | None = None,
+               dense_first: np.ndarray | None = None) -> RankCosts:
     """Cost every option (rank, layers, full-recompute layers, activation offload %) of one global layout
-    (``kinds``: ``layout_kinds`` of it, when the caller has them)."""
+    (``kinds``: ``layout_kinds`` of it, when the caller has them; ``dense_first``: each option's dense-first
+    layers, else rank 0 holds them all)."""
     rank, layers = np.asarray(rank, dtype=np.int64), np.asarray(layers, dtype=np.int64)
     rk, pct = np.asarray(recompute_layers, dtype=np.int64), np.asarray(offload_pct, dtype=np.int64)
     n = len(rank)
@@ -110,7 +128,7 @@ def rank_costs(model: ModelSpec, system: SystemSpec, work: TrainWorkload, layout
     kinds = kinds if kinds is not None else layout_kinds(model, system, work, layout)
     p = layout.pp
     fl = layers.astype(float)
-    shape = rank_shape("rank", model, rank, fl, p)
+    shape = rank_shape("rank", model, rank, fl, p, dense_first)
     m = (rows.gb / (rows.dp * rows.mb)).astype(float)
     st = _stage(ctx, kinds, shape, m)
     dp_exposed, z3 = data_parallel(ctx, st, m)
@@ -150,7 +168,7 @@ class StageSplitCost:
 
 
 def check_split(model: ModelSpec, layout: TrainLayout, stage_layers: list[int]) -> None:
-    """A pinned split must cover the model, give every model chunk a layer and hold dense-first layers on rank 0."""
+    """A pinned split must cover the model and give every model chunk a layer."""
     p, v = layout.pp, layout.interleave
     if len(stage_layers) != p:
         raise ShardplanError(f"stage-layers needs {p} counts (one per pipeline rank), got {len(stage_layers)}",
@@ -163,9 +181,6 @@ def check_split(model: ModelSpec, layout: TrainLayout, stage_layers: list[int]) 
                              field="stage-layers")
     if not supports_stage_split(model):
         raise ShardplanError("stage-layers: uneven splits need contiguous MoE layers (moe layer_freq 1)",
-                             field="stage-layers")
-    if p > 1 and stage_layers[0] < min_first_layers(model):
-        raise ShardplanError(f"stage-layers: rank 0 must hold the {min_first_layers(model)} dense-first layers",
                              field="stage-layers")
 
 
@@ -184,7 +199,7 @@ def evaluate_split(model: ModelSpec, system: SystemSpec, work: TrainWorkload, la
     rk = recompute_layers if recompute_layers is not None else [min(every, n) for n in stage_layers]
     pct = offload_pct if offload_pct is not None else [round(layout.offload_activations * 100)] * p
     c = rank_costs(model, system, work, layout, np.arange(p), np.array(stage_layers), np.array(rk), np.array(pct),
-                   kinds)
+                   kinds, np.array(dense_first_per_rank(model, stage_layers)))
     worst = float(np.max(c.per_mb_s))
     m = work.global_batch // (layout.dp * layout.microbatch)
     chunks = 1.0
