@@ -114,7 +114,7 @@ def render_summary(con: Console, report: Any) -> None:
     ]
     for name, v in (("TP exposed", m.tp_exposed_s), ("PP sends", m.pp_exposed_s), ("DP sync exposed", m.dp_exposed_s),
                     ("ZeRO-3 gathers exposed", m.zero3_exposed_s), ("EP all-to-all", m.ep_exposed_s),
-                    ("CP ring exposed", m.cp_exposed_s), ("MoE host sync", m.host_sync_s),
+                    ("CP K/V exchange exposed", m.cp_exposed_s), ("MoE host sync", m.host_sync_s),
                     ("optimizer step", m.optimizer_s)):
         if v > 0:
             rows.append((name, f"{format_seconds(v)} ({v / m.step_time_s:.1%})"))

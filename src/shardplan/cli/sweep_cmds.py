@@ -16,8 +16,8 @@ from shardplan.cli._app import app
 from shardplan.cli.infer_cmds import Dtype as InferDtype
 from shardplan.cli.infer_cmds import KvDtype, MaxTpot, MaxTtft, WDtype
 from shardplan.cli.options import GenLen, GpusOpt, HardwareOpt, JsonOpt, ModelOpt, PromptLen, TimeLimitOpt
-from shardplan.cli.train_cmds import Attention, GlobalBatch, GradDtype, Optimizer, SeqLen
-from shardplan.cli.train_cmds import Dtype as TrainDtype
+from shardplan.cli.train_options import Attention, GlobalBatch, GradDtype, Optimizer, SeqLen
+from shardplan.cli.train_options import Dtype as TrainDtype
 from shardplan.planner.training.knobs import OffloadPolicy
 from shardplan.sweep.grid import RANGE_HELP
 

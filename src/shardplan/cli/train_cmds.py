@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -13,147 +12,50 @@ import typer
 from shardplan.cli._app import app, estimate_app
 from shardplan.cli.common import parse_fraction, resolve_inputs
 from shardplan.cli.export import TrainFormat
-from shardplan.cli.options import (
-    MAX_BATCH,
-    MAX_GPUS,
-    MAX_LAYER_COUNT,
-    MAX_TOKENS,
-    GpusOpt,
-    HardwareOpt,
-    JsonOpt,
-    ModelOpt,
-    TimeLimitOpt,
-)
+from shardplan.cli.options import MAX_BATCH, MAX_GPUS, GpusOpt, HardwareOpt, JsonOpt, ModelOpt, TimeLimitOpt
 from shardplan.cli.output import console, emit
-from shardplan.costmodel.training.knobs import MAX_MTP_LAYERS, Recompute
+from shardplan.cli.train_options import (
+    Attention,
+    Cp,
+    CpCommOpt,
+    Dp,
+    Dtype,
+    Ep,
+    Etp,
+    ExportOpt,
+    FrameworkOpt,
+    GlobalBatch,
+    GradDtype,
+    GradReduceDtype,
+    HeadroomOpt,
+    Inter,
+    LocalBatch,
+    Micro,
+    MtpLayers,
+    OffA,
+    OffOpt,
+    OffW,
+    Optimizer,
+    OutputOpt,
+    PlotKindOpt,
+    PlotOpt,
+    Pp,
+    Rc,
+    RcLayers,
+    RcModulesOpt,
+    SeqLen,
+    Sp,
+    StageLayersOpt,
+    StageRcOpt,
+    Tp,
+    UniformOpt,
+    Zero,
+    check_cp_comm,
+    parse_headroom,
+    with_cp_comm,
+)
+from shardplan.costmodel.training.knobs import Recompute
 from shardplan.planner.training.knobs import OffloadPolicy
-
-
-class Framework(StrEnum):
-    """The training framework a plan must run in (``--framework``): only the knobs it has."""
-
-    MEGATRON = "megatron"
-    TORCHTITAN = "torchtitan"
-    AUTOMODEL = "automodel"
-    FSDP = "fsdp"
-
-
-FrameworkOpt = Annotated[Framework | None, typer.Option(
-    "--framework", help="Plan only layouts this framework can run: megatron (Megatron-LM/NeMo: every knob; ZeRO-3 "
-    "without PP; one full-recompute count on every pipeline rank), torchtitan (FSDP2 or DDP, TP, PP, CP, EP; no "
-    "ZeRO-1/2; selective recompute is its op-level policy; one recompute count on every rank), automodel (NeMo "
-    "AutoModel: FSDP2, PP, EP, and TP/CP for dense models only; full recompute or none), "
-    "fsdp (PyTorch FSDP as llm-foundry or HF Accelerate run it: data parallel only, ZeRO 0/2/3, full recompute or "
-    "none). Default: every knob.")]
-
-
-class PlotKind(StrEnum):
-    """What a training --plot draws."""
-
-    MEMORY = "memory"
-    PIPELINE = "pipeline"
-
-
-GlobalBatch = Annotated[int, typer.Option(
-    "--global-batch", "-b", min=1, max=MAX_BATCH, help="Sequences per optimizer step.")]
-SeqLen = Annotated[int, typer.Option("--seq-len", "-s", min=1, max=MAX_TOKENS, help="Tokens per sequence.")]
-Tp = Annotated[int | None, typer.Option("--tp", min=1, max=MAX_GPUS, help="Tensor-parallel degree.")]
-Pp = Annotated[int | None, typer.Option("--pp", min=1, max=MAX_GPUS, help="Pipeline-parallel stages.")]
-Dp = Annotated[int | None, typer.Option(
-    "--dp", min=1, max=MAX_GPUS, help="Data-parallel degree (default: GPUs/(tp·pp·cp)).")]
-Ep = Annotated[int | None, typer.Option(
-    "--ep", min=1, max=MAX_GPUS, help="Expert-parallel degree (MoE); with --etp it may exceed dp·cp: etp·ep must "
-    "divide tp·cp·dp (MoE parallel folding).")]
-Etp = Annotated[int | None, typer.Option(
-    "--etp", min=1, max=MAX_GPUS, help="Expert tensor-parallel degree (MoE; default: tp). Expert-data-parallel "
-    "ranks follow: tp·cp·dp / (etp·ep).")]
-Cp = Annotated[int | None, typer.Option("--cp", min=1, max=MAX_GPUS, help="Context-parallel degree (long sequences).")]
-Micro = Annotated[int | None, typer.Option("--microbatch", min=1, max=MAX_BATCH, help="Sequences per microbatch.")]
-Inter = Annotated[int | None, typer.Option(
-    "--interleave", min=1, max=MAX_LAYER_COUNT, help="Pipeline chunks per stage (v).")]
-Rc = Annotated[Recompute | None, typer.Option("--recompute", help="Activation recomputation.")]
-RcLayers = Annotated[int | None, typer.Option("--recompute-layers", min=1, max=MAX_LAYER_COUNT,
-                                              help="With --recompute full: only this many layers per stage.")]
-Sp = Annotated[bool | None, typer.Option("--sequence-parallel/--no-sequence-parallel", help="Sequence parallelism.")]
-Zero = Annotated[int | None, typer.Option("--zero", min=0, max=3, help="ZeRO stage 0-3.")]
-OffOpt = Annotated[str | None, typer.Option("--offload-optimizer", help="Optimizer state on CPU, e.g. 30%.")]
-OffW = Annotated[str | None, typer.Option("--offload-weights", help="Weights on CPU, e.g. 20%.")]
-OffA = Annotated[str | None, typer.Option("--offload-activations", help="Stored activations on CPU, e.g. 50%.")]
-Dtype = Annotated[str, typer.Option("--dtype", help="Compute datatype: bf16, fp16, fp8, fp4 (NVFP4 GEMMs at the "
-                                    "GPU's fp4 peak, bf16 elsewhere), fp32.")]
-GradDtype = Annotated[str, typer.Option("--grad-dtype", help="Gradient datatype: fp32 (Megatron), bf16, fp16.")]
-GradReduceDtype = Annotated[str | None, typer.Option(
-    "--grad-reduce-dtype", help="Datatype of the data-parallel gradient reduction: fp32 (torchtitan's "
-    "mixed_precision_reduce, Composer FSDP DEFAULT), bf16, fp16; default: --grad-dtype, the compute dtype under "
-    "ZeRO-3.")]
-Optimizer = Annotated[str, typer.Option(
-    "--optimizer", help="adam (12 B/param state), adam-8bit (6), sgd (8), adafactor (4), adam-bf16 (8: bf16 moments, "
-    "Megatron's precision-aware optimizer); all with an fp32 master.")]
-Attention = Annotated[str | None, typer.Option("--attention", help="flash or unfused (default: the system's).")]
-LocalBatch = Annotated[int | None, typer.Option(
-    "--local-batch", min=1, max=MAX_BATCH, help="Sequences per data-parallel rank in one pipeline schedule, when "
-    "gradient accumulation repeats whole schedules (torchtitan and NeMo AutoModel local_batch_size): each schedule "
-    "pays its own fill and drain and gradient reduction. Default: one schedule per step (Megatron).")]
-MtpLayers = Annotated[int, typer.Option(
-    "--mtp-layers", min=0, max=MAX_MTP_LAYERS, help="Multi-token-prediction modules trained on the last pipeline "
-    "stage (DeepSeek-V3 §2.2; Megatron-LM --mtp-num-layers): each adds a transformer layer, a 2h→h projection and "
-    "another LM head pass with its loss. Default 0.")]
-ExportOpt = Annotated[TrainFormat | None, typer.Option(
-    "--export", help="Print the layout as launch settings instead of the tables: megatron (Megatron-LM "
-    "arguments), deepspeed (config JSON) or torchtitan (TOML); with --output, write them to a file.")]
-OutputOpt = Annotated[Path | None, typer.Option("--output", "-o", help="File for --export (default: stdout).",
-                                                dir_okay=False)]
-HeadroomOpt = Annotated[str | None, typer.Option(
-    "--memory-headroom", metavar="SIZE|PCT",
-    help="GPU memory a plan leaves free for allocator fragmentation and memory spikes, as a size (8GiB) or a share "
-    "of GPU memory (10%); default 10%. It comes on top of the framework memory (CUDA context, NCCL buffers, "
-    "workspaces: 2 GiB) shown in the stage table.")]
-StageLayersOpt = Annotated[str | None, typer.Option(
-    "--stage-layers", help="Layers per pipeline rank, e.g. 7,8,8,7 (must sum to the model's layers).")]
-StageRcOpt = Annotated[str | None, typer.Option(
-    "--stage-recompute-layers", help="With --recompute full and --stage-layers: fully recomputed layers per rank.")]
-RcModulesOpt = Annotated[str | None, typer.Option(
-    "--recompute-modules", help="With --recompute selective: the modules recomputed in every layer, comma-separated "
-    "(Megatron's --recompute-modules: core_attn, layernorm, mlp, moe_act, shared_experts, moe, mla_up_proj; default "
-    "core_attn), or alone another framework's policy: torchtitan_op (torchtitan's per-op selective checkpointing) "
-    "or maxtext_save_dot_except_mlpwi (MaxText's remat policy of that name).")]
-UniformOpt = Annotated[bool, typer.Option(
-    "--uniform-stages", help="Split layers evenly over pipeline stages with one recompute count (no per-stage "
-    "optimisation; for comparison).")]
-PlotOpt = Annotated[list[str] | None, typer.Option(
-    "--plot", metavar="FILE", help="Write a plot (repeatable; .png, .svg, .pdf or .jpg, PNG without a suffix): the "
-    "kind is --plot-kind, else KIND:FILE, else the name (memory*, pipeline*), else memory. memory = memory per "
-    "stage against capacity, pipeline = one step's schedule. Needs the plot extra (matplotlib).")]
-PlotKindOpt = Annotated[PlotKind | None, typer.Option(
-    "--plot-kind", help="Kind of every --plot FILE without a KIND: prefix: memory or pipeline.")]
-
-
-def parse_headroom(text: str | None, gpu_memory_bytes: float) -> dict[str, Any]:
-    """``--memory-headroom``: ``10%`` (a share of GPU memory) or ``8GiB`` → TrainWorkload fields (none: default)."""
-    from shardplan.errors import ShardplanError
-    from shardplan.units import format_bytes, parse_size
-
-    if text is None:
-        return {}
-    t = text.strip()
-    if t.endswith("%"):
-        try:
-            pct = float(t[:-1])
-        except ValueError:
-            raise ShardplanError(f"'{text}' is not a size or a percentage (use e.g. 8GiB or 10%)",
-                                 field="memory-headroom") from None
-        if not 0 <= pct < 100:
-            raise ShardplanError(f"must be between 0% and 100% (got {text})", field="memory-headroom")
-        return {"memory_headroom_fraction": pct / 100}
-    try:
-        size = parse_size(t, field="memory-headroom")
-    except ShardplanError:
-        raise ShardplanError(f"'{text}' is not a size or a percentage (use e.g. 8GiB or 10%)",
-                             field="memory-headroom") from None
-    if size >= gpu_memory_bytes:
-        raise ShardplanError(f"must be smaller than the GPU's memory ({format_bytes(gpu_memory_bytes)}; got {text})",
-                             field="memory-headroom")
-    return {"memory_headroom_bytes": size}
 
 
 def _launcher(export: Any, framework: Any) -> str | None:
@@ -265,7 +167,7 @@ def estimate_train(
     attention: Attention = None, as_json: JsonOpt = False, export: ExportOpt = None, output: OutputOpt = None,
     plot: PlotOpt = None, plot_kind: PlotKindOpt = None, stage_layers: StageLayersOpt = None,
     stage_recompute_layers: StageRcOpt = None, recompute_modules: RcModulesOpt = None, framework: FrameworkOpt = None,
-    local_batch: LocalBatch = None, mtp_layers: MtpLayers = 0,
+    local_batch: LocalBatch = None, mtp_layers: MtpLayers = 0, cp_comm_type: CpCommOpt = None,
 ) -> None:
     """Per-layer and per-stage time and memory of one pinned training layout.
 
@@ -282,8 +184,9 @@ def estimate_train(
     from shardplan.errors import ShardplanError
 
     plots = _check_outputs(export, output, plot, as_json, plot_kind)
+    check_cp_comm(cp_comm_type, framework, export)
     spec, system, n = resolve_inputs(model, hardware, gpus, seq_len)
-    system = framework_system(system, str(framework) if framework else None, spec)
+    system = framework_system(with_cp_comm(system, cp_comm_type), str(framework) if framework else None, spec)
     tp, pp, cp = tp or 1, pp or 1, cp or 1
     if dp is None:
         if n % (tp * pp * cp):
@@ -355,6 +258,7 @@ def train(
     attention: Attention = None, as_json: JsonOpt = False, export: ExportOpt = None, output: OutputOpt = None,
     plot: PlotOpt = None, plot_kind: PlotKindOpt = None, uniform_stages: UniformOpt = False,
     framework: FrameworkOpt = None, local_batch: LocalBatch = None, mtp_layers: MtpLayers = 0,
+    cp_comm_type: CpCommOpt = None,
 ) -> None:
     """Choose the fastest training layout (CP-SAT over the cost model), with the reasons.
 
@@ -371,8 +275,9 @@ def train(
     from shardplan.planner.training.solve import TrainRequest, plan_training
 
     plots = _check_outputs(export, output, plot, as_json, plot_kind)
+    check_cp_comm(cp_comm_type, framework, export)
     spec, system, n = resolve_inputs(model, hardware, gpus, seq_len)
-    system = framework_system(system, str(framework) if framework else None, spec)
+    system = framework_system(with_cp_comm(system, cp_comm_type), str(framework) if framework else None, spec)
     if global_batch is not None and max_global_batch is not None:
         raise ShardplanError("give either --global-batch B (fixed) or --max-global-batch B (the planner chooses the "
                              "batch), not both", field="max-global-batch")

@@ -112,6 +112,8 @@ def _parallel(t: TrainTarget, args: Args, notes: list[str]) -> None:
     args += [("--tensor-model-parallel-size", str(p.tp)), ("--pipeline-model-parallel-size", str(p.pp))]
     if p.cp > 1:
         args.append(("--context-parallel-size", str(p.cp)))
+        if t.cp_comm_type != "p2p":  # Megatron's default p2p; the exchange the plan was costed with (cp_comm.py)
+            args.append(("--cp-comm-type", t.cp_comm_type))
     if p.ep > 1:
         args.append(("--expert-model-parallel-size", str(p.ep)))
         _dispatcher(t, args, notes)

@@ -82,6 +82,13 @@ def _parallelism(t: TrainTarget, notes: list[str]) -> dict[str, Value]:
     sec["context_parallel_degree"] = p.cp
     if p.cp > 1:
         notes.append("torchtitan shards weights over the context-parallel ranks too (FSDP over DP×CP)")
+        # torchtitan's parallelism.context_parallel_rotate_method (PyTorch context_parallel): "alltoall" passes K/V
+        # shards around the ring beside each sub-SDPA (as p2p is costed), "allgather" gathers them all after the
+        # first one (all_gather's exchange, costed exposed); it has no head-split (all-to-all of Q/K/V/O) exchange
+        if t.cp_comm_type == "a2a":
+            raise ShardplanError("torchtitan's context parallelism cannot split heads (the plan's cp_comm_type a2a): "
+                                 "re-plan with --cp-comm-type p2p or all_gather", field="export")
+        sec["context_parallel_rotate_method"] = "alltoall" if t.cp_comm_type == "p2p" else "allgather"
     sec["pipeline_parallel_degree"] = p.pp
     if p.pp > 1 and p.zero_stage == 3 and p.dp * p.cp > 1:
         # torchtitan/distributed/fsdp.py get_fsdp_reshard_after_forward_policy: "default" → not pp_enabled

@@ -182,7 +182,7 @@ def explanation(best: TrainReport, base: TrainReport | None, bare: TrainReport |
     ]
     parts = [("pipeline bubble", m.bubble_s), ("TP communication", m.tp_exposed_s), ("pipeline sends", m.pp_exposed_s),
              ("DP gradient sync", m.dp_exposed_s), ("ZeRO-3 gathers", m.zero3_exposed_s),
-             ("expert all-to-all", m.ep_exposed_s), ("context-parallel ring", m.cp_exposed_s),
+             ("expert all-to-all", m.ep_exposed_s), ("context-parallel K/V exchange", m.cp_exposed_s),
              ("MoE host sync", m.host_sync_s), ("optimizer step", m.optimizer_s)]
     shown = [f"{name} {v / m.step_time_s:.1%}" for name, v in parts if v / m.step_time_s >= 0.005]
     if shown:
