@@ -51,7 +51,30 @@ def test_bad_values_and_impossible_pins_are_one_line_exit_2(run_cli) -> None:
     for fw in ("torchtitan", "automodel"):
         r = run_cli("train", *BASE, "--framework", fw, "--cp-comm-type", "a2a")
         assert r.code == 2 and "cp-comm-type" in r.err and fw in r.err
-    assert len(r.err.strip().splitlines()) == 1
+        assert len(r.err.strip().splitlines()) == 1
+
+
+def test_the_flag_wins_over_the_system_file_and_an_a2a_file_is_checked_too(run_cli, tmp_path: Path) -> None:
+    """--cp-comm-type overrides a system file's software.cp_comm_type; an a2a system file with a framework whose CP
+    is PyTorch's is bad input as the flag is."""
+    from shardplan.hardware import resolve_system
+
+    def system_file(kind: str) -> str:
+        path = tmp_path / f"{kind}.json"
+        path.write_text(json.dumps({"base": "dgx-h100", "name": f"h100-{kind}", "software": {"cp_comm_type": kind}}))
+        assert resolve_system(str(path)).software.cp_comm_type == kind
+        return str(path)
+
+    a2a, p2p = system_file("a2a"), system_file("p2p")
+    base = ("-m", "llama-3.1-8b", "-b", "8", "-s", "32768", *PINNED, "--json")
+    step = {k: estimate_training(get_model("llama-3.1-8b"), _system(k), 8, TrainWorkload(seq_len=32768, global_batch=8),
+                                 TrainLayout(cp=4, dp=2, zero_stage=1)).metrics.step_time_s for k in ("p2p", "a2a")}
+    r = run_cli("estimate", "train", "-H", p2p, *base, "--cp-comm-type", "a2a")
+    assert r.code == 0 and r.json()["metrics"]["step_time_s"] == pytest.approx(step["a2a"], rel=1e-9)
+    r = run_cli("estimate", "train", "-H", a2a, *base, "--cp-comm-type", "p2p")
+    assert r.code == 0 and r.json()["metrics"]["step_time_s"] == pytest.approx(step["p2p"], rel=1e-9)
+    r = run_cli("estimate", "train", "-H", a2a, *base[:-1], "--zero", "3", "--framework", "torchtitan")
+    assert r.code == 2 and "cp-comm-type" in r.err and len(r.err.strip().splitlines()) == 1
 
 
 def test_megatron_export_launches_the_costed_exchange(run_cli) -> None:

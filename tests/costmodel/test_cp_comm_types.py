@@ -169,7 +169,7 @@ def test_a_split_cp_plan_names_each_exchange_at_its_own_split() -> None:
         assert float(t) == pytest.approx(again.metrics.step_time_s, abs=1e-3)
 
 
-def test_a_uniform_split_the_stage_rules_refuse_still_plans() -> None:
+def test_a_uniform_split_with_dense_layers_beyond_rank_0_plans() -> None:
     """DeepSeek-V3 at PP 32: the uniform split puts one of the 3 dense-first layers on rank 0; the plan's layout is
     re-evaluated as the planner evaluated it (uniformly)."""
     from shardplan.planner.training.solve import TrainRequest, plan_training

@@ -184,9 +184,9 @@ def estimate_train(
     from shardplan.errors import ShardplanError
 
     plots = _check_outputs(export, output, plot, as_json, plot_kind)
-    check_cp_comm(cp_comm_type, framework, export)
     spec, system, n = resolve_inputs(model, hardware, gpus, seq_len)
     system = framework_system(with_cp_comm(system, cp_comm_type), str(framework) if framework else None, spec)
+    check_cp_comm(system, framework, export)
     tp, pp, cp = tp or 1, pp or 1, cp or 1
     if dp is None:
         if n % (tp * pp * cp):
@@ -275,9 +275,9 @@ def train(
     from shardplan.planner.training.solve import TrainRequest, plan_training
 
     plots = _check_outputs(export, output, plot, as_json, plot_kind)
-    check_cp_comm(cp_comm_type, framework, export)
     spec, system, n = resolve_inputs(model, hardware, gpus, seq_len)
     system = framework_system(with_cp_comm(system, cp_comm_type), str(framework) if framework else None, spec)
+    check_cp_comm(system, framework, export)
     if global_batch is not None and max_global_batch is not None:
         raise ShardplanError("give either --global-batch B (fixed) or --max-global-batch B (the planner chooses the "
                              "batch), not both", field="max-global-batch")

@@ -156,18 +156,22 @@ CpCommOpt = Annotated[CpComm | None, typer.Option(
 
 
 def with_cp_comm(system: Any, cp_comm: CpComm | None) -> Any:
-    """``system`` with ``--cp-comm-type`` as its software's CP exchange (unchanged when not given)."""
+    """``system`` with ``--cp-comm-type`` as its software's CP exchange, stated (the flag wins over the system file
+    and a framework's defaults); unchanged when not given."""
     if cp_comm is None:
         return system
-    return system.model_copy(update={"software": system.software.model_copy(update={"cp_comm_type": str(cp_comm)})})
+    software = system.software.model_copy(update={"cp_comm_type": str(cp_comm)})
+    software._stated = system.software._stated | {"cp_comm_type"}
+    return system.model_copy(update={"software": software})
 
 
-def check_cp_comm(cp_comm: CpComm | None, framework: Any, export: Any) -> None:
-    """``--cp-comm-type a2a`` needs Transformer Engine's CP (Megatron): torchtitan's and NeMo AutoModel's CP is
-    PyTorch's ``context_parallel``, which exchanges K/V by ring or all-gather only."""
+def check_cp_comm(system: Any, framework: Any, export: Any) -> None:
+    """An a2a exchange (``--cp-comm-type`` or the system file's) needs Transformer Engine's CP (Megatron):
+    torchtitan's and NeMo AutoModel's CP is PyTorch's ``context_parallel``, which exchanges K/V by ring or
+    all-gather only."""
     from shardplan.errors import ShardplanError
 
     pytorch_cp = {str(x) for x in (framework, export) if x is not None} & {"torchtitan", "automodel"}
-    if cp_comm == CpComm.A2A and pytorch_cp:
+    if system.software.cp_comm_type == CpComm.A2A and pytorch_cp:
         raise ShardplanError(f"a2a is Transformer Engine's (Megatron's); {min(pytorch_cp)}'s context parallelism "
                              "exchanges K/V by p2p or all_gather", field="cp-comm-type")

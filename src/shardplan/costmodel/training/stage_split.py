@@ -13,10 +13,13 @@ data-parallel sync, ZeRO-3 gathers and optimizer step (rank 0 finishes its last 
 interleaved schedules), times ``1 + step_overhead``, plus a calibration's per-microbatch and per-step overheads.
 With the uniform split it equals ``train_cost``.
 
-MoE placement: every layer after ``first_dense_layers`` is MoE (``layer_freq == 1``). The per-stage search keeps
-all dense-first layers on rank 0 (``n_0 ≥ first_dense_layers``), so a rank's MoE count depends on its own ``n_i``
-only; a pinned split (``evaluate_split``) may spread them, as Megatron places layers in order
-(``dense_first_per_rank``).
+MoE placement: every layer after ``first_dense_layers`` is MoE (``layer_freq == 1``), and a rank's layers are one
+contiguous range of the model, as the uniform rule counts them too. The per-stage search keeps all dense-first layers
+on rank 0 (``n_0 ≥ first_dense_layers``), so a rank's MoE count depends on its own ``n_i`` only; a pinned split
+(``evaluate_split``) may spread them over the first ranks (``dense_first_per_rank``). Without interleaving that is
+Megatron's placement; with ``v`` chunks Megatron fills chunk 0 of every rank first, so dense-first layers beyond rank
+0's first chunk sit on the next ranks' first chunks: not modelled (it moves expert weights between the first ranks'
+memory; a dense and an MoE layer of DeepSeek-V3 do the same GEMM FLOPs, so step time barely moves).
 """
 
 from __future__ import annotations
@@ -51,7 +54,7 @@ def supports_stage_split(model: ModelSpec) -> bool:
 
 
 def min_first_layers(model: ModelSpec) -> int:
-    """Rank 0 holds every dense-first layer of an MoE model (so later ranks are all MoE)."""
+    """The per-stage search keeps every dense-first layer of an MoE model on rank 0 (so later ranks are all MoE)."""
     return model.moe.first_dense_layers if model.moe is not None else 0
 
 
@@ -78,9 +81,8 @@ class RankCosts:
 
 
 def dense_first_per_rank(model: ModelSpec, stage_layers: list[int]) -> list[int]:
-    """Dense-first layers on each rank of a fixed split: layers go to ranks in order (Megatron's
-    ``--pipeline-model-parallel-layout`` and its even split), so rank i holds those of ``[0, first_dense_layers)``
-    that fall in its range ``[n_0 + … + n_{i−1}, … + n_i)``."""
+    """Dense-first layers on each rank of a fixed split, its layers taken as one contiguous range (see the module
+    docstring): rank i holds those of ``[0, first_dense_layers)`` in ``[n_0 + … + n_{i−1}, … + n_i)``."""
     fd = model.moe.first_dense_layers if model.moe is not None else 0
     starts = np.concatenate([[0], np.cumsum(stage_layers)[:-1]])
     return [int(max(0, min(a + n, fd) - a)) for a, n in zip(starts, stage_layers, strict=True)]

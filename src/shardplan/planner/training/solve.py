@@ -157,7 +157,7 @@ def _cp_comm_sentence(req: TrainRequest, best: TrainReport) -> str | None:
         return None
     others = ", ".join(f"{k} {t:.3f} s ({100 * (t / times[ours] - 1):+.1f}%)" for k, t in times.items() if k != ours)
     why = "" if heads else f"; a2a cannot split a TP-{p.tp} rank's heads over cp {p.cp}"
-    return (f"Context parallelism exchanges K/V by {ours} (the system's cp_comm_type): {times[ours]:.3f} s per step; "
+    return (f"Context parallelism exchanges K/V by {ours} (cp_comm_type): {times[ours]:.3f} s per step; "
             f"the same layout with {others}{why} (--cp-comm-type, or a system file's software: cp_comm_type).")
 
 
