@@ -135,10 +135,13 @@ def test_two_comm_bound_runs_fit_the_rate_that_explains_them(true: Calibration, 
 def test_gemm_scale_can_follow_a_comm_rate_chosen_first() -> None:
     # Comm-bound ZeRO-3 runs with both a slow network (0.3) and slow GEMMs (0.9), planted with the cost model itself:
     # the network rate is chosen first, and gemm_scale must still be a candidate after it (five runs allow four
-    # parameters), so both are recovered and every run is fitted exactly.
-    lays = [("llama-3.1-70b", 128, 128, 4096, {"zero": 3}), ("llama-3.1-70b", 256, 256, 4096, {"zero": 3}),
+    # parameters), so both are recovered and every run is fitted exactly. The runs tell the two apart because ZeRO-3
+    # gathers every layer once per microbatch: at microbatch 4 the network is a smaller share of the step than at 1
+    # (a ring moves the same bytes through each NIC at any GPU count, so GPU counts alone would not).
+    lays = [("llama-3.1-70b", 128, 128, 4096, {"zero": 3}),
+            ("llama-3.1-70b", 128, 512, 4096, {"zero": 3, "microbatch": 4, "recompute": "full"}),
             ("llama-3.1-70b", 64, 64, 4096, {"zero": 3}), ("llama-3.1-8b", 64, 64, 4096, {"zero": 3}),
-            ("llama-3.1-8b", 128, 128, 4096, {"zero": 3})]
+            ("llama-3.1-8b", 64, 256, 4096, {"zero": 3, "microbatch": 4})]
     res = calibrate("dgx-h100", synthetic_runs(Calibration(inter_node_comm_scale=0.3, gemm_scale=0.9), lays))
     assert set(res.fitted) == {"inter_node_comm_scale", "gemm_scale"}
     assert res.calibration.gemm_scale == pytest.approx(0.9, rel=1e-3)

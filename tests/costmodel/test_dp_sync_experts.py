@@ -27,7 +27,8 @@ def _cost(model, layout: TrainLayout):
 
 def test_expert_reduce_scatter_uses_one_nic_per_gpu_by_hand() -> None:
     """EP 8 inside a node, 4 nodes: experts' gradients reduce-scatter over 4 ranks one per node (each GPU's own
-    NIC: (N−1)/N·S_e / NIC rate); the dense share over 32 ranks, eight per node ((N−1)/N·S_d/8 over the NICs)."""
+    NIC: (n−1)/n·S_e / NIC rate); the dense share over 32 ranks, eight per node (a ring's (n−1)/n·S_d/8 through
+    each NIC)."""
     lay = TrainLayout(tp=1, pp=1, dp=32, ep=8, recompute=Recompute.FULL, zero_stage=1)
     cost, rows = _cost(QWEN, lay)
     st = cost.stages[0]
@@ -39,7 +40,7 @@ def test_expert_reduce_scatter_uses_one_nic_per_gpu_by_hand() -> None:
     lat_i, lat_n = H100.intra_node.latency_s, H100.inter_node.latency_s
     # ring steps (NCCL tuning.cc): experts 3, all across the network; dense 31, 3 across it and 28 inside a node
     want_e = 3 / 4 * s_e / inter + comm.SIMPLE_BASE_S + 3 * lat_n
-    want_d = max(3 / 4 * s_d / 8 / inter, 7 / 8 * s_d / intra) + comm.SIMPLE_BASE_S + 28 * lat_i + 3 * lat_n
+    want_d = max(31 / 32 * s_d / 8 / inter, 7 / 8 * s_d / intra) + comm.SIMPLE_BASE_S + 28 * lat_i + 3 * lat_n
     got = float(dp_collective(ctx, comm.reduce_scatter_time, st, g, rows.tp)[0])
     assert got == pytest.approx(want_e + want_d, rel=1e-6)
     # the expert share alone is far above what pooling a node's eight NICs would give
@@ -92,13 +93,13 @@ def test_folded_experts_synchronise_at_dp_1_by_hand() -> None:
 
 def test_expert_group_stride_follows_expert_tp_not_attention_tp() -> None:
     """TP 8 with expert TP 1 and EP 4 on two nodes (DP 2): edp = 8·2/4 = 4 ranks at stride 4, two per node — the
-    network phase carries half of each node's share per NIC, not all of it over one."""
+    ring's (n−1)/n of the share goes through two NICs per node, half each, not all of it over one."""
     lay = TrainLayout(tp=8, pp=1, dp=2, ep=4, etp=1, recompute=Recompute.FULL, zero_stage=1)
     cost, rows = _cost(QWEN, lay)
     st = cost.stages[0]
     ctx = Ctx(QWEN, H100, WORK, rows)
     s_e = float(st.expert_params[0]) * 4.0
-    inter = 1 / 2 * s_e / 2 / comm.link_bandwidth(H100, "inter")  # N = 2 nodes, k = 2 members each
+    inter = 3 / 4 * s_e / 2 / comm.link_bandwidth(H100, "inter")  # n = 4 ranks on 2 nodes, k = 2 members each
     intra = 1 / 2 * s_e / comm.link_bandwidth(H100, "intra")
     s_d = float(st.params[0] - st.expert_params[0]) * 4.0
     dense = max(1 / 2 * s_d / comm.link_bandwidth(H100, "inter"), 0.0)  # dp 2 at stride 8: one per node

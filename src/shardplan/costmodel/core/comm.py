@@ -17,8 +17,12 @@ protocol per call; the faster one is taken here too):
 - all-reduce inside an NVSwitch node with NVLink SHARP: NVLS (the switch reduces; measured bus bandwidth
   ``LinkSpec.nvls_bus_bytes_per_s``, NVLS hardware latency 25 µs) when more than 4 GPUs of the node take part;
 - across nodes the intra- and inter-node phases are pipelined (chunks stream through both at once), so the
-  slower phase sets the time: 4 nodes of 8 B200 reach 381.8 GB/s all-reduce bus bandwidth at 16 GiB, the
-  network phase alone at 74 % of 50 GB/s per NIC (stas00/ml-engineering@744d01e network/README.md);
+  slower phase sets the time (4 nodes of 8 B200 reach 381.8 GB/s all-reduce bus bandwidth at 16 GiB,
+  stas00/ml-engineering@744d01e network/README.md, where the sum of the phases would give far less);
+- bytes through each NIC: a ring reduce-scatter/all-gather carries ``(n−1)/n·S/k`` (every ring edge carries all
+  chunks but one), and an all-reduce ``2(n−1)/n·S/k`` (ring, or NCCL's double binary tree, whose nodes each reduce
+  up and broadcast down one tree and are a leaf of the other) from 3 nodes up, ``S/k`` on 2 (each tree one edge):
+  the bus bandwidth stays at the NICs' rate at any node count, as nccl-tests measures it;
 - latency steps: a ring reduce-scatter/all-gather passes every rank, ``n−1`` steps, of which ``N−1`` cross the
   network and ``n−N`` stay in a node (tuning.cc ``nsteps − nInterSteps``); all-reduce tree across nodes,
   ``2·((k−1)`` NVLink ``+ ⌈log2 N⌉`` network hops).
@@ -97,7 +101,10 @@ def all_reduce_time(system: SystemSpec, nbytes: np.ndarray, n: np.ndarray, strid
     s = np.asarray(nbytes, dtype=float)
     intra_bytes = 2 * (k - 1) / k * s
     ring = intra_bytes / link_bandwidth(system, "intra")
-    inter = np.where(nodes > 1, 2 * (nodes - 1) / nodes * s / k / link_bandwidth(system, "inter"), 0.0)
+    # per NIC 2(n−1)/n·s/k from 3 nodes up, s/k on 2 (module docstring): H100 with 8×400 Gb/s IB measures 470 GB/s bus
+    # bandwidth on 2 nodes and 365.8 on 4 (nccl-tests issue #309), about 345–367 on 512–1,024 (NVIDIA GTC24 S62129)
+    per_nic = np.where(nodes > 2, 2 * (n - 1) / n, np.where(nodes > 1, 1.0, 0.0))
+    inter = per_nic * s / k / link_bandwidth(system, "inter")
     hops = 2 * ((k - 1) * _lat(system.intra_node)
                 + np.ceil(np.log2(np.maximum(nodes, 1))) * _lat(system.inter_node))
     t = _nccl(np.maximum(ring, inter), hops, 2 * (n - 1) / n * s / ll_max_bus(system, nodes))
@@ -115,7 +122,9 @@ def reduce_scatter_time(system: SystemSpec, nbytes: np.ndarray, n: np.ndarray, s
     n, k, nodes = _split(system, n, stride)
     s = np.asarray(nbytes, dtype=float)
     intra = (k - 1) / k * s / link_bandwidth(system, "intra")
-    inter = np.where(nodes > 1, (nodes - 1) / nodes * s / k / link_bandwidth(system, "inter"), 0.0)
+    # a ring through all n ranks per channel: each NIC moves (n−1)/n·s/k (nccl-tests doc/PERFORMANCE.md: a ring's bus
+    # bandwidth, algbw·(n−1)/n, is the link rate at any rank count), not the (N−1)/N·s/k of a per-node hierarchy
+    inter = np.where(nodes > 1, (n - 1) / n * s / k / link_bandwidth(system, "inter"), 0.0)
     hops = (n - nodes) * _lat(system.intra_node) + (nodes - 1) * _lat(system.inter_node)
     ll_floor = (n - 1) / n * s / ll_max_bus(system, nodes)
     return np.where(n > 1, _nccl(np.maximum(intra, inter), hops, ll_floor), 0.0)
