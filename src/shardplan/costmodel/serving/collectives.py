@@ -62,7 +62,7 @@ def custom_all_reduce_time(system: SystemSpec, nbytes: np.ndarray, n: np.ndarray
 
 def tp_all_reduce_time(system: SystemSpec, nbytes: np.ndarray, tp: np.ndarray) -> np.ndarray:
     """TP all-reduce of ``nbytes`` per GPU: custom all-reduce where the engine uses it, NCCL's ring inside the
-    node otherwise, NCCL's hierarchical ring across nodes (``comm.all_reduce_time``)."""
+    node otherwise, NCCL's node phase pipelined with the network's across nodes (``comm.all_reduce_time``)."""
     n = np.asarray(tp, dtype=float)
     s = np.asarray(nbytes, dtype=float) + np.zeros_like(n)
     custom_ok = (has_gpu_fabric(system) | (n <= 2)) & (s <= CUSTOM_AR_MAX_BYTES)

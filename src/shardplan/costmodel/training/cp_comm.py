@@ -3,7 +3,8 @@
 dot_product_attention/context_parallel.py, ``attn_forward_func_with_cp`` l.5100-5140):
 
 - ``p2p`` (``AttnFuncWithCPAndKVP2P``, Megatron's default): a ring passes K/V chunks between the cp ranks beside
-  the attention kernels; only what the kernels cannot cover shows. The backward carries K/V with their gradients.
+  the attention kernels, one send/recv per step (a node's boundary GPU over its own NIC); only what the kernels
+  cannot cover shows. The backward carries K/V with their gradients.
 - ``all_gather`` (``AttnFuncWithCPAndKVAllGather``, Llama 3's §3.3.2: "KV all-gather between CP ranks is exposed",
   l.3014-3016): the forward all-gathers K and V (l.3215-3216) and reorders the gathered chunks (``index_select``,
   l.3229-3230) before its two attention steps; the backward gathers and reorders them again (l.3788-3789,
@@ -67,7 +68,12 @@ def cp_ops(ctx: Ctx, a: Attention, flash: Op, bwd_flash: np.ndarray) -> list[Op]
                   selective=True, bwd_nbytes=copies, bwd_kernels=8)
         return [Op(f"{a.name}.cp_a2a", COMM, np.zeros_like(moved), moved, t, dim="cp", selective=True,
                    bwd_nbytes=moved, bwd_time=t), copy]
-    ring = ctx.collective(f"{a.name}.cp_ring", "all_gather", kv, "cp")
+    # cp − 1 steps, each rank sending its own K/V chunk to the next cp rank (isend/irecv, not an NCCL collective:
+    # ``flash_attn_p2p_communicate``): a step lasts as long as its slowest link, and where the cp group spans nodes a
+    # node's boundary GPU sends its chunk over its own NIC (an all-gather would spread it over the node's NICs)
+    crosses = comm.members_per_node(ctx.system, ctx.rows.cp, ctx.rows.tp) < ctx.rows.cp
+    step = comm.p2p_time(ctx.system, kv / cp, crosses)
+    ring = Op(f"{a.name}.cp_ring", COMM, np.zeros_like(kv), kv, np.where(on, (cp - 1.0) * step, 0.0), dim="cp")
     exposed = comm.with_overlap_cost(ctx.system, ring.time, np.maximum(ring.time - flash.time * (cp - 1) / cp, 0.0))
     # The backward ring carries K/V and their accumulated gradients (context_parallel.py
     # AttnFuncWithCPAndKVP2P.backward l.2459-2495: K/V at the first step, K/V with dK/dV between, dK/dV at the last):
