@@ -95,3 +95,19 @@ def test_torchtitan_export_rotates_kv_as_costed(run_cli, kind: str, method: str)
 def test_torchtitan_export_refuses_a_head_split_plan(run_cli) -> None:
     r = run_cli("train", *BASE, *PINNED, "--cp-comm-type", "a2a", "--export", "torchtitan")
     assert r.code == 2 and "cp-comm-type" in r.err
+
+
+def test_the_plan_names_its_exchange(run_cli) -> None:
+    """The JSON plan carries the exchange it was priced with (None without CP); the plan line names it when it is
+    not Megatron's default p2p."""
+    r = run_cli("estimate", "train", *BASE, *PINNED, "--cp-comm-type", "all_gather", "--json")
+    assert r.code == 0 and r.json()["plan"]["cp_comm_type"] == "all_gather"
+    assert run_cli("estimate", "train", *BASE, *PINNED, "--json").json()["plan"]["cp_comm_type"] == "p2p"
+    r = run_cli("estimate", "train", "-m", "llama-3.1-8b", "-H", "dgx-h100", "-b", "8", "-s", "8192", "--dp", "8",
+                "--json")
+    assert r.json()["plan"]["cp_comm_type"] is None
+    text = run_cli("estimate", "train", *BASE, *PINNED, "--cp-comm-type", "a2a").out
+    assert "CP=4(a2a)" in text.splitlines()[0]
+    assert "CP=4  " in run_cli("estimate", "train", *BASE, *PINNED).out.splitlines()[0]
+    plan = run_cli("train", *BASE, "--cp", "4", "--cp-comm-type", "all_gather", "--json").json()["plan"]
+    assert plan["cp"] == 4 and plan["cp_comm_type"] == "all_gather"

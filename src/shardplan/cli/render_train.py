@@ -34,7 +34,9 @@ def layout_line(plan: Any) -> str:
     p = plan
     off = p.offload
     etp = getattr(p, "etp", None)
-    parts = [f"TP={p.tp}", f"PP={p.pp}", f"DP={p.dp}", f"CP={p.cp}", f"EP={p.ep}"]
+    cp_comm = getattr(p, "cp_comm_type", None)
+    cp = f"CP={p.cp}" + (f"({cp_comm})" if cp_comm not in (None, "p2p") else "")  # the exchange, when not the default
+    parts = [f"TP={p.tp}", f"PP={p.pp}", f"DP={p.dp}", cp, f"EP={p.ep}"]
     if p.ep > 1 and etp is not None and etp != p.tp:  # folded experts' own TP (estimate's --etp defaults to tp)
         parts.append(f"ETP={etp}")
     parts.append(f"microbatch={p.microbatch_size}×{p.num_microbatches}")

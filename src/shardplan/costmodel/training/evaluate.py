@@ -89,6 +89,7 @@ def report_row(cost: TrainCost, i: int, *, model: ModelSpec, system: SystemSpec,
         etp=lay.expert_tp if model.moe is not None else None,
         recompute_modules=list(lay.recompute_modules or DEFAULT_RECOMPUTE_MODULES)
         if lay.recompute == Recompute.SELECTIVE else None,
+        cp_comm_type=str(system.software.cp_comm_type) if lay.cp > 1 else None,
     )
     metrics = TrainMetrics(
         step_time_s=step, tokens_per_s=gb * w.seq_len / step,

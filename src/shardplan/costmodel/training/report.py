@@ -50,6 +50,9 @@ class TrainPlanOut(Out):
                                                 "in every layer (Megatron's --recompute-modules; core_attn is its "
                                                 "default), or one other framework's policy (torchtitan_op, "
                                                 "maxtext_save_dot_except_mlpwi). None without selective recompute.")
+    cp_comm_type: str | None = Field(None, description="How context parallelism exchanges K/V in this plan's "
+                                     "pricing (--cp-comm-type, or the system file's software.cp_comm_type): p2p, "
+                                     "all_gather or a2a. None without context parallelism.")
 
 
 class TrainMetrics(Out):
