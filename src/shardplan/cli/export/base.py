@@ -53,8 +53,12 @@ class TrainTarget:
     """The optimizer whose state the cost model held (TrainWorkload.optimizer)."""
     fp8_param_gather: bool = True
     """Whether the cost model gathered fp8 weights (1 B a parameter) under fp8 (SoftwareSpec.fp8_param_gather)."""
-    cp_comm_type: str = "p2p"
-    """How the cost model exchanged K/V under context parallelism (SoftwareSpec.cp_comm_type)."""
+
+    @property
+    def cp_comm_type(self) -> str:
+        """How the plan was priced exchanging K/V under context parallelism (``plan.cp_comm_type``; p2p, Megatron's
+        default, when the plan does not say)."""
+        return self.plan.cp_comm_type or "p2p"
 
     @property
     def num_nodes(self) -> int:
@@ -89,7 +93,7 @@ def train_target(plan: TrainPlanOut | None, *, model: ModelSpec, system: Any, nu
         moe_drop_and_pad=bool(sw.moe_drop_and_pad), moe_router_padding=bool(sw.moe_router_padding),
         eager_kernels=sw.elementwise_kernels != "fused" or sw.norm_kernel != "fused",
         overlap_p2p_comm=bool(sw.overlap_p2p_comm), mtp_layers=workload.mtp_layers,
-        optimizer=workload.optimizer, fp8_param_gather=bool(sw.fp8_param_gather), cp_comm_type=str(sw.cp_comm_type),
+        optimizer=workload.optimizer, fp8_param_gather=bool(sw.fp8_param_gather),
     )
 
 
