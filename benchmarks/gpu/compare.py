@@ -28,8 +28,10 @@ from shardplan.costmodel.core.kernels import (
 )
 from shardplan.costmodel.training.ctx import Ctx
 from shardplan.costmodel.training.dp_sync import optimizer_bytes_per_param
+from shardplan.costmodel.training.layers import full_rerun_ops
 from shardplan.costmodel.training.layout import LayoutArrays, TrainLayout, TrainWorkload
 from shardplan.costmodel.training.memory import LOSS_BYTES_PER_LOGIT
+from shardplan.costmodel.training.recompute_modules import module_bytes
 from shardplan.costmodel.training.stages import kind_costs
 from shardplan.hardware.gpus import H200_SXM
 from shardplan.hardware.load import resolve_system
@@ -193,6 +195,60 @@ def moe_rows(res: dict) -> None:
               f"{(r['gpu_busy_s'] - cats['gemm']) / n * 1e3:.2f})")
 
 
+PHASE_MODES = (("full", True, "full"), ("full_noearly", False, "full"), ("full_reentrant", False, "full"),
+               ("mlp_reentrant", False, "mlp"), ("mlp", True, "mlp"))
+
+
+def _phase_kinds(model: ModelSpec, tp: int, seq: int, early: bool) -> tuple[Ctx, dict]:
+    """The measured shape's per-kind costs on one GPU under ``configs/h200-eager.yaml``, early stop on or off."""
+    base = resolve_system(str(HERE / "configs" / "h200-eager.yaml"))
+    sw = base.software.model_copy(update={"recompute_early_stop": early})
+    ctx = Ctx(model, base.model_copy(update={"software": sw}), TrainWorkload(seq_len=seq, global_batch=1,
+                                                                            grad_dtype="bf16"),
+              LayoutArrays.from_layouts([TrainLayout(tp=tp, dp=1, microbatch=1)], 1))
+    return ctx, kind_costs(ctx)
+
+
+def _secs(ops: list) -> float:
+    return sum(float(np.ravel(o.time)[0]) for o in ops if o.kind != "comm")
+
+
+def phase_rows(res: dict) -> None:
+    """Forward, backward and each recompute granularity's rerun (backward under it less the plain backward) against
+    the model's operators for the same shape on one GPU, collectives left out (none ran): full recompute with and
+    without early stop (``layers.full_rerun_ops``), Megatron's ``mlp`` module (its reentrant region reruns FC2); and
+    the memory the mlp recompute frees against the model's."""
+    for r in res.get("phases", []):
+        if "none" not in r:
+            continue
+        tp = 8 if r["shape"] else 1
+        cfg = "llama-3.1-70b-16l.json" if r["shape"] else f"llama-3.1-8b-{r['layers']}l.json"
+        model = resolve_model(str(HERE / "configs" / cfg))
+        ctx, k = _phase_kinds(model, tp, r["seq"], True)
+        fwd, bwd = ((_secs(getattr(k["embedding"], ph)) + _secs(getattr(k["head"], ph))
+                     + model.num_layers * sum(_secs(getattr(k[x], ph)) for x in ("attention", "mlp")))
+                    for ph in ("fwd_ops", "bwd_ops"))
+        none = r["none"]
+        print(f"phases L{r['layers']} s{r['seq']} {'70B TP-8 rank' if tp > 1 else '8B'}: forward pred "
+              f"{fwd * 1e3:.1f} meas {none['fwd_s'] * 1e3:.1f} ms, backward pred {bwd * 1e3:.1f} meas "
+              f"{none['bwd_s'] * 1e3:.1f} ms")
+        for mode, early, what in PHASE_MODES:
+            if mode not in r:  # run 8 measured none / full / mlp / norm
+                continue
+            ctx, k = _phase_kinds(model, tp, r["seq"], early)
+            if what == "full":
+                pred = model.num_layers * sum(_secs(full_rerun_ops(ctx, x, k[x].fwd_ops)) for x in ("attention", "mlp"))
+            else:  # Megatron's mlp module: the MLP's ops between its norm and residual (recompute_modules)
+                pred = model.num_layers * _secs([o for o in k["mlp"].fwd_ops if o.name not in ("mlp.norm",
+                                                                                                "mlp.residual")])
+            meas = r[mode]["bwd_s"] - none["bwd_s"]
+            print(f"   rerun {mode:15s} pred {pred * 1e3:6.1f} meas {meas * 1e3:6.1f} ms ({pred / meas - 1:+.1%}); "
+                  f"held after forward {r[mode]['after_forward_bytes'] / 2**30:.2f} GiB")
+        freed = model.num_layers * float(module_bytes(ctx, "mlp")["mlp"][0]) / 2**30
+        print(f"   mlp recompute frees pred {freed:.2f} meas "
+              f"{(none['after_forward_bytes'] - r['mlp']['after_forward_bytes']) / 2**30:.2f} GiB")
+
+
 def main(paths: list[str]) -> None:
     for path in paths:
         with open(path) as fh:
@@ -210,6 +266,7 @@ def main(paths: list[str]) -> None:
         step_rows(res)
         tp8_rows(res)
         moe_rows(res)
+        phase_rows(res)
 
 
 if __name__ == "__main__":

@@ -145,6 +145,13 @@ class SoftwareSpec(BaseModel):
         "l.131-134, HEAD components/loss.py; priced as at TP 1 without PP: training.memory.LOSS_BYTES_PER_LOGIT); "
         "'torch_bf16' 6 (the same on 16-bit logits, e.g. NeMo AutoModel's MaskedCrossEntropy with fp32_upcast false; "
         "AutoModel plans keep the default).")
+    recompute_early_stop: bool = Field(
+        False, description="A fully recomputed layer's forward reruns only until the last tensor its backward needs is "
+        "back: PyTorch's non-reentrant torch.utils.checkpoint with its default early stop (NeMo AutoModel, llm-foundry "
+        "under Composer, torchtitan before 2025-08-29), so a dense MLP's FC2 (its input is saved before the GEMM "
+        "runs), the collectives on its output and the residual add are not rerun (training.layers.full_rerun_ops; "
+        "measured on an H200: benchmarks/gpu/RESULTS.md §9). False: the whole forward reruns (Megatron-Core's "
+        "CheckpointFunction, reentrant checkpointing, torchtitan since 25413d224).")
     cp_comm_type: CpCommType = Field(
         "p2p", description="How context parallelism exchanges K/V (Megatron-Core --cp-comm-type, Transformer Engine's "
         "implementations): 'p2p' (a ring beside the attention kernels, exposed only where it outlasts them), "

@@ -170,8 +170,8 @@ def layer_rows(cost: TrainCost, i: int) -> list[LayerRow]:
 
 def _layer_row(cost: TrainCost, stage: str, kind: str, kc: Any, count: int, mode: int, i: int) -> LayerRow:
     """One per-layer row: ``count`` layers of ``kind`` under recompute ``mode`` (0 none, 1 selective, 2 full)."""
-    rc_time = _f(kc.selective.time, i) if mode == 1 else (_f(kc.fwd.time, i) if mode == 2 else 0.0)
-    rc_flops = _f(kc.selective.flops, i) if mode == 1 else (_f(kc.fwd.flops, i) if mode == 2 else 0.0)
+    rc_time = _f(kc.selective.time, i) if mode == 1 else (_f(kc.rerun.time, i) if mode == 2 else 0.0)
+    rc_flops = _f(kc.selective.flops, i) if mode == 1 else (_f(kc.rerun.flops, i) if mode == 2 else 0.0)
     weights, grads, opt = (float(np.asarray(x)[i]) for x in param_memory(cost.ctx, kc.params.dense, kc.params.expert))
     acts = 0.0
     if kc.acts is not None:

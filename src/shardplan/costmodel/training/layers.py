@@ -171,3 +171,20 @@ def head_ops(ctx: Ctx) -> list[Op]:
     ops.append(masked(Op(dgrad.name, dgrad.kind, zero, zero, zero, dim=dgrad.dim, bwd_nbytes=dgrad.nbytes,
                          bwd_time=dgrad.time), (r.sp == 0) & (r.tp > 1)))
     return ops
+
+
+def full_rerun_ops(ctx: Ctx, kind: str, fwd: list[Op]) -> list[Op]:
+    """The forward operators a full recompute of one layer of ``kind`` reruns in backward.
+
+    Megatron-Core's ``CheckpointFunction`` (tensor_parallel/random.py at d98e8a6) reruns the whole forward. PyTorch's
+    non-reentrant ``torch.utils.checkpoint`` stops once every tensor the backward needs is back (early stop, on by
+    default: ``SoftwareSpec.recompute_early_stop``). An aten op's autograd wrapper saves its inputs before it runs
+    the kernel, so the last saved tensor of a dense MLP is FC2's input: FC2, the collectives on its output and the
+    residual add are not rerun. Not where the stop comes later: FC2 as a custom autograd function that saves after
+    its GEMM (fp8/fp4 linears: torchao's float8, Transformer Engine), a dropout mask after FC2, or an MoE layer
+    (its combine keeps FC2's output for the routing weights' gradient). Measured on an H200 (benchmarks/gpu/
+    RESULTS.md §9): a Llama-3.1-8B-shaped layer's rerun took 112.6 against 134.7 ms for 16 layers without early
+    stop."""
+    early = ctx.system.software.recompute_early_stop and not ctx.dropout and ctx.work.dtype not in LOW_PRECISION
+    at = next((i for i, o in enumerate(fwd) if o.name == "mlp.fc2"), None) if early and kind == "mlp" else None
+    return fwd if at is None else fwd[:at]

@@ -98,7 +98,7 @@ def layer_activations(ctx: Ctx, kind: str) -> LayerActivations:
     # input, eager SwiGLU's silu output (16-bit counts, scaled to the activation width).
     sw = ctx.system.software
     norm_saved = traffic("norm", sw.elementwise_kernels, sw.norm_kernel).saved
-    act_saved = traffic("gated_act" if m.mlp.gated else "act", sw.elementwise_kernels).saved * e / 2.0
+    act_saved = activation_saved(ctx)
     if kind in ("linear", "mamba"):
         # norm input, in_proj input, dropout mask | projections' outputs, conv output, fp32 gates/dt, core output,
         # gated-norm output and out_proj input (÷t), and the fp32 states kept at each chunk boundary for backward
@@ -153,6 +153,13 @@ def layer_activations(ctx: Ctx, kind: str) -> LayerActivations:
         base = T * (shard((2 * e + drop + norm_saved) * h) + experts + shared + router)  # norm input, router input
         return LayerActivations(none=base, selective=base, full=np.zeros_like(base))
     raise ValueError(f"unknown layer kind {kind}")
+
+
+def activation_saved(ctx: Ctx) -> float:
+    """Bytes per activation-output element an eager activation keeps beyond the fused kernel's (core.passes
+    ``saved``: eager SwiGLU's silu output), scaled to the activation width."""
+    sw = ctx.system.software
+    return traffic("gated_act" if ctx.model.mlp.gated else "act", sw.elementwise_kernels).saved * ctx.act_bytes / 2.0
 
 
 def clamp_saved(ctx: Ctx) -> float:

@@ -13,9 +13,10 @@ Bytes are ``memory.layer_activations``'s terms (Korthikanti et al. 2022 §4 gene
   which keeps no scores;
 - ``layernorm``: each norm's output, the next GEMM's input: ``2·s·b·h`` bytes (÷t under sequence parallelism) per
   norm — one per attention layer, one per MLP or MoE;
-- ``mlp``: the FC1 output(s) and activation output: ``s·b·(g + 1)·f·2/t`` (``g = 2`` gated, FC1 input kept);
+- ``mlp``: the FC1 output(s) and activation output: ``s·b·(g + 1)·f·2/t`` (``g = 2`` gated, FC1 input kept), and
+  what an eager activation keeps beside them (``memory.activation_saved``: eager SwiGLU's silu output);
 - ``moe_act``: each routed copy's activation output, the FC2 input: ``s·b·k·c·F·2/t`` (top-k, capacity factor), and
-  what a clamped GLU's eager clamps keep (``memory.clamp_saved``);
+  what an eager activation and a clamped GLU's eager clamps keep (``memory.clamp_saved``);
 - ``shared_experts``: the shared experts' FC1 output(s) and activation output;
 - ``moe``: everything the MoE MLP stores beyond its input (dispatched copies, expert and shared activations, router);
 - ``mla_up_proj``: MLA's Q, K and V after the up-projections (the latents stay for the weight gradients).
@@ -68,7 +69,7 @@ from shardplan.costmodel.core.ops import ATTN, COMM, GEMM, MEM, Op
 from shardplan.costmodel.core.passes import traffic
 from shardplan.costmodel.training.ctx import Ctx
 from shardplan.costmodel.training.knobs import RECOMPUTE_MODULES, RECOMPUTE_POLICIES
-from shardplan.costmodel.training.memory import clamp_saved, layer_activations
+from shardplan.costmodel.training.memory import activation_saved, clamp_saved, layer_activations
 
 MODULES = RECOMPUTE_MODULES
 ATTENTION_KINDS = ("attention", "sliding", "chunked")
@@ -91,7 +92,7 @@ def module_bytes(ctx: Ctx, kind: str) -> dict[str, np.ndarray]:
 
     norm_out = T * shard(e * m.hidden_size) * (q == e)  # the next GEMM's 16-bit input (under fp8 its fp8 copy stays)
     g = 2 if m.mlp.gated else 1
-    clamp = clamp_saved(ctx)
+    clamp, act = clamp_saved(ctx), activation_saved(ctx)
     policies = {p: layer_activations(ctx, kind).none - policy_kept(ctx, kind, p) for p in RECOMPUTE_POLICIES
                 if kind in POLICY_KINDS and m.mla is None}
     if kind in ATTENTION_KINDS:
@@ -103,9 +104,10 @@ def module_bytes(ctx: Ctx, kind: str) -> dict[str, np.ndarray]:
         return out | policies
     if kind == "mlp":
         f = m.ffn_hidden_size / t
-        # FC1 output(s) and the FC2 input go; the checkpointed input is the 16-bit one where fp8 kept a 1-byte copy
+        # FC1 output(s), what an eager activation keeps and the FC2 input go (``memory.layer_activations``' MLP
+        # terms); the checkpointed input is the 16-bit one where fp8 kept a 1-byte copy
         return {"layernorm": norm_out,
-                "mlp": T * (f * (g * e + q) - shard((e - q) * m.hidden_size))} | policies
+                "mlp": T * (f * (g * e + q + act) - shard((e - q) * m.hidden_size))} | policies
     if kind == "moe":
         assert m.moe is not None
         moe = m.moe
@@ -116,11 +118,11 @@ def module_bytes(ctx: Ctx, kind: str) -> dict[str, np.ndarray]:
         norm_saved = traffic("norm", sw.elementwise_kernels, sw.norm_kernel).saved
         unsplit = (2 * e + (1.0 if ctx.dropout else 0.0) + norm_saved) * m.hidden_size
         out = {"layernorm": T * shard(e * m.hidden_size),  # the router's input is 16-bit
-               # each routed copy's FC2 input (and what a clamped GLU's eager clamps keep)
-               "moe_act": T * copies * (q + clamp) * moe.expert_ffn_hidden_size / t,
+               # each routed copy's FC2 input (and what an eager activation and a clamped GLU's eager clamps keep)
+               "moe_act": T * copies * (q + clamp + act) * moe.expert_ffn_hidden_size / t,
                "moe": acts.none - T * shard(unsplit)}
         if moe.num_shared_experts:
-            out["shared_experts"] = T * moe.num_shared_experts * moe.shared_ffn / t * (g * e + q)
+            out["shared_experts"] = T * moe.num_shared_experts * moe.shared_ffn / t * (g * e + q + act)
         return out
     return {}
 

@@ -30,9 +30,10 @@ class StageSums:
 
     fwd: np.ndarray  # forward seconds per microbatch, the embedding and the head included
     bwd: np.ndarray
-    mixer_fwd: np.ndarray | float  # a token mixer's forward, the stage's mixer kinds in proportion
-    mlp_fwd: np.ndarray  # one dense MLP layer's forward
-    moe_fwd: np.ndarray | None  # one MoE layer's forward (None: no MoE)
+    # what a full recompute reruns of one layer (``layers.full_rerun_ops``): its forward, less what early stop skips
+    mixer_fwd: np.ndarray | float  # a token mixer's, the stage's mixer kinds in proportion
+    mlp_fwd: np.ndarray  # one dense MLP layer's
+    moe_fwd: np.ndarray | None  # one MoE layer's (None: no MoE)
     # Selective recompute with the row's module set (its change from the default, core attention's rerun:
     # ``recompute_modules.selective_terms``): seconds rerun per microbatch, activation bytes stored per microbatch,
     # and the largest recomputed module's bytes (live during its backward)
@@ -82,8 +83,9 @@ def stage_sums(k: dict[str, KindCost], shape: StageShape, masks: dict[str, np.nd
 
     mods = selective_of(module_sums(k, counts, row_shape, masks), masks, row_shape)
     return StageSums(
-        fwd=fwd, bwd=bwd, mixer_fwd=mixer_mean(k, counts, lambda c: c.fwd.time), mlp_fwd=mlp.fwd.time,
-        moe_fwd=moe.fwd.time if moe else None, selective_s=layer_sum(k, counts, lambda c: c.selective.time) + mods.time,
+        fwd=fwd, bwd=bwd, mixer_fwd=mixer_mean(k, counts, lambda c: c.rerun.time), mlp_fwd=mlp.rerun.time,
+        moe_fwd=moe.rerun.time if moe else None,
+        selective_s=layer_sum(k, counts, lambda c: c.selective.time) + mods.time,
         selective_stored=acts("selective") - mods.freed, selective_transient=mods.transient,
         dense_params=params_of("dense"), expert_params=params_of("expert"), acts_none=acts("none"),
         save_dense=saving(mlp), save_moe=saving(moe),
@@ -111,6 +113,7 @@ class FlopSums:
 
     per_mb: np.ndarray  # forward and backward FLOPs per microbatch, the embedding and the head included
     fwd_all: np.ndarray  # the layers' forward FLOPs
+    skipped: np.ndarray  # the GEMM FLOPs of those a full recompute does not rerun (``layers.full_rerun_ops``)
     core: np.ndarray | float  # core attention's rerun, as executed
     mods: np.ndarray  # the row's module set's change from the default rerun FLOPs (less core when dropped)
 
@@ -123,6 +126,7 @@ def flop_sums(k: dict[str, KindCost], counts: dict[str, float], masks: dict[str,
     per_mb = per_mb + sum(k[x].fwd.flops + k[x].bwd.flops for x in ("embedding", "head"))
     mods = selective_of(module_sums(k, counts, row_shape, masks), masks, row_shape).flops
     return FlopSums(per_mb, layer_sum(k, counts, lambda c: c.fwd.flops),
+                    layer_sum(k, counts, lambda c: c.fwd.flops - c.rerun.flops),
                     layer_sum(k, counts, lambda c: c.selective.flops), mods)
 
 

@@ -56,6 +56,7 @@ class KindCost:
     fwd: PhaseCost
     bwd: PhaseCost
     selective: PhaseCost  # what core_attn recompute reruns (core attention, flash or unfused)
+    rerun: PhaseCost  # what a full recompute of the layer reruns (``layers.full_rerun_ops``)
     params: LayerParams
     acts: LayerActivations | None
     modules: dict[str, ModuleCost]  # selective recompute modules of this kind (``recompute_modules``)
@@ -72,7 +73,8 @@ def kind_cost(ctx: Ctx, kind: str) -> KindCost:
     like = ctx.tokens
     acts = layer_activations(ctx, kind) if kind in LAYER_KINDS else None
     return KindCost(kind, fwd, bwd, PhaseCost.of(fwd, like), PhaseCost.of(bwd, like),
-                    PhaseCost.of(selective_part(fwd), like), layer_params(ctx, kind), acts,
+                    PhaseCost.of(selective_part(fwd), like), PhaseCost.of(Lyr.full_rerun_ops(ctx, kind, fwd), like),
+                    layer_params(ctx, kind), acts,
                     module_costs(ctx, kind, fwd) if kind in LAYER_KINDS else {})
 
 
@@ -151,8 +153,9 @@ def _head_with_mtp(ctx: Ctx, costs: dict[str, KindCost]) -> KindCost:
     fwd = head.fwd_ops + n * (entry_f + attn.fwd_ops + ffn.fwd_ops + head.fwd_ops)
     bwd = head.bwd_ops + n * (head.bwd_ops + ffn.bwd_ops + attn.bwd_ops + entry_b)
     like = ctx.tokens
-    return KindCost(head.kind, fwd, bwd, PhaseCost.of(fwd, like), PhaseCost.of(bwd, like), head.selective,
-                    head.params, head.acts, head.modules)
+    whole = PhaseCost.of(fwd, like)
+    return KindCost(head.kind, fwd, bwd, whole, PhaseCost.of(bwd, like), head.selective, whole, head.params, head.acts,
+                    head.modules)
 
 
 def take_kinds(kinds: dict[str, KindCost], idx: np.ndarray | slice, n: int) -> dict[str, KindCost]:
@@ -174,7 +177,8 @@ def _moe_overlapped(ctx: Ctx, costs: dict[str, KindCost]) -> KindCost:
     c = costs["moe"]
     fwd, bwd = overlap_ep(ctx, c.fwd_ops, c.bwd_ops, mixer_f, mixer_b)
     like = ctx.tokens
-    return KindCost(c.kind, fwd, bwd, PhaseCost.of(fwd, like), PhaseCost.of(bwd, like), c.selective, c.params, c.acts,
+    whole = PhaseCost.of(fwd, like)  # an MoE layer reruns whole (``layers.full_rerun_ops``)
+    return KindCost(c.kind, fwd, bwd, whole, PhaseCost.of(bwd, like), c.selective, whole, c.params, c.acts,
                     module_costs(ctx, c.kind, fwd))
 
 

@@ -188,15 +188,18 @@ def _flops(ctx: Ctx, k: dict[str, KindCost], m: np.ndarray, sums: FlopSums | Non
     full_frac = np.minimum(r.rk * r.pp, mdl.num_layers) / mdl.num_layers
     core_on = (r.sel >> MODULES.index("core_attn") & 1) == 1
     f_rc = model_flops_parts(mdl, w.seq_len) if w.mtp_layers else f  # the MTP modules are not recomputed
-    rc = tokens * np.where(r.rc == 1, np.where(core_on, f_rc.attention_fwd, 0.0),
-                           np.where(r.rc == 2, full_frac * f_rc.layers_fwd, 0.0))
     fs = sums if sums is not None else flop_sums(k, model_counts(mdl), row_masks(ctx), np.shape(r.sel))
     per_mb, fwd_all, core = fs.per_mb, fs.fwd_all, fs.core  # core: core attention's rerun, as executed
     mods = fs.mods  # the set's change from the default (less core when dropped)
-    rc_exec = np.where(r.rc == 1, core + mods, np.where(r.rc == 2, full_frac * fwd_all, 0.0))
-    executed = m * r.dp * r.cp * r.tp * (per_mb + rc_exec)
+    gpus = m * r.dp * r.cp * r.tp
+    # early stop's skipped GEMMs (``layers.full_rerun_ops``) count the same in both conventions
+    skipped = full_frac * fs.skipped
+    rc = np.where(r.rc == 1, tokens * np.where(core_on, f_rc.attention_fwd, 0.0),
+                  np.where(r.rc == 2, tokens * full_frac * f_rc.layers_fwd - gpus * skipped, 0.0))
+    rc_exec = np.where(r.rc == 1, core + mods, np.where(r.rc == 2, full_frac * fwd_all - skipped, 0.0))
+    executed = gpus * (per_mb + rc_exec)
     others = mods + np.where(core_on, 0.0, core)  # the other modules alone (a set without core_attn drops its rerun)
-    return model, model + rc + np.where(r.rc == 1, m * r.dp * r.cp * r.tp * others, 0.0), executed
+    return model, model + rc + np.where(r.rc == 1, gpus * others, 0.0), executed
 
 
 def spread_sums(ctx: Ctx, table: KindTable) -> tuple[list[StageShape], list[StageSums]]:
