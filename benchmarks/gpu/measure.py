@@ -18,6 +18,8 @@ Parts (all timings are medians of CUDA-event-timed repeats, after warm-up, with 
            kernel time from the profiler, static and peak memory, recompute none and full.
   phases   forward and backward apart under recompute none / full / mlp / norm (``phase_parts``), same weights,
            modes alternated repeat by repeat; memory held after the forward; kernel time of each phase.
+  titan    torchtitan's Llama block (separate projections, composite RMSNorm, complex rotary) under no AC, full AC
+           and its per-op selective AC (``titan_parts``): forward, backward, memory held after the forward.
   moe      four MoE blocks of Qwen3-30B-A3B's shape, forward+backward, with and without the host copy of the
            per-expert token counts: wall time against GPU-busy time (the host time the sync exposes); and the
            host time one eager op costs.
@@ -39,6 +41,7 @@ from device_common import BF16, DEV, T0, bench, left, rnd, smi
 from kernel_parts import part_attn, part_gather, part_gemm, part_grouped, part_membw, part_optim, part_streams
 from phase_parts import part_phases
 from step_parts import part_compiled, part_mbsweep, part_moe, part_step, part_tp8rank
+from titan_parts import part_titan
 
 RESULTS: dict[str, object] = {}
 
@@ -94,7 +97,7 @@ def main() -> None:
     parts = {"env": part_env, "clocks": part_clocks, "gemm": part_gemm, "attn": part_attn, "grouped": part_grouped,
              "streams": part_streams, "optim": part_optim, "membw": part_membw, "gather": part_gather,
              "step": part_step, "compiled": part_compiled, "mbsweep": part_mbsweep, "tp8rank": part_tp8rank,
-             "moe": part_moe, "phases": part_phases}
+             "moe": part_moe, "phases": part_phases, "titan": part_titan}
     only = os.environ.get("MEASURE_PARTS")
     for name, fn in parts.items():
         if only and name not in only.split(","):
