@@ -249,6 +249,36 @@ def phase_rows(res: dict) -> None:
               f"{(none['after_forward_bytes'] - r['mlp']['after_forward_bytes']) / 2**30:.2f} GiB")
 
 
+TITAN_MODES = (("none", "none", None), ("full", "full", None), ("op", "selective", ["torchtitan_op"]))
+
+
+def titan_rows(res: dict) -> None:
+    """torchtitan's block (``titan_parts``) under no AC, full AC and its per-op selective AC against ``estimate
+    train`` with ``configs/h200-torchtitan.yaml``: forward, backward (recompute included), the rerun, and the memory
+    held after the forward (less the loss's backward transient, as ``step_rows``); kernel time by category."""
+    for r in res.get("titan", []):
+        if "none" not in r:
+            continue
+        cfg = str(HERE / "configs" / f"llama-3.1-8b-{r['layers']}l.json")
+        transient = (LOSS_BYTES_PER_LOGIT["torch_fp32"] - 4.0) * 128_256 * r["seq"]
+        for mode, rc, mods in TITAN_MODES:
+            rep = estimate_training(cfg, str(HERE / "configs" / "h200-torchtitan.yaml"), gpus=1, global_batch=1,
+                                    seq_len=r["seq"], microbatch=1, recompute=rc, recompute_modules=mods,
+                                    grad_dtype="bf16")
+            st, m = rep.stages[0], r[mode]
+            rerun = m["bwd_s"] - r["none"]["bwd_s"]
+            print(f"torchtitan block L{r['layers']} s{r['seq']} {mode:4s}: forward pred {st.fwd_time_s * 1e3:6.1f} "
+                  f"meas {m['fwd_s'] * 1e3:6.1f} ms, backward pred {st.bwd_time_s * 1e3:6.1f} meas "
+                  f"{m['bwd_s'] * 1e3:6.1f} ms, rerun pred {st.recompute_time_s * 1e3:5.1f} meas {rerun * 1e3:5.1f} "
+                  f"ms; held after forward pred {(rep.memory.activations_bytes - transient) / 2**30:.2f} meas "
+                  f"{m['after_forward_bytes'] / 2**30:.2f} GiB")
+        for phase in ("fwd", "bwd"):
+            if f"none_{phase}_kernels" in r:
+                cats = r[f"none_{phase}_kernels"][0]
+                print(f"      measured {phase} kernels (ms): "
+                      + ", ".join(f"{k} {v * 1e3:.1f}" for k, v in cats.items()))
+
+
 def main(paths: list[str]) -> None:
     for path in paths:
         with open(path) as fh:
@@ -267,6 +297,7 @@ def main(paths: list[str]) -> None:
         tp8_rows(res)
         moe_rows(res)
         phase_rows(res)
+        titan_rows(res)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,8 @@ alternated repeat by repeat:
 - ``op``: torchtitan's per-op selective AC (parallelisms/parallelize_llama.py ``_save_list`` and
   ``_custom_policy``): the outputs of every odd ``aten.mm`` and of SDPA are saved, everything else is rerun.
 
-What comes back per mode: forward and backward seconds (medians) and the memory held after the forward.
+What comes back per mode: forward and backward seconds (medians) and the memory held after the forward; for ``none``,
+kernel time by category, the longest kernels and launches per category of the forward and of the backward.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from collections import defaultdict
 import torch
 import torch.nn.functional as F
 from device_common import BF16, DEV, left
+from step_parts import kernel_breakdown
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selective_checkpoint_contexts
@@ -163,6 +165,12 @@ def run_titan(layers: int, seq: int, reps: int = 5) -> dict:
     for mode, xs in got.items():
         out[mode] = {"fwd_s": sorted(x[0] for x in xs)[len(xs) // 2], "bwd_s": sorted(x[1] for x in xs)[len(xs) // 2],
                      "all": xs, "after_forward_bytes": xs[-1][2]}
+    # kernel time by category and the longest kernels of the plain forward and backward
+    for blk in model.layers:
+        blk.mode = "none"
+    held: list[torch.Tensor] = []
+    out["none_fwd_kernels"] = kernel_breakdown(lambda: held.append(model(ids, labels)))
+    out["none_bwd_kernels"] = kernel_breakdown(lambda: held.pop().backward())
     return out
 
 
