@@ -179,3 +179,22 @@ def test_a_uniform_split_with_dense_layers_beyond_rank_0_plans() -> None:
                                       workload=work, pp=32, cp=2))
     assert plan.plan is not None and plan.plan.cp == 2
     assert any(x.startswith("Context parallelism exchanges K/V by p2p") for x in plan.explanation)
+
+
+def test_all_gather_holds_three_gathered_kv_in_a_layers_backward() -> None:
+    """All-gather CP's backward holds the re-gathered K and V, the zero-filled dK and dV and a reordered copy: three
+    times one layer's gathered K/V on a stage without the LM head (whose logits outweigh it on the last stage), by
+    hand: 3 × 32,768 tokens × 8 KV heads × 128 × 2 B × (K, V) = 384 MiB for Llama 3.1 8B at TP 1."""
+    from shardplan.api import estimate_training
+    from shardplan.hardware import get_system
+
+    base = get_system("dgx-h100")
+
+    def acts(kind: str) -> list[float]:
+        system = base.model_copy(update={"software": base.software.model_copy(update={"cp_comm_type": kind})})
+        rep = estimate_training("llama-3.1-8b", system, gpus=16, global_batch=16, seq_len=32768, pp=2, cp=4)
+        return [s.activations_bytes for s in rep.stages]
+
+    p2p, gather, a2a = acts("p2p"), acts("all_gather"), acts("a2a")
+    assert gather[0] - p2p[0] == 3 * 32768 * 8 * 128 * 2 * 2
+    assert gather[1] == p2p[1] and a2a == p2p

@@ -83,3 +83,12 @@ def cp_ops(ctx: Ctx, a: Attention, flash: Op, bwd_flash: np.ndarray) -> list[Op]
     return [Op(ring.name, ring.kind, ring.flops, ring.nbytes, np.where(on, exposed, 0.0), dim="cp", selective=True,
                bwd_nbytes=2.0 * ring.nbytes, bwd_time=np.where(on, exposed_b, 0.0))]
 
+
+def gather_transient(ctx: Ctx, a: Attention) -> np.ndarray:
+    """Bytes the ``all_gather`` exchange holds at its peak in one attention layer's backward beyond what the layer
+    stores: the re-gathered K and V, the zero-filled dK and dV of the gathered size, and one reordered copy
+    (TE d0067d0 context_parallel.py l.3768-3777, 3788-3789, 3806-3807, 4107-4123): three times the gathered K/V on this
+    TP rank. Zero without CP or under the other exchanges (their buffers are a step's chunk)."""
+    on = (ctx.rows.cp > 1) & (ctx.system.software.cp_comm_type == "all_gather")
+    return np.where(on, 3.0 * a.kv_tokens * a.kv_token_bytes, 0.0)
+

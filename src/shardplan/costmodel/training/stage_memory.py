@@ -13,8 +13,11 @@ from typing import Any
 
 import numpy as np
 
+from shardplan.costmodel.core.layouts import layer_kind_names
+from shardplan.costmodel.training.cp_comm import gather_transient
 from shardplan.costmodel.training.ctx import Ctx
 from shardplan.costmodel.training.dp_sync import fsdp_under_pp
+from shardplan.costmodel.training.layers import core_attention
 from shardplan.costmodel.training.layout import LayoutArrays, TrainWorkload
 from shardplan.costmodel.training.memory import (
     embedding_activations,
@@ -142,6 +145,13 @@ def stage_memory(ctx: Ctx, k: dict[str, KindCost] | None, shape: StageShape, m: 
     return memory_of(ctx, sums, shape, m, rc_dense, rc_moe)
 
 
+def _cp_gather(ctx: Ctx) -> np.ndarray | float:
+    """``cp_comm.gather_transient`` of the model's full-attention layers (none: zero)."""
+    if "attention" not in layer_kind_names(ctx.model):
+        return 0.0
+    return gather_transient(ctx, core_attention(ctx))
+
+
 def memory_of(ctx: Ctx, sums: StageSums, shape: StageShape, m: np.ndarray, rc_dense: np.ndarray,
               rc_moe: np.ndarray) -> StageMemory:
     """The stage's memory from its sums (its selective module set's terms among them) and its fully recomputed
@@ -173,7 +183,10 @@ def memory_of(ctx: Ctx, sums: StageSums, shape: StageShape, m: np.ndarray, rc_de
     recomputed = np.where(r.rc == 2, np.maximum(np.where(rc_dense > 0, save_dense, 0.0),
                                                  np.where(rc_moe > 0, save_moe, 0.0)),
                            (r.rc == 1) * sums.selective_transient)
-    working = np.maximum(recomputed, head * once(ctx, "head_acts", lambda: head_activations(ctx)))
+    # all_gather CP's gathered K/V and dK/dV live in one attention layer's backward, beside a recomputed layer's
+    gather = once(ctx, "cp_gather", lambda: _cp_gather(ctx)) if n.any() else 0.0
+    working = np.maximum(recomputed + np.where(n > 0, gather, 0.0),
+                         head * once(ctx, "head_acts", lambda: head_activations(ctx)))
     # ZeRO-3/FSDP gathers one module (wrapping unit) at a time: a transformer layer, the embedding or the output
     # layer (torchtitan and Megatron-FSDP wrap each); the buffer is the largest unit the stage holds.
     head_unit = sums.head_params
