@@ -97,7 +97,8 @@ def test_pytorch_stacks_stop_early_and_megatron_does_not() -> None:
     assert not framework_system(base, "torchtitan").software.recompute_early_stop  # off since 25413d224
     assert framework_system(base, "fsdp").software.recompute_early_stop
     assert framework_system(base, "automodel", get_model("llama-3.1-8b")).software.recompute_early_stop
-    assert framework_system(base, "automodel", get_model("qwen3-30b-a3b")).software.recompute_early_stop
+    moe = get_model("qwen3-30b-a3b")  # its dense MLPs are Transformer Engine linears
+    assert not framework_system(base, "automodel", moe).software.recompute_early_stop
     assert not framework_system(base, "megatron").software.recompute_early_stop
     assert not base.software.recompute_early_stop
 
@@ -177,3 +178,19 @@ def test_torchtitan_checkpointing_against_the_h200(i: int) -> None:
     priced = sum((model.num_layers if kind in ("attention", "mlp") else 1)
                  * sum(float(o.time[0]) for o in (*c.fwd_ops, *c.bwd_ops) if o.kind == "gemm") for kind, c in k.items())
     assert 1.2 < priced / gemm < 1.35
+
+
+@pytest.mark.parametrize("on", [True, False])
+def test_torchtitans_op_policy_spares_the_residual_add_only_under_early_stop(on: bool) -> None:
+    """torchtitan's per-op policy saves w2's output; what follows it (the residual add, the all-reduce without SP)
+    reruns unless early stop has every saved tensor back first, as its full AC (same flag)."""
+    from shardplan.costmodel.training.recompute_modules import policy_shares
+
+    work = TrainWorkload(seq_len=4096, global_batch=8)
+    rows = LayoutArrays.from_layouts([TrainLayout(tp=2, dp=4, microbatch=1)], 8)
+    ctx = Ctx(get_model("llama-3.1-8b"), _early(get_system("dgx-h100"), on), work, rows)
+    fwd = kind_costs(ctx)["mlp"].fwd_ops
+    shares = dict(zip((o.name for o in fwd), policy_shares(ctx, "mlp", "torchtitan_op", fwd), strict=True))
+    assert float(shares["mlp.residual"][0]) == (0.0 if on else 1.0)
+    assert float(shares["mlp.tp_allreduce"][0]) == (0.0 if on else 1.0)
+    assert float(shares["mlp.norm"][0]) == 1.0 and float(shares["mlp.act"][0]) == 1.0

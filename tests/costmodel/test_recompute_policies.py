@@ -31,9 +31,13 @@ ROW = T * E * H / 2  # one [T, h] tensor outside the TP regions, ÷2 under seque
 
 
 def _ctx() -> Ctx:
+    """torchtitan as its published runs ran it: non-reentrant checkpoint with PyTorch's early stop (before
+    torchtitan 25413d224; without it the residual add reruns too: test_recompute_early_stop)."""
     work = TrainWorkload(seq_len=4096, global_batch=8, attention=AttentionKernel.FLASH)
     lay = TrainLayout(tp=2, pp=1, dp=1, sequence_parallel=True)
-    return Ctx(get_model("llama-3.1-8b"), get_system("dgx-h100"), work, LayoutArrays.from_layouts([lay], 8))
+    base = get_system("dgx-h100")
+    system = base.model_copy(update={"software": base.software.model_copy(update={"recompute_early_stop": True})})
+    return Ctx(get_model("llama-3.1-8b"), system, work, LayoutArrays.from_layouts([lay], 8))
 
 
 def _kept(ctx: Ctx, kind: str, policy: str) -> float:

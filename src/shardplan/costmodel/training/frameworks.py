@@ -134,8 +134,10 @@ _TORCH_NATIVE: tuple[tuple[str, object], ...] = (*_BF16_GATHERS, ("tp_comm_overl
 _CUDNN, _FLASH2 = ("attention", AttentionKernel.CUDNN), ("attention", AttentionKernel.FLASH2)
 # PyTorch's non-reentrant checkpoint stops its rerun early (``SoftwareSpec.recompute_early_stop``; torch
 # utils/checkpoint.py ``_enable_checkpoint_early_stop = True`` in 2.1-2.7). NeMo AutoModel wraps blocks in it
-# (36044ad components/distributed/activation_checkpointing.py l.655-660 CheckpointImpl.NO_REENTRANT; MoE blocks
-# components/moe/parallelizer.py l.613-633), and so do llm-foundry's yamls under Composer (8c8dd48 scripts/train/
+# (36044ad components/distributed/activation_checkpointing.py l.655-660 CheckpointImpl.NO_REENTRANT); its MoE models'
+# dense MLPs are Transformer Engine linears (components/models/common/utils.py ``BackendConfig.linear`` "te" where TE
+# is installed), which save after their GEMM, so nothing stops before FC2 there: not set for automodel-moe. So do
+# llm-foundry's yamls under Composer (8c8dd48 scripts/train/
 # yamls/pretrain/mpt-*.yaml l.95 ``activation_checkpointing_reentrant: false``; Composer v0.32.1
 # dist_strategy.py l.537-540 NO_REENTRANT). torchtitan turned it off (b5bcd76 distributed/activation_checkpoint.py
 # l.176-182 ``early_stop=False``, since 25413d224, 2025-08-29, against a memory leak under EP): its records from
@@ -144,7 +146,7 @@ _EARLY_STOP = ("recompute_early_stop", True)
 # NeMo AutoModel's MoE backend dispatches with DeepEP wherever DeepEP is installed, as in NVIDIA's containers
 # (``BackendConfig.dispatcher``, l.338-343).
 _AUTOMODEL: tuple[tuple[str, object], ...] = (*_TORCH_NATIVE, _FLASH2, ("ep_dispatcher", "deepep"), _EARLY_STOP)
-_AUTOMODEL_MOE: tuple[tuple[str, object], ...] = (*_TORCH_NATIVE, _CUDNN, ("ep_dispatcher", "deepep"), _EARLY_STOP)
+_AUTOMODEL_MOE: tuple[tuple[str, object], ...] = (*_TORCH_NATIVE, _CUDNN, ("ep_dispatcher", "deepep"))
 
 FRAMEWORKS: dict[str, FrameworkCaps] = {
     "megatron": FrameworkCaps("megatron", (0, 1, 2, 3), tuple(Recompute), zero3_with_pp=False,

@@ -182,7 +182,9 @@ def full_rerun_ops(ctx: Ctx, kind: str, fwd: list[Op]) -> list[Op]:
     the kernel, so the last saved tensor of a dense MLP is FC2's input: FC2, the collectives on its output and the
     residual add are not rerun. Not where the stop comes later: FC2 as a custom autograd function that saves after
     its GEMM (fp8/fp4 linears: torchao's float8, Transformer Engine), a dropout mask after FC2, or an MoE layer
-    (its combine keeps FC2's output for the routing weights' gradient). Measured on an H200 (benchmarks/gpu/
+    (its combine keeps FC2's output for the routing weights' gradient). Two places rerun more here than the stop
+    does, conservatively: with dropout the residual add is still spared (the mask comes before it), and a block
+    ending in a token mixer would stop before its output projection. Measured on an H200 (benchmarks/gpu/
     RESULTS.md §9): a Llama-3.1-8B-shaped layer's rerun took 112.6 against 134.7 ms for 16 layers without early
     stop."""
     early = ctx.system.software.recompute_early_stop and not ctx.dropout and ctx.work.dtype not in LOW_PRECISION

@@ -219,6 +219,7 @@ def policy_shares(ctx: Ctx, kind: str, policy: str, fwd: list[Op]) -> list[np.nd
     one, none = np.ones(1), np.zeros(1)
     shares: list[np.ndarray]
     if policy == "torchtitan_op":
+        early = ctx.system.software.recompute_early_stop  # torchtitan's SAC passes it as its full AC does
         rerun: dict[str, np.ndarray] = {}
         for i, (part, name, share, _) in enumerate(_torchtitan_mms(ctx)):
             if i % 2 == 1 and part == _part(kind):  # the even mm of the block (1-based): not saved
@@ -229,7 +230,8 @@ def policy_shares(ctx: Ctx, kind: str, policy: str, fwd: list[Op]) -> list[np.nd
                 return rerun.get(name, none)
             if op.kind == ATTN or op.selective or name.endswith(("reducescatter", "cp_ring")):
                 return none  # SDPA (ring attention under CP inside it) and reduce-scatters are saved
-            return none if name in ("mlp.residual", "mlp.tp_allreduce") else one  # early stop: unneeded
+            # after w2's saved output: unneeded once early stop has every saved tensor back, rerun without it
+            return none if early and name in ("mlp.residual", "mlp.tp_allreduce") else one
 
         shares = [titan(op, n) for op, n in zip(fwd, base, strict=True)]
     elif policy == "maxtext_save_dot_except_mlpwi":

@@ -31,9 +31,9 @@ class StageSums:
     fwd: np.ndarray  # forward seconds per microbatch, the embedding and the head included
     bwd: np.ndarray
     # what a full recompute reruns of one layer (``layers.full_rerun_ops``): its forward, less what early stop skips
-    mixer_fwd: np.ndarray | float  # a token mixer's, the stage's mixer kinds in proportion
-    mlp_fwd: np.ndarray  # one dense MLP layer's
-    moe_fwd: np.ndarray | None  # one MoE layer's (None: no MoE)
+    mixer_rerun: np.ndarray | float  # a token mixer's, the stage's mixer kinds in proportion
+    mlp_rerun: np.ndarray  # one dense MLP layer's
+    moe_rerun: np.ndarray | None  # one MoE layer's (None: no MoE)
     # Selective recompute with the row's module set (its change from the default, core attention's rerun:
     # ``recompute_modules.selective_terms``): seconds rerun per microbatch, activation bytes stored per microbatch,
     # and the largest recomputed module's bytes (live during its backward)
@@ -83,8 +83,8 @@ def stage_sums(k: dict[str, KindCost], shape: StageShape, masks: dict[str, np.nd
 
     mods = selective_of(module_sums(k, counts, row_shape, masks), masks, row_shape)
     return StageSums(
-        fwd=fwd, bwd=bwd, mixer_fwd=mixer_mean(k, counts, lambda c: c.rerun.time), mlp_fwd=mlp.rerun.time,
-        moe_fwd=moe.rerun.time if moe else None,
+        fwd=fwd, bwd=bwd, mixer_rerun=mixer_mean(k, counts, lambda c: c.rerun.time), mlp_rerun=mlp.rerun.time,
+        moe_rerun=moe.rerun.time if moe else None,
         selective_s=layer_sum(k, counts, lambda c: c.selective.time) + mods.time,
         selective_stored=acts("selective") - mods.freed, selective_transient=mods.transient,
         dense_params=params_of("dense"), expert_params=params_of("expert"), acts_none=acts("none"),

@@ -136,10 +136,10 @@ def stage_times(ctx: Ctx, k: dict[str, KindCost] | None, shape: StageShape, m: n
     # layers (Megatron's uniform/block method), dense layers first as they precede MoE layers.
     full_layers, rc_dense, rc_moe = full_recompute(r, shape)
     # the recomputed layers' token mixers: the stage's mixer kinds in proportion (one kind: exactly its layers)
-    full_fwd = full_layers * sums.mixer_fwd + rc_dense * sums.mlp_fwd \
-        + (rc_moe * sums.moe_fwd if sums.moe_fwd is not None else 0.0)
+    full_rerun = full_layers * sums.mixer_rerun + rc_dense * sums.mlp_rerun \
+        + (rc_moe * sums.moe_rerun if sums.moe_rerun is not None else 0.0)
     # selective: core attention, and Megatron's --recompute-modules beyond its default (core_attn)
-    rc = np.where(r.rc == 1, sums.selective_s, np.where(r.rc == 2, full_fwd, 0.0))
+    rc = np.where(r.rc == 1, sums.selective_s, np.where(r.rc == 2, full_rerun, 0.0))
     p2p = once(ctx, "p2p", lambda: pipeline_send_s(ctx, m), m)  # one direction per microbatch, as the schedule sees
     return StageTimes(sums.fwd, sums.bwd, rc, p2p, rc_dense, rc_moe)
 
@@ -192,7 +192,9 @@ def _flops(ctx: Ctx, k: dict[str, KindCost], m: np.ndarray, sums: FlopSums | Non
     per_mb, fwd_all, core = fs.per_mb, fs.fwd_all, fs.core  # core: core attention's rerun, as executed
     mods = fs.mods  # the set's change from the default (less core when dropped)
     gpus = m * r.dp * r.cp * r.tp
-    # early stop's skipped GEMMs (``layers.full_rerun_ops``) count the same in both conventions
+    # early stop's skipped GEMMs (``layers.full_rerun_ops``) count the same in both conventions; spread over the
+    # layers in proportion, as the rerun's other FLOPs are (the stages recompute dense layers first: with partial
+    # recompute of a dense-first MoE model the two differ by about 0.1%)
     skipped = full_frac * fs.skipped
     rc = np.where(r.rc == 1, tokens * np.where(core_on, f_rc.attention_fwd, 0.0),
                   np.where(r.rc == 2, tokens * full_frac * f_rc.layers_fwd - gpus * skipped, 0.0))
