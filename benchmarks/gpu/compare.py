@@ -199,9 +199,10 @@ PHASE_MODES = (("full", True, "full"), ("full_noearly", False, "full"), ("full_r
                ("mlp_reentrant", False, "mlp"), ("mlp", True, "mlp"))
 
 
-def _phase_kinds(model: ModelSpec, tp: int, seq: int, early: bool) -> tuple[Ctx, dict]:
-    """The measured shape's per-kind costs on one GPU under ``configs/h200-eager.yaml``, early stop on or off."""
-    base = resolve_system(str(HERE / "configs" / "h200-eager.yaml"))
+def _phase_kinds(model: ModelSpec, tp: int, seq: int, early: bool, compiled: bool = False) -> tuple[Ctx, dict]:
+    """The measured shape's per-kind costs on one GPU under the eager (or compiled) step's system file, early stop
+    on or off."""
+    base = resolve_system(str(HERE / "configs" / STEP_CONFIG[compiled]))
     sw = base.software.model_copy(update={"recompute_early_stop": early})
     ctx = Ctx(model, base.model_copy(update={"software": sw}), TrainWorkload(seq_len=seq, global_batch=1,
                                                                             grad_dtype="bf16"),
@@ -218,24 +219,28 @@ def phase_rows(res: dict) -> None:
     the model's operators for the same shape on one GPU, collectives left out (none ran): full recompute with and
     without early stop (``layers.full_rerun_ops``), Megatron's ``mlp`` module (its reentrant region reruns FC2); and
     the memory the mlp recompute frees against the model's."""
-    for r in res.get("phases", []):
+    for r in [*res.get("phases", []), *res.get("phases_compiled", [])]:
         if "none" not in r:
             continue
         tp = 8 if r["shape"] else 1
         cfg = "llama-3.1-70b-16l.json" if r["shape"] else f"llama-3.1-8b-{r['layers']}l.json"
         model = resolve_model(str(HERE / "configs" / cfg))
-        ctx, k = _phase_kinds(model, tp, r["seq"], True)
+        compiled = bool(r.get("compiled"))
+        ctx, k = _phase_kinds(model, tp, r["seq"], True, compiled)
         fwd, bwd = ((_secs(getattr(k["embedding"], ph)) + _secs(getattr(k["head"], ph))
                      + model.num_layers * sum(_secs(getattr(k[x], ph)) for x in ("attention", "mlp")))
                     for ph in ("fwd_ops", "bwd_ops"))
         none = r["none"]
-        print(f"phases L{r['layers']} s{r['seq']} {'70B TP-8 rank' if tp > 1 else '8B'}: forward pred "
+        print(f"phases L{r['layers']} s{r['seq']} {'70B TP-8 rank' if tp > 1 else '8B'}"
+              f"{' compiled' if compiled else ''}: forward pred "
               f"{fwd * 1e3:.1f} meas {none['fwd_s'] * 1e3:.1f} ms, backward pred {bwd * 1e3:.1f} meas "
               f"{none['bwd_s'] * 1e3:.1f} ms")
         for mode, early, what in PHASE_MODES:
             if mode not in r:  # run 8 measured none / full / mlp / norm
                 continue
-            ctx, k = _phase_kinds(model, tp, r["seq"], early)
+            if compiled and mode == "full_noearly":  # the context manager breaks the compiled graph: not comparable
+                continue
+            ctx, k = _phase_kinds(model, tp, r["seq"], early, compiled)
             if what == "full":
                 pred = model.num_layers * sum(_secs(full_rerun_ops(ctx, x, k[x].fwd_ops)) for x in ("attention", "mlp"))
             else:  # Megatron's mlp module (a reentrant region: FC2 rerun), its compute (no collective ran)
@@ -247,6 +252,8 @@ def phase_rows(res: dict) -> None:
                 continue
             print(f"   rerun {mode:15s} pred {pred * 1e3:6.1f} meas {meas * 1e3:6.1f} ms ({pred / meas - 1:+.1%}); "
                   f"held after forward {r[mode]['after_forward_bytes'] / 2**30:.2f} GiB")
+        if "mlp" not in r:
+            continue
         freed = model.num_layers * float(module_bytes(ctx, "mlp")["mlp"][0]) / 2**30
         print(f"   mlp recompute frees pred {freed:.2f} meas "
               f"{(none['after_forward_bytes'] - r['mlp']['after_forward_bytes']) / 2**30:.2f} GiB")

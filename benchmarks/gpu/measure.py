@@ -39,7 +39,7 @@ import traceback
 import torch
 from device_common import BF16, DEV, T0, bench, left, rnd, smi
 from kernel_parts import part_attn, part_gather, part_gemm, part_grouped, part_membw, part_optim, part_streams
-from phase_parts import part_phases
+from phase_parts import part_phases, part_phases_compiled
 from step_parts import part_compiled, part_mbsweep, part_moe, part_step, part_tp8rank
 from titan_parts import part_titan
 
@@ -97,7 +97,8 @@ def main() -> None:
     parts = {"env": part_env, "clocks": part_clocks, "gemm": part_gemm, "attn": part_attn, "grouped": part_grouped,
              "streams": part_streams, "optim": part_optim, "membw": part_membw, "gather": part_gather,
              "step": part_step, "compiled": part_compiled, "mbsweep": part_mbsweep, "tp8rank": part_tp8rank,
-             "moe": part_moe, "phases": part_phases, "titan": part_titan}
+             "moe": part_moe, "phases": part_phases, "titan": part_titan,
+             "phases_compiled": part_phases_compiled}
     only = os.environ.get("MEASURE_PARTS")
     for name, fn in parts.items():
         if only and name not in only.split(","):

@@ -68,7 +68,8 @@ class PhaseBlock(Block):
         return x + self._mlp(hn)
 
 
-def run_phases(layers: int, seq: int, shape: dict[str, int] | None = None, reps: int = 5) -> dict:
+def run_phases(layers: int, seq: int, shape: dict[str, int] | None = None, reps: int = 5,
+               modes: tuple[str, ...] = MODES, compiled: bool = False) -> dict:
     torch.cuda.empty_cache()
     with torch.device(DEV):
         torch.set_default_dtype(BF16)
@@ -83,6 +84,9 @@ def run_phases(layers: int, seq: int, shape: dict[str, int] | None = None, reps:
     for p in model.parameters():
         if p.dim() > 1:
             torch.nn.init.normal_(p, std=0.02)
+    if compiled:  # torchtitan's compile: each block compiled, its checkpoint inside the compiled region
+        for blk in model.blocks:
+            blk.compile()
     vocab = model.head.out_features
     ids = torch.randint(0, vocab, (1, seq), device=DEV)
     labels = torch.randint(0, vocab, (1, seq), device=DEV)
@@ -107,16 +111,16 @@ def run_phases(layers: int, seq: int, shape: dict[str, int] | None = None, reps:
         torch.cuda.synchronize()
         return e0.elapsed_time(e1) * 1e-3, e1.elapsed_time(e2) * 1e-3, held
 
-    for mode in MODES:  # warm-up: allocator, kernels, autotuning
+    for mode in modes:  # warm-up: allocator, kernels, autotuning (and compilation)
         set_mode(mode)
         once()
         once()
-    got: dict[str, list[tuple[float, float, int]]] = {m: [] for m in MODES}
+    got: dict[str, list[tuple[float, float, int]]] = {m: [] for m in modes}
     for _ in range(reps):
-        for mode in MODES:
+        for mode in modes:
             set_mode(mode)
             got[mode].append(once())
-    out: dict[str, object] = {"layers": layers, "seq": seq, "shape": shape}
+    out: dict[str, object] = {"layers": layers, "seq": seq, "shape": shape, "compiled": compiled}
     for mode, xs in got.items():
         fwd = sorted(x[0] for x in xs)[len(xs) // 2]
         bwd = sorted(x[1] for x in xs)[len(xs) // 2]
@@ -150,3 +154,13 @@ def part_phases() -> list[dict]:
             rows.append({"layers": layers, "seq": seq, "shape": shape, "error": repr(ex)[:600]})
             torch.cuda.empty_cache()
     return rows
+
+
+def part_phases_compiled() -> list[dict]:
+    """The same under ``torch.compile`` (each block, as torchtitan compiles): what a full checkpoint reruns when the
+    partitioner, not the checkpoint's early stop, decides."""
+    try:
+        return [run_phases(16, 8192, None, modes=("none", "full", "full_noearly"), compiled=True)]
+    except Exception as ex:
+        return [{"layers": 16, "seq": 8192, "compiled": True, "error": repr(ex)[:600]}]
+
