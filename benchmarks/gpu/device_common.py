@@ -37,3 +37,32 @@ def smi(query: str) -> str:
         return f"error {e}"
 
 
+def fwd_bwd_once(model: torch.nn.Module, ids: torch.Tensor, labels: torch.Tensor) -> tuple[float, float, int]:
+    """One forward and backward of ``model(ids, labels)`` (a loss) from cleared gradients: forward and backward
+    seconds (CUDA events) and the bytes the forward left allocated (what it stores for the backward, and the loss)."""
+    for p in model.parameters():
+        p.grad = None
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    e0, e1, e2 = (torch.cuda.Event(enable_timing=True) for _ in range(3))
+    e0.record()
+    loss = model(ids, labels)
+    e1.record()
+    torch.cuda.synchronize()
+    held = torch.cuda.memory_allocated() - before
+    loss.backward()
+    e2.record()
+    torch.cuda.synchronize()
+    return e0.elapsed_time(e1) * 1e-3, e1.elapsed_time(e2) * 1e-3, held
+
+
+def phase_medians(got: dict[str, list[tuple[float, float, int]]]) -> dict[str, dict[str, object]]:
+    """Per mode, the medians of ``fwd_bwd_once``'s readings (and forward+backward), every reading, and the bytes held
+    after the last forward."""
+    def med(xs: list[float]) -> float:
+        return sorted(xs)[len(xs) // 2]
+
+    return {mode: {"fwd_s": med([x[0] for x in xs]), "bwd_s": med([x[1] for x in xs]),
+                   "fwdbwd_s": med([x[0] + x[1] for x in xs]), "all": xs, "after_forward_bytes": xs[-1][2]}
+            for mode, xs in got.items()}
+

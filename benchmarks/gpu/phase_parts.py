@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from device_common import BF16, DEV, left
+from device_common import BF16, DEV, fwd_bwd_once, left, phase_medians
 from step_parts import LLAMA70B_TP8_RANK, Block, Llama, kernel_breakdown, rope
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.utils.checkpoint import checkpoint, set_checkpoint_early_stop
@@ -96,20 +96,7 @@ def run_phases(layers: int, seq: int, shape: dict[str, int] | None = None, reps:
             blk.mode = mode
 
     def once() -> tuple[float, float, int]:
-        for p in model.parameters():
-            p.grad = None
-        torch.cuda.synchronize()
-        before = torch.cuda.memory_allocated()
-        e0, e1, e2 = (torch.cuda.Event(enable_timing=True) for _ in range(3))
-        e0.record()
-        loss = model(ids, labels)
-        e1.record()
-        torch.cuda.synchronize()
-        held = torch.cuda.memory_allocated() - before
-        loss.backward()
-        e2.record()
-        torch.cuda.synchronize()
-        return e0.elapsed_time(e1) * 1e-3, e1.elapsed_time(e2) * 1e-3, held
+        return fwd_bwd_once(model, ids, labels)
 
     for mode in modes:  # warm-up: allocator, kernels, autotuning (and compilation)
         set_mode(mode)
@@ -120,12 +107,8 @@ def run_phases(layers: int, seq: int, shape: dict[str, int] | None = None, reps:
         for mode in modes:
             set_mode(mode)
             got[mode].append(once())
-    out: dict[str, object] = {"layers": layers, "seq": seq, "shape": shape, "compiled": compiled}
-    for mode, xs in got.items():
-        fwd = sorted(x[0] for x in xs)[len(xs) // 2]
-        bwd = sorted(x[1] for x in xs)[len(xs) // 2]
-        tot = sorted(x[0] + x[1] for x in xs)[len(xs) // 2]
-        out[mode] = {"fwd_s": fwd, "bwd_s": bwd, "fwdbwd_s": tot, "all": xs, "after_forward_bytes": xs[-1][2]}
+    out: dict[str, object] = {"layers": layers, "seq": seq, "shape": shape, "compiled": compiled,
+                              **phase_medians(got)}
     set_mode("none")
     held: list[torch.Tensor] = []
 

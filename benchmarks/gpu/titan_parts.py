@@ -22,7 +22,7 @@ from collections import defaultdict
 
 import torch
 import torch.nn.functional as F
-from device_common import BF16, DEV, left
+from device_common import BF16, DEV, fwd_bwd_once, left, phase_medians
 from step_parts import kernel_breakdown
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -139,20 +139,7 @@ def run_titan(layers: int, seq: int, reps: int = 5) -> dict:
     def once(mode: str) -> tuple[float, float, int]:
         for blk in model.layers:
             blk.mode = mode
-        for p in model.parameters():
-            p.grad = None
-        torch.cuda.synchronize()
-        before = torch.cuda.memory_allocated()
-        e0, e1, e2 = (torch.cuda.Event(enable_timing=True) for _ in range(3))
-        e0.record()
-        loss = model(ids, labels)
-        e1.record()
-        torch.cuda.synchronize()
-        held = torch.cuda.memory_allocated() - before
-        loss.backward()
-        e2.record()
-        torch.cuda.synchronize()
-        return e0.elapsed_time(e1) * 1e-3, e1.elapsed_time(e2) * 1e-3, held
+        return fwd_bwd_once(model, ids, labels)
 
     for mode in MODES:
         once(mode)
@@ -161,10 +148,7 @@ def run_titan(layers: int, seq: int, reps: int = 5) -> dict:
     for _ in range(reps):
         for mode in MODES:
             got[mode].append(once(mode))
-    out: dict[str, object] = {"layers": layers, "seq": seq}
-    for mode, xs in got.items():
-        out[mode] = {"fwd_s": sorted(x[0] for x in xs)[len(xs) // 2], "bwd_s": sorted(x[1] for x in xs)[len(xs) // 2],
-                     "all": xs, "after_forward_bytes": xs[-1][2]}
+    out: dict[str, object] = {"layers": layers, "seq": seq, **phase_medians(got)}
     # kernel time by category and the longest kernels of the plain forward and backward
     for blk in model.layers:
         blk.mode = "none"
