@@ -103,6 +103,18 @@ def _band(m: Any) -> str:
     return f" ±{band:.0f}%" if band else ""
 
 
+def _at_optimum(m: Any) -> list[tuple[str, str]]:
+    """The interval at the optimum of a chosen plan: where the tuned runs of the jobs the planner was checked on
+    measured against its free choice (percent of its tokens/s, and the step time and MFU that spans)."""
+    pct = getattr(m, "optimum_band_pct", None)
+    if not pct:
+        return []
+    lo, hi = m.optimum_step_time_s_range
+    mfu = f"MFU {m.mfu * (1 + pct[0] / 100):.1%}–{m.mfu * (1 + pct[1] / 100):.1%}"
+    return [("at the optimum", f"{format_seconds(lo)}–{format_seconds(hi)}, {mfu} "
+             f"({100 + pct[0]:.0f}–{100 + pct[1]:.0f}%, {m.optimum_band_runs} tuned runs)")]
+
+
 def render_summary(con: Console, report: Any) -> None:
     m = report.metrics
     t = Table(title="Step", title_justify="left", show_header=False)
@@ -110,6 +122,7 @@ def render_summary(con: Console, report: Any) -> None:
     t.add_column("value", justify="right")
     rows = [
         ("step time", format_seconds(m.step_time_s) + _band(m)), ("tokens/s", f"{m.tokens_per_s:,.0f}" + _band(m)),
+        *_at_optimum(m),
         ("MFU", f"{m.mfu:.1%}"), ("HFU", f"{m.hfu:.1%}"), ("TFLOP/s per GPU (HFU)", f"{m.tflops_per_gpu:.1f}"),
         ("TFLOP/s per GPU (kernels run)", f"{m.executed_tflops_per_gpu:.1f}"),
         ("pipeline bubble", f"{m.bubble_fraction:.1%} ({format_seconds(m.bubble_s)})"),

@@ -267,6 +267,11 @@ def train(
     torchtitan and Megatron-LM before 2025-03 count; later Megatron-LM halves it) + 6·V·h for the LM head, no
     recompute. HFU adds the forward work that recompute reruns, counted the same way, so HFU ≥ MFU. A plan fits
     when its peak memory per GPU ≤ GPU memory less --memory-headroom.
+
+    Besides the ±x% band, a layout the planner chose carries "at the optimum": where the expert-tuned runs of the
+    published jobs it was checked on measured against its own free choice (central 85%, this GPU generation and
+    model class; metrics.optimum_band_pct). An optimiser picks what the model is most optimistic about, so expect
+    the low side.
     """
     from shardplan.cli.progress import solving
     from shardplan.cli.render_train import render_plan

@@ -11,13 +11,19 @@ import math
 from functools import lru_cache
 from typing import Any
 
+import numpy as np
+
 from shardplan.costmodel.core.bands import (
     BAND_QUANTILE,
     MIN_CASES,
+    MOE,
+    OPTIMUM_JOB,
     case_key,
     compute_band_table,
+    compute_optimum_table,
     coverage,
     generation,
+    interval_for,
     lookup,
     shipped_table,
 )
@@ -33,8 +39,11 @@ NOTE = (f"Half-widths w (fractions) of the error band: exp(q)-1, q = the {BAND_Q
         f"korthikanti-t4, narayanan, modern) per GPU generation (own entry from {MIN_CASES} cases, else 'all'), "
         "MoE models apart ('<generation>-moe', else 'moe' pooled, else the generation's); "
         "'calibrated': the same over the projection group (prediction after calibrating on a series' smallest "
-        "runs); offload: the flexgen group; serve: the serving group (infer's output tokens/s). "
-        "Recompute: .venv/bin/python benchmarks/error_bands.py")
+        "runs); offload: the flexgen group; serve: the serving group (infer's output tokens/s); "
+        f"{OPTIMUM_JOB}: [low, high] fractions, exp of the {(1 - BAND_QUANTILE) / 2:.1%} and "
+        f"{(1 + BAND_QUANTILE) / 2:.1%} quantiles of ln(measured/predicted tokens/s) of the optimum group (the free "
+        "planner's plan against the expert-tuned run of the same job; the publisher's known regressions left out), "
+        "keyed as train. Recompute: .venv/bin/python benchmarks/error_bands.py")
 
 
 def case_generation(group: str, case_id: str) -> str:
@@ -74,6 +83,18 @@ def _serving_generation() -> dict[str, str]:
             for r in load_records("serving_runs")}
 
 
+def optimum_band_rows() -> list[tuple[str, float, float]]:
+    """``(key, measured, free-planned)`` tokens/s per GPU of the ``optimum`` group's tuned runs (``case_key``: GPU
+    generation, MoE apart), leaving out runs the planner could not plan and the measurements their publisher lists as
+    software regressions (``OptimumRow.known_regression``)."""
+    from shardplan.validation.optimum import OptimumRun, load_records_tuned, parse_run, run_optimum
+
+    runs = {run.id: run for run in map(parse_run, load_records_tuned()) if isinstance(run, OptimumRun)}
+    return [(case_key(generation(runs[r.id].system.gpu.name), runs[r.id].model.moe is not None), r.measured, r.free)
+            for r in run_optimum().rows
+            if r.id in runs and r.free is not None and r.measured > 0 and r.known_regression is None]
+
+
 def _report() -> ValidationReport:
     return run_validation([*TRAIN_GROUPS, *OFFLOAD_GROUPS, *SERVE_GROUPS, "projection"])
 
@@ -87,7 +108,9 @@ def band_table(report: ValidationReport | None = None) -> dict[str, Any]:
                                      and case_is_moe(r.group, r.id)), r.measured, r.predicted)
             for r in ok if r.group in jobs]
     proj = [math.log(r.measured / r.predicted) for r in ok if r.group == "projection"]
-    return {"note": NOTE, "quantile": BAND_QUANTILE, "bands": compute_band_table(rows, projection=proj)}
+    bands = compute_band_table(rows, projection=proj)
+    bands[OPTIMUM_JOB] = compute_optimum_table(optimum_band_rows())
+    return {"note": NOTE, "quantile": BAND_QUANTILE, "bands": bands}
 
 
 def band_coverage(report: ValidationReport, table: dict[str, Any] | None = None) -> dict[str, dict[str, float]]:
@@ -113,4 +136,18 @@ def band_coverage(report: ValidationReport, table: dict[str, Any] | None = None)
         if cases:
             share, width = coverage(cases)
             out[kind] = {"inside_pct": 100 * share, "median_width_pct": 100 * width, "cases": len(cases)}
+    if any(r.group == "optimum" for r in report.rows) and OPTIMUM_JOB in table:
+        out["optimum"] = optimum_coverage(table)
     return out
+
+
+def optimum_coverage(table: dict[str, Any] | None = None) -> dict[str, float]:
+    """Share of the ``optimum`` group's measured tokens/s inside the interval at the optimum of their free plan
+    (``optimum_band_rows``), the median interval width (percent of the prediction) and the cases. ``table``: the
+    bands, the shipped ones by default."""
+    entry = (table or shipped_table()["bands"])[OPTIMUM_JOB]
+    rows = optimum_band_rows()
+    spans = [interval_for(entry, key.removesuffix(f"-{MOE}"), key.endswith(f"-{MOE}")) for key, _, _ in rows]
+    inside = [lo <= m / p - 1 <= hi for (_, m, p), (lo, hi) in zip(rows, spans, strict=True)]
+    return {"inside_pct": 100 * sum(inside) / len(rows),
+            "median_width_pct": 100 * float(np.median([hi - lo for lo, hi in spans])), "cases": len(rows)}

@@ -16,6 +16,10 @@ Jobs with validation cases: ``train`` (step time, throughput), ``offload`` (Flex
 H100/H200). The serving records publish throughput only, so TTFT and TPOT carry no band. A calibration is fitted
 to training step times, so serving and offload keep their generation's band on a calibrated system.
 
+A plan the planner chose also carries the interval at the optimum (``optimum_band``): where the measured throughput
+of the expert-tuned run of the same job fell against the planner's own prediction, asymmetric because an optimiser's
+picks err in one direction (the ``optimum`` validation group; see ``OPTIMUM_JOB``).
+
 The table lives in ``shardplan/data/error_bands.json``; ``compute_band_table`` recomputes it from validation
 rows (``benchmarks/error_bands.py`` writes it; a test checks the shipped file against a fresh run).
 """
@@ -58,6 +62,12 @@ def case_key(gen: str, moe: bool) -> str:
     return f"{gen}-{MOE}" if moe else gen
 
 
+def _first_key(entry: dict[str, Any], gen: str, moe: bool) -> str:
+    """The table key a prediction reads: its own MoE key, else the pooled MoE band (an MoE model), else its
+    generation's, else every case's."""
+    return next(k for k in ([case_key(gen, True), MOE] if moe else []) + [gen, "all"] if k in entry)
+
+
 def compute_band_table(rows: Iterable[tuple[str, str, float, float]], *, projection: Sequence[float] = (),
                        quantile: float = BAND_QUANTILE, min_cases: int = MIN_CASES) -> dict[str, Any]:
     """Band half-widths (fractions) per job and key from ``(job, key, measured, predicted)`` rows of time-like
@@ -90,8 +100,13 @@ def shipped_table() -> dict[str, Any]:
 def lookup(entry: dict[str, Any], gen: str, moe: bool = False) -> float:
     """A job's band for a generation and model class: its own key, else (MoE) the pooled MoE band, else the
     generation's, else every case's."""
-    keys = ([case_key(gen, True), MOE] if moe else []) + [gen, "all"]
-    return float(next(entry[k] for k in keys if k in entry))
+    return float(entry[_first_key(entry, gen, moe)])
+
+
+def calibrated(system: SystemSpec) -> bool:
+    """Whether the system file carries a fitted calibration (any time parameter off its default)."""
+    cal = system.calibration
+    return any(getattr(cal, name) != default for name, default in _TIME_DEFAULTS.items())
 
 
 def band(system: SystemSpec, job: str = "train", *, moe: bool = False) -> float | None:
@@ -103,7 +118,7 @@ def band(system: SystemSpec, job: str = "train", *, moe: bool = False) -> float 
     w = lookup(entry, generation(system.gpu.name), moe)
     cal = system.calibration
     # a calibration is fitted to training runs: it speaks for training predictions only
-    if job == "train" and any(getattr(cal, name) != default for name, default in _TIME_DEFAULTS.items()):
+    if job == "train" and calibrated(system):
         if cal.band_pct is not None:
             w = cal.band_pct / 100  # the system's own leave-one-out band: it replaces the generation's
         elif entry.get("calibrated") is not None:
@@ -113,9 +128,68 @@ def band(system: SystemSpec, job: str = "train", *, moe: bool = False) -> float 
     return w
 
 
+# The band at the optimum: what a plan the planner chose is worth against the best measured run of the same job.
+# The symmetric band above is measured on published layouts (the expert's choice, priced as given); an optimiser
+# picks the layouts the model is most optimistic about, so its own picks miss in one direction more than the model
+# does on a layout picked elsewhere (the optimiser's curse: Smith and Winkler 2006, Management Science 52(3)). The
+# ``optimum`` validation group measures that directly: the free planner's tokens/s per GPU against the expert-tuned
+# run of the same model, GPU count, batch, sequence, hardware and datatype. The interval is the central
+# ``BAND_QUANTILE`` of ln(measured/predicted) there, as fractions of the prediction, per generation and model class.
+OPTIMUM_JOB = "train-optimum"
+OPTIMUM_QUANTILES = ((1 - BAND_QUANTILE) / 2, (1 + BAND_QUANTILE) / 2)
+
+
+def interval(log_ratios: Sequence[float], quantiles: tuple[float, float] = OPTIMUM_QUANTILES) -> list[float]:
+    """``[exp(q_lo) − 1, exp(q_hi) − 1]`` for the ``quantiles`` of ``ln(measured/predicted)``: how far below and above
+    the prediction the measured values lie (fractions; the low end negative when measurements fall short)."""
+    q = np.quantile(np.asarray(log_ratios, dtype=float), quantiles)
+    return [round(float(math.exp(q[0]) - 1), 4), round(float(math.exp(q[1]) - 1), 4)]
+
+
+def compute_optimum_table(rows: Iterable[tuple[str, float, float]], *, min_cases: int = MIN_CASES) -> dict[str, Any]:
+    """Intervals at the optimum from ``(key, measured, predicted)`` throughput rows (``case_key`` keys): ``all``,
+    ``moe`` (the MoE keys pooled, from ``min_cases``) and every key with ``min_cases`` rows, plus the counts."""
+    by: dict[str, list[float]] = {}
+    for key, measured, predicted in rows:
+        by.setdefault(key, []).append(math.log(measured / predicted))
+    entry: dict[str, Any] = {"all": interval([x for xs in by.values() for x in xs])}
+    moe = [x for k, xs in by.items() if k.endswith(f"-{MOE}") for x in xs]
+    if len(moe) >= min_cases:
+        entry[MOE] = interval(moe)
+    entry.update({k: interval(xs) for k, xs in sorted(by.items()) if len(xs) >= min_cases})
+    entry["cases"] = {k: len(xs) for k, xs in sorted(by.items())}
+    return entry
+
+
+def interval_for(entry: dict[str, Any], gen: str, moe: bool = False) -> list[float]:
+    """The interval at the optimum for a generation and model class, read in ``lookup``'s key order."""
+    return list(entry[_first_key(entry, gen, moe)])
+
+
+def optimum_band(system: SystemSpec, *, moe: bool = False) -> tuple[list[float], int] | None:
+    """The interval at the optimum for a plan on ``system`` (``moe``: of an MoE model) and the number of tuned runs
+    it comes from (its key's, or the pooled count for ``all``/``moe``); None when the table has none or the system
+    is calibrated (the intervals were measured on the shipped presets, not on a calibrated system)."""
+    entry = shipped_table()["bands"].get(OPTIMUM_JOB)
+    if entry is None or calibrated(system):
+        return None
+    key = _first_key(entry, generation(system.gpu.name), moe)
+    cases = entry["cases"]
+    n = cases.get(key) if key in cases else sum(v for k, v in cases.items()
+                                                 if key == "all" or k.endswith(f"-{MOE}"))
+    return list(entry[key]), int(n)
+
+
 def around(value: float, w: float | None) -> list[float] | None:
     """``[value/(1+w), value·(1+w)]``, or None without a band."""
     return None if w is None else [value / (1 + w), value * (1 + w)]
+
+
+def within(value: float, fractions: list[float], *, time: bool = False) -> list[float]:
+    """``[low, high]`` of a throughput whose measured/predicted ratio lies in ``1 + fractions`` (``time``: of a
+    step time, which moves the other way)."""
+    lo, hi = fractions
+    return [value / (1 + hi), value / (1 + lo)] if time else [value * (1 + lo), value * (1 + hi)]
 
 
 def covered(measured: float, predicted: float, w: float) -> bool:

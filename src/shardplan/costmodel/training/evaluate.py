@@ -281,3 +281,16 @@ def estimate_rows(model: ModelSpec, system: SystemSpec, num_gpus: int, work: Tra
     return [report_row(cost, i, model=model, system=system, num_gpus=num_gpus) if ok[i]
             else estimate_training(model, system, num_gpus, work.model_copy(update={"global_batch": gb}), lay)
             for i, (lay, gb) in enumerate(zip(layouts, batches, strict=True))]
+
+
+def at_optimum(metrics: TrainMetrics, system: SystemSpec, model: ModelSpec) -> TrainMetrics:
+    """``metrics`` of a layout the planner chose, with the interval at the optimum (``bands.optimum_band``) and
+    the step time and tokens/s it spans; unchanged where the table has none (a calibrated system)."""
+    got = bands.optimum_band(system, moe=model.moe is not None)
+    if got is None:
+        return metrics
+    (lo, hi), runs = got
+    return metrics.model_copy(update={
+        "optimum_band_pct": [100 * lo, 100 * hi], "optimum_band_runs": runs,
+        "optimum_step_time_s_range": bands.within(metrics.step_time_s, [lo, hi], time=True),
+        "optimum_tokens_per_s_range": bands.within(metrics.tokens_per_s, [lo, hi])})

@@ -83,6 +83,17 @@ class TrainMetrics(Out):
                                    "of this GPU generation, or of the system's calibration (costmodel.bands).")
     step_time_s_range: list[float] | None = Field(None, description="[low, high] step time within the band.")
     tokens_per_s_range: list[float] | None = Field(None, description="[low, high] tokens/s within the band.")
+    optimum_band_pct: list[float] | None = Field(
+        None, description="Set on the layout `train` chose: [low, high] percent off its predicted tokens/s where the "
+        "expert-tuned runs of the same jobs measured, when the planner chose every knob (validate --group optimum, the "
+        "central 85%, this GPU generation and model class: costmodel.bands.optimum_band). An optimiser picks the "
+        "layouts the model is most optimistic about, so this sits lower than the symmetric band. None for an "
+        "estimate of a given layout, a plan with a single candidate, or a calibrated system.")
+    optimum_band_runs: int | None = Field(None, description="Tuned runs the interval at the optimum comes from.")
+    optimum_step_time_s_range: list[float] | None = Field(None, description="[low, high] step time within the "
+                                                          "interval at the optimum.")
+    optimum_tokens_per_s_range: list[float] | None = Field(None, description="[low, high] tokens/s within the "
+                                                           "interval at the optimum.")
 
 
 class MemoryOut(Out):

@@ -14,7 +14,7 @@ import time
 import numpy as np
 
 from shardplan.costmodel.core.layouts import check_gpus
-from shardplan.costmodel.training.evaluate import estimate_rows, estimate_training
+from shardplan.costmodel.training.evaluate import at_optimum, estimate_rows, estimate_training
 from shardplan.costmodel.training.frameworks import caps_for, framework_system
 from shardplan.costmodel.training.knobs import RECOMPUTE_POLICIES
 from shardplan.costmodel.training.layout import Recompute
@@ -280,9 +280,11 @@ def plan_training(req: TrainRequest, *, explain: bool = True) -> TrainPlan:
         explained = [*explained, modules]
     if (cp_comm := _cp_comm_sentence(req, best)) is not None:
         explained = [*explained, cp_comm]
+    # A choice between layouts carries the optimiser's curse: the interval measured on the planner's own picks.
+    metrics = at_optimum(best.metrics, req.system, req.model) if len(cand) > 1 else best.metrics
     plan = TrainPlan(
         status=status, model=req.model.name, hardware=req.system.name, num_gpus=req.num_gpus,
-        seq_len=work.seq_len, plan=best.plan, metrics=best.metrics, memory=best.memory, stages=best.stages,
+        seq_len=work.seq_len, plan=best.plan, metrics=metrics, memory=best.memory, stages=best.stages,
         layers=best.layers, solver=solver, alternatives=alts,
         comparisons=comparisons(table, chosen[0], fits, report, per_sequence=per_seq, plan=best, prefetch=prefetch,
                                 rows=compared),
