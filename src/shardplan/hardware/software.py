@@ -24,6 +24,9 @@ class AttentionKernel(StrEnum):
     """cuDNN fused attention (Transformer Engine's FusedAttention, preferred on Hopper+: Megatron-LM, NeMo)."""
     FLASH3 = "flash3"
     """FlashAttention-3 (Hopper)."""
+    TRITON = "triton"
+    """FlashAttention in Triton (flash-attn's ``flash_attn_triton.py``, llm-foundry's ``attn_impl: triton`` until
+    2024): FlashAttention-2's rate over the speedups Dao 2023 measured against it (``kernels.TRITON_SLOWDOWN``)."""
     UNFUSED = "unfused"
     """Batched GEMMs plus a fused softmax kernel (Megatron-LM 2021–22): the s² scores pass through HBM."""
 

@@ -26,6 +26,12 @@ GROUPED_TILE_ROWS = 64.0
 # FlashAttention-2 reaches ~73% of A100 peak forward and ~63% backward (Dao 2023, arXiv 2307.08691 §4.1):
 # backward runs at 0.86 of the forward efficiency.
 FLASH_BWD_EFFICIENCY_RATIO = 0.86
+# FlashAttention in Triton (flash-attn's flash_attn_triton.py, which llm-foundry copied as its attn_impl 'triton'):
+# "FlashAttention-2 is around 1.3-1.5x faster than FlashAttention in Triton in the forward pass and around 2x faster
+# in the backward pass" (Dao 2023, arXiv 2307.08691 §4.1, A100 80GB, head dim 64/128, with and without causal mask):
+# the kernel runs at FlashAttention-2's rate over these factors (forward, backward; the middle of the forward range).
+# Both are Ampere-style kernels (mma.sync, no Hopper wgmma/TMA), so the A100 ratio is taken on Hopper too.
+TRITON_SLOWDOWN = (1.4, 2.0)
 
 
 def interp_efficiency(points: list[tuple[float, float]], size: np.ndarray | float) -> np.ndarray:
@@ -167,8 +173,13 @@ def attention_efficiency(gpu: GpuSpec, kernel: str, *, backward: bool, causal: b
     has none for ``kernel``. A backward curve missing for a mask or head dim is the forward curve scaled by the
     measured backward/forward ratio of the nearest head dim with both (non-causal). A curve measured at another head
     dim than ``head_dim`` (the Blackwell GPUs' are at 128 only) is scaled by the ratio the H100's curves show between
-    the two (``head_dim_factor``; ``rescale=False``: the nearest curve as it is)."""
+    the two (``head_dim_factor``; ``rescale=False``: the nearest curve as it is). The Triton kernel (``triton``) runs
+    at FlashAttention-2's rate over ``TRITON_SLOWDOWN``."""
     seq = np.asarray(seq, dtype=float)
+    if kernel == "triton":  # FlashAttention-2's rate over its measured speedup against this kernel
+        eff2 = attention_efficiency(gpu, "flash2", backward=backward, causal=causal, head_dim=head_dim, seq=seq,
+                                    rescale=rescale)
+        return None if eff2 is None else eff2 / TRITON_SLOWDOWN[int(backward)]
     fwd = _curve(gpu, kernel, "fwd", causal, head_dim)
     if fwd is None:
         # measured under the other mask only (the Blackwell curves are causal): that rate × the H100's ratio between
@@ -206,8 +217,10 @@ def attention_time(gpu: GpuSpec, flops: np.ndarray, nbytes: np.ndarray, dtype: s
     dtype = "bf16" if dtype in ("fp8", "fp4") else dtype
     eff = attention_efficiency(gpu, kernel, backward=backward, causal=causal, head_dim=head_dim, seq=seq)
     if eff is None:
+        base = "flash2" if kernel == "triton" else kernel
         eff = gpu.attention_efficiency * (FLASH_BWD_EFFICIENCY_RATIO if backward else 1.0) \
-            * head_dim_factor(kernel, backward=backward, causal=causal, head_dim=head_dim, seq=seq)
+            * head_dim_factor(base, backward=backward, causal=causal, head_dim=head_dim, seq=seq) \
+            / (TRITON_SLOWDOWN[int(backward)] if kernel == "triton" else 1.0)
     return kernel_time(gpu, flops, nbytes, dtype, efficiency=eff)
 
 
