@@ -113,9 +113,16 @@ def test_shipped_table_matches_validation_and_covers_80_percent(report) -> None:
     table = band_table(report)  # with the interval at the optimum: the free planner over the optimum group
     shipped = json.loads(resources.files("shardplan.data").joinpath("error_bands.json").read_text())
     assert table == shipped
-    at_optimum = optimum_coverage()  # its central 85% per key; the keys that pool cover less
+    at_optimum = optimum_coverage()  # its central 85% per key, in sample; the keys that pool cover less
     assert at_optimum["inside_pct"] >= 80 and at_optimum["cases"] == sum(
         shipped["bands"]["train-optimum"]["cases"].values())
+    import re
+    from pathlib import Path
+
+    readme = " ".join((Path(__file__).resolve().parents[2] / "README.md").read_text().split())
+    stated = re.search(r"coverage, in sample \((\d+\.\d)% of (\d+):", readme)
+    assert stated is not None and float(stated.group(1)) == round(at_optimum["inside_pct"], 1)
+    assert int(stated.group(2)) == at_optimum["cases"]
     cov = band_coverage(report)
     assert cov["train"]["inside_pct"] >= 80 and cov["projection"]["inside_pct"] >= 80
     assert cov["offload"]["inside_pct"] >= 80 and cov["offload"]["cases"] == 12

@@ -27,8 +27,8 @@ def test_interval_hand_case() -> None:
 
 
 def test_table_keys_pool_and_count() -> None:
-    """Per key from 8 cases, MoE keys pooled into 'moe', every case into 'all'; a key without its own entry reads
-    the pooled MoE interval (MoE) or every case's."""
+    """Per key from 8 cases, MoE keys pooled into 'moe', the others into 'dense', every case into 'all'; a key
+    without its own entry reads its class's pool, so a dense plan never carries MoE runs while its pool exists."""
     rows = [("h100", 1.0, 1 / 0.9)] * 8 + [("h100-moe", 0.7, 1.0)] * 8 + [("b200-moe", 0.5, 1.0)]
     entry = compute_optimum_table(rows)
     assert entry["h100"] == pytest.approx([-0.1, -0.1], abs=1e-4)
@@ -37,8 +37,12 @@ def test_table_keys_pool_and_count() -> None:
     lo = math.log(0.5) + 0.6 * (math.log(0.7) - math.log(0.5))
     assert entry["moe"] == pytest.approx([math.exp(lo) - 1, -0.3], abs=1e-4)
     assert "b200-moe" not in entry and entry["cases"] == {"b200-moe": 1, "h100": 8, "h100-moe": 8}
-    assert interval_for(entry, "b200", moe=True) == entry["moe"] and interval_for(entry, "b200") == entry["all"]
+    assert entry["dense"] == entry["h100"] and entry["pooled_cases"] == {"all": 17, "moe": 9, "dense": 8}
+    assert interval_for(entry, "b200", moe=True) == entry["moe"] and interval_for(entry, "b200") == entry["dense"]
     assert interval_for(entry, "h100", moe=True) == entry["h100-moe"]
+    # fewer than 8 dense runs in all: a dense plan elsewhere reads every case's interval
+    sparse = compute_optimum_table([*rows[8:], ("a100", 1.0, 1.0)])
+    assert "dense" not in sparse and interval_for(sparse, "b200") == sparse["all"]
     assert within(100.0, [-0.2, 0.05]) == pytest.approx([80.0, 105.0])
     assert within(10.0, [-0.2, 0.05], time=True) == pytest.approx([10 / 1.05, 12.5])
 
@@ -88,6 +92,21 @@ def test_plan_carries_the_interval_only_where_it_chose() -> None:
                          explain=False).metrics.optimum_band_pct is None
 
 
+def test_pooled_keys_and_their_run_counts() -> None:
+    """A generation without its own key reads its class's pool, with the pool's run count: a dense plan on H200 (3
+    tuned runs) the dense pool, an MoE plan on A100 (none) the MoE pool."""
+    from shardplan.costmodel.core.bands import optimum_band
+
+    shipped = _shipped()[OPTIMUM_JOB]
+    assert "h200" not in shipped and "a100-moe" not in shipped
+    dense, n = optimum_band(get_system("hgx-h200"))
+    assert dense == shipped["dense"] and n == shipped["pooled_cases"]["dense"]
+    assert n == sum(v for k, v in shipped["cases"].items() if not k.endswith("-moe"))
+    moe, m = optimum_band(get_system("dgx-a100-80gb"), moe=True)
+    assert moe == shipped["moe"] and m == sum(v for k, v in shipped["cases"].items() if k.endswith("-moe"))
+    assert m + n == shipped["pooled_cases"]["all"] == sum(shipped["cases"].values())
+
+
 def test_moe_plan_reads_the_moe_interval() -> None:
     from shardplan.costmodel.training.layout import TrainWorkload
     from shardplan.models import get_model
@@ -105,10 +124,13 @@ def test_readme_states_the_shipped_h100_intervals() -> None:
 
     text = " ".join((Path(__file__).resolve().parents[2] / "README.md").read_text().split())
     got = re.search(r"On H100 that is (\d+)–(\d+)% of the prediction for dense models \((\d+) jobs\) and (\d+)–(\d+)% "
-                    r"for MoE \((\d+) jobs\)", text)
+                    r"for MoE \((\d+) jobs\); a generation with fewer than 8 tuned runs reads its model class's pool "
+                    r"\(dense (\d+)–(\d+)%, (\d+) jobs; MoE (\d+)–(\d+)%, (\d+)\)", text)
     assert got is not None
     shipped = _shipped()[OPTIMUM_JOB]
-    (lo, hi), (mlo, mhi) = shipped["h100"], shipped["h100-moe"]
-    assert [int(x) for x in got.groups()] == [round(100 * (1 + lo)), round(100 * (1 + hi)), shipped["cases"]["h100"],
-                                              round(100 * (1 + mlo)), round(100 * (1 + mhi)),
-                                              shipped["cases"]["h100-moe"]]
+    want = []
+    for key, n in (("h100", shipped["cases"]["h100"]), ("h100-moe", shipped["cases"]["h100-moe"]),
+                   ("dense", shipped["pooled_cases"]["dense"]), ("moe", shipped["pooled_cases"]["moe"])):
+        lo, hi = shipped[key]
+        want += [round(100 * (1 + lo)), round(100 * (1 + hi)), n]
+    assert [int(x) for x in got.groups()] == want

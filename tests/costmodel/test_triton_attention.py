@@ -36,9 +36,9 @@ def _records() -> dict[str, dict]:
 
 
 def test_which_llm_foundry_tables_ran_triton() -> None:
-    """The 8-GPU H100 and the A100 tables (llm-foundry #543, b2a43a14: sweep.sh passes no --attn_impl, and
-    submit_benchmarks.py defaults to 'triton') and the 13B/30B rows of the ≥128-GPU table (#838, 5e85bd62:
-    sweep.py '--attn_impl triton' for 13b.yaml and 30b.yaml, 'flash' for the rest)."""
+    """The 8-GPU H100 and the A100 tables (published 300cc5c5 to b2a43a14, 2023-05 to 2023-10: submit_benchmarks.py
+    defaults to 'triton' at every commit and sweep.sh never sets --attn_impl) and the 13B/30B rows of the ≥128-GPU
+    table (#838, 5e85bd62: sweep.py '--attn_impl triton' for 13b.yaml and 30b.yaml, 'flash' for the rest)."""
     from shardplan.validation.stacks import stack_attention, stack_software
 
     recs = _records()
@@ -50,3 +50,27 @@ def test_which_llm_foundry_tables_ran_triton() -> None:
     # triton_flash_attn_fn); flash_attn_fn's index_first_axis/pad_input copies stay with the flash rows
     for rid, r in recs.items():
         assert stack_software(r)["attention_unpad"] is (rid not in triton)
+
+
+@pytest.mark.parametrize(("system", "cp"), [("dgx-h100", 1), ("dgx-h100", 2), ("dgx-a100-80gb", 2)])
+def test_training_layers_price_it_the_same_way(system: str, cp: int) -> None:
+    """The training layer's flash kernels (``Ctx.flash_time``: its own CP weighting of causal and full chunks on GPUs
+    with curves, ``attention_time`` elsewhere) run the Triton kernel at the same factors."""
+    from shardplan.costmodel.training.evaluate import _checked
+    from shardplan.costmodel.training.layout import LayoutArrays, TrainLayout, TrainWorkload
+    from shardplan.costmodel.training.step import train_cost
+    from shardplan.hardware.software import AttentionKernel
+    from shardplan.models import get_model
+
+    model, base = get_model("llama-3.1-8b"), get_system(system)
+    work = TrainWorkload(seq_len=16384, global_batch=8)
+    times = {}
+    for kernel in (AttentionKernel.FLASH2, AttentionKernel.TRITON):
+        sysk = base.model_copy(update={"software": base.software.model_copy(update={"attention": kernel})})
+        lay = _checked(model, sysk, 8, work, TrainLayout(dp=8 // cp, cp=cp))
+        ops = train_cost(model, sysk, work, LayoutArrays.from_layouts([lay], work.global_batch)).kinds["attention"]
+        times[kernel] = {o.name: float(o.time[0]) for o in [*ops.fwd_ops, *ops.bwd_ops]}
+    fixed = base.gpu.kernel_fixed_s
+    for name, slower in (("attn.flash", 1.4), ("attn.flash.bwd", 2.0)):
+        t2, tt = times[AttentionKernel.FLASH2][name], times[AttentionKernel.TRITON][name]
+        assert (tt - fixed) / (t2 - fixed) == pytest.approx(slower, rel=1e-6)

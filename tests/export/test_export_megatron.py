@@ -198,6 +198,17 @@ def test_attention_backend_is_the_kernel_the_plan_was_costed_with(kernel: str, b
     assert args[args.index("--attention-backend") + 1] == backend
 
 
+def test_a_triton_costed_plan_is_not_exported_to_megatron() -> None:
+    """Megatron-LM's --attention-backend has no Triton FlashAttention (llm-foundry's kernel): one clear line, not a
+    plan that runs another kernel than the one it was costed with."""
+    from shardplan.errors import ShardplanError
+
+    t = target("llama-3.1-8b", num_gpus=8, seq_len=8192, attention="triton", hardware="dgx-h100", tp=1, pp=1, dp=8,
+               microbatch_size=1, num_microbatches=4, global_batch=32)
+    with pytest.raises(ShardplanError, match="no triton attention backend"):
+        export_train("megatron", t)
+
+
 def test_recompute_modules_are_written_as_megatron_takes_them() -> None:
     """A plan's selective module set becomes ``--recompute-modules`` (a list argument at d98e8a6); Megatron's
     default set (core_attn) writes nothing beyond ``--recompute-granularity selective``."""

@@ -43,7 +43,8 @@ NOTE = (f"Half-widths w (fractions) of the error band: exp(q)-1, q = the {BAND_Q
         f"{OPTIMUM_JOB}: [low, high] fractions, exp of the {(1 - BAND_QUANTILE) / 2:.1%} and "
         f"{(1 + BAND_QUANTILE) / 2:.1%} quantiles of ln(measured/predicted tokens/s) of the optimum group (the free "
         "planner's plan against the expert-tuned run of the same job; the publisher's known regressions left out), "
-        "keyed as train. Recompute: .venv/bin/python benchmarks/error_bands.py")
+        "keyed as train, with the dense keys pooled too ('dense', which a dense plan reads before 'all'); run counts "
+        "per key ('cases') and per pool ('pooled_cases'). Recompute: .venv/bin/python benchmarks/error_bands.py")
 
 
 def case_generation(group: str, case_id: str) -> str:

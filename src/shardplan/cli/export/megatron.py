@@ -262,6 +262,10 @@ def _precision(t: TrainTarget, args: Args, notes: list[str]) -> None:
         args += [("--fp4-format", "e2m1"), ("--fp4-recipe", "nvfp4")]
     if t.grad_dtype == "bf16" and t.dtype in ("bf16", "fp8", "fp4"):
         args.append(("--grad-reduce-in-bf16", None))
+    if t.attention not in MEGATRON_ATTENTION_BACKEND:  # triton: flash-attn's Triton kernel, llm-foundry's
+        raise ShardplanError(f"Megatron-LM has no {t.attention} attention backend (its --attention-backend runs "
+                             "flash-attn, cuDNN or the unfused softmax): re-plan with --attention flash2 or cudnn",
+                             field="export")
     args.append(("--attention-backend", MEGATRON_ATTENTION_BACKEND[t.attention]))
 
 

@@ -62,10 +62,14 @@ def case_key(gen: str, moe: bool) -> str:
     return f"{gen}-{MOE}" if moe else gen
 
 
+DENSE = "dense"  # pooled key of the dense models' intervals at the optimum
+
+
 def _first_key(entry: dict[str, Any], gen: str, moe: bool) -> str:
-    """The table key a prediction reads: its own MoE key, else the pooled MoE band (an MoE model), else its
-    generation's, else every case's."""
-    return next(k for k in ([case_key(gen, True), MOE] if moe else []) + [gen, "all"] if k in entry)
+    """The table key a prediction reads: an MoE model its own MoE key, else the pooled MoE key, else its
+    generation's; a dense model its generation's, else the pooled dense key (the intervals at the optimum have one);
+    then every case's."""
+    return next(k for k in ([case_key(gen, True), MOE, gen] if moe else [gen, DENSE]) + ["all"] if k in entry)
 
 
 def compute_band_table(rows: Iterable[tuple[str, str, float, float]], *, projection: Sequence[float] = (),
@@ -148,16 +152,18 @@ def interval(log_ratios: Sequence[float], quantiles: tuple[float, float] = OPTIM
 
 def compute_optimum_table(rows: Iterable[tuple[str, float, float]], *, min_cases: int = MIN_CASES) -> dict[str, Any]:
     """Intervals at the optimum from ``(key, measured, predicted)`` throughput rows (``case_key`` keys): ``all``,
-    ``moe`` (the MoE keys pooled, from ``min_cases``) and every key with ``min_cases`` rows, plus the counts."""
+    ``moe`` and ``dense`` (the MoE and the other keys pooled, from ``min_cases``) and every key with ``min_cases``
+    rows, plus the counts of the keys (``cases``) and of the pools (``pooled_cases``)."""
     by: dict[str, list[float]] = {}
     for key, measured, predicted in rows:
         by.setdefault(key, []).append(math.log(measured / predicted))
-    entry: dict[str, Any] = {"all": interval([x for xs in by.values() for x in xs])}
-    moe = [x for k, xs in by.items() if k.endswith(f"-{MOE}") for x in xs]
-    if len(moe) >= min_cases:
-        entry[MOE] = interval(moe)
+    pools = {"all": [x for xs in by.values() for x in xs],
+             MOE: [x for k, xs in by.items() if k.endswith(f"-{MOE}") for x in xs],
+             DENSE: [x for k, xs in by.items() if not k.endswith(f"-{MOE}") for x in xs]}
+    entry: dict[str, Any] = {k: interval(xs) for k, xs in pools.items() if k == "all" or len(xs) >= min_cases}
     entry.update({k: interval(xs) for k, xs in sorted(by.items()) if len(xs) >= min_cases})
     entry["cases"] = {k: len(xs) for k, xs in sorted(by.items())}
+    entry["pooled_cases"] = {k: len(xs) for k, xs in pools.items()}
     return entry
 
 
@@ -168,16 +174,13 @@ def interval_for(entry: dict[str, Any], gen: str, moe: bool = False) -> list[flo
 
 def optimum_band(system: SystemSpec, *, moe: bool = False) -> tuple[list[float], int] | None:
     """The interval at the optimum for a plan on ``system`` (``moe``: of an MoE model) and the number of tuned runs
-    it comes from (its key's, or the pooled count for ``all``/``moe``); None when the table has none or the system
-    is calibrated (the intervals were measured on the shipped presets, not on a calibrated system)."""
+    it comes from (its key's, or its pool's); None when the table has none or the system is calibrated (the
+    intervals were measured on the shipped presets, not on a calibrated system)."""
     entry = shipped_table()["bands"].get(OPTIMUM_JOB)
     if entry is None or calibrated(system):
         return None
     key = _first_key(entry, generation(system.gpu.name), moe)
-    cases = entry["cases"]
-    n = cases.get(key) if key in cases else sum(v for k, v in cases.items()
-                                                 if key == "all" or k.endswith(f"-{MOE}"))
-    return list(entry[key]), int(n)
+    return list(entry[key]), int(entry["cases"].get(key) or entry.get("pooled_cases", {}).get(key, 0))
 
 
 def around(value: float, w: float | None) -> list[float] | None:

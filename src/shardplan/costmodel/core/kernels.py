@@ -26,11 +26,16 @@ GROUPED_TILE_ROWS = 64.0
 # FlashAttention-2 reaches ~73% of A100 peak forward and ~63% backward (Dao 2023, arXiv 2307.08691 §4.1):
 # backward runs at 0.86 of the forward efficiency.
 FLASH_BWD_EFFICIENCY_RATIO = 0.86
-# FlashAttention in Triton (flash-attn's flash_attn_triton.py, which llm-foundry copied as its attn_impl 'triton'):
+# Triton FlashAttention (llm-foundry's attn_impl 'triton': flash-attn's flash_attn_triton.py, on triton-pre-mlir).
 # "FlashAttention-2 is around 1.3-1.5x faster than FlashAttention in Triton in the forward pass and around 2x faster
-# in the backward pass" (Dao 2023, arXiv 2307.08691 §4.1, A100 80GB, head dim 64/128, with and without causal mask):
-# the kernel runs at FlashAttention-2's rate over these factors (forward, backward; the middle of the forward range).
-# Both are Ampere-style kernels (mma.sync, no Hopper wgmma/TMA), so the A100 ratio is taken on Hopper too.
+# in the backward pass" (Dao 2023, arXiv 2307.08691 §4.1, A100 80GB, head dim 64/128, causal and not): measured
+# against OpenAI Triton's fused attention (the paper's script, flash-attn c082294
+# benchmarks/benchmark_flash_attention.py, times triton.ops.flash_attention), the kernel flash_attn_triton.py started
+# from ("We use the FlashAttention implementation from Phil Tillet as a starting point"), so a proxy for it. Its own
+# docstring agrees in size: forward faster than FlashAttention(-1), backward slower, "overall ... slightly slower",
+# with FlashAttention-2 1.7-3.0x FlashAttention (the same §4.1): these factors give 1.8x over a forward and backward.
+# The forward takes the middle of its range. Both are Ampere-style kernels (mma.sync, no Hopper wgmma/TMA), so the A100
+# ratio is taken on Hopper.
 TRITON_SLOWDOWN = (1.4, 2.0)
 
 
@@ -167,6 +172,12 @@ def _tflops(c: AttentionCurve, seq: np.ndarray) -> np.ndarray:
     return np.interp(np.log(np.maximum(seq, 1.0)), np.log(np.asarray(c.seq, dtype=float)), np.asarray(c.tflops))
 
 
+def rate_of(kernel: str, backward: bool) -> tuple[str, float]:
+    """The kernel whose measured rate prices ``kernel`` and the factor it runs slower by: the Triton kernel at
+    FlashAttention-2's rate over ``TRITON_SLOWDOWN``, every other kernel at its own."""
+    return ("flash2", TRITON_SLOWDOWN[int(backward)]) if kernel == "triton" else (kernel, 1.0)
+
+
 def attention_efficiency(gpu: GpuSpec, kernel: str, *, backward: bool, causal: bool, head_dim: float,
                          seq: np.ndarray | float, rescale: bool = True) -> np.ndarray | None:
     """Fraction of the BF16 peak one attention kernel reaches, from the GPU's measured curves; None when the GPU
@@ -176,10 +187,11 @@ def attention_efficiency(gpu: GpuSpec, kernel: str, *, backward: bool, causal: b
     the two (``head_dim_factor``; ``rescale=False``: the nearest curve as it is). The Triton kernel (``triton``) runs
     at FlashAttention-2's rate over ``TRITON_SLOWDOWN``."""
     seq = np.asarray(seq, dtype=float)
-    if kernel == "triton":  # FlashAttention-2's rate over its measured speedup against this kernel
-        eff2 = attention_efficiency(gpu, "flash2", backward=backward, causal=causal, head_dim=head_dim, seq=seq,
-                                    rescale=rescale)
-        return None if eff2 is None else eff2 / TRITON_SLOWDOWN[int(backward)]
+    base, slower = rate_of(kernel, backward)
+    if slower != 1.0:
+        eff = attention_efficiency(gpu, base, backward=backward, causal=causal, head_dim=head_dim, seq=seq,
+                                   rescale=rescale)
+        return None if eff is None else eff / slower
     fwd = _curve(gpu, kernel, "fwd", causal, head_dim)
     if fwd is None:
         # measured under the other mask only (the Blackwell curves are causal): that rate × the H100's ratio between
@@ -217,10 +229,9 @@ def attention_time(gpu: GpuSpec, flops: np.ndarray, nbytes: np.ndarray, dtype: s
     dtype = "bf16" if dtype in ("fp8", "fp4") else dtype
     eff = attention_efficiency(gpu, kernel, backward=backward, causal=causal, head_dim=head_dim, seq=seq)
     if eff is None:
-        base = "flash2" if kernel == "triton" else kernel
+        base, slower = rate_of(kernel, backward)
         eff = gpu.attention_efficiency * (FLASH_BWD_EFFICIENCY_RATIO if backward else 1.0) \
-            * head_dim_factor(base, backward=backward, causal=causal, head_dim=head_dim, seq=seq) \
-            / (TRITON_SLOWDOWN[int(backward)] if kernel == "triton" else 1.0)
+            * head_dim_factor(base, backward=backward, causal=causal, head_dim=head_dim, seq=seq) / slower
     return kernel_time(gpu, flops, nbytes, dtype, efficiency=eff)
 
 
