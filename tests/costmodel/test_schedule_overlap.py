@@ -5,10 +5,12 @@ import pytest
 
 from shardplan.costmodel.training.evaluate import estimate_training
 from shardplan.costmodel.training.layout import TrainLayout, TrainWorkload
+from shardplan.costmodel.training.pipeline_sim import simulate
 from shardplan.costmodel.training.schedule_overlap import (
     backwards_after_chunk,
     chunked_gather_exposed,
     chunked_reduce_exposed,
+    send_chain,
 )
 from shardplan.hardware import get_system
 from shardplan.models import get_model
@@ -126,14 +128,39 @@ def test_interleaving_hides_more_of_a_dp_bound_reduction() -> None:
         _est(1, overlap_grad=False).metrics.dp_exposed_s)
 
 
-def test_overlapped_sends_expose_the_fill_and_drain_hops() -> None:
-    """Blocking: (m + (p−1)/v)·2·v·s. Overlapped: the p−1 hops each way, (p−1)·2·s, plus the 18.9% slowdown of
-    the m·2·v·s hidden. Not interleaved: Megatron-LM blocks whatever the switch says."""
+def test_overlapped_sends_expose_the_virtual_stage_chain() -> None:
+    """Blocking: (m + (p−1)/v)·2·v·s. Overlapped: the first microbatch's forward through all p·v virtual stages
+    and the last one's backward back, (p·v − 1)·2·s, plus the 18.9% slowdown of the m·2·v·s hidden (4·2 − 1 = 7
+    hops each way here, where the physical stages alone would be 3). Not interleaved: Megatron-LM blocks whatever
+    the switch says."""
     p, v, m = 4, 2, 4
     on, off = _est(v).metrics.pp_exposed_s, _est(v, overlap_p2p=False).metrics.pp_exposed_s
     send = off / ((m + (p - 1) / v) * 2 * v)  # one chunk send
-    assert on == pytest.approx((p - 1) * 2 * send + 0.189 * m * 2 * v * send, rel=1e-9)
+    assert on == pytest.approx((p * v - 1) * 2 * send + 0.189 * m * 2 * v * send, rel=1e-9)
     assert _est(1).metrics.pp_exposed_s == pytest.approx(_est(1, overlap_p2p=False).metrics.pp_exposed_s)
+
+
+@pytest.mark.parametrize(("p", "v", "m"), [(2, 2, 2), (3, 14, 6), (4, 4, 8), (4, 23, 4), (8, 4, 128), (8, 8, 16)])
+@pytest.mark.parametrize("hop", [0.01, 0.3, 1.0])
+def test_send_chain_matches_the_simulated_schedule(p: int, v: int, m: int, hop: float) -> None:
+    """Megatron's interleaved order simulated with a send time (``hop`` of a chunk's forward): the makespan grows
+    by exactly 2·send_chain·v hops at every m, small sends or as long as a chunk."""
+    fwd, bwd = [[1.0 / v] * v] * p, [[2.0 / v] * v] * p
+    grown = simulate(p, v, m, fwd, bwd, hop / v) - simulate(p, v, m, fwd, bwd)
+    hops = 2 * float(send_chain(np.array([p]), np.array([v]), np.array([1.0]))[0]) * v
+    assert hops == 2 * (p * v - 1)
+    assert grown == pytest.approx(hops * hop / v, rel=1e-9)
+
+
+def test_send_chain_hop_count_by_hand() -> None:
+    """p = 2, v = 2, m = 2, chunk forward 1, backward 2, sends 0.5; virtual stages 0..3 on ranks 0, 1, 0, 1.
+    Rank 0 runs F0 F1 at stage 0 (0–2), then stage 2: F0 when it arrives (3–4), F1 (4–5). Rank 1: F0, F1 at
+    stage 1 (1.5–3.5), F0 at stage 3 (4.5–5.5), its B0 (5.5–7.5), F1 (7.5–8.5), B1 (8.5–10.5). Back on rank 0, B0
+    at stage 2 (8–10), B1 (11–13); rank 1's stage 1: B0 (10.5–12.5), B1 (13.5–15.5); rank 0's stage 0: B0
+    (13–15), B1 (16–18). Without sends the same order ends at 15: 6 hops of 0.5, the 2·(p·v − 1) of the chain."""
+    fwd, bwd = [[1.0, 1.0], [1.0, 1.0]], [[2.0, 2.0], [2.0, 2.0]]
+    assert simulate(2, 2, 2, fwd, bwd) == pytest.approx(15.0)
+    assert simulate(2, 2, 2, fwd, bwd, 0.5) == pytest.approx(18.0)
 
 
 def test_interleaving_needs_microbatches_in_whole_groups_of_pp(run_cli) -> None:

@@ -12,7 +12,13 @@ d98e8a6: ``forward_backward_pipelining_without_interleaving`` warms up with ``p 
 schedule with ``2(p − r − 1) + (v − 1)·p``, model chunk ``(k mod p·v) // p`` of microbatch group ``k // (p·v)``,
 backward chunks in reverse), each as soon as its rank is free and its inputs exist: the forward of virtual stage
 ``s = c·p + r`` after the forward of ``s − 1``, its backward after its forward and the backward of ``s + 1``.
-Sends take no time here (the cost model prices them in the stage times).
+Sends take no time unless ``hop`` is given: then every input from another rank arrives ``hop`` after it is
+produced (with ``p > 1`` every virtual stage's neighbours live on other ranks). Interleaved, the simulated step then
+grows by exactly ``2·(p·v − 1)·hop`` for small ``hop`` at any ``m``: the first microbatch's forward passes every
+virtual stage and the last one's backward passes them all back, and Megatron's fixed order leaves no slack on that
+chain (the wrap from the last rank to rank 0 is tight: rank 0 finishes its group of ``p`` forwards of chunk ``c``
+just as the group's first microbatch could come back for chunk ``c + 1``). ``schedule_overlap.pipeline_send_s``
+prices that chain.
 
 ``chunk_factor`` is the simulated schedule over the closed form for a split's chunks, a layer's forward taking 1
 and its backward 2 (the backward's two GEMMs per forward GEMM), never below 1: the closed form charges the heaviest
@@ -64,42 +70,47 @@ def schedule_order(p: int, v: int, m: int, r: int) -> list[tuple[str, int, int]]
     return ops + [("B", *bwd[k]) for k in range(total - warm, total)]
 
 
-def simulate(p: int, v: int, m: int, fwd: list[list[float]], bwd: list[list[float]]) -> float:
-    """Makespan of one schedule; ``fwd[r][c]``, ``bwd[r][c]``: chunk ``c``'s times on rank ``r`` per microbatch."""
+def simulate(p: int, v: int, m: int, fwd: list[list[float]], bwd: list[list[float]], hop: float = 0.0) -> float:
+    """Makespan of one schedule; ``fwd[r][c]``, ``bwd[r][c]``: chunk ``c``'s times on rank ``r`` per microbatch;
+    ``hop``: a send's time from one rank to the next (the output waits for it, the sender does not)."""
     stages = p * v
     # Operation (phase, microbatch, virtual stage) as one index into ``done``; -1: not run yet.
     def index(phase: str, mb: int, s: int) -> int:
         return ((phase == "B") * m + mb) * stages + s
 
-    # per rank, parallel lists: the operation's index, its two inputs' (``zero``: none, always done at 0) and time
+    # per rank, parallel lists: the operation's index, its two inputs' (``zero``: none, always done at 0), the
+    # first input's arrival delay (a neighbour's output: ``hop``; its own forward: none) and time
     zero = 2 * m * stages
-    ops: list[tuple[list[int], list[int], list[int], list[float]]] = []
+    ops: list[tuple[list[int], list[int], list[int], list[float], list[float]]] = []
     for r in range(p):
-        me, d1, d2, ts = [], [], [], []
+        me, d1, d2, ts, late = [], [], [], [], []
         for phase, mb, c in schedule_order(p, v, m, r):
             s = c * p + r
             me.append(index(phase, mb, s))
             if phase == "F":
                 d1.append(index("F", mb, s - 1) if s > 0 else zero)
+                late.append(hop if s > 0 else 0.0)
                 d2.append(zero)
                 ts.append(fwd[r][c])
-            else:
-                d1.append(index("F", mb, s))
-                d2.append(index("B", mb, s + 1) if s < stages - 1 else zero)
+            else:  # the neighbour's gradient first: the delay applies to it
+                d1.append(index("B", mb, s + 1) if s < stages - 1 else zero)
+                late.append(hop if s < stages - 1 else 0.0)
+                d2.append(index("F", mb, s))
                 ts.append(bwd[r][c])
-        ops.append((me, d1, d2, ts))
+        ops.append((me, d1, d2, ts, late))
     done = [-1.0] * zero + [0.0]
     pos, free = [0] * p, [0.0] * p
     moved = True
     while moved:
         moved = False
         for r in range(p):
-            me, d1, d2, ts = ops[r]
+            me, d1, d2, ts, late = ops[r]
             i, t_free, n = pos[r], free[r], len(me)
             while i < n:
                 a, b = done[d1[i]], done[d2[i]]
                 if a < 0.0 or b < 0.0:
                     break
+                a += late[i]
                 t_free = done[me[i]] = (t_free if t_free > a and t_free > b else a if a > b else b) + ts[i]
                 i += 1
             if i != pos[r]:

@@ -73,14 +73,25 @@ def chunked_gather_exposed(t: np.ndarray, edge: np.ndarray, fwd_s: np.ndarray, b
     return first + second + later
 
 
-def overlapped_send_s(send_s: np.ndarray, edge: np.ndarray, m: np.ndarray, slowdown: float) -> np.ndarray:
+def overlapped_send_s(send_s: np.ndarray, chain: np.ndarray, slots: np.ndarray, m: np.ndarray,
+                      slowdown: float) -> np.ndarray:
     """Cost per microbatch slot of one direction's pipeline sends (``send_s`` per microbatch: ``v`` chunk sends)
     when they run asynchronously beside compute (Megatron ``overlap_p2p_comm``): in the steady state each send
     hides behind the other direction's chunk compute (costing ``slowdown`` of it), while the fill and drain chain
-    of ``p − 1`` hops waits for every send (``edge``: the fill and drain slots of the bubble, ``(p−1)/v`` per
-    schedule). Spread over the ``m + edge`` slots the pipeline takes, so that the step carries
-    ``edge·send_s + m·slowdown·send_s``."""
-    return send_s * (edge + m * slowdown) / (m + edge)
+    waits for every send on it: ``chain`` microbatch slots' worth, ``(p·v − 1)/v`` per schedule (``send_chain``).
+    Spread over the step's ``slots`` (``m`` plus the bubble's fill and drain), so that the step carries
+    ``chain·send_s + m·slowdown·send_s``."""
+    return send_s * (chain + m * slowdown) / slots
+
+
+def send_chain(pp: np.ndarray, v: np.ndarray, schedules: np.ndarray) -> np.ndarray:
+    """Microbatch slots of sends (``v`` hops each) on the interleaved schedule's critical path: the first
+    microbatch's forward hops through all ``p·v`` virtual stages and the last one's backward back, ``p·v − 1``
+    hops each way per schedule. Megatron's order leaves no slack there (``pipeline_sim.simulate`` with a send
+    time: the makespan grows by exactly ``2·(p·v − 1)`` sends at any ``m``, a multiple of ``p``), where the
+    bubble's ``(p − 1)/v`` slots would count only the physical stages' ``p − 1``."""
+    p, v = np.asarray(pp, dtype=float), np.asarray(v, dtype=float)
+    return schedules * (p * v - 1) / v
 
 
 def pipeline_send_s(ctx: Ctx, m: np.ndarray) -> np.ndarray:
@@ -94,4 +105,6 @@ def pipeline_send_s(ctx: Ctx, m: np.ndarray) -> np.ndarray:
     p2p = np.where(r.pp > 1, r.v * comm.p2p_time(sysm, p2p_bytes, crosses), 0.0)
     if not sysm.software.overlap_p2p_comm:
         return p2p
-    return np.where(r.v > 1, overlapped_send_s(p2p, ctx.fill_slots, m, sysm.software.overlap_slowdown), p2p)
+    chain = send_chain(r.pp, r.v, ctx.schedules)
+    return np.where(r.v > 1, overlapped_send_s(p2p, chain, m + ctx.fill_slots, m, sysm.software.overlap_slowdown),
+                    p2p)
