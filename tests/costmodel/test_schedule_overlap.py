@@ -140,6 +140,33 @@ def test_overlapped_sends_expose_the_virtual_stage_chain() -> None:
     assert _est(1).metrics.pp_exposed_s == pytest.approx(_est(1, overlap_p2p=False).metrics.pp_exposed_s)
 
 
+def test_overlapped_sends_never_price_above_blocking_ones() -> None:
+    """p = m = 4 at v = 8: the chain alone is (4·8 − 1) = 31 sends each way and the steady state's slowdown adds
+    0.189·4·8 = 6.05, more than the blocking schedule's (4 + 3/8)·8 = 35 that a rank waiting for every send would
+    take; the overlapped price is capped there. At v = 2 the chain (7) plus 1.51 stays under 9."""
+    assert _est(8).metrics.pp_exposed_s == pytest.approx(_est(8, overlap_p2p=False).metrics.pp_exposed_s, rel=1e-9)
+    assert _est(2).metrics.pp_exposed_s < 0.95 * _est(2, overlap_p2p=False).metrics.pp_exposed_s
+
+
+def test_a_slower_rank_absorbs_chain_sends() -> None:
+    """Equal ranks keep all 2·(p·v − 1) = 30 sends on the path at p = v = 4, m = 8, as an LM head on the last chunk
+    or a light first chunk does; one rank 2% slower in every chunk gives the others spare time that absorbs 18 of
+    them at sends of 3% of a chunk's forward (the chain is an upper bound there)."""
+    p, v, m, hop = 4, 4, 8, 0.03
+
+    def grown(fwd: list[list[float]]) -> float:
+        bwd = [[2.0 * t for t in row] for row in fwd]
+        return (simulate(p, v, m, fwd, bwd, hop) - simulate(p, v, m, fwd, bwd)) / hop
+
+    equal = [[1.0] * v for _ in range(p)]
+    head = [row[:] for row in equal]
+    head[-1][-1], head[0][0] = 2.5, 0.8
+    slow = [row[:] for row in equal]
+    slow[2] = [1.02] * v
+    assert grown(equal) == pytest.approx(30.0) and grown(head) == pytest.approx(30.0)
+    assert grown(slow) == pytest.approx(12.0)
+
+
 @pytest.mark.parametrize(("p", "v", "m"), [(2, 2, 2), (3, 14, 6), (4, 4, 8), (4, 23, 4), (8, 4, 128), (8, 8, 16)])
 @pytest.mark.parametrize("hop", [0.01, 0.3, 1.0])
 def test_send_chain_matches_the_simulated_schedule(p: int, v: int, m: int, hop: float) -> None:

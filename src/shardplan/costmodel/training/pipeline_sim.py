@@ -14,11 +14,12 @@ backward chunks in reverse), each as soon as its rank is free and its inputs exi
 ``s = c·p + r`` after the forward of ``s − 1``, its backward after its forward and the backward of ``s + 1``.
 Sends take no time unless ``hop`` is given: then every input from another rank arrives ``hop`` after it is
 produced (with ``p > 1`` every virtual stage's neighbours live on other ranks). Interleaved, the simulated step then
-grows by exactly ``2·(p·v − 1)·hop`` at any ``m`` (checked for sends up to a chunk's forward): the first
-microbatch's forward passes every virtual stage and the last one's backward passes them all back, and Megatron's
-fixed order leaves no slack on that chain (the wrap from the last rank to rank 0 is tight: rank 0 finishes its group
-of ``p`` forwards of chunk ``c`` just as the group's first microbatch could come back for chunk ``c + 1``).
-``schedule_overlap.pipeline_send_s`` prices that chain.
+grows by exactly ``2·(p·v − 1)·hop`` at any ``m`` when the ranks' chunks are equal (checked for sends up to a
+chunk's forward; an LM head on the last chunk or a light first chunk keeps it): the first microbatch's forward
+passes every virtual stage and the last one's backward passes them all back, and Megatron's fixed order leaves no
+slack on that chain (the wrap from the last rank to rank 0 is tight: rank 0 finishes its group of ``p`` forwards of
+chunk ``c`` just as the group's first microbatch could come back for chunk ``c + 1``). A rank slower than the rest
+gives the others spare time that absorbs sends. ``schedule_overlap.pipeline_send_s`` prices the chain.
 
 ``chunk_factor`` is the simulated schedule over the closed form for a split's chunks, a layer's forward taking 1
 and its backward 2 (the backward's two GEMMs per forward GEMM), never below 1: the closed form charges the heaviest

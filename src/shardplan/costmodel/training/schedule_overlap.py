@@ -80,16 +80,20 @@ def overlapped_send_s(send_s: np.ndarray, chain: np.ndarray, slots: np.ndarray, 
     hides behind the other direction's chunk compute (costing ``slowdown`` of it), while the fill and drain chain
     waits for every send on it: ``chain`` microbatch slots' worth, ``(p·v − 1)/v`` per schedule (``send_chain``).
     Spread over the step's ``slots`` (``m`` plus the bubble's fill and drain), so that the step carries
-    ``chain·send_s + m·slowdown·send_s``."""
-    return send_s * (chain + m * slowdown) / slots
+    ``chain·send_s + m·slowdown·send_s``, never more than the blocking schedule's ``slots·send_s`` (a rank can
+    always wait for its send instead: with ``m = p`` and ``v ≥ 6`` the chain alone is nearly every send)."""
+    return send_s * np.minimum(chain + m * slowdown, slots) / slots
 
 
 def send_chain(pp: np.ndarray, v: np.ndarray, schedules: np.ndarray) -> np.ndarray:
     """Microbatch slots of sends (``v`` hops each) on the interleaved schedule's critical path: the first
     microbatch's forward hops through all ``p·v`` virtual stages and the last one's backward back, ``p·v − 1``
     hops each way per schedule. Megatron's order leaves no slack there (``pipeline_sim.simulate`` with a send
-    time: the makespan grows by exactly ``2·(p·v − 1)`` sends at any ``m``, a multiple of ``p``), where the
-    bubble's ``(p − 1)/v`` slots would count only the physical stages' ``p − 1``."""
+    time: with equal ranks the makespan grows by exactly ``2·(p·v − 1)`` sends at any ``m``, a multiple of ``p``;
+    an LM head on the last chunk or a light embedding chunk keeps it exact), where the bubble's ``(p − 1)/v`` slots
+    would count only the physical stages' ``p − 1``. When whole ranks differ, the lighter ranks' spare time absorbs
+    sends (one rank 2% heavier, sends of 3% of a chunk's forward, p = v = 4: 12 of the 30), so there the chain is an
+    upper bound, as the closed form's slowest-stage slots are."""
     p, v = np.asarray(pp, dtype=float), np.asarray(v, dtype=float)
     return schedules * (p * v - 1) / v
 
