@@ -64,6 +64,18 @@ def test_moe_models_carry_their_own_band() -> None:
     assert lookup({"all": 0.2, "h100": 0.1}, "h100", moe=True) == 0.1  # no MoE key: the generation's band
 
 
+def test_readme_states_the_shipped_h100_training_bands() -> None:
+    """The README's sentence on MoE bands quotes the shipped H100 MoE and dense half-widths, rounded."""
+    import re
+    from pathlib import Path
+
+    text = " ".join((Path(__file__).resolve().parents[2] / "README.md").read_text().split())
+    got = re.search(r"on H100 ±(\d+)% against ±(\d+)% for dense models", text)
+    assert got is not None
+    shipped = json.loads(resources.files("shardplan.data").joinpath("error_bands.json").read_text())["bands"]["train"]
+    assert [int(x) for x in got.groups()] == [round(100 * shipped["h100-moe"]), round(100 * shipped["h100"])]
+
+
 def test_generation_and_calibrated_band() -> None:
     shipped = json.loads(resources.files("shardplan.data").joinpath("error_bands.json").read_text())["bands"]
     h100 = get_system("dgx-h100")
