@@ -80,6 +80,9 @@ def test_generation_and_calibrated_band() -> None:
     shipped = json.loads(resources.files("shardplan.data").joinpath("error_bands.json").read_text())["bands"]
     h100 = get_system("dgx-h100")
     assert generation(h100.gpu.name) == "h100" and generation("mi300x") == "mi300"
+    # the H800 is the H100's die (its band, not the Blackwell Ultra "other" pool); GB200/GB300 key as their chips
+    assert [generation(get_system(s).gpu.name) for s in ("dgx-h800", "gb200-nvl72", "gb300-nvl72", "dgx-b300")] == [
+        "h100", "b200", "b300", "b300"]
     assert band(h100) == shipped["train"]["h100"]
     with_loo = with_calibration(h100, Calibration(gemm_scale=0.9, band_pct=4.0))
     assert band(with_loo) == pytest.approx(0.04)

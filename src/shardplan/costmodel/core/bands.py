@@ -40,12 +40,16 @@ from shardplan.hardware.spec import PARAMETERS, Calibration, SystemSpec
 BAND_QUANTILE = 0.85  # aims at ≥ 80% coverage of the validation cases with some margin
 MIN_CASES = 8  # a generation with fewer validation cases uses the pooled band
 _TIME_DEFAULTS = {p: getattr(Calibration(), p) for p in PARAMETERS if p != "memory_overhead_bytes"}
-GENERATIONS = ("a100", "h100", "h200", "b200", "mi300", "v100", "t4")
+GENERATIONS = ("a100", "h100", "h200", "b200", "b300", "mi300", "v100", "t4")
+# GPUs sold under another name with a generation's die and tensor rates: the H800 SXM is the H100 SXM with NVLink cut
+# to 400 GB/s and FP64 to 1 TFLOPS (NVIDIA H800 datasheet; hardware.gpus.H800_SXM), which the system spec carries.
+SAME_DIE = {"h800": "h100"}
 
 
 def generation(gpu_name: str) -> str:
-    """The GPU generation a band is keyed by: a100, h100, h200, b200, … or ``other``."""
+    """The GPU generation a band is keyed by: a100, h100, h200, b200 (GB200 too), b300 (GB300 too), … or ``other``."""
     name = gpu_name.lower()
+    name = next((g for alias, g in SAME_DIE.items() if alias in name), name)
     return next((g for g in GENERATIONS if g in name), "other")
 
 
