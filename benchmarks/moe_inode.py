@@ -9,6 +9,12 @@ Rows the validation data does not hold (and why) are marked: the table's "Intra-
 its launch line sets TP 1, so both are priced; its A2A row (PP 32 × VPP 3 = 96 chunks for 94 layers, Megatron
 counting the embedding and loss as pipeline layers) has no counterpart here.
 
+A second table prices the pairs of Megatron-Bridge's published runs (validate --group optimum records) that hold one
+model on one machine under two layouts or two recipes: DeepSeek-V3 on 256 B200, in-node EP 8 (container 26.04) against
+cross-node EP 32 with the all-to-all overlapped (26.04.01); Qwen3-30B-A3B on 8 GB200 under the 26.04.01 recipe against
+its model verification card's (full-iteration CUDA graphs, overlap, TE op fuser, FP8 attention). Each pair's measured
+ratio is printed beside the model's.
+
 Run: .venv/bin/python benchmarks/moe_inode.py   (about ten seconds)
 """
 
@@ -19,7 +25,7 @@ import dataclasses
 from shardplan.costmodel.training.evaluate import estimate_training
 from shardplan.costmodel.training.layout import Recompute
 from shardplan.validation import runs as R
-from shardplan.validation.optimum import step_parts
+from shardplan.validation.optimum import load_records_tuned, parse_run, step_parts
 
 BASE = "mzoo-qwen3-235b-a22b-256gpu-h100-bf16-ep32"
 # (label, record priced, code the table names, measured step s or None, layout fields replacing the record's)
@@ -37,6 +43,31 @@ ROWS: list[tuple[str, str, str, float | None, dict[str, object]]] = [
     ("intra-node EP8, TP2 PP8 V4 (not measured)", BASE, "", None, {"ep": 8}),
     ("EP16, TP2 PP8 V4 (not measured)", BASE, "", None, {"ep": 16}),
 ]
+
+
+# (label, first run, second run): the second's measured and priced throughput over the first's
+PAIRS: list[tuple[str, str, str]] = [
+    ("DeepSeek-V3, 256 B200: in-node EP8 PP16 -> cross-node EP32 PP8 V2 overlapped",
+     "mbridge-26.04-deepseekv3-256gpu-b200-mxfp8", "mbridge-26.04.01-deepseekv3-256gpu-b200-mxfp8"),
+    ("Qwen3-30B-A3B, 8 GB200 EP8: 26.04.01 recipe -> model card (graphed, overlapped)",
+     "mbridge-26.04.01-qwen3-30b-a3b-8gpu-gb200-mxfp8", "mbcard-qwen3-30b-a3b-8gpu-gb200-mxfp8-perf"),
+]
+
+
+def priced_pairs() -> None:
+    """Each pair's measured and priced tokens/s per GPU, and the second run's ratio to the first, both ways."""
+    runs = {r["id"]: r for r in load_records_tuned()}
+    print(f"\n{'pair':78s} {'measured':>17s} {'priced':>17s} {'ratio meas/priced':>18s}")
+    for label, a, b in PAIRS:
+        meas, priced = [], []
+        for rid in (a, b):
+            run = parse_run(runs[rid])
+            assert not isinstance(run, str), run
+            rep = R.pinned_estimate(run.model, run.system, run.gpus, run.work, run.layout, run.stage_layers)
+            meas.append(run.measured_tokens_per_s_per_gpu)
+            priced.append(rep.metrics.tokens_per_s / run.gpus)
+        print(f"{label:78s} {meas[0]:8,.0f}{meas[1]:9,.0f} {priced[0]:8,.0f}{priced[1]:9,.0f} "
+              f"{meas[1] / meas[0]:8.2f}x {priced[1] / priced[0]:7.2f}x")
 
 
 def main() -> int:
@@ -59,6 +90,7 @@ def main() -> int:
         print(f"{label:44s} {code:15s} {measured or float('nan'):8.1f} {step:7.2f} {err}  "
               f"{parts['EP comm']:5.2f} / {parts['host sync']:4.2f} / {parts['ZeRO-3 gathers']:5.2f} s, "
               f"{rep.memory.total_bytes / 1024**3:5.1f}")
+    priced_pairs()
     return 0
 
 
