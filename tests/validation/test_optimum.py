@@ -235,6 +235,23 @@ def test_moe_recipe_settings_reach_the_stack() -> None:
     assert (sw.ep_dispatcher, sw.ep_comm_overlap, plain.layout.recompute_modules) == ("alltoall", False, None)
 
 
+def test_a_table_row_runs_the_recipe_of_the_release_that_wrote_it() -> None:
+    """DeepSeek-V3 MXFP8 on 256 B200: the 26.04 table's PP 16, EP 8 row is v0.4.0's recipe (HybridEP, no overlap,
+    recompute mla_up_proj; layout_map (16, 1): embedding + 4 layers, 14 × 4, 1 layer + MTP + loss); the 26.04.01 row's
+    PP 8, V 2, EP 32 is v0.4.2's DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2 (DeepEP, moe_a2a_overlap with delayed
+    weight gradients, recompute mla_up_proj and mlp; pp_layout 'Et*4|(t*4|)*14tmL': 8 layers a rank, 5 on the last)."""
+    old = parse_run(_tuned("mbridge-26.04-deepseekv3-256gpu-b200-mxfp8"))
+    new = parse_run(_tuned("mbridge-26.04.01-deepseekv3-256gpu-b200-mxfp8"))
+    assert isinstance(old, OptimumRun) and isinstance(new, OptimumRun)
+    assert (old.layout.pp, old.layout.ep, old.layout.interleave, old.stage_layers) == (16, 8, 1, [4] * 15 + [1])
+    assert (old.system.software.ep_comm_overlap, old.layout.recompute_modules) == (False, ("mla_up_proj",))
+    assert (new.layout.pp, new.layout.ep, new.layout.interleave, new.stage_layers) == (8, 32, 2, [8] * 7 + [5])
+    sw = new.system.software
+    assert (sw.ep_dispatcher, sw.ep_comm_overlap, sw.ep_delay_wgrad) == ("deepep", True, True)
+    assert set(new.layout.recompute_modules or ()) == {"mla_up_proj", "mlp"}
+    assert old.measured_tokens_per_s_per_gpu == 2815 and new.measured_tokens_per_s_per_gpu == 3328
+
+
 def test_mlperf_mi355x_runs_are_evaluated_on_their_own_gpu() -> None:
     """MLPerf Training v5.1 llama31_8b on 8× MI355X (AMD, Dell, Supermicro, GigaComputing): TP1 PP1 DP8, microbatch 2,
     global batch 32, sequence 8192, fp8; measured 29.8k–31.4k tokens/s per GPU (median tracked throughput of the
