@@ -51,6 +51,8 @@ PAIRS: list[tuple[str, str, str]] = [
      "mbridge-26.04-deepseekv3-256gpu-b200-mxfp8", "mbridge-26.04.01-deepseekv3-256gpu-b200-mxfp8"),
     ("Qwen3-30B-A3B, 8 GB200 EP8: 26.04.01 recipe -> model card (graphed, overlapped)",
      "mbridge-26.04.01-qwen3-30b-a3b-8gpu-gb200-mxfp8", "mbcard-qwen3-30b-a3b-8gpu-gb200-mxfp8-perf"),
+    ("Qwen3-30B-A3B, 8 B300 EP8: 26.04.01 recipe -> 26.06 recipe (the card's knobs)",
+     "mbridge-26.04.01-qwen3-30b-a3b-8gpu-b300-mxfp8", "mbridge-26.06-qwen3-30b-a3b-8gpu-b300-mxfp8"),
 ]
 
 

@@ -252,6 +252,28 @@ def test_a_table_row_runs_the_recipe_of_the_release_that_wrote_it() -> None:
     assert old.measured_tokens_per_s_per_gpu == 2815 and new.measured_tokens_per_s_per_gpu == 3328
 
 
+def test_the_26_06_b300_rows_run_their_release_recipes() -> None:
+    """Megatron-Bridge v0.5.0 (26.06) moved the B300 Qwen3-30B-A3B MXFP8 recipe to the model card's knobs (HybridEP
+    with the all-to-all overlapped and weight gradients delayed, full-iteration CUDA graphs with an expert capacity
+    factor: no host sync), while its gpt-oss-120b B300 recipe (EP 8, MBS 4, HybridEP, TE graphs of attention and
+    router only) stays eager in 26.04.01 (BF16) and 26.06 (MXFP8): the dropless sync stays and nothing overlaps."""
+    qwen_old = parse_run(_tuned("mbridge-26.04.01-qwen3-30b-a3b-8gpu-b300-mxfp8"))
+    qwen = parse_run(_tuned("mbridge-26.06-qwen3-30b-a3b-8gpu-b300-mxfp8"))
+    assert isinstance(qwen_old, OptimumRun) and isinstance(qwen, OptimumRun)
+    assert qwen.system.name == "dgx-b300" and (qwen.layout.ep, qwen.layout.microbatch) == (8, 8)
+    sw = qwen.system.software
+    assert (sw.ep_dispatcher, sw.ep_comm_overlap, sw.ep_delay_wgrad, sw.moe_host_sync) == ("deepep", True, True, False)
+    assert (qwen_old.system.software.ep_comm_overlap, qwen_old.system.software.moe_host_sync) == (False, True)
+    assert (qwen_old.measured_tokens_per_s_per_gpu, qwen.measured_tokens_per_s_per_gpu) == (30720, 40769)
+    for rid, dtype, measured in (("mbridge-26.04.01-gpt-oss-120b-64gpu-b300-bf16", "bf16", 15232),
+                                 ("mbridge-26.06-gpt-oss-120b-64gpu-b300-mxfp8", "fp8", 18534)):
+        run = parse_run(_tuned(rid))
+        assert isinstance(run, OptimumRun) and run.system.name == "dgx-b300" and run.work.dtype == dtype
+        assert (run.layout.ep, run.layout.microbatch, run.layout.recompute_modules) == (8, 4, None)
+        assert (run.system.software.ep_dispatcher, run.system.software.ep_comm_overlap) == ("deepep", False)
+        assert run.system.software.moe_host_sync and run.measured_tokens_per_s_per_gpu == measured
+
+
 def test_mlperf_mi355x_runs_are_evaluated_on_their_own_gpu() -> None:
     """MLPerf Training v5.1 llama31_8b on 8× MI355X (AMD, Dell, Supermicro, GigaComputing): TP1 PP1 DP8, microbatch 2,
     global batch 32, sequence 8192, fp8; measured 29.8k–31.4k tokens/s per GPU (median tracked throughput of the
