@@ -53,6 +53,8 @@ PAIRS: list[tuple[str, str, str]] = [
      "mbridge-26.04.01-qwen3-30b-a3b-8gpu-gb200-mxfp8", "mbcard-qwen3-30b-a3b-8gpu-gb200-mxfp8-perf"),
     ("Qwen3-30B-A3B, 8 B300 EP8: 26.04.01 recipe -> 26.06 recipe (the card's knobs)",
      "mbridge-26.04.01-qwen3-30b-a3b-8gpu-b300-mxfp8", "mbridge-26.06-qwen3-30b-a3b-8gpu-b300-mxfp8"),
+    ("Qwen3-235B-A22B, 256 H100 EP32: model zoo 2025 -> 2026 script (router graphs)",
+     "mzoo-qwen3-235b-a22b-256gpu-h100-bf16-ep32-1f1b", "mzoo-qwen3-235b-a22b-256gpu-h100-bf16-ep32-2026"),
 ]
 
 

@@ -274,6 +274,54 @@ def test_the_26_06_b300_rows_run_their_release_recipes() -> None:
         assert run.system.software.moe_host_sync and run.measured_tokens_per_s_per_gpu == measured
 
 
+def test_the_model_zoo_2026_rows_run_their_launch_lines() -> None:
+    """Megatron-MoE-ModelZoo@e865051's Qwen3-235B-A22B rows beyond its H100 table: GB200 BF16 (EP 8, PP 8), GB200
+    MXFP8 at 128k (TP 4, CP 4, EP 32, VPP 12), GB300 MXFP8 (EP 64, no pipeline; and the earlier EP 32, PP 4, MBS 2
+    row of 020b813, NVIDIA's report's 974) and the H100 launch script's 320 TFLOP/s. Each launch line's knobs
+    (sbatch_benchmarking.sh: --tp-comm-overlap for BF16 only, A2A_OVERLAP=1 adds --delay-wgrad-compute, TE graphs of
+    router/preprocess only keep the dropless sync); tokens/s from the TFLOP/s at Megatron-LM's 148.0 (4k) and 734.7
+    (128k) GFLOP per token."""
+    expect = {  # id: (system, gpus, dtype, tp, pp, cp, ep, vpp, overlap, tp method, TFLOP/s, GFLOP per token)
+        "mzoo-qwen3-235b-a22b-256gpu-gb200-bf16-ep8": ("gb200-nvl72", 256, "bf16", 1, 8, 1, 8, 1, False,
+                                                       "userbuffers", 750, 148.0),
+        "mzoo-qwen3-235b-a22b-128gpu-gb200-mxfp8-seq128k": ("gb200-nvl72", 128, "fp8", 4, 4, 4, 32, 12, False,
+                                                            "share", 1150, 734.7),
+        "mzoo-qwen3-235b-a22b-64gpu-gb300-mxfp8-ep64": ("gb300-nvl72", 64, "fp8", 1, 1, 1, 64, 1, True,
+                                                        "userbuffers", 1055, 148.0),
+        "mzoo-qwen3-235b-a22b-256gpu-gb300-mxfp8-ep32": ("gb300-nvl72", 256, "fp8", 1, 4, 1, 32, 1, False,
+                                                         "userbuffers", 974, 148.0),
+        "mzoo-qwen3-235b-a22b-256gpu-h100-bf16-ep32-2026": ("dgx-h100", 256, "bf16", 2, 8, 1, 32, 4, True,
+                                                            "userbuffers", 320, 148.0),
+    }
+    for rid, (system, gpus, dtype, tp, pp, cp, ep, vpp, overlap, method, tflops, gflop) in expect.items():
+        run = parse_run(_tuned(rid))
+        assert isinstance(run, OptimumRun) and (run.system.name, run.gpus, run.work.dtype) == (system, gpus, dtype)
+        lay, sw = run.layout, run.system.software
+        assert (lay.tp, lay.pp, lay.cp, lay.ep, lay.interleave) == (tp, pp, cp, ep, vpp)
+        assert lay.microbatch == (2 if rid.endswith("gb300-mxfp8-ep32") else 1)
+        assert (sw.ep_dispatcher, sw.ep_comm_overlap, sw.ep_delay_wgrad) == ("deepep", overlap, overlap)
+        assert sw.moe_host_sync and sw.tp_overlap_method == method
+        assert run.measured_tokens_per_s_per_gpu == pytest.approx(tflops * 1e3 / gflop, abs=0.06)
+        assert sw.fp8_scaling == ("mxfp8" if dtype == "fp8" else "current")
+
+
+def test_the_model_zoo_mixtral_row_is_its_script_and_runtime_table() -> None:
+    """Mixtral 8x22B on 128 H100 (Megatron-MoE-ModelZoo run_mixtral_8x22B.sh, 'around 465 TFLOPS' with forced
+    balancing): runtime.conf's TP 2 PP 8 EP 8 VPP 7, MBS 1, GBS 256; NCCL all-to-all dispatcher, dropless; bf16 with
+    --tp-comm-overlap. Tokens/s from Megatron-LM's FLOP count by hand: per layer 6(h(q+2kv) + qh) + 6qs + 18hF·topk,
+    plus 6hV."""
+    h, q, kv, s, f, topk, layers, vocab = 6144, 6144, 1024, 4096, 16384, 2, 56, 32000
+    flop = layers * (6 * (h * (q + 2 * kv) + q * h) + 6 * q * s + 18 * h * f * topk) + 6 * h * vocab
+    run = parse_run(_tuned("mzoo-mixtral-8x22b-128gpu-h100-bf16"))
+    assert isinstance(run, OptimumRun) and (run.system.name, run.gpus, run.work.dtype) == ("dgx-h100", 128, "bf16")
+    assert run.model.moe is not None and (run.model.moe.num_experts, run.model.moe.experts_per_token) == (8, 2)
+    lay, sw = run.layout, run.system.software
+    assert (lay.tp, lay.pp, lay.dp, lay.ep, lay.interleave, lay.microbatch) == (2, 8, 8, 8, 7, 1)
+    assert (sw.ep_dispatcher, sw.ep_comm_overlap, sw.moe_host_sync, sw.tp_overlap_method) == (
+        "alltoall", False, True, "userbuffers")
+    assert run.measured_tokens_per_s_per_gpu == pytest.approx(465e12 / flop, abs=0.06)
+
+
 def test_mlperf_mi355x_runs_are_evaluated_on_their_own_gpu() -> None:
     """MLPerf Training v5.1 llama31_8b on 8× MI355X (AMD, Dell, Supermicro, GigaComputing): TP1 PP1 DP8, microbatch 2,
     global batch 32, sequence 8192, fp8; measured 29.8k–31.4k tokens/s per GPU (median tracked throughput of the
