@@ -322,6 +322,22 @@ def test_the_model_zoo_mixtral_row_is_its_script_and_runtime_table() -> None:
     assert run.measured_tokens_per_s_per_gpu == pytest.approx(465e12 / flop, abs=0.06)
 
 
+def test_the_nemotron_3_nano_blackwell_rows_run_the_tables_recipe() -> None:
+    """Nemotron 3 Nano on 8 B300 and 8 GB200 (26.06) and 8 B200 (26.04.01), MXFP8: BASE_NEMOTRON_3_NANO_CONFIG
+    (EP 8, TP 1, HybridEP, TE graphs of attention, Mamba, router and preprocess only: the dropless sync stays) with
+    MBS 4 on B300 and 2 on the others; bf16 gradient reduction, forced balancing."""
+    for rid, system, mb, measured in (("mbridge-26.06-nemotron3-nano-8gpu-b300-mxfp8", "dgx-b300", 4, 37316),
+                                      ("mbridge-26.06-nemotron3-nano-8gpu-gb200-mxfp8", "gb200-nvl72", 2, 33522),
+                                      ("mbridge-26.04.01-nemotron3-nano-8gpu-b200-mxfp8", "dgx-b200", 2, 32768)):
+        run = parse_run(_tuned(rid))
+        assert isinstance(run, OptimumRun) and (run.system.name, run.gpus, run.work.dtype) == (system, 8, "fp8")
+        lay, sw = run.layout, run.system.software
+        assert (lay.tp, lay.pp, lay.dp, lay.ep, lay.microbatch, lay.recompute_modules) == (1, 1, 8, 8, mb, None)
+        assert (sw.ep_dispatcher, sw.ep_comm_overlap, sw.moe_host_sync, sw.fp8_scaling) == (
+            "deepep", False, True, "mxfp8")
+        assert run.work.global_batch == 512 and run.measured_tokens_per_s_per_gpu == measured
+
+
 def test_mlperf_mi355x_runs_are_evaluated_on_their_own_gpu() -> None:
     """MLPerf Training v5.1 llama31_8b on 8× MI355X (AMD, Dell, Supermicro, GigaComputing): TP1 PP1 DP8, microbatch 2,
     global batch 32, sequence 8192, fp8; measured 29.8k–31.4k tokens/s per GPU (median tracked throughput of the
