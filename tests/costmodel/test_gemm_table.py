@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
-from shardplan.costmodel.core.gemm_shape import table_fraction
+from shardplan.costmodel.core.gemm_shape import dtype_grid, table_fraction
 from shardplan.costmodel.core.kernels import gemm_time
 from shardplan.hardware.catalog import GPUS
 from shardplan.hardware.curves import HOPPER_SUSTAINED_CLOCK
@@ -65,6 +65,33 @@ def test_h100_gemm_runs_at_the_grid_rate_and_the_sustained_clock() -> None:
     flops, nbytes = 2.0 * m * n * k, 2.0 * (m * k + k * n + m * n)
     expected = flops / (780.2e12 * HOPPER_SUSTAINED_CLOCK) + gpu.kernel_fixed_s
     assert float(gemm_time(gpu, flops, nbytes, "bf16", m=m, n=n)) == pytest.approx(expected, rel=0.01)
+
+
+B200_FP8_MAMF = 3432.5  # ml-engineering best-shape fp8 (e4m3) TFLOP/s on B200, the plateau of the fp8 grid
+
+
+@pytest.mark.parametrize(("m", "n", "k", "tflops"), [
+    # OpenXLA xla/backends/gpu/cost_model/matmul_interpolator_data.h, sm_100, f8e4m3fn×f8e4m3fn→bf16 (copied from the
+    # source file): b = 1 2048³ and 2048×4096×4096; b = 4 4096³ read as one 8192×8192 output
+    (2048, 2048, 2048, 1427.7), (2048, 4096, 4096, 2491.3), (8192, 8192, 4096, 3279.7),
+])
+def test_b200_fp8_grid_reads_back_the_published_rates(m: int, n: int, k: int, tflops: float) -> None:
+    assert dtype_grid("xla-sm100", "fp8") == "xla-sm100-fp8"
+    assert float(table_fraction("xla-sm100-fp8", m, n, k)) * B200_FP8_MAMF == pytest.approx(tflops, rel=1e-3)
+
+
+def test_fp8_gains_over_bf16_on_b200_are_the_measured_ones_by_shape() -> None:
+    """On B200 an fp8 GEMM of 2048³ runs 1427.7 TFLOP/s where bf16 runs 985.8 (1.45×), and of 2048×1024×1024 504.5
+    where bf16 runs 496.1 (1.02×) — not the 2× of the peaks. The model's kernel times (less the fixed per-kernel
+    time) keep those ratios; a GPU with no fp8 grid (H100: XLA's sm_90 fp8 column exceeds the peak) reads its bf16
+    grid for fp8 too."""
+    gpu = GPUS["b200"]
+    for (m, n, k), gain in (((2048, 2048, 2048), 1427.7 / 985.8), ((4096, 512, 1024), 510.3 / 490.6)):
+        flops = 2.0 * m * n * k
+        t = {dt: float(gemm_time(gpu, flops, e * (m * k + k * n) + 2.0 * m * n, dt, m=m, n=n, k=k))
+             - gpu.kernel_fixed_s for dt, e in (("bf16", 2.0), ("fp8", 1.0))}
+        assert t["bf16"] / t["fp8"] == pytest.approx(gain, rel=0.005)
+    assert dtype_grid("xla-sm90", "fp8") == "xla-sm90" and dtype_grid("xla-sm100", "fp4") == "xla-sm100"
 
 
 def test_parts_without_a_grid_keep_the_flops_curve() -> None:

@@ -116,6 +116,14 @@ def _cell(x: np.ndarray, axis: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return i, np.clip(u - i, 0.0, 1.0)
 
 
+def dtype_grid(name: str, dtype: str) -> str:
+    """The measured grid a ``dtype`` GEMM reads on a GPU whose bf16 grid is ``name``: that datatype's own grid where
+    one was measured (``"xla-sm100-fp8"``: per-tensor and block-scaled FP8 alike), else the bf16 grid, read as a
+    fraction of the datatype's own best-shape rate."""
+    own = f"{name}-{dtype}"
+    return own if own in GEMM_TABLES else name
+
+
 def table_fraction(name: str, m: np.ndarray | float, n: np.ndarray | float, k: np.ndarray | float) -> np.ndarray:
     """Fraction of the best-shape matmul rate (``GEMM_TABLE_MAMF``) an (M×K)·(K×N) GEMM reaches in the measured
     grid ``name``, never above 1.

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from shardplan.costmodel.core.gemm_shape import shape_factor, table_fraction
+from shardplan.costmodel.core.gemm_shape import dtype_grid, shape_factor, table_fraction
 from shardplan.hardware.spec import AttentionCurve, GpuSpec
 
 # GEMM efficiency carries the tile/wave fill of the GEMM's (M, N) shape (``core.gemm_shape``) when the GPU states its
@@ -133,10 +133,11 @@ def gemm_time(gpu: GpuSpec, flops: np.ndarray, nbytes: np.ndarray, dtype: str, *
     of that price over 36 shapes, up to 4.5× faster than per-expert GEMMs at 128 experts).
     Given the output shape (``m`` rows of all experts together, ``n`` columns; ``k`` the inner dimension, else
     FLOPs / (2·m·n)), a GPU with a measured GEMM grid
-    (``GpuSpec.gemm_shape_table``) runs each expert's GEMM at that grid's efficiency for its (M, N, K) shape
-    (``gemm_shape.table_fraction``) times the in-job plateau; otherwise the FLOPs curve (with the tile and wave fill
-    of ``gemm_shape.shape_factor`` when ``GEMM_SHAPE_TERM``). ``sustained_flops`` caps the rate where a system
-    states the GEMM rate it sustains (e.g. a T4 held at its power limit)."""
+    (``GpuSpec.gemm_shape_table``, or its grid for ``dtype``: ``gemm_shape.dtype_grid``) runs each expert's GEMM at
+    that grid's efficiency for its (M, N, K) shape (``gemm_shape.table_fraction``) times the in-job plateau;
+    otherwise the FLOPs curve (with the tile and wave fill of ``gemm_shape.shape_factor`` when ``GEMM_SHAPE_TERM``).
+    ``sustained_flops`` caps the rate where a system states the GEMM rate it sustains (e.g. a T4 held at its power
+    limit)."""
     flops = np.asarray(flops, dtype=float)
     if one_kernel:
         if m is not None:  # an expert with fewer rows than a tile still computes a whole tile
@@ -151,7 +152,7 @@ def gemm_time(gpu: GpuSpec, flops: np.ndarray, nbytes: np.ndarray, dtype: str, *
         rows = np.maximum(np.asarray(m, dtype=float) / experts, 1.0)
         cols = np.maximum(np.asarray(n, dtype=float), 1.0)
         inner = flops / experts / (2.0 * rows * cols) if k is None else k
-        of_plateau = table_fraction(gpu.gemm_shape_table, rows, cols, inner)
+        of_plateau = table_fraction(dtype_grid(gpu.gemm_shape_table, dtype), rows, cols, inner)
     t = experts * kernel_time(gpu, flops / experts, np.asarray(nbytes, dtype=float) / experts, dtype, shape=shape,
                               of_plateau=of_plateau)
     if sustained_flops:
