@@ -77,6 +77,39 @@ def test_mamba_layer_flops_by_hand() -> None:
     assert ops["ssm.out"] == 2 * 32 * 8 * 64
 
 
+def test_mamba_ssd_traffic_is_its_triton_kernels_tensor_by_tensor() -> None:
+    """The chunked SSD's bytes (state-spaces/mamba@d757aef ssd_combined.py), kernel by kernel, for a tiny layer:
+    2 heads of P=4, N=8, 1 group, chunk 16, 32 tokens (2 chunks), bf16. Each kernel's tensors listed by hand;
+    the training op's backward is that traffic as one dgrad (no weights)."""
+    mamba = MambaSpec(num_heads=2, head_dim=4, d_state=8, n_groups=1, conv_kernel=4, expand=2, chunk_size=16)
+    m = _tiny(("M", "F"), mamba=mamba)
+    T, H, P, N, G, Q, e = 32, 2, 4, 8, 1, 16, 2
+    x, bc, cb = T * H * P * e, T * G * N * e, T * G * Q * 4  # x/dout/dx/out; B/C/dB/dC; CB/dCB (fp32)
+    s32, s16, d4, dt = 2 * H * P * N * 4, 2 * H * P * N * e, T * H * 4, T * H * e
+    fwd = [dt + 2 * d4,                            # chunk_cumsum: dt in; dt, dA_cumsum out (fp32)
+           bc + x + 2 * d4 + s32,                  # chunk_state: B, x, dt, dA_cumsum in; states fp32 out
+           s32 + s16,                              # state_passing: fp32 in, C.dtype out
+           2 * bc + cb,                            # bmm_chunk: C, B in; CB fp32 out
+           cb + x + 2 * d4 + bc + s16 + x]         # chunk_scan: CB, x, dt, dA_cumsum, C, states in; out
+    bwd = [dt + 2 * d4, 2 * bc + cb, bc + x + 2 * d4 + s32, 2 * s32,  # the four recomputed (states to fp32)
+           bc + d4 + x + s32,                      # bwd_dstates: C, dA_cumsum, dout in; dstates fp32 out
+           2 * s32 + 2 * s16,                      # state_passing_bwd: states, dstates in; both e-byte out
+           x + 2 * d4 + bc + cb + x + s16 + x + d4,  # bwd_dx: x, dt, dA, B, CB, dout, dstates in; dx, ddt out
+           x + 2 * d4 + s16 + bc + bc + d4,        # bwd_db: x, dt, dA, dstates, B in; dB, ddA_next out
+           s16 + d4 + x + bc + bc + d4,            # bwd_dC: states, dA, dout, C in; dC, ddA_prev out
+           x + 2 * d4 + x + cb,                    # bwd_dcb: x, dt, dA, dout in; dCB out
+           2 * (3 * bc + cb),                      # two bmm_chunk_bwd: C (B), dCB, residual in; dB (dC) out
+           2 * x + 2 * d4 + cb + d4,               # ddAcs_stable: x, dt, dA, dout, CB in; ddA out
+           3 * d4]                                 # chunk_cumsum_bwd
+    got_fwd, got_bwd = rec.ssd_chunked_traffic(m, T, H, G, 1, e)
+    assert (float(got_fwd), float(got_bwd)) == (sum(fwd), sum(bwd))
+    cost = train_cost(m, get_system("dgx-h100"), TrainWorkload(seq_len=32, global_batch=1),
+                      LayoutArrays.from_layouts([TrainLayout()], 1))
+    core = next(op for op in cost.kinds["mamba"].fwd_ops if op.name == "ssm.core")
+    assert float(core.nbytes[0]) == sum(fwd) and core.grads is not None
+    assert float(core.grads.dgrad_nbytes[0]) == sum(bwd) and float(core.grads.wgrad_time[0]) == 0.0
+
+
 def test_gated_deltanet_core_by_hand() -> None:
     """Qwen3-Next's linear layer (d_k = d_v = 128, chunk 64): per token and value head
     64·(6·128 + 4·128) + 2·64²/3 + 6·128² = 81,920 + 2,730.67 + 98,304."""

@@ -4,10 +4,12 @@ token in decode."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 
 from shardplan.costmodel.core.operators import Array, Elementwise, Gemm, Pricer, norm, residual
-from shardplan.costmodel.core.ops import Op
+from shardplan.costmodel.core.ops import GemmGrads, Op
 from shardplan.models.spec import ModelSpec
 
 # Gated DeltaNet (Yang, Kautz & Hatamizadeh 2024, arXiv 2412.06464 §3.3) in the chunkwise form of DeltaNet
@@ -49,6 +51,31 @@ def ssd_core_flops(model: ModelSpec, tokens: Array, heads: Array, groups: Array,
     return np.asarray(tokens * (heads * (2.0 * Q * P_ + 4.0 * N * P_) + groups * 2.0 * Q * N), dtype=float)
 
 
+def ssd_chunked_traffic(model: ModelSpec, tokens: Array, heads: Array, groups: Array, seqs: Array,
+                        e: float) -> tuple[np.ndarray, np.ndarray]:
+    """HBM bytes of the chunked Mamba-2 SSD (state-spaces/mamba@d757aef ``mamba_ssm/ops/triton/ssd_combined.py``,
+    ``_mamba_chunk_scan_combined_fwd``/``_bwd``, z applied by the separate gated norm as Megatron's MambaMixer does),
+    forward and backward, each kernel reading and writing its tensors once. With x, dout, dx, out T·H·P·e bytes
+    (X), B, C and their gradients T·G·N·e (Bc), CB and dCB fp32 T·G·Q·4 (CB), the chunk states fp32 and e-byte
+    copies (S32, S16: chunks·H·P·N·4 and ·e) and dt, dA_cumsum fp32 (D4 = T·H·4):
+    forward — chunk_cumsum (dt in, dt and dA_cumsum out), chunk_state (B, x, dt, dA_cumsum in; states fp32 out),
+    state_passing (fp32 in, C.dtype out), bmm_chunk (C, B in; CB fp32 out), chunk_scan (CB, x, dt, dA_cumsum, C,
+    states in; out): T·H·e + 6·D4 + 4·Bc + 3·X + 2·CB + 2·S32 + 2·S16;
+    backward — the first four recomputed (state passing to fp32), then bwd_dstates, state_passing_bwd (states and
+    dstates fp32 in, both e-byte out), bwd_dx, bwd_db, bwd_dC, bwd_dcb, two bmm_chunk_bwd, ddAcs_stable and
+    chunk_cumsum_bwd: T·H·e + 21·D4 + 15·Bc + 11·X + 6·CB + 6·S32 + 5·S16."""
+    s = model.mamba
+    assert s is not None
+    P_, N, Q = s.head_dim, s.d_state, s.chunk_size
+    chunks = np.maximum(tokens / Q, seqs)
+    X, Bc, CB = tokens * heads * P_ * e, tokens * groups * N * e, tokens * groups * Q * 4.0
+    S32, S16 = chunks * heads * P_ * N * 4.0, chunks * heads * P_ * N * e
+    D4, dt = tokens * heads * 4.0, tokens * heads * e
+    fwd = dt + 6 * D4 + 4 * Bc + 3 * X + 2 * CB + 2 * S32 + 2 * S16
+    bwd = dt + 21 * D4 + 15 * Bc + 11 * X + 6 * CB + 6 * S32 + 5 * S16
+    return np.asarray(fwd, dtype=float), np.asarray(bwd, dtype=float)
+
+
 def linear_attention_block(model: ModelSpec, p: Pricer, T: Array, T_elem: Array, *, seqs: Array,
                            recurrent: bool, state_bytes: float) -> list[Op]:
     """A Gated DeltaNet layer (transformers Qwen3NextGatedDeltaNet): norm, in_proj_qkvz and in_proj_ba (split
@@ -88,9 +115,15 @@ def mamba2_block(model: ModelSpec, p: Pricer, T: Array, T_elem: Array, *, seqs: 
            p.elementwise(Elementwise("ssm.conv", T * conv, 2,
                                      fixed=seqs * conv * (s.conv_kernel - 1) * 2 * state_bytes))]
     flops = ssd_core_flops(model, T, heads, groups, recurrent=recurrent)
-    states = heads * s.head_dim * s.d_state * state_bytes
-    passes = 2.0 * seqs if recurrent else 2.0 * np.maximum(T / s.chunk_size, seqs)
-    ops.append(p.bmm("ssm.core", flops, e * T * (conv + heads + inner) + passes * states, selective=False))
+    if recurrent:  # one step: x, B, C, dt in, y out, each sequence's N×P states read and written once
+        states = heads * s.head_dim * s.d_state * state_bytes
+        ops.append(p.bmm("ssm.core", flops, e * T * (conv + heads + inner) + 2.0 * seqs * states, selective=False))
+    else:  # the chunked kernels' own traffic, forward and (training) backward: its dx, dB, dC, ddt, no weights
+        fwd_bytes, bwd_bytes = ssd_chunked_traffic(model, T, heads, groups, seqs, e)
+        core = p.bmm("ssm.core", flops, fwd_bytes, selective=False)
+        bwd = p.bmm("ssm.core.bwd", 2.0 * flops, bwd_bytes, selective=False)
+        zero = np.zeros_like(bwd.time)
+        ops.append(replace(core, grads=GemmGrads(bwd.time, bwd.nbytes, zero, zero)))
     ops += [p.elementwise(Elementwise("ssm.gated_norm", T * inner, 3)), *p.gemm(Gemm("ssm.out", T, inner, h)),
             *p.tp_exit("ssm", T * h), residual(p, "ssm.residual", T_elem, h)]
     return ops
