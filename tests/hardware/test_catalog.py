@@ -42,8 +42,8 @@ RECORDS: dict[str, tuple[str, dict[str, float], float | None]] = {
     "mi355x": ("hw-mi355x", {"bf16": 2516.6, "fp16": 2516.6, "fp8": 5033.2, "fp4": 10066.4}, 8.0),
 }
 HAS_FP8 = {"h100-sxm", "h100-pcie", "h800-sxm", "h200-sxm", "h20", "b200", "gb200", "b300", "gb300", "l40s", "l4",
-           "rtx4090", "mi300x", "mi325x", "mi355x"}
-HAS_FP4 = {"b200", "gb200", "b300", "gb300", "mi355x"}
+           "rtx4090", "mi300x", "mi325x", "mi355x", "mi350x"}
+HAS_FP4 = {"b200", "gb200", "b300", "gb300", "mi355x", "mi350x"}
 NO_INT8_TENSOR_CORES = {"v100-sxm2"}
 
 
@@ -291,3 +291,13 @@ def test_b200_nvfp4_gemm_runs_at_vllms_measured_speedup(name: str):
     flops, nbytes = 2.0 * m * n * k, 2.0 * (m * k + k * n + m * n)
     t = {d: float(gemm_time(GPUS[name], flops, nbytes, d, m=m, n=n)) for d in ("bf16", "fp4")}
     assert t["bf16"] / t["fp4"] == pytest.approx((3778.8 / 1421.0 + 3904.3 / 1360.1) / 2, rel=0.02)
+
+
+def test_mi350x_is_the_mi355x_die_at_its_lower_clock():
+    # AMD: MI350X peak engine clock 2.2 GHz at 1000 W against the MI355X's 2.4 GHz at 1400 W, same CDNA4 package;
+    # AMD's MI350X data sheet prints FP16/BF16 dense 2.3 PFLOPS
+    mi350, mi355 = GPUS["mi350x"], GPUS["mi355x"]
+    assert mi350.peak("bf16") == pytest.approx(2516.6e12 * 2.2 / 2.4)
+    assert round(mi350.peak("bf16") / 1e15, 1) == 2.3
+    assert mi350.memory_bytes == mi355.memory_bytes and mi350.memory_bandwidth_bytes_per_s == 8.0e12
+    assert mi350.tdp_w == 1000

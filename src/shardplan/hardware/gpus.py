@@ -33,7 +33,15 @@ from shardplan.hardware.curves import (  # noqa: F401  (re-exported: the catalog
     Curve,
     scaled_curve,
 )
-from shardplan.hardware.gpus_amd import CDNA3_MATMUL, CDNA3_MEMORY, MI250X, MI300X, MI325X, MI355X  # noqa: F401
+from shardplan.hardware.gpus_amd import (  # noqa: F401
+    CDNA3_MATMUL,
+    CDNA3_MEMORY,
+    MI250X,
+    MI300X,
+    MI325X,
+    MI350X,
+    MI355X,
+)
 from shardplan.hardware.spec import GpuSpec
 from shardplan.units import GB, TB, GiB, MiB
 
@@ -372,6 +380,6 @@ GPUS: dict[str, GpuSpec] = {
     for g in (
         A100_40GB, A100_80GB, H100_SXM, H100_PCIE, H800_SXM, H200_SXM, H20, B200, GB200, B300, GB300, L40S, L4, A10G,
         T4,
-        V100_SXM2, RTX3090, RTX4090, RTX_A6000, MI250X, MI300X, MI325X, MI355X,
+        V100_SXM2, RTX3090, RTX4090, RTX_A6000, MI250X, MI300X, MI325X, MI355X, MI350X,
     )
 }

@@ -92,3 +92,18 @@ MI355X = GpuSpec(
     tdp_w=1400,
     source="AMD Instinct MI355X data sheet / CDNA 4 whitepaper (published_calibration.json: hw-mi355x)",
 )
+# MI350X: the MI355X's CDNA4 package air-cooled at 1000 W TBP with a 2.2 GHz peak engine clock against the MI355X's
+# 1400 W and 2.4 GHz (AMD at Hot Chips 2025, as reported in its MI350 series presentation); the same 256 CUs, so
+# every peak rate is the MI355X's × 2.2/2.4 (AMD's MI350X data sheet lists FP16/BF16 dense 2.3 PFLOPS:
+# 2516.6 × 2.2/2.4 = 2306.9). The same 288 GB HBM3E at 8 TB/s. The GEMM fractions of peak are the MI355X's
+# (the MI325X's: an assumption, not a measurement, as for the MI355X).
+MI350X_CLOCK = 2.2 / 2.4
+MI350X = MI355X.model_copy(
+    update={
+        "name": "mi350x",
+        "peak_flops": {k: v * MI350X_CLOCK for k, v in MI355X.peak_flops.items()},
+        "tdp_w": 1000,
+        "source": "AMD Instinct MI350X: the MI355X die at 2.2 of 2.4 GHz peak clock, 1000 W (AMD MI350 series, "
+        "Hot Chips 2025; data sheet FP16 2.3 PFLOPS dense)",
+    }
+)

@@ -24,6 +24,7 @@ from shardplan.hardware.gpus import (
     L40S,
     MI300X,
     MI325X,
+    MI350X,
     MI355X,
     RTX3090,
     RTX4090,
@@ -259,6 +260,16 @@ MI355X_8 = MI300X_8.model_copy(
         "source": "AMD MI355X data sheet; MLPerf Training v5.1 AMD MI355X_EPYC_9575F system; host assumed as mi300x-8",
     }
 )
+# MLPerf Training v5.1 systems of 8× MI350X (AMD MI350X_EPYC_9575F, Cisco C885A M8): the MI355X platform's xGMI,
+# air-cooled at 1000 W per GPU.
+MI350X_8 = MI355X_8.model_copy(
+    update={
+        "name": "mi350x-8",
+        "description": "AMD Instinct MI350X platform: 8× MI350X 288GB, xGMI fully connected, 8×400 Gb/s",
+        "gpu": MI350X,
+        "source": "AMD MI350X (the MI355X die at 2.2 GHz, 1000 W); platform as mi355x-8",
+    }
+)
 # --- PCIe-only servers ------------------------------------------------------------------------
 # AWS g6e.48xlarge: 8× L40S, 192 vCPU (96 cores EPYC 7R13, 2.65 GHz), 1,536 GiB, 400 Gbps EFA for the
 # instance (50 Gb/s per GPU), 2× 3.8 TB local NVMe.
@@ -385,7 +396,7 @@ SYSTEMS: dict[str, SystemSpec] = {
     s.name: s
     for s in (
         DGX_A100_40GB, DGX_A100_80GB, DGX_H100, DGX_H800, HGX_H200, HGX_H20, DGX_B200, GB200_NVL72, DGX_B300,
-        GB300_NVL72, MI300X_8, MI325X_8, MI355X_8,
+        GB300_NVL72, MI300X_8, MI325X_8, MI355X_8, MI350X_8,
         L40S_8, H100_PCIE_8, GCP_T4, A6000_WS, RTX3090_PC, RTX4090_PC,
     )
 }

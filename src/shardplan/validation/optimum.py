@@ -51,7 +51,7 @@ SYSTEM_OF_GPU = (("H100-SXM-80GB", "dgx-h100"), ("H100-SXM5-80GB", "dgx-h100"), 
                  ("GB200", "gb200-nvl72"), ("GB300", "gb300-nvl72"), ("A100-SXM-80GB", "dgx-a100-80gb"),
                  ("A100-SXM4-80GB", "dgx-a100-80gb"), ("A100-SXM-40GB", "dgx-a100-40gb"),
                  ("A100-SXM4-40GB", "dgx-a100-40gb"), ("MI300X", "mi300x-8"), ("MI325X", "mi325x-8"),
-                 ("MI355X", "mi355x-8"))
+                 ("MI355X", "mi355x-8"), ("MI350X", "mi350x-8"))
 _ALIASES = {"llama-3-8b": "llama-3.1-8b", "llama-3-70b": "llama-3.1-70b"}
 # Runs left out on purpose, with the reason (record name prefix → why): physics the catalogs do not have.
 _NOT_MODELLED = (

@@ -200,7 +200,7 @@ def narayanan() -> list[Case]:
 _MODERN_SYSTEMS = {"H100-SXM-80GB": "dgx-h100", "H100-96GB-HBM2e": "dgx-h100", "H100-SXM-HBM2e": "dgx-h100",
                    "H800": "dgx-h800", "B200": "dgx-b200", "B300": "dgx-b300", "H200": "hgx-h200",
                    "A100-SXM-80GB": "dgx-a100-80gb", "GB200": "gb200-nvl72", "GB300": "gb300-nvl72",
-                   "MI300X": "mi300x-8", "MI325X": "mi325x-8", "MI355X": "mi355x-8"}
+                   "MI300X": "mi300x-8", "MI325X": "mi325x-8", "MI355X": "mi355x-8", "MI350X": "mi350x-8"}
 _ALIASES = {"llama-3-8b": "llama-3.1-8b", "llama-3-70b": "llama-3.1-70b"}
 
 
