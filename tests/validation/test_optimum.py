@@ -338,6 +338,31 @@ def test_the_nemotron_3_nano_blackwell_rows_run_the_tables_recipe() -> None:
         assert run.work.global_batch == 512 and run.measured_tokens_per_s_per_gpu == measured
 
 
+def test_the_26_08_rows_run_their_release_recipes() -> None:
+    """Megatron-Bridge's 26.08 table (docs/performance-summary.md at v0.6.0), MXFP8 on GB200/GB300: each row parses
+    to the printed layout, global batch and tokens/s, on the table's system, with the v0.6.0 recipe's dispatcher and
+    overlap (full-iteration graphs, sync-free, except Nemotron 3 Nano's eager dispatch)."""
+    rows = {  # id: (system, gpus, tp, pp, vp, ep, mb, gbs, tokens/s, overlapped)
+        "mbridge-26.08-deepseekv3-256gpu-gb300-mxfp8": ("gb300-nvl72", 256, 1, 2, 8, 32, 1, 4096, 6288, True),
+        "mbridge-26.08-deepseekv3-256gpu-gb200-mxfp8": ("gb200-nvl72", 256, 1, 4, 4, 64, 1, 4096, 4912, True),
+        "mbridge-26.08-gpt-oss-120b-64gpu-gb300-mxfp8": ("gb300-nvl72", 64, 1, 1, 1, 16, 4, 1280, 33024, True),
+        "mbridge-26.08-gpt-oss-120b-64gpu-gb200-mxfp8": ("gb200-nvl72", 64, 1, 1, 1, 64, 4, 1280, 28672, True),
+        "mbridge-26.08-qwen3-30b-a3b-8gpu-gb300-mxfp8": ("gb300-nvl72", 8, 1, 1, 1, 8, 8, 512, 44544, True),
+        "mbridge-26.08-qwen3-30b-a3b-8gpu-gb200-mxfp8": ("gb200-nvl72", 8, 1, 1, 1, 8, 4, 512, 39936, True),
+        "mbridge-26.08-qwen3-235b-a22b-256gpu-gb300-mxfp8": ("gb300-nvl72", 256, 1, 4, 12, 32, 2, 8192, 8816, True),
+        "mbridge-26.08-qwen3-235b-a22b-256gpu-gb200-mxfp8": ("gb200-nvl72", 256, 1, 8, 3, 32, 1, 8192, 7280, True),
+        "mbridge-26.08-nemotron3-nano-8gpu-gb300-mxfp8": ("gb300-nvl72", 8, 1, 1, 1, 8, 4, 512, 39936, False),
+    }
+    for rid, (system, gpus, tp, pp, vp, ep, mb, gbs, measured, overlapped) in rows.items():
+        run = parse_run(_tuned(rid))
+        assert isinstance(run, OptimumRun) and (run.system.name, run.gpus, run.work.dtype) == (system, gpus, "fp8"), rid
+        lay, sw = run.layout, run.system.software
+        assert (lay.tp, lay.pp, lay.interleave, lay.ep, lay.microbatch) == (tp, pp, vp, ep, mb), rid
+        assert (sw.ep_dispatcher, sw.ep_comm_overlap, sw.moe_host_sync, sw.fp8_scaling) == (
+            "deepep", overlapped, not overlapped, "mxfp8"), rid
+        assert run.work.global_batch == gbs and run.measured_tokens_per_s_per_gpu == measured, rid
+
+
 def test_mlperf_mi355x_runs_are_evaluated_on_their_own_gpu() -> None:
     """MLPerf Training v5.1 llama31_8b on 8× MI355X (AMD, Dell, Supermicro, GigaComputing): TP1 PP1 DP8, microbatch 2,
     global batch 32, sequence 8192, fp8; measured 29.8k–31.4k tokens/s per GPU (median tracked throughput of the
