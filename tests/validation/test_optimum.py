@@ -377,6 +377,29 @@ def test_mlperf_mi355x_runs_are_evaluated_on_their_own_gpu() -> None:
         assert abs(met.tokens_per_s / run.gpus / run.measured_tokens_per_s_per_gpu - 1) < 0.15
 
 
+def test_mlperf_llama31_8b_runs_parse_to_their_configs_and_logs() -> None:
+    """MLPerf Training v5.1 llama31_8b beyond the MI355X (mlcommons/training_results_v5.1@441d65f): each run's layout,
+    global batch and precision as its config_*.sh and MLLOG keys give them, on its own GPU's preset; tokens/s from
+    the median logged step time (NVIDIA's code) or throughput (AMD's), × 8192 per sample."""
+    rows = {  # id: (system, gpus, tp, cp, dp, mb, gbs, dtype, tokens/s)
+        "mlperf-v5.1-nvidia-llama3.1-8b-8gpu-gb200-fp4": ("gb200-nvl72", 8, 1, 1, 8, 2, 16, "fp4", 40386),
+        "mlperf-v5.1-nvidia-llama3.1-8b-512gpu-gb200-fp8": ("gb200-nvl72", 512, 2, 4, 64, 1, 64, "fp8", 11524),
+        "mlperf-v5.1-nvidia-llama3.1-8b-72gpu-gb300-fp8": ("gb300-nvl72", 72, 1, 2, 36, 1, 36, "fp8", 27701),
+        "mlperf-v5.1-dell-llama3.1-8b-8gpu-b300-fp8": ("dgx-b300", 8, 1, 1, 8, 2, 16, "fp8", 29902),
+        "mlperf-v5.1-amd-llama3.1-8b-8gpu-mi350x-fp8": ("mi350x-8", 8, 1, 1, 8, 2, 32, "fp8", 25499),
+        "mlperf-v5.1-hpe-llama3.1-8b-64gpu-h200-fp8": ("hgx-h200", 64, 1, 2, 32, 1, 32, "fp8", 11604),
+        "mlperf-v5.1-university-of-florida-llama3.1-8b-256gpu-b200-fp8": ("dgx-b200", 256, 1, 2, 128, 1, 128, "fp8",
+                                                                           18538),
+    }
+    for rid, (system, gpus, tp, cp, dp, mb, gbs, dtype, measured) in rows.items():
+        run = parse_run(_tuned(rid))
+        assert isinstance(run, OptimumRun) and (run.system.name, run.gpus, run.work.dtype) == (system, gpus, dtype), rid
+        lay = run.layout
+        assert (lay.tp, lay.pp, lay.cp, lay.dp, lay.microbatch) == (tp, 1, cp, dp, mb), rid
+        assert (run.work.seq_len, run.work.global_batch) == (8192, gbs), rid
+        assert run.measured_tokens_per_s_per_gpu == measured, rid
+
+
 def test_every_catalogued_gpu_name_finds_its_preset() -> None:
     """A held-back record on any GPU the catalog has is evaluated on that GPU's preset (H200 before H20: prefixes)."""
     from shardplan.validation.optimum import _system
