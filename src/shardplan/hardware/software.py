@@ -168,7 +168,10 @@ class SoftwareSpec(BaseModel):
     expert_mlp: Literal["te_grouped", "fused_ops", "compiled", "grouped_mm"] = Field(
         "te_grouped", description="How the routed experts' MLP runs: 'te_grouped' (Megatron-Core TEGroupedMLP: FC2 "
         "biases added after the GEMM, a clamped GLU's clamps as eager kernels), 'fused_ops' (Transformer Engine's op "
-        "fuser, NVTE_CUTEDSL_FUSED_GROUPED_MLP: both inside), 'compiled' (torch.compile'd activation, clamps "
+        "fuser, NVTE_CUTEDSL_FUSED_GROUPED_MLP: both inside; on Blackwell under MXFP8/NVFP4 its fused grouped MLP: "
+        "each FC one grouped GEMM over the local experts, the activation and the inner quantizations in their "
+        "epilogues), 'compiled' (torch.compile'd activation, clamps "
         "inside; FC1 and FC2 biases after their GEMMs: NeMo AutoModel) or 'grouped_mm' (torchtitan: each expert "
         "GEMM one torch._grouped_mm CUTLASS kernel over every local expert, biases after it). Every choice but "
-        "'grouped_mm' prices one GEMM per expert. Sources: costmodel/core/passes.py, benchmarks/gpu/RESULTS.md §4.")
+        "'grouped_mm' and the fused grouped MLP prices one GEMM per expert. Sources: costmodel/core/passes.py, "
+        "benchmarks/gpu/RESULTS.md §4, training/ctx.Ctx.fused_grouped_mlp.")

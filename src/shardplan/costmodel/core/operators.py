@@ -111,6 +111,7 @@ class Pricer(Protocol):
     expert_bias_apart: bool  # routed experts' FC2 biases added outside the GEMM (Megatron-Core TEGroupedMLP)
     glu_clamp_apart: bool  # a clamped GLU's clamps as their own kernels (Megatron-Core; core.passes "glu_clamp")
     expert_fc1_bias_apart: bool  # routed experts' FC1 biases added after the GEMM (NeMo AutoModel)
+    expert_act_apart: bool  # routed experts' activation as its own kernel (not in FC1's epilogue: TE fused MLP)
 
     def gemm(self, g: Gemm) -> list[Op]: ...
     def elementwise(self, x: Elementwise, *, selective: bool = False) -> Op: ...
@@ -238,7 +239,8 @@ def ffn(model: ModelSpec, p: Pricer, prefix: str, T: Array, width: Array, *, exp
     clamp = routed and model.activation_clamp is not None and model.mlp.gated and p.glu_clamp_apart  # TEGroupedMLP
     return [*p.gemm(Gemm(f"{prefix}.fc1", T, h, g * width, experts, routed=routed)),
             *([p.elementwise(kernel("glu_clamp", f"{prefix}.clamp", T * width))] if clamp else []),
-            p.elementwise(kernel("gated_act" if model.mlp.gated else "act", f"{prefix}.act", T * width)),
+            *([p.elementwise(kernel("gated_act" if model.mlp.gated else "act", f"{prefix}.act", T * width))]
+              if p.expert_act_apart or not routed else []),
             *p.gemm(Gemm(f"{prefix}.fc2", T, width, h, experts, routed=routed))]
 
 

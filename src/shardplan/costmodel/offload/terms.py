@@ -165,6 +165,7 @@ class FlexGenPricer:
     expert_bias_apart: bool = False  # FlexGen-style engines: the bias in the expert GEMM
     glu_clamp_apart: bool = False  # one activation kernel clamps in place
     expert_fc1_bias_apart: bool = False  # the bias in the expert GEMM
+    expert_act_apart: bool = True  # the activation its own kernel
 
     def gemm(self, g: Gemm) -> list[Op]:
         e = self.act_bytes

@@ -128,6 +128,23 @@ class Ctx:
         return self.system.software.expert_mlp in ("compiled", "grouped_mm")
 
     @property
+    def fused_grouped_mlp(self) -> bool:
+        """The routed experts run Transformer Engine's fused grouped MLP (``SoftwareSpec.expert_mlp`` 'fused_ops'
+        where it applies: TE's ``_GroupedMLP_CuTeGEMMBase.is_supported`` needs compute capability 10 — the GPUs
+        whose FP8 GEMMs take any layout, ``GpuSpec.fp8_any_layout`` — and its block-scaled quantizers, MXFP8 or
+        NVFP4; TransformerEngine@d0067d0 transformer_engine/pytorch/ops/fused/grouped_mlp.py, from PR #2769): each
+        FC one cuDNN CuTe-DSL grouped GEMM over every local expert, the activation, its probability scaling and FC2's
+        input quantization in FC1's epilogue, the activation's backward and FC1's output-gradient quantization in
+        FC2's dgrad epilogue. Elsewhere TE's op fuser runs its basic ops."""
+        blocks = self.mm_dtype == "fp4" or (self.mm_dtype == "fp8" and self.system.software.fp8_scaling == "mxfp8")
+        return self.system.software.expert_mlp == "fused_ops" and blocks and self.gpu.fp8_any_layout
+
+    @property
+    def expert_act_apart(self) -> bool:
+        """The routed experts' activation as its own kernel (not in FC1's epilogue: ``fused_grouped_mlp``)."""
+        return not self.fused_grouped_mlp
+
+    @property
     def glu_clamp_apart(self) -> bool:
         """A clamped GLU's clamps as eager kernels (Megatron-Core TEGroupedMLP; core.passes ``glu_clamp``)."""
         return self.system.software.expert_mlp == "te_grouped"
@@ -154,7 +171,8 @@ class Ctx:
                        grads=self.gemm_grads(g, e, dtype))]
         wbytes = {"fp8": 1.0, "fp4": NVFP4_BYTES}.get(self.mm_dtype, e)
         nbytes = g.nbytes(wbytes, wbytes, e)
-        one_kernel = g.routed and self.system.software.expert_mlp == "grouped_mm"
+        fused = g.routed and self.fused_grouped_mlp
+        one_kernel = g.routed and (self.system.software.expert_mlp == "grouped_mm" or fused)
         ops = [Op(g.name, GEMM, g.flops, nbytes, gemm_time(self.gpu, g.flops, nbytes, self.mm_dtype,
                                                            experts=g.experts, m=g.m, n=g.n, k=g.k,
                                                            one_kernel=one_kernel),
@@ -175,10 +193,14 @@ class Ctx:
             scaling = self.system.software.fp8_scaling if self.mm_dtype == "fp8" else "current"
             copies = 1.0 if self.mm_dtype == "fp8" and scaling != "mxfp8" and self.gpu.fp8_any_layout else 2.0
             per = (4.0 if scaling == "current" else 2.0) + copies * (wbytes + (1 / 32 if scaling == "mxfp8" else 0.0))
-            cast = np.asarray(per * (g.m * g.k + g.k * g.n * g.experts / self.microbatches), dtype=float)
-            grad = np.asarray(per * g.m * g.n, dtype=float) + np.zeros_like(cast)
+            # The fused grouped MLP (``fused_grouped_mlp``) quantizes FC2's input in FC1's epilogue and FC1's output
+            # gradient in FC2's dgrad epilogue: those two casts are not kernels of their own.
+            into = 0.0 if fused and g.name.endswith(".fc2") else 1.0
+            out = 0.0 if fused and g.name.endswith(".fc1") else 1.0
+            cast = np.asarray(per * (into * g.m * g.k + g.k * g.n * g.experts / self.microbatches), dtype=float)
+            grad = np.asarray(out * per * g.m * g.n, dtype=float) + np.zeros_like(cast)
             ops.append(Op(f"{g.name}.{self.mm_dtype}_cast", MEM, np.zeros_like(cast), cast, self.stream_time(cast),
-                          bwd_nbytes=grad, bwd_time=self.stream_time(grad)))
+                          bwd_nbytes=grad, bwd_time=self.stream_time(grad) * out))
         return ops
 
     def gemm_grads(self, g: Gemm, operand: float, dtype: str, *, one_kernel: bool = False) -> GemmGrads:
