@@ -111,3 +111,23 @@ GB300_ATTENTION = curves(via_frontend(GB300_ATTENTION_TFLOPS), BLACKWELL_SEQ)
 # (2250 of the GB300's 2500 TFLOP/s dense bf16: HGX B300 and GB300 NVL72 datasheets, as gpus.py has them), as its
 # GEMMs take the B300's fractions of peak (gpus.py).
 B300_ATTENTION = [c.model_copy(update={"tflops": [t * 2250 / 2500 for t in c.tflops]}) for c in GB300_ATTENTION]
+
+# Sliding-window attention, measured: gpt-oss's windowed layers as NVIDIA's cuDNN benchmark runs them (batch 2, 128
+# heads, head dim 64, causal with a 128-key window, bf16, non-deterministic backward; TFLOP/s count the window's
+# pairs, s·128 − 128²/2 per head, forward 4·pairs·d, backward 2.5× that). GB200/GB300: cuDNN frontend 1.21.1, backend
+# 9.22 (NVIDIA/cudnn-frontend@3929da2 benchmark/sdpa_benchmark_training/results/gpt_oss/{gb200,gb300}/*.csv, its
+# tflops column); H200: cuDNN 9.19, the same shapes (results/h200_919_only_cudnn/gpt_oss_20260227_034819.csv, its
+# fwd/bwd times converted by that count). A window this short leaves each 128-row query tile two key blocks, so the
+# per-tile work (load Q, softmax rescaling, write O) is amortised over almost nothing: 4-6× under the full causal rate.
+WINDOW_MEASURED = 128
+WINDOW_HEAD_DIM = 64
+WINDOW_SEQ = (2048, 4096, 8192, 16384, 32768)
+WINDOW_TFLOPS: dict[str, dict[str, tuple[float, ...]]] = {  # GPU catalog name -> direction -> TFLOP/s at WINDOW_SEQ
+    "gb200": {"fwd": (153, 161, 165, 167, 104), "bwd": (176, 182, 187, 188, 186)},
+    "gb300": {"fwd": (160, 167, 172, 173, 108), "bwd": (184, 191, 198, 200, 199)},
+    "h200-sxm": {"fwd": (100.3, 94.5, 92.4, 91.3, 90.8), "bwd": (85.3, 81.1, 79.3, 77.9, 75.8)},
+}
+# The measured GPU whose ratio a GPU without its own measurement takes: its die's (B200/B300 the GB200's/GB300's,
+# H100/H800/H20 the H200's); any other, the H200's.
+WINDOW_REFERENCE = {"b200": "gb200", "b300": "gb300", "h100-sxm": "h200-sxm", "h100-pcie": "h200-sxm",
+                    "h800-sxm": "h200-sxm", "h20": "h200-sxm"}

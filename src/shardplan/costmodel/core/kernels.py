@@ -256,6 +256,43 @@ def mask_factor(kernel: str, *, causal: bool, head_dim: float, seq: np.ndarray |
                        {"backward": False, "causal": not causal, "head_dim": head_dim})
 
 
+def window_factor(gpu: GpuSpec, kernel: str, *, backward: bool, head_dim: float, seq: np.ndarray | float,
+                  window: float | None) -> np.ndarray:
+    """A sliding-window kernel's rate over the same kernel's causal rate at the same length and head dim. Per 128-row
+    query tile the kernel does fixed work t₀ and t_b per key block, over n(w) = w/128 + 1/2 blocks (the window and
+    half the diagonal), so 1/R(w) = 1/R∞ + (n(w₀)/n(w))·(1/R(w₀) − 1/R∞): R∞ the causal rate (the GPU's curves), R(w₀)
+    cuDNN's measured rate at a 128-key window (``hardware.attention_data.WINDOW_TFLOPS``, head dim 64: gpt-oss's
+    layer) on the GPU or the measured GPU of its die (``WINDOW_REFERENCE``; others the H200's). The ratio at head dim
+    64 stands for every head dim. 1 where the window spans the sequence or no curve prices the kernel."""
+    from shardplan.hardware.attention_data import (
+        WINDOW_HEAD_DIM,
+        WINDOW_MEASURED,
+        WINDOW_REFERENCE,
+        WINDOW_SEQ,
+        WINDOW_TFLOPS,
+    )
+    from shardplan.hardware.gpus import GPUS
+
+    seq = np.asarray(seq, dtype=float)
+    if window is None:
+        return np.ones_like(seq)
+    ref = GPUS[gpu.name if gpu.name in WINDOW_TFLOPS else WINDOW_REFERENCE.get(gpu.name, "h200-sxm")]
+    causal = attention_efficiency(ref, kernel, backward=backward, causal=True, head_dim=WINDOW_HEAD_DIM, seq=seq)
+    if causal is None:
+        return np.ones_like(seq)
+    measured = WINDOW_TFLOPS[ref.name]["bwd" if backward else "fwd"]
+    # the benchmark counts the window's pairs; the cost model prices the pairs the kernel executes, half a block more
+    # per query (``training.layers.core_attention``): at that count the same time is a rate (w₀ + 64)/w₀ higher
+    per_pair = (WINDOW_MEASURED + 64.0) / WINDOW_MEASURED
+    at_w0 = np.interp(np.log(np.maximum(seq, 1.0)), np.log(WINDOW_SEQ), measured) * per_pair * 1e12 / ref.peak("bf16")
+
+    def blocks(w: float) -> float:  # key blocks per 128-row query tile: the window and half the diagonal
+        return w / 128.0 + 0.5
+
+    inv = 1.0 / causal + blocks(WINDOW_MEASURED) / blocks(window) * np.maximum(1.0 / at_w0 - 1.0 / causal, 0.0)
+    return np.where(window < seq, 1.0 / (causal * inv), 1.0)
+
+
 def head_dim_factor(kernel: str, *, backward: bool, causal: bool, head_dim: float, seq: np.ndarray | float,
                     have: float = 128.0) -> np.ndarray:
     """How a head dim other than 128 changes a fused attention kernel's rate where the GPU has no measured curve for the

@@ -67,6 +67,7 @@ class Attention:
     span: Array
     kv_tokens: Array
     kv_token_bytes: Array
+    window: float | None = None  # a sliding layer's window in keys (its kernel's rate: ``kernels.window_factor``)
 
     @property
     def flops(self) -> np.ndarray:

@@ -54,7 +54,7 @@ def backward(ctx: Ctx, fwd: list[Op]) -> list[Op]:
             out.append(Op(f"{op.name}.bwd", MEM, op.flops, nbytes, t))
         elif op.kind == ATTN:
             flops = BWD_ATTN_FLOPS * op.flops
-            t = ctx.flash_time(flops, 2.0 * op.nbytes, backward=True)
+            t = op.bwd_time if op.bwd_time is not None else ctx.flash_time(flops, 2.0 * op.nbytes, backward=True)
             out.append(Op(f"{op.name}.bwd", ATTN, flops, 2.0 * op.nbytes, t))
         else:  # the mirror collective, unless the forward knows its backward (the loss's all-reduces have none)
             nbytes = op.nbytes if op.bwd_nbytes is None else op.bwd_nbytes

@@ -23,6 +23,7 @@ from shardplan.costmodel.core.kernels import (
     gemm_time,
     kernel_time,
     memory_time,
+    window_factor,
     with_launch,
 )
 from shardplan.costmodel.core.operators import (
@@ -255,8 +256,10 @@ class Ctx:
         its kernel: attention.py ``checkpoint_core_attention`` at d98e8a6; legacy Megatron-LM's flash path did
         not)."""
         nbytes = a.nbytes(self.act_bytes)
-        flash = Op(f"{a.name}.flash", ATTN, a.flops, nbytes, self.flash_time(a.flops, nbytes, backward=False),
-                   selective=True)
+        bwd_flash = self.flash_time(BWD_ATTN_FLOPS * a.flops, 2.0 * nbytes, backward=True, window=a.window)
+        flash = Op(f"{a.name}.flash", ATTN, a.flops, nbytes,
+                   self.flash_time(a.flops, nbytes, backward=False, window=a.window), selective=True,
+                   bwd_time=bwd_flash)
         unfused = unfused_attention(self, a, mask_passes=0, selective=True)
         ops = [masked(op, ~self.flash) for op in unfused] + [masked(flash, self.flash)]
         if self.system.software.attention_unpad:  # packed rows in and out of a varlen flash kernel (core.passes)
@@ -265,16 +268,16 @@ class Ctx:
                                                         kind="attn.unpad_qkv")), self.flash),
                     masked(self.elementwise(Elementwise(f"{a.name}.pad_out", a.q_tokens * a.heads * a.d_v, 0,
                                                         kind="attn.pad_out")), self.flash)]
-        bwd_flash = self.flash_time(BWD_ATTN_FLOPS * a.flops, 2.0 * nbytes, backward=True)
         return ops + cp_ops(self, a, flash, bwd_flash)
 
-    def flash_time(self, flops: np.ndarray, nbytes: np.ndarray, *, backward: bool) -> np.ndarray:
+    def flash_time(self, flops: np.ndarray, nbytes: np.ndarray, *, backward: bool,
+                   window: float | None = None) -> np.ndarray:
         """The fused attention kernel(s) of a microbatch. Without context parallelism one causal kernel over the
         sequence; with it (ring attention) each rank runs kernels on chunks of s/cp keys: the diagonal chunk
         causal, 1/cp of the pairs, the others full (Transformer Engine's load-balanced ring; its all-gather CP's two
         kernels per rank, Q of s/(2cp) against a K/V prefix, compute as many causal and full pairs and are priced the
         same, an approximation). All-to-all CP runs one causal kernel over the whole sequence with heads/cp heads
-        (``cp_comm``)."""
+        (``cp_comm``). A sliding layer's kernel (``window``) runs at its measured windowed rate (``window_factor``)."""
         whole = self.system.software.cp_comm_type == "a2a"
         cp = np.ones_like(self.rows.cp, dtype=float) if whole else self.rows.cp.astype(float)
         kernel, seq = str(self.flash_kernel), self.work.seq_len / cp
@@ -285,6 +288,7 @@ class Ctx:
             return attention_time(self.gpu, flops, nbytes, self.mm_dtype, backward=backward, kernel=kernel,
                                   head_dim=head_dim, seq=seq)
         eff = 1.0 / (1.0 / (cp * eff_c) + (cp - 1.0) / (cp * eff_f))  # FLOP-weighted harmonic mean
+        eff = eff * window_factor(self.gpu, kernel, backward=backward, head_dim=head_dim, seq=seq, window=window)
         return kernel_time(self.gpu, flops, nbytes, "bf16" if self.mm_dtype in LOW_PRECISION else self.mm_dtype,
                            efficiency=eff)
 

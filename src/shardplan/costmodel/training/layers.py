@@ -31,9 +31,10 @@ def core_attention(ctx: Ctx, mixer: str = "attention") -> inv.Attention:
         pairs = q * s * (0.5 + FLASH_BLOCK / 2 / s)
     else:  # the exact windowed pairs plus the same half block of the diagonal per query row
         pairs = r.mb / r.cp * inv.mixer_pairs(m, mixer, s) + q * FLASH_BLOCK / 2
+    window = m.sliding_window if mixer == "sliding" else None
     return inv.Attention("attn", pairs=pairs, heads=m.num_heads / ctx.tp, d_qk=d_qk, d_v=d_v, q_tokens=q,
                          span=s, kv_tokens=r.mb * s,
-                         kv_token_bytes=inv.kv_token_bytes(m, ctx.tp, ctx.act_bytes, latent=False))
+                         kv_token_bytes=inv.kv_token_bytes(m, ctx.tp, ctx.act_bytes, latent=False), window=window)
 
 
 def attention_ops(ctx: Ctx, mixer: str = "attention") -> list[Op]:
