@@ -526,3 +526,19 @@ def test_gpt_oss_h100_record_runs_the_release_recipes_microbatch() -> None:
     assert isinstance(run, OptimumRun) and run.layout.microbatch == 1
     mem = estimate_training(run.model, run.system, run.gpus, run.work, run.layout).memory
     assert mem.total_bytes <= mem.capacity_bytes - mem.headroom_bytes
+
+
+def test_the_model_zoo_qwen3_next_run_is_its_launch_line() -> None:
+    """Megatron-MoE-ModelZoo's Qwen3-Next-80B-A3B on 128 H100 (best_practice/qwen3/run_next_80b.sh: PP 4, VPP 3, TP 1,
+    EP 32, GBS 256, selective recompute of moe_act, shared_experts, layernorm; 2.2 s a step), priced at its layout
+    in `modern`: its Gated DeltaNet layers reach the Gated DeltaNet core at FLA's measured times."""
+    from shardplan.validation.runs import load_records, modern_setup
+
+    (rec,) = [r for r in load_records("modern_training_runs") if r["id"] == "mzoo-qwen3-next-80b-a3b-128gpu-h100-bf16"]
+    setup = modern_setup(rec)
+    assert setup is not None
+    model, system, n, work, lay, _quantity, measured = setup
+    assert (model.name, system.name, n) == ("qwen3-next-80b-a3b", "dgx-h100", 128)
+    assert (lay.tp, lay.pp, lay.interleave, lay.ep, lay.dp, lay.microbatch) == (1, 4, 3, 32, 32, 1)
+    assert lay.recompute_modules == ("layernorm", "moe_act", "shared_experts")
+    assert work.global_batch * work.seq_len / n / 2.2 == pytest.approx(measured, abs=0.1)

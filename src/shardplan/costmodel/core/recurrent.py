@@ -16,6 +16,22 @@ from shardplan.models.spec import ModelSpec
 # (Yang et al. 2024, arXiv 2406.06484 §3.2–3.3, the WY representation): the chunk length of the flash-linear-attention
 # kernels (fla/ops/gated_delta_rule/chunk.py, chunk_size 64).
 GDN_CHUNK = 64
+# FLA's chunked Gated DeltaNet forward (flash-linear-attention ``chunk_gated_delta_rule``: cumsum, KKᵀ and its
+# triangular solve, W/U, the chunk-to-chunk state recurrence ``chunk_gated_delta_rule_fwd_h``, the output), measured
+# on B200 at d_k = d_v = 128 (FLA 0.4.2, Triton 3.5.1): Qwen3.5 shapes, h_v = 8, one sequence of 2,048/4,096/8,192
+# tokens 0.213/0.215/0.338 ms, 1,024×8 0.214, 2,048×4 0.208, two sequences summing to 8,192 0.239–0.308; h_v = 16,
+# 1×8,192 0.424 (flashinfer-ai/flashinfer PR #3001, "FLA/Triton" column); h_v = 48, 1×8,192 1.116, 1×16,384 2.017,
+# 8×1,024 1.021, 8×2,048 1.819, 16×1,024 1.812 ms (vllm-project/vllm PR #43273, "FLA" column, SM100). The kernels run
+# at ~3% of the tensor peak (~70 TFLOP/s at h_v = 48 on the FLOPs of ``gdn_core_flops``): the serial recurrence over a
+# sequence's chunks (its grid is sequences × heads × value blocks: vllm PR #25393, "grid size is 32" for Qwen3-Next)
+# or the per-token work, whichever is longer, plus the chain's fixed time. Read off those times: 1.9 µs per chunk
+# step (1×8,192 − 1×4,096 at h_v = 8, 64 chunks apart), 2.4 ns per token and value head (median over the h_v = 16
+# and 48 runs after the fixed time), 93 µs fixed (1×8,192 at h_v = 8 less its 128 chunk steps); the fifteen times
+# within −28…+20% (tests/costmodel/test_gdn_kernel_time.py). No other GPU's time is published: every GPU takes the
+# B200's (latency- and issue-bound kernels, not tensor-bound). Backward: twice the forward, as every GEMM-like op.
+GDN_FLA_FIXED_S = 93e-6
+GDN_FLA_CHUNK_S = 1.9e-6
+GDN_FLA_TOKEN_HEAD_S = 2.4e-9  # per token and value head at d_k = d_v = 128 (scaled by d_k·d_v)
 
 
 def gdn_core_flops(model: ModelSpec, tokens: Array, heads: Array, *, recurrent: bool) -> np.ndarray:
@@ -34,6 +50,18 @@ def gdn_core_flops(model: ModelSpec, tokens: Array, heads: Array, *, recurrent: 
     if not recurrent:
         per = per + GDN_CHUNK * (6.0 * dk + 4.0 * dv) + 2.0 * GDN_CHUNK**2 / 3
     return np.asarray(tokens * heads * per, dtype=float)
+
+
+def gdn_chunked_time(model: ModelSpec, tokens: Array, heads: Array, seqs: Array) -> np.ndarray:
+    """FLA's chunked Gated DeltaNet forward over ``tokens`` tokens in ``seqs`` sequences with ``heads`` value heads
+    per GPU (``GDN_FLA_*``): the fixed time plus the longer of the chunk recurrence (chunks per sequence) and the
+    per-token work."""
+    la = model.linear_attention
+    assert la is not None
+    tokens = np.asarray(tokens, dtype=float)
+    chunks = tokens / np.maximum(np.asarray(seqs, dtype=float), 1.0) / GDN_CHUNK
+    work = tokens * np.asarray(heads, dtype=float) * la.key_head_dim * la.value_head_dim / 128.0**2
+    return GDN_FLA_FIXED_S + np.maximum(chunks * GDN_FLA_CHUNK_S, work * GDN_FLA_TOKEN_HEAD_S)
 
 
 def ssd_core_flops(model: ModelSpec, tokens: Array, heads: Array, groups: Array, *, recurrent: bool) -> np.ndarray:
@@ -95,7 +123,9 @@ def linear_attention_block(model: ModelSpec, p: Pricer, T: Array, T_elem: Array,
     states = hv * la.key_head_dim * la.value_head_dim * state_bytes
     # q, k, v, gates in; o out; the state read and written once per sequence (recurrent) or per chunk (chunkwise)
     passes = 2.0 * seqs if recurrent else 2.0 * np.maximum(T / GDN_CHUNK, seqs)
-    ops.append(p.bmm("lin.core", flops, e * T * (conv + vd + 2 * hv) + passes * states, selective=False))
+    floor = None if recurrent else gdn_chunked_time(m, T, hv, seqs)  # FLA's measured chunked kernels
+    ops.append(p.bmm("lin.core", flops, e * T * (conv + vd + 2 * hv) + passes * states, selective=False,
+                     floor_s=floor))
     ops += [p.elementwise(Elementwise("lin.gated_norm", T * vd, 3)), *p.gemm(Gemm("lin.out", T, vd, h)),
             *p.tp_exit("lin", T * h), residual(p, "lin.residual", T_elem, h)]
     return ops

@@ -178,8 +178,10 @@ class FlexGenPricer:
         nbytes = x.nbytes(self.act_bytes)
         return Op(x.name, MEM, np.zeros_like(nbytes), nbytes, elementwise_time(self.system.gpu, nbytes))
 
-    def bmm(self, name: str, flops: np.ndarray, nbytes: np.ndarray, *, selective: bool) -> Op:
-        return Op(name, GEMM, flops, nbytes, kernel_time(self.system.gpu, flops, nbytes, self.dtype))
+    def bmm(self, name: str, flops: np.ndarray, nbytes: np.ndarray, *, selective: bool,
+            floor_s: np.ndarray | None = None) -> Op:
+        t = kernel_time(self.system.gpu, flops, nbytes, self.dtype)
+        return Op(name, GEMM, flops, nbytes, t if floor_s is None else np.maximum(t, floor_s))
 
     def attention(self, a: Attention) -> list[Op]:
         return unfused_attention(self, a, mask_passes=2, selective=False)

@@ -169,9 +169,11 @@ class InferCtx:
         nbytes = self._col(x.nbytes(ACT_BYTES))
         return Op(x.name, MEM, np.zeros_like(nbytes), nbytes, kernel_time(self.system.gpu, 0.0, nbytes, "bf16"))
 
-    def bmm(self, name: str, flops: np.ndarray, nbytes: np.ndarray, *, selective: bool) -> Op:
+    def bmm(self, name: str, flops: np.ndarray, nbytes: np.ndarray, *, selective: bool,
+            floor_s: np.ndarray | None = None) -> Op:
+        t = kernel_time(self.system.gpu, self._col(flops), self._col(nbytes), "bf16")
         return Op(name, GEMM, self._col(flops), self._col(nbytes),
-                  kernel_time(self.system.gpu, self._col(flops), self._col(nbytes), "bf16"))
+                  t if floor_s is None else np.maximum(t, self._col(floor_s)))
 
     def attention(self, a: Attention) -> list[Op]:
         """A fused paged-attention kernel over the KV cache (FlashAttention / FlashInfer)."""

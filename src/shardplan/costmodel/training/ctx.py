@@ -245,9 +245,12 @@ class Ctx:
                   selective=selective, bwd_nbytes=None if bwd is None else x.elements * bwd + np.zeros_like(nbytes),
                   bwd_kernels=row.bwd_kernels if row else 1)
 
-    def bmm(self, name: str, flops: np.ndarray, nbytes: np.ndarray, *, selective: bool) -> Op:
-        """A batched attention matmul of the unfused path (selective recompute reruns it)."""
-        return Op(name, GEMM, flops, nbytes, kernel_time(self.gpu, flops, nbytes, self.mm_dtype), selective=selective)
+    def bmm(self, name: str, flops: np.ndarray, nbytes: np.ndarray, *, selective: bool,
+            floor_s: np.ndarray | None = None) -> Op:
+        """A batched matmul (the unfused attention path, recurrent cores; selective recompute reruns it), at least
+        ``floor_s`` where a kernel's measured time bounds it."""
+        t = kernel_time(self.gpu, flops, nbytes, self.mm_dtype)
+        return Op(name, GEMM, flops, nbytes, t if floor_s is None else np.maximum(t, floor_s), selective=selective)
 
     def attention(self, a: Attention) -> list[Op]:
         """Flash or unfused attention per row; under CP its communication as ``SoftwareSpec.cp_comm_type`` runs it
