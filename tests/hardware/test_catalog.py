@@ -173,7 +173,10 @@ def test_links_carry_per_direction_bandwidth():
     assert SYSTEMS["dgx-b200"].intra_node.bandwidth_bytes_per_s == 900 * GB  # 1.8 TB/s bidirectional
     assert SYSTEMS["mi300x-8"].intra_node.bandwidth_bytes_per_s == 7 * 64 * GB  # 7 xGMI links to 7 peers
     assert SYSTEMS["dgx-h800"].inter_node.bandwidth_bytes_per_s == 50 * GB  # 400 Gb/s per GPU
-    assert SYSTEMS["gb200-nvl72"].inter_node.bandwidth_bytes_per_s == 100 * GB  # 800 Gb/s per GPU
+    # GB200 NVL72 trays carry one ConnectX-7 (400 Gb/s) per GPU, GB300's a ConnectX-8 (800 Gb/s): MLPerf Training
+    # v5.1 NVIDIA/systems tyche_* ("4x ConnectX-7 IB NDR 400 Gb/s") and theia_* ("4x ConnectX-8 IB XDR 800 Gb/s")
+    assert SYSTEMS["gb200-nvl72"].inter_node.bandwidth_bytes_per_s == 50 * GB
+    assert SYSTEMS["gb300-nvl72"].inter_node.bandwidth_bytes_per_s == 100 * GB
     assert SYSTEMS["gb200-nvl72"].gpus_per_node == 72
     for name in ("l40s-8", "h100-pcie-8"):
         assert SYSTEMS[name].intra_node.bandwidth_bytes_per_s <= 64 * GB, "PCIe-only GPU↔GPU"

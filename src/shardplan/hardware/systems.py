@@ -164,11 +164,14 @@ DGX_B200 = SystemSpec(
 )
 # One NVL72 rack is one "node": 72 GPUs in one NVLink domain. Host per rack: 36 Grace CPUs, each
 # 72 Neoverse V2 cores with 480 GB LPDDR5X at 512 GB/s (datasheet: up to 17 TB, 18.4 TB/s); Grace fp32
-# peak 7.1 TFLOPS (Grace Superchip datasheet: FP64 7.1 TFLOPS for 2×72 cores). Scale-out 800 Gb/s per GPU
-# (ConnectX-8 class; racks cabled with ConnectX-7 have 400 Gb/s: override inter_node in a file).
+# peak 7.1 TFLOPS (Grace Superchip datasheet: FP64 7.1 TFLOPS for 2×72 cores). Scale-out one ConnectX-7 at
+# 400 Gb/s per GPU: "4x ConnectX-7 IB NDR 400 Gb/s" per 4-GPU tray in NVIDIA's own GB200 NVL72 systems (MLPerf
+# Training v5.1 NVIDIA/systems/tyche_ngpu512_ngc25.09_nemo.json, tyche-hsg, Wiwynn Kinabalu), "CX7" in NVIDIA's
+# multi-node tuning guide (docs.nvidia.com/multi-node-nvlink-systems, system.html); ConnectX-8 at 800 Gb/s came
+# with GB300 (Theia: "4x ConnectX-8 IB XDR 800 Gb/s").
 GB200_NVL72 = SystemSpec(
     name="gb200-nvl72",
-    description="NVIDIA GB200 NVL72: 72× B200 (GB200) in one NVLink5 domain, 36 Grace CPUs, 800 Gb/s per GPU",
+    description="NVIDIA GB200 NVL72: 72× B200 (GB200) in one NVLink5 domain, 36 Grace CPUs, 400 Gb/s per GPU",
     gpu=GB200,
     gpus_per_node=72,
     software=TE_FUSED_ATTENTION,
@@ -176,7 +179,7 @@ GB200_NVL72 = SystemSpec(
     # trays, larger jobs as equal NVLink segments of ≤ 18 trays (hardware/domains.py has the sources)
     gpus_per_tray=4,
     intra_node=NVLINK5,
-    inter_node=XDR_800G_PER_GPU,
+    inter_node=NDR_IB_PER_GPU,
     pcie=NVLINK_C2C_PER_GPU,
     host_memory_bytes=36 * 480 * GB,
     cpu_flops=36 * 7.1e12,
@@ -206,6 +209,7 @@ GB300_NVL72 = GB200_NVL72.model_copy(
         "name": "gb300-nvl72",
         "description": "NVIDIA GB300 NVL72: 72× B300 (GB300) in one NVLink5 domain, 36 Grace CPUs, 800 Gb/s per GPU",
         "gpu": GB300,
+        "inter_node": XDR_800G_PER_GPU,
         "host_memory_bytes": 18 * TB,
         "cpu_memory_bandwidth_bytes_per_s": 14.3 * TB,
         "source": "NVIDIA GB300 NVL72 datasheet; NVIDIA Grace CPU Superchip datasheet",
