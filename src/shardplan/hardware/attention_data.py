@@ -131,3 +131,25 @@ WINDOW_TFLOPS: dict[str, dict[str, tuple[float, ...]]] = {  # GPU catalog name -
 # H100/H800/H20 the H200's); any other, the H200's.
 WINDOW_REFERENCE = {"b200": "gb200", "b300": "gb300", "h100-sxm": "h200-sxm", "h100-pcie": "h200-sxm",
                     "h800-sxm": "h200-sxm", "h20": "h200-sxm"}
+
+# fp8 attention, measured: cuDNN's fused attention on fp8 (per-tensor current scaling: Transformer Engine's fp8_dpa
+# with Float8CurrentScaling) against bf16, one Llama-3.1 layer (batch 2, or 1 on the H200; 64 query heads, 8 KV heads,
+# head dim 128, causal, non-deterministic backward), forward and backward times in ms. GB200/GB300: cuDNN frontend
+# 1.21.1, backend 9.22 (NVIDIA/cudnn-frontend@3929da2 benchmark/sdpa_benchmark_training/results/llama3.1/{gb200,gb300}/
+# *.csv, time_ms);
+# H200: cuDNN 9.19 (results/h200_919_only_cudnn/llama3.1_20260227_034703.csv, fwd_time_ms/bwd_time_ms). On Hopper the
+# fp8 backward is slower than bf16's from 8k tokens (1.5x at 32k).
+FP8_ATTENTION_SEQ = (2048, 4096, 8192, 16384, 32768)
+FP8_ATTENTION_MS: dict[str, dict[str, tuple[tuple[float, ...], tuple[float, ...]]]] = {  # GPU -> dir -> (bf16, fp8)
+    "gb200": {"fwd": ((0.125, 0.391, 1.397, 5.150, 21.692), (0.097, 0.305, 1.074, 4.084, 16.012)),
+              "bwd": ((0.389, 1.198, 4.127, 16.554, 71.756), (0.414, 1.167, 3.781, 13.476, 52.155))},
+    "gb300": {"fwd": ((0.100, 0.323, 1.185, 4.593, 18.014), (0.070, 0.217, 0.759, 2.880, 11.319)),
+              "bwd": ((0.356, 1.101, 3.832, 14.593, 59.024), (0.364, 0.985, 3.087, 10.805, 41.328))},
+    "h200-sxm": {"fwd": ((0.142, 0.465, 1.708, 6.531, 25.566), (0.098, 0.322, 1.141, 4.357, 16.884)),
+                 "bwd": ((0.464, 1.450, 5.083, 19.002, 75.688), (0.437, 1.459, 6.392, 29.422, 118.729))},
+}
+# The measured GPU whose ratio a GPU takes: its die's (as WINDOW_REFERENCE); a GPU of no measured family keeps the
+# bf16 rate (ratio 1).
+FP8_ATTENTION_REFERENCE = {"gb200": "gb200", "b200": "gb200", "gb300": "gb300", "b300": "gb300",
+                           "h200-sxm": "h200-sxm", "h100-sxm": "h200-sxm", "h100-pcie": "h200-sxm",
+                           "h800-sxm": "h200-sxm", "h20": "h200-sxm"}

@@ -22,6 +22,10 @@ class AttentionKernel(StrEnum):
     """FlashAttention-2 (PyTorch SDPA's flash backend: torchtitan, llm-foundry): the GPU's measured curves."""
     CUDNN = "cudnn"
     """cuDNN fused attention (Transformer Engine's FusedAttention, preferred on Hopper+: Megatron-LM, NeMo)."""
+    CUDNN_FP8 = "cudnn-fp8"
+    """cuDNN fused attention on fp8 Q/K/V (Transformer Engine's ``fp8_dpa``, Megatron-LM
+    ``--fp8-dot-product-attention``): cuDNN's rate times its measured fp8/bf16 speed ratio
+    (``kernels.fp8_attention_ratio``; the bf16 rate where no fp8 attention is measured for the GPU's family)."""
     FLASH3 = "flash3"
     """FlashAttention-3 (Hopper)."""
     TRITON = "triton"

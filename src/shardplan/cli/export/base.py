@@ -28,7 +28,8 @@ class TrainTarget:
     grad_dtype: str = "fp32"
     """Gradient accumulation and reduction datatype."""
     attention: str = "flash"
-    """Core-attention kernel the cost model assumed (AttentionKernel: flash, flash2, flash3, cudnn, triton, unfused)."""
+    """Core-attention kernel the cost model assumed (AttentionKernel: flash, flash2, flash3, cudnn, cudnn-fp8, triton,
+    unfused)."""
     dropout: bool = False
     """Whether the cost model kept dropout (GPT/OPT/BLOOM families by default)."""
     overlap_grad_reduce: bool = True

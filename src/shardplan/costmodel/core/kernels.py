@@ -179,6 +179,25 @@ def rate_of(kernel: str, backward: bool) -> tuple[str, float]:
     return ("flash2", TRITON_SLOWDOWN[int(backward)]) if kernel == "triton" else (kernel, 1.0)
 
 
+FP8_ATTENTION = "cudnn-fp8"  # AttentionKernel.CUDNN_FP8: cuDNN's rate times fp8_attention_ratio
+
+
+def fp8_attention_ratio(gpu: GpuSpec, *, backward: bool, seq: np.ndarray | float) -> np.ndarray:
+    """How much faster cuDNN's fused attention runs on fp8 Q/K/V than on bf16 at length ``seq``: the measured time
+    ratio (``hardware.attention_data.FP8_ATTENTION_MS``) on the GPU or the measured GPU of its die
+    (``FP8_ATTENTION_REFERENCE``), piecewise-linear in log(length), clamped at the measured ends; 1 for a GPU of no
+    measured family. Measured at head dim 128 under a causal mask; taken for every head dim and mask."""
+    from shardplan.hardware.attention_data import FP8_ATTENTION_MS, FP8_ATTENTION_REFERENCE, FP8_ATTENTION_SEQ
+
+    seq = np.asarray(seq, dtype=float)
+    ref = FP8_ATTENTION_REFERENCE.get(gpu.name)
+    if ref is None:
+        return np.ones_like(seq)
+    bf16, fp8 = FP8_ATTENTION_MS[ref]["bwd" if backward else "fwd"]
+    ratio = np.asarray(bf16) / np.asarray(fp8)
+    return np.interp(np.log(np.maximum(seq, 1.0)), np.log(FP8_ATTENTION_SEQ), ratio)
+
+
 def attention_efficiency(gpu: GpuSpec, kernel: str, *, backward: bool, causal: bool, head_dim: float,
                          seq: np.ndarray | float, rescale: bool = True) -> np.ndarray | None:
     """Fraction of the BF16 peak one attention kernel reaches, from the GPU's measured curves; None when the GPU
@@ -186,8 +205,13 @@ def attention_efficiency(gpu: GpuSpec, kernel: str, *, backward: bool, causal: b
     measured backward/forward ratio of the nearest head dim with both (non-causal). A curve measured at another head
     dim than ``head_dim`` (the Blackwell GPUs' are at 128 only) is scaled by the ratio the H100's curves show between
     the two (``head_dim_factor``; ``rescale=False``: the nearest curve as it is). The Triton kernel (``triton``) runs
-    at FlashAttention-2's rate over ``TRITON_SLOWDOWN``."""
+    at FlashAttention-2's rate over ``TRITON_SLOWDOWN``; cuDNN on fp8 (``cudnn-fp8``) at cuDNN's rate times
+    ``fp8_attention_ratio``, so above 1 where fp8 runs faster than the bf16 peak allows."""
     seq = np.asarray(seq, dtype=float)
+    if kernel == FP8_ATTENTION:
+        eff = attention_efficiency(gpu, "cudnn", backward=backward, causal=causal, head_dim=head_dim, seq=seq,
+                                   rescale=rescale)
+        return None if eff is None else eff * fp8_attention_ratio(gpu, backward=backward, seq=seq)
     base, slower = rate_of(kernel, backward)
     if slower != 1.0:
         eff = attention_efficiency(gpu, base, backward=backward, causal=causal, head_dim=head_dim, seq=seq,
@@ -226,13 +250,18 @@ def attention_time(gpu: GpuSpec, flops: np.ndarray, nbytes: np.ndarray, dtype: s
     """A fused attention kernel: roofline at the efficiency measured for ``kernel`` at this head dim, mask and
     sequence length (``attention_efficiency``); a kernel the GPU has no curves for runs at the GPU's scalar
     ``attention_efficiency`` (backward at ``FLASH_BWD_EFFICIENCY_RATIO`` of it). fp8 GEMM recipes keep attention
-    in 16-bit."""
+    in 16-bit unless the kernel is ``cudnn-fp8``, whose rate (a fraction of the bf16 peak that may pass 1) is taken
+    against the fp8 peak."""
     dtype = "bf16" if dtype in ("fp8", "fp4") else dtype
     eff = attention_efficiency(gpu, kernel, backward=backward, causal=causal, head_dim=head_dim, seq=seq)
     if eff is None:
         base, slower = rate_of(kernel, backward)
         eff = gpu.attention_efficiency * (FLASH_BWD_EFFICIENCY_RATIO if backward else 1.0) \
             * head_dim_factor(base, backward=backward, causal=causal, head_dim=head_dim, seq=seq) / slower
+        if kernel == FP8_ATTENTION:
+            eff = eff * fp8_attention_ratio(gpu, backward=backward, seq=seq)
+    if kernel == FP8_ATTENTION and "fp8" in gpu.peak_flops:
+        eff, dtype = eff * gpu.peak("bf16") / gpu.peak("fp8"), "fp8"
     return kernel_time(gpu, flops, nbytes, dtype, efficiency=eff)
 
 

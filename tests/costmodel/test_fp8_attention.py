@@ -1,0 +1,65 @@
+"""cuDNN's fused attention on fp8 Q/K/V (Transformer Engine's fp8_dpa, ``--attention cudnn-fp8``) at its measured
+speed. NVIDIA's cuDNN benchmark runs one Llama-3.1 layer (batch 2 on GB200/GB300, 1 on H200; 64 query heads, 8 KV
+heads, head dim 128, causal;
+NVIDIA/cudnn-frontend@3929da2 benchmark/sdpa_benchmark_training/results/llama3.1) in bf16 and fp8 at 8,192 tokens:
+GB200 forward 1.397 → 1.074 ms, backward 4.127 → 3.781 ms; GB300 1.185 → 0.759 and 3.832 → 3.087 ms; H200 (cuDNN 9.19)
+1.708 → 1.141 and 5.083 → 6.392 ms, its fp8 backward slower. Llama-3.1-8B (32 heads) at microbatch 4 (2 on the H200)
+is the same (sequence, head) pairs at head dim 128, so its attention kernels should take those ratios, and on GB200
+(whose bf16 forward curve, cuDNN 9.17, agrees with this benchmark's bf16 forward within 1%) the forward's time. Its
+bf16 backward curve is 10% slower than this benchmark's (cuDNN 9.22), and so is the fp8 backward priced from it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from shardplan.costmodel.core.kernels import fp8_attention_ratio
+from shardplan.costmodel.training.ctx import Ctx
+from shardplan.costmodel.training.layout import LayoutArrays, TrainLayout, TrainWorkload
+from shardplan.costmodel.training.stages import kind_costs
+from shardplan.hardware import get_system
+from shardplan.hardware.gpus import GPUS
+from shardplan.hardware.spec import AttentionKernel
+from shardplan.models import get_model
+
+
+def _flash(system: str, attention: AttentionKernel) -> tuple[float, float]:
+    mb = 2 if system == "hgx-h200" else 4
+    work = TrainWorkload(seq_len=8192, global_batch=8 * mb, dtype="fp8", attention=attention)
+    rows = LayoutArrays.from_layouts([TrainLayout(tp=1, pp=1, dp=8, microbatch=mb, zero_stage=1)], 8 * mb)
+    costs = kind_costs(Ctx(get_model("llama-3.1-8b"), get_system(system), work, rows))
+    ops = {o.name: o for c in costs.values() for o in c.fwd_ops + c.bwd_ops}
+    return float(np.ravel(ops["attn.flash"].time)[0]), float(np.ravel(ops["attn.flash.bwd"].time)[0])
+
+
+@pytest.mark.parametrize(("system", "fwd", "bwd"), [("gb200-nvl72", (1.397, 1.074), (4.127, 3.781)),
+                                                    ("gb300-nvl72", (1.185, 0.759), (3.832, 3.087)),
+                                                    ("hgx-h200", (1.708, 1.141), (5.083, 6.392))])
+def test_fp8_attention_runs_at_cudnns_measured_ratio(system: str, fwd: tuple[float, float],
+                                                     bwd: tuple[float, float]) -> None:
+    f16, b16 = _flash(system, AttentionKernel.CUDNN)
+    f8, b8 = _flash(system, AttentionKernel.CUDNN_FP8)
+    assert f16 / f8 == pytest.approx(fwd[0] / fwd[1], rel=0.02)
+    assert b16 / b8 == pytest.approx(bwd[0] / bwd[1], rel=0.02)
+
+
+def test_fp8_attention_on_gb200_takes_the_measured_time() -> None:
+    f8, b8 = _flash("gb200-nvl72", AttentionKernel.CUDNN_FP8)
+    assert f8 == pytest.approx(1.074e-3, rel=0.05)
+    assert b8 == pytest.approx(3.781e-3 * 4.615 / 4.127, rel=0.05)  # the bf16 curve's backward, 4.615 ms, × ratio
+
+
+def test_unmeasured_families_keep_the_bf16_rate() -> None:
+    seq = np.array([2048.0, 8192.0, 65536.0])
+    assert np.all(fp8_attention_ratio(GPUS["mi300x"], backward=False, seq=seq) == 1.0)
+    assert np.all(fp8_attention_ratio(GPUS["a100-sxm-80gb"], backward=True, seq=seq) == 1.0)
+    # B200 takes its GB200 die's measurement, clamped at the measured ends
+    assert fp8_attention_ratio(GPUS["b200"], backward=False, seq=65536.0) == pytest.approx(21.692 / 16.012)
+
+
+def test_fp8_attention_needs_an_fp8_recipe(run_cli) -> None:
+    res = run_cli("estimate", "train", "-m", "llama-3.1-8b", "-H", "gb200-nvl72", "-g", "8", "-b", "16", "-s", "8192",
+                  "--attention", "cudnn-fp8")
+    assert res.code == 2
+    assert "cudnn-fp8 needs dtype fp8 or fp4" in res.err
+    assert "Traceback" not in res.err
