@@ -63,3 +63,11 @@ def test_fp8_attention_needs_an_fp8_recipe(run_cli) -> None:
     assert res.code == 2
     assert "cudnn-fp8 needs dtype fp8 or fp4" in res.err
     assert "Traceback" not in res.err
+
+
+def test_megatron_export_turns_fp8_attention_on(run_cli) -> None:
+    res = run_cli("estimate", "train", "-m", "llama-3.1-8b", "-H", "gb200-nvl72", "-g", "8", "-b", "16", "-s", "8192",
+                  "--microbatch", "2", "--zero", "1", "--dtype", "fp4", "--attention", "cudnn-fp8", "--export",
+                  "megatron")
+    assert res.code == 0, res.err
+    assert "--fp8-dot-product-attention" in res.out and "--attention-backend auto" in res.out
