@@ -38,7 +38,7 @@ def scaled_curve(curve: Curve, plateau: float) -> Curve:
 # curve fitted to the Megatron-LM runs plateaus at 0.768 of peak where the isolated best reaches 0.869 (MAMF 271.2
 # TFLOP/s): in a job, GPUs run at their power limit for hours with other kernels and communication beside the GEMMs
 # (sustained clocks: DeepGEMM issue #120 sees H800 clocks fall from 1980 to 1575 MHz under compute + communication).
-# GPUs with only isolated measurements and no sustained-clock measurement (B300/GB300, AMD, the H100 PCIe and H20)
+# GPUs with only isolated measurements and no sustained-clock measurement (GB300, AMD, the H100 PCIe and H20)
 # take the same ratio: plateau = MAMF × 0.884 (GB200 is measured against a B200 on one job: gpus.py).
 IN_JOB_OF_ISOLATED = 0.768 / 0.869
 HOPPER_MATMUL: Curve = scaled_curve(HOPPER_MATMUL_ISOLATED, 0.803 * IN_JOB_OF_ISOLATED)  # H100 MAMF 0.803
@@ -51,8 +51,8 @@ HOPPER_SUSTAINED_CLOCK = 1575 / 1980
 HOPPER_SUSTAINED_MATMUL: Curve = scaled_curve(HOPPER_MATMUL_ISOLATED, 0.803 * HOPPER_SUSTAINED_CLOCK)
 # The same for a 1000 W B200: kernels run back to back draw ~1000 W and the SM clock falls from 1965 to ~1580 MHz
 # (flashinfer PR #2899, bf16 FA4 on B200: TFLOP/s 15% down over 100 iterations). GB200 (1200 W) runs 1.018× a B200
-# on the same MLPerf job (gpus.GB200_OF_B200_SUSTAINED); B300/GB300 have no such measurement and keep the A100-derived
-# in-job ratio.
+# on the same MLPerf job (gpus.GB200_OF_B200_SUSTAINED); the B300 (1100 W) takes the same clock drop, checked against a
+# B200 on one job (gpus.B300); GB300 (1400 W) has no such measurement and keeps the A100-derived in-job ratio.
 B200_SUSTAINED_CLOCK = 1580 / 1965
 B200_SUSTAINED_MATMUL: Curve = scaled_curve(HOPPER_MATMUL_ISOLATED, 0.776 * B200_SUSTAINED_CLOCK)
 
