@@ -74,9 +74,9 @@ Optimizer = Annotated[str, typer.Option(
     "--optimizer", help="adam (12 B/param state), adam-8bit (6), sgd (8), adafactor (4), adam-bf16 (8: bf16 moments, "
     "Megatron's precision-aware optimizer); all with an fp32 master.")]
 Attention = Annotated[str | None, typer.Option(
-    "--attention", help="Attention kernel: flash (the GPU's fused rate), flash2, cudnn, cudnn-fp8 (cuDNN on fp8 Q/K/V: "
-    "Transformer Engine's fp8_dpa), flash3, triton (flash-attn's Triton kernel, llm-foundry's attn_impl triton) or "
-    "unfused (default: the system's).")]
+    "--attention", help="Attention kernel: flash (the GPU's fused rate), flash2, cudnn, cudnn-fp8 / cudnn-mxfp8 (cuDNN "
+    "on per-tensor fp8 or MXFP8 Q/K/V: Transformer Engine's fp8_dpa; with --dtype fp8 or fp4), flash3, triton "
+    "(flash-attn's Triton kernel, llm-foundry's attn_impl triton) or unfused (default: the system's).")]
 LocalBatch = Annotated[int | None, typer.Option(
     "--local-batch", min=1, max=MAX_BATCH, help="Sequences per data-parallel rank in one pipeline schedule, when "
     "gradient accumulation repeats whole schedules (torchtitan and NeMo AutoModel local_batch_size): each schedule "

@@ -132,24 +132,47 @@ WINDOW_TFLOPS: dict[str, dict[str, tuple[float, ...]]] = {  # GPU catalog name -
 WINDOW_REFERENCE = {"b200": "gb200", "b300": "gb300", "h100-sxm": "h200-sxm", "h100-pcie": "h200-sxm",
                     "h800-sxm": "h200-sxm", "h20": "h200-sxm"}
 
-# fp8 attention, measured: cuDNN's fused attention on fp8 (per-tensor current scaling: Transformer Engine's fp8_dpa
-# with Float8CurrentScaling) against bf16, one Llama-3.1 layer (batch 2, or 1 on the H200; 64 query heads, 8 KV heads,
-# head dim 128, causal, non-deterministic backward), forward and backward times in ms. GB200/GB300: cuDNN frontend
-# 1.21.1, backend 9.22 (NVIDIA/cudnn-frontend@3929da2 benchmark/sdpa_benchmark_training/results/llama3.1/{gb200,gb300}/
-# *.csv, time_ms);
-# H200: cuDNN 9.19 (results/h200_919_only_cudnn/llama3.1_20260227_034703.csv, fwd_time_ms/bwd_time_ms). On Hopper the
-# fp8 backward is slower than bf16's from 8k tokens (1.5x at 32k).
+# fp8 attention, measured: cuDNN's fused attention on fp8 Q/K/V against bf16, one Llama-3.1 layer (batch 2, or 1 on the
+# H200; 64 query heads, 8 KV heads, head dim 128, causal, non-deterministic backward), times in ms at
+# FP8_ATTENTION_SEQ. "cudnn-fp8": per-tensor scaled fp8, the kernel Transformer Engine's fp8_dpa calls under
+# Float8CurrentScaling; "cudnn-mxfp8": MXFP8 (32-element blocks), what fp8_dpa runs under an MXFP8 recipe from TE
+# v2.16 (TransformerEngine ee5dcec "Add MXFP8 attention (#2719)"), Blackwell only. The benchmark passes the scales, so
+# the amax and quantize passes (a few reads of Q/K/V and dO) are not in these times nor priced. GB200/GB300: cuDNN
+# frontend 1.21.1, backend 9.22 (NVIDIA/cudnn-frontend@3929da2 benchmark/sdpa_benchmark_training/results/llama3.1/
+# {gb200,gb300}/*.csv, time_ms); H200: cuDNN 9.19 (results/h200_919_only_cudnn/llama3.1_20260227_034703.csv,
+# fwd/bwd_time_ms), where the fp8 backward is slower than bf16's from 4k tokens (1.57x at 32k).
 FP8_ATTENTION_SEQ = (2048, 4096, 8192, 16384, 32768)
-FP8_ATTENTION_MS: dict[str, dict[str, tuple[tuple[float, ...], tuple[float, ...]]]] = {  # GPU -> dir -> (bf16, fp8)
-    "gb200": {"fwd": ((0.125, 0.391, 1.397, 5.150, 21.692), (0.097, 0.305, 1.074, 4.084, 16.012)),
-              "bwd": ((0.389, 1.198, 4.127, 16.554, 71.756), (0.414, 1.167, 3.781, 13.476, 52.155))},
-    "gb300": {"fwd": ((0.100, 0.323, 1.185, 4.593, 18.014), (0.070, 0.217, 0.759, 2.880, 11.319)),
-              "bwd": ((0.356, 1.101, 3.832, 14.593, 59.024), (0.364, 0.985, 3.087, 10.805, 41.328))},
-    "h200-sxm": {"fwd": ((0.142, 0.465, 1.708, 6.531, 25.566), (0.098, 0.322, 1.141, 4.357, 16.884)),
-                 "bwd": ((0.464, 1.450, 5.083, 19.002, 75.688), (0.437, 1.459, 6.392, 29.422, 118.729))},
+_BF16_MS = {  # GPU -> direction -> bf16 times at FP8_ATTENTION_SEQ, the same runs
+    "gb200": {"fwd": (0.125, 0.391, 1.397, 5.150, 21.692), "bwd": (0.389, 1.198, 4.127, 16.554, 71.756)},
+    "gb300": {"fwd": (0.100, 0.323, 1.185, 4.593, 18.014), "bwd": (0.356, 1.101, 3.832, 14.593, 59.024)},
+    "h200-sxm": {"fwd": (0.142, 0.465, 1.708, 6.531, 25.566), "bwd": (0.464, 1.450, 5.083, 19.002, 75.688)},
 }
+_FP8_MS = {  # kernel -> GPU -> direction -> times at FP8_ATTENTION_SEQ
+    "cudnn-fp8": {
+        "gb200": {"fwd": (0.097, 0.305, 1.074, 4.084, 16.012), "bwd": (0.414, 1.167, 3.781, 13.476, 52.155)},
+        "gb300": {"fwd": (0.070, 0.217, 0.759, 2.880, 11.319), "bwd": (0.364, 0.985, 3.087, 10.805, 41.328)},
+        "h200-sxm": {"fwd": (0.098, 0.322, 1.141, 4.357, 16.884), "bwd": (0.437, 1.459, 6.392, 29.422, 118.729)},
+    },
+    "cudnn-mxfp8": {
+        "gb200": {"fwd": (0.103, 0.326, 1.156, 4.400, 17.201), "bwd": (0.461, 1.305, 4.272, 15.315, 61.716)},
+        "gb300": {"fwd": (0.079, 0.242, 0.856, 3.225, 12.632), "bwd": (0.424, 1.203, 3.917, 14.072, 55.340)},
+    },
+}
+# kernel -> GPU -> direction -> (bf16 ms, fp8 ms)
+FP8_ATTENTION_MS: dict[str, dict[str, dict[str, tuple[tuple[float, ...], tuple[float, ...]]]]] = {
+    k: {g: {d: (_BF16_MS[g][d], t) for d, t in dirs.items()} for g, dirs in gpus.items()}
+    for k, gpus in _FP8_MS.items()}
 # The measured GPU whose ratio a GPU takes: its die's (as WINDOW_REFERENCE); a GPU of no measured family keeps the
 # bf16 rate (ratio 1).
 FP8_ATTENTION_REFERENCE = {"gb200": "gb200", "b200": "gb200", "gb300": "gb300", "b300": "gb300",
                            "h200-sxm": "h200-sxm", "h100-sxm": "h200-sxm", "h100-pcie": "h200-sxm",
                            "h800-sxm": "h200-sxm", "h20": "h200-sxm"}
+# Sliding-window layers in fp8 (gpt-oss's window-128 layer as WINDOW_TFLOPS, the same CSVs' fp8 and mxfp8 rows): the
+# forward keeps the window (GB200 0.195 ms fp8 against 0.210 bf16 at 4,096 tokens), the backward does not: 1.731 ms
+# fp8 / 2.080 mxfp8 against 0.465, and 90.3 / 108.4 ms against 3.69 at 32k, the full causal backward's work. Forward
+# TFLOP/s of the window's pairs at WINDOW_SEQ (the bf16 table's count). The H200 has no fp8 kernel at head dim 64 (cuDNN
+# 9.19 refuses it: "hidden_dim should be equal to 128"): elsewhere windowed layers keep the bf16 windowed rate.
+WINDOW_FP8_FWD_TFLOPS: dict[str, dict[str, tuple[float, ...]]] = {  # kernel -> GPU -> forward TFLOP/s
+    "cudnn-fp8": {"gb200": (165, 173, 177, 179, 179), "gb300": (193, 203, 208, 211, 212)},
+    "cudnn-mxfp8": {"gb200": (153, 161, 164, 166, 168), "gb300": (182, 194, 200, 203, 204)},
+}

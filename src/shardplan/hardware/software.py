@@ -23,9 +23,12 @@ class AttentionKernel(StrEnum):
     CUDNN = "cudnn"
     """cuDNN fused attention (Transformer Engine's FusedAttention, preferred on Hopper+: Megatron-LM, NeMo)."""
     CUDNN_FP8 = "cudnn-fp8"
-    """cuDNN fused attention on fp8 Q/K/V (Transformer Engine's ``fp8_dpa``, Megatron-LM
-    ``--fp8-dot-product-attention``): cuDNN's rate times its measured fp8/bf16 speed ratio
+    """cuDNN fused attention on per-tensor fp8 Q/K/V (Transformer Engine's ``fp8_dpa`` under Float8CurrentScaling,
+    Megatron-LM ``--fp8-dot-product-attention``): cuDNN's rate times its measured fp8/bf16 speed ratio
     (``kernels.fp8_attention_ratio``; the bf16 rate where no fp8 attention is measured for the GPU's family)."""
+    CUDNN_MXFP8 = "cudnn-mxfp8"
+    """cuDNN fused attention on MXFP8 Q/K/V (``fp8_dpa`` under an MXFP8 recipe, Transformer Engine v2.16+; Blackwell):
+    as ``cudnn-fp8`` at MXFP8's measured ratio."""
     FLASH3 = "flash3"
     """FlashAttention-3 (Hopper)."""
     TRITON = "triton"

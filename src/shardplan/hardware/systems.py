@@ -162,13 +162,10 @@ DGX_B200 = SystemSpec(
     disk_write_bytes_per_s=10 * GB,
     source="NVIDIA DGX B200 datasheet",
 )
-# One NVL72 rack is one "node": 72 GPUs in one NVLink domain. Host per rack: 36 Grace CPUs, each
-# 72 Neoverse V2 cores with 480 GB LPDDR5X at 512 GB/s (datasheet: up to 17 TB, 18.4 TB/s); Grace fp32
-# peak 7.1 TFLOPS (Grace Superchip datasheet: FP64 7.1 TFLOPS for 2×72 cores). Scale-out one ConnectX-7 at
-# 400 Gb/s per GPU: "4x ConnectX-7 IB NDR 400 Gb/s" per 4-GPU tray in NVIDIA's own GB200 NVL72 systems (MLPerf
-# Training v5.1 NVIDIA/systems/tyche_ngpu512_ngc25.09_nemo.json, tyche-hsg, Wiwynn Kinabalu), "CX7" in NVIDIA's
-# multi-node tuning guide (docs.nvidia.com/multi-node-nvlink-systems, system.html); ConnectX-8 at 800 Gb/s came
-# with GB300 (Theia: "4x ConnectX-8 IB XDR 800 Gb/s").
+# One NVL72 rack is one "node": 72 GPUs in one NVLink domain. Host per rack: 36 Grace CPUs, each 72 Neoverse V2 cores
+# with 480 GB LPDDR5X at 512 GB/s (datasheet: up to 17 TB, 18.4 TB/s); Grace fp32 peak 7.1 TFLOPS (Grace Superchip
+# datasheet). Scale-out one ConnectX-7 (400 Gb/s) per GPU: "4x ConnectX-7 IB NDR 400 Gb/s" per tray in MLPerf Training
+# v5.1 NVIDIA/systems/{tyche,hsg}_*.json and Wiwynn's Kinabalu; ConnectX-8 (800 Gb/s) came with GB300 (theia_*.json).
 GB200_NVL72 = SystemSpec(
     name="gb200-nvl72",
     description="NVIDIA GB200 NVL72: 72× B200 (GB200) in one NVLink5 domain, 36 Grace CPUs, 400 Gb/s per GPU",

@@ -28,8 +28,8 @@ class TrainTarget:
     grad_dtype: str = "fp32"
     """Gradient accumulation and reduction datatype."""
     attention: str = "flash"
-    """Core-attention kernel the cost model assumed (AttentionKernel: flash, flash2, flash3, cudnn, cudnn-fp8, triton,
-    unfused)."""
+    """Core-attention kernel the cost model assumed (AttentionKernel: flash, flash2, flash3, cudnn, cudnn-fp8,
+    cudnn-mxfp8, triton, unfused)."""
     dropout: bool = False
     """Whether the cost model kept dropout (GPT/OPT/BLOOM families by default)."""
     overlap_grad_reduce: bool = True
@@ -96,6 +96,14 @@ def train_target(plan: TrainPlanOut | None, *, model: ModelSpec, system: Any, nu
         overlap_p2p_comm=bool(sw.overlap_p2p_comm), mtp_layers=workload.mtp_layers,
         optimizer=workload.optimizer, fp8_param_gather=bool(sw.fp8_param_gather),
     )
+
+
+def fp8_attention_note(t: TrainTarget, tool: str) -> str | None:
+    """What a framework that does not run cuDNN's fp8 attention must be told of a plan priced with it."""
+    if t.attention not in ("cudnn-fp8", "cudnn-mxfp8"):
+        return None
+    return (f"the plan priced attention as cuDNN's on fp8 Q/K/V (Transformer Engine fp8_dpa); {tool} attends in "
+            "16 bit, slower than planned: re-plan with --attention cudnn")
 
 
 def recompute_kind(p: TrainPlanOut) -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from shardplan.cli.export.base import Export, TrainTarget, recompute_kind, refuse_module_set
+from shardplan.cli.export.base import Export, TrainTarget, fp8_attention_note, recompute_kind, refuse_module_set
 from shardplan.errors import ShardplanError
 
 
@@ -91,6 +91,8 @@ def config(t: TrainTarget) -> tuple[dict[str, Any], list[str]]:
     """The config dict and notes (what the model code or launcher must set instead)."""
     p = t.plan
     notes: list[str] = []
+    if (note := fp8_attention_note(t, "DeepSpeed")) is not None:
+        notes.append(note)
     if t.optimizer == "adam-bf16":
         raise _refuse("keep Adam's moments in bf16 beside an fp32 master (Megatron's precision-aware optimizer)",
                       "re-plan with --optimizer adam")

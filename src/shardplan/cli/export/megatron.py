@@ -31,8 +31,8 @@ _OFFLOAD_MODULES_MOE = ("expert_fc1", "moe_act")
 # >= 1.8 picks cuDNN FusedAttention on Hopper and later (TE commit 43569381c) — what "cudnn" is costed as — while
 # falling back where cuDNN lacks a shape ("fused" would fail there); flash is flash-attn through TE; unfused is
 # Megatron's softmax path with the s² scores in HBM.
-MEGATRON_ATTENTION_BACKEND = {"flash": "auto", "cudnn": "auto", "cudnn-fp8": "auto", "flash2": "flash",
-                              "flash3": "flash", "unfused": "unfused"}
+MEGATRON_ATTENTION_BACKEND = {"flash": "auto", "cudnn": "auto", "cudnn-fp8": "auto", "cudnn-mxfp8": "auto",
+                              "flash2": "flash", "flash3": "flash", "unfused": "unfused"}
 
 
 def stage_layers(num_layers: int, pp: int) -> list[int]:
@@ -267,8 +267,13 @@ def _precision(t: TrainTarget, args: Args, notes: list[str]) -> None:
                              "flash-attn, cuDNN or the unfused softmax): re-plan with --attention flash2 or cudnn",
                              field="export")
     args.append(("--attention-backend", MEGATRON_ATTENTION_BACKEND[t.attention]))
-    if t.attention == "cudnn-fp8":  # Transformer Engine's fp8_dpa (megatron/training/arguments.py@d98e8a64)
+    if t.attention in ("cudnn-fp8", "cudnn-mxfp8"):  # TE's fp8_dpa (megatron/training/arguments.py@d98e8a64)
         args.append(("--fp8-dot-product-attention", None))
+        # TE's attention takes the linear layers' recipe unless NVTE_DPA_FP8_RECIPE names one (TransformerEngine@d0067d0
+        # dot_product_attention.py recipe table); cuDNN's rates were measured per-tensor (cudnn-fp8) and MXFP8
+        recipe = "Float8CurrentScaling" if t.attention == "cudnn-fp8" else "MXFP8BlockScaling"
+        notes.append(f"the plan priced {t.attention} attention: export NVTE_DPA_FP8_RECIPE={recipe} unless the "
+                     "linear layers' recipe is already that")
 
 
 def _model(t: TrainTarget, args: Args, notes: list[str]) -> None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from shardplan.cli.export.base import (
     Export,
     TrainTarget,
+    fp8_attention_note,
     layout_summary,
     recompute_kind,
     refuse_module_set,
@@ -198,6 +199,8 @@ def sections(t: TrainTarget) -> tuple[dict[str, dict[str, Value]], list[str]]:
                          "unless its float8 all-gather is on: re-plan with --framework torchtitan to price that")
     if t.dtype == "fp4":
         notes.append("torchtitan has no NVFP4 training converter: the file trains in bf16, slower than planned")
+    if (note := fp8_attention_note(t, "torchtitan")) is not None:
+        notes.append(note)
     if t.mtp_layers:
         notes.append(f"the plan prices {t.mtp_layers} MTP module(s) on the last stage; torchtitan's config has no "
                      "setting for them: the model code must add them, else the run is faster than planned")

@@ -179,21 +179,34 @@ def rate_of(kernel: str, backward: bool) -> tuple[str, float]:
     return ("flash2", TRITON_SLOWDOWN[int(backward)]) if kernel == "triton" else (kernel, 1.0)
 
 
-FP8_ATTENTION = "cudnn-fp8"  # AttentionKernel.CUDNN_FP8: cuDNN's rate times fp8_attention_ratio
+# AttentionKernel.CUDNN_FP8 / CUDNN_MXFP8: cuDNN's rate times fp8_attention_ratio
+FP8_ATTENTION = ("cudnn-fp8", "cudnn-mxfp8")
 
 
-def fp8_attention_ratio(gpu: GpuSpec, *, backward: bool, seq: np.ndarray | float) -> np.ndarray:
-    """How much faster cuDNN's fused attention runs on fp8 Q/K/V than on bf16 at length ``seq``: the measured time
-    ratio (``hardware.attention_data.FP8_ATTENTION_MS``) on the GPU or the measured GPU of its die
-    (``FP8_ATTENTION_REFERENCE``), piecewise-linear in log(length), clamped at the measured ends; 1 for a GPU of no
-    measured family. Measured at head dim 128 under a causal mask; taken for every head dim and mask."""
+def attention_peak(gpu: GpuSpec, kernel: str, gemm_dtype: str) -> tuple[str, float]:
+    """The datatype whose peak an attention kernel's rate is taken against, and the factor that turns a fraction of
+    the bf16 peak into a fraction of it: fp8 attention (``cudnn-fp8``, ``cudnn-mxfp8``) against the fp8 peak, where
+    the GPU has one (its measured rate can pass the bf16 peak); any other kernel in 16 bit under an fp8 or fp4 GEMM
+    recipe."""
+    if kernel in FP8_ATTENTION and "fp8" in gpu.peak_flops:
+        return "fp8", gpu.peak("bf16") / gpu.peak("fp8")
+    return ("bf16" if gemm_dtype in ("fp8", "fp4") else gemm_dtype), 1.0
+
+
+def fp8_attention_ratio(gpu: GpuSpec, *, backward: bool, seq: np.ndarray | float,
+                        kernel: str = "cudnn-fp8") -> np.ndarray:
+    """How much faster cuDNN's fused attention runs on fp8 (``cudnn-fp8``) or MXFP8 (``cudnn-mxfp8``) Q/K/V than on
+    bf16 at length ``seq``: the measured time ratio (``hardware.attention_data.FP8_ATTENTION_MS``) on the GPU or the
+    measured GPU of its die (``FP8_ATTENTION_REFERENCE``), piecewise-linear in log(length), clamped at the measured
+    ends; 1 for a GPU of no measured family. Measured at head dim 128 under a causal mask; taken for every head dim
+    and mask."""
     from shardplan.hardware.attention_data import FP8_ATTENTION_MS, FP8_ATTENTION_REFERENCE, FP8_ATTENTION_SEQ
 
     seq = np.asarray(seq, dtype=float)
     ref = FP8_ATTENTION_REFERENCE.get(gpu.name)
-    if ref is None:
+    if ref not in FP8_ATTENTION_MS[kernel]:
         return np.ones_like(seq)
-    bf16, fp8 = FP8_ATTENTION_MS[ref]["bwd" if backward else "fwd"]
+    bf16, fp8 = FP8_ATTENTION_MS[kernel][ref]["bwd" if backward else "fwd"]
     ratio = np.asarray(bf16) / np.asarray(fp8)
     return np.interp(np.log(np.maximum(seq, 1.0)), np.log(FP8_ATTENTION_SEQ), ratio)
 
@@ -205,13 +218,13 @@ def attention_efficiency(gpu: GpuSpec, kernel: str, *, backward: bool, causal: b
     measured backward/forward ratio of the nearest head dim with both (non-causal). A curve measured at another head
     dim than ``head_dim`` (the Blackwell GPUs' are at 128 only) is scaled by the ratio the H100's curves show between
     the two (``head_dim_factor``; ``rescale=False``: the nearest curve as it is). The Triton kernel (``triton``) runs
-    at FlashAttention-2's rate over ``TRITON_SLOWDOWN``; cuDNN on fp8 (``cudnn-fp8``) at cuDNN's rate times
-    ``fp8_attention_ratio``, so above 1 where fp8 runs faster than the bf16 peak allows."""
+    at FlashAttention-2's rate over ``TRITON_SLOWDOWN``; cuDNN on fp8 or MXFP8 (``cudnn-fp8``, ``cudnn-mxfp8``) at
+    cuDNN's rate times ``fp8_attention_ratio``, so above 1 where fp8 runs faster than the bf16 peak allows."""
     seq = np.asarray(seq, dtype=float)
-    if kernel == FP8_ATTENTION:
+    if kernel in FP8_ATTENTION:
         eff = attention_efficiency(gpu, "cudnn", backward=backward, causal=causal, head_dim=head_dim, seq=seq,
                                    rescale=rescale)
-        return None if eff is None else eff * fp8_attention_ratio(gpu, backward=backward, seq=seq)
+        return None if eff is None else eff * fp8_attention_ratio(gpu, backward=backward, seq=seq, kernel=kernel)
     base, slower = rate_of(kernel, backward)
     if slower != 1.0:
         eff = attention_efficiency(gpu, base, backward=backward, causal=causal, head_dim=head_dim, seq=seq,
@@ -250,19 +263,17 @@ def attention_time(gpu: GpuSpec, flops: np.ndarray, nbytes: np.ndarray, dtype: s
     """A fused attention kernel: roofline at the efficiency measured for ``kernel`` at this head dim, mask and
     sequence length (``attention_efficiency``); a kernel the GPU has no curves for runs at the GPU's scalar
     ``attention_efficiency`` (backward at ``FLASH_BWD_EFFICIENCY_RATIO`` of it). fp8 GEMM recipes keep attention
-    in 16-bit unless the kernel is ``cudnn-fp8``, whose rate (a fraction of the bf16 peak that may pass 1) is taken
-    against the fp8 peak."""
-    dtype = "bf16" if dtype in ("fp8", "fp4") else dtype
+    in 16-bit unless the kernel is ``cudnn-fp8`` or ``cudnn-mxfp8``, whose rate (a fraction of the bf16 peak that may
+    pass 1) is taken against the fp8 peak (``attention_peak``)."""
     eff = attention_efficiency(gpu, kernel, backward=backward, causal=causal, head_dim=head_dim, seq=seq)
     if eff is None:
         base, slower = rate_of(kernel, backward)
         eff = gpu.attention_efficiency * (FLASH_BWD_EFFICIENCY_RATIO if backward else 1.0) \
             * head_dim_factor(base, backward=backward, causal=causal, head_dim=head_dim, seq=seq) / slower
-        if kernel == FP8_ATTENTION:
-            eff = eff * fp8_attention_ratio(gpu, backward=backward, seq=seq)
-    if kernel == FP8_ATTENTION and "fp8" in gpu.peak_flops:
-        eff, dtype = eff * gpu.peak("bf16") / gpu.peak("fp8"), "fp8"
-    return kernel_time(gpu, flops, nbytes, dtype, efficiency=eff)
+        if kernel in FP8_ATTENTION:
+            eff = eff * fp8_attention_ratio(gpu, backward=backward, seq=seq, kernel=kernel)
+    dtype, to_peak = attention_peak(gpu, kernel, dtype)
+    return kernel_time(gpu, flops, nbytes, dtype, efficiency=eff * to_peak)
 
 
 def _h100_ratio(kernel: str, seq: np.ndarray | float, a: dict[str, Any], b: dict[str, Any]) -> np.ndarray:
@@ -292,8 +303,14 @@ def window_factor(gpu: GpuSpec, kernel: str, *, backward: bool, head_dim: float,
     half the diagonal), so 1/R(w) = 1/R∞ + (n(w₀)/n(w))·(1/R(w₀) − 1/R∞): R∞ the causal rate (the GPU's curves), R(w₀)
     cuDNN's measured rate at a 128-key window (``hardware.attention_data.WINDOW_TFLOPS``, head dim 64: gpt-oss's
     layer) on the GPU or the measured GPU of its die (``WINDOW_REFERENCE``; others the H200's). The ratio at head dim
-    64 stands for every head dim. 1 where the window spans the sequence or no curve prices the kernel."""
+    64 stands for every head dim. 1 where the window spans the sequence or no curve prices the kernel.
+    fp8 and MXFP8 kernels on a die with their windowed rates measured (``WINDOW_FP8_FWD_TFLOPS``: GB200, GB300): the
+    forward as above at those rates; the backward runs every causal block, as measured (90.3 ms fp8 against 3.69 bf16
+    at 32k tokens on a GB200), so its rate is the causal rate times the executed pairs' share, window over causal."""
+    from shardplan.costmodel.core.operators import window_pairs
     from shardplan.hardware.attention_data import (
+        FP8_ATTENTION_REFERENCE,
+        WINDOW_FP8_FWD_TFLOPS,
         WINDOW_HEAD_DIM,
         WINDOW_MEASURED,
         WINDOW_REFERENCE,
@@ -305,11 +322,18 @@ def window_factor(gpu: GpuSpec, kernel: str, *, backward: bool, head_dim: float,
     seq = np.asarray(seq, dtype=float)
     if window is None:
         return np.ones_like(seq)
-    ref = GPUS[gpu.name if gpu.name in WINDOW_TFLOPS else WINDOW_REFERENCE.get(gpu.name, "h200-sxm")]
+    fp8_ref = FP8_ATTENTION_REFERENCE.get(gpu.name) if kernel in FP8_ATTENTION else None
+    fp8_measured = fp8_ref in WINDOW_FP8_FWD_TFLOPS.get(kernel, {})
+    if fp8_measured and backward:  # every causal block, the window's pairs counted: executed pairs as core_attention
+        executed = (window_pairs(seq, window=window) + 64.0 * seq) / (seq * seq / 2 + 64.0 * seq)
+        return np.where(window < seq, executed, 1.0)
+    ref = GPUS[fp8_ref] if fp8_measured else \
+        GPUS[gpu.name if gpu.name in WINDOW_TFLOPS else WINDOW_REFERENCE.get(gpu.name, "h200-sxm")]
     causal = attention_efficiency(ref, kernel, backward=backward, causal=True, head_dim=WINDOW_HEAD_DIM, seq=seq)
     if causal is None:
         return np.ones_like(seq)
-    measured = WINDOW_TFLOPS[ref.name]["bwd" if backward else "fwd"]
+    measured = WINDOW_FP8_FWD_TFLOPS[kernel][ref.name] if fp8_measured else \
+        WINDOW_TFLOPS[ref.name]["bwd" if backward else "fwd"]
     # the benchmark counts the window's pairs; the cost model prices the pairs the kernel executes, half a block more
     # per query (``training.layers.core_attention``): at that count the same time is a rate (w₀ + 64)/w₀ higher
     per_pair = (WINDOW_MEASURED + 64.0) / WINDOW_MEASURED

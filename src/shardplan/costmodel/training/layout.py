@@ -118,9 +118,6 @@ class TrainWorkload(BaseModel):
             raise ValueError("grad_dtype must be bf16, fp16 or fp32")
         if self.grad_reduce_dtype not in (None, "bf16", "fp16", "fp32"):
             raise ValueError(f"grad_reduce_dtype must be bf16, fp16 or fp32 (got {self.grad_reduce_dtype})")
-        if self.attention == AttentionKernel.CUDNN_FP8 and self.dtype not in ("fp8", "fp4"):
-            # Transformer Engine's fp8_dpa runs inside an fp8 (or NVFP4) recipe's autocast, never under bf16 GEMMs
-            raise ValueError(f"attention cudnn-fp8 needs dtype fp8 or fp4 (got {self.dtype})")
         return self
 
 
