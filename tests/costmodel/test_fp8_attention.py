@@ -145,3 +145,34 @@ def test_mxfp8_attention_runs_at_its_measured_ratio() -> None:
     f8, b8 = _flash("gb200-nvl72", AttentionKernel.CUDNN_MXFP8)
     assert f16 / f8 == pytest.approx(1.397 / 1.156, rel=0.02)
     assert b16 / b8 == pytest.approx(4.127 / 4.272, rel=0.02)
+
+
+def test_fp8_sliding_backward_under_context_parallelism_keeps_the_causal_share() -> None:
+    # each CP rank runs its share of every causal block: the sliding layer's backward costs the causal layer's
+    def bwd(kind: str) -> float:
+        work = TrainWorkload(seq_len=16384, global_batch=64, dtype="fp8", attention="cudnn-mxfp8")
+        rows = LayoutArrays.from_layouts([TrainLayout(tp=1, pp=1, dp=4, cp=2, ep=8, microbatch=4, zero_stage=1)], 64)
+        costs = kind_costs(Ctx(get_model("gpt-oss-120b"), get_system("gb300-nvl72"), work, rows))[kind]
+        return float(np.ravel({o.name: o for o in costs.bwd_ops}["attn.flash.bwd"].time)[0])
+
+    assert bwd("sliding") == pytest.approx(bwd("attention"), rel=1e-6)
+
+
+@pytest.mark.parametrize(("system", "attention", "says"), [
+    ("dgx-h100", "cudnn-mxfp8", "measured on Blackwell"), ("mi300x-8", "cudnn-fp8", "measured on Hopper and Blackwell"),
+    ("dgx-a100-80gb", "cudnn-fp8", "needs dtype fp8 or fp4")])
+def test_fp8_attention_where_it_does_not_run_is_refused(run_cli, system: str, attention: str, says: str) -> None:
+    dtype = "bf16" if system == "dgx-a100-80gb" else "fp8"
+    res = run_cli("estimate", "train", "-m", "llama-3.1-8b", "-H", system, "-g", "8", "-b", "16", "-s", "8192",
+                  "--dtype", dtype, "--attention", attention)
+    assert res.code == 2 and says in res.err and "Traceback" not in res.err
+
+
+@pytest.mark.parametrize(("system", "says"), [("dgx-h100", "under delayed scaling only"),
+                                              ("gb200-nvl72", "NVTE_DPA_FP8_RECIPE=Float8CurrentScaling")])
+def test_megatron_export_names_the_recipe_fp8_attention_runs_under(run_cli, system: str, says: str) -> None:
+    res = run_cli("estimate", "train", "-m", "llama-3.1-8b", "-H", system, "-g", "8", "-b", "16", "-s", "8192",
+                  "--microbatch", "2", "--zero", "1", "--dtype", "fp8", "--attention", "cudnn-fp8", "--export",
+                  "megatron")
+    assert res.code == 0, res.err
+    assert says in res.err

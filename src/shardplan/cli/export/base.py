@@ -54,6 +54,8 @@ class TrainTarget:
     """The optimizer whose state the cost model held (TrainWorkload.optimizer)."""
     fp8_param_gather: bool = True
     """Whether the cost model gathered fp8 weights (1 B a parameter) under fp8 (SoftwareSpec.fp8_param_gather)."""
+    fp8_attention_recipe: str | None = None
+    """The Transformer Engine recipe fp8 attention runs under on this GPU (``fp8_attention_recipe``), if priced."""
 
     @property
     def cp_comm_type(self) -> str:
@@ -95,7 +97,22 @@ def train_target(plan: TrainPlanOut | None, *, model: ModelSpec, system: Any, nu
         eager_kernels=sw.elementwise_kernels != "fused" or sw.norm_kernel != "fused",
         overlap_p2p_comm=bool(sw.overlap_p2p_comm), mtp_layers=workload.mtp_layers,
         optimizer=workload.optimizer, fp8_param_gather=bool(sw.fp8_param_gather),
+        fp8_attention_recipe=fp8_attention_recipe(system.gpu, str(workload.attention or sw.attention)),
     )
+
+
+def fp8_attention_recipe(gpu: Any, attention: str) -> str | None:
+    """The NVTE_DPA_FP8_RECIPE under which Transformer Engine runs the fp8 attention a plan priced: MXFP8BlockScaling
+    for ``cudnn-mxfp8``; for ``cudnn-fp8`` Float8CurrentScaling on Blackwell, DelayedScaling on Hopper, where TE turns
+    its fused kernel off for current scaling below sm100 (TransformerEngine v2.16 dot_product_attention/utils.py
+    l.576-578)."""
+    from shardplan.costmodel.core.kernels import fp8_attention_reference
+
+    if attention == "cudnn-mxfp8":
+        return "MXFP8BlockScaling"
+    if attention != "cudnn-fp8":
+        return None
+    return "Float8CurrentScaling" if fp8_attention_reference(gpu, attention) in ("gb200", "gb300") else "DelayedScaling"
 
 
 def fp8_attention_note(t: TrainTarget, tool: str) -> str | None:

@@ -271,9 +271,12 @@ def _precision(t: TrainTarget, args: Args, notes: list[str]) -> None:
         args.append(("--fp8-dot-product-attention", None))
         # TE's attention takes the linear layers' recipe unless NVTE_DPA_FP8_RECIPE names one (TransformerEngine@d0067d0
         # dot_product_attention.py recipe table); cuDNN's rates were measured per-tensor (cudnn-fp8) and MXFP8
-        recipe = "Float8CurrentScaling" if t.attention == "cudnn-fp8" else "MXFP8BlockScaling"
-        notes.append(f"the plan priced {t.attention} attention: export NVTE_DPA_FP8_RECIPE={recipe} unless the "
-                     "linear layers' recipe is already that")
+        if t.fp8_attention_recipe == "DelayedScaling":
+            notes.append("Transformer Engine runs fp8 attention on Hopper under delayed scaling only: keep Megatron's "
+                         "default --fp8-recipe delayed")
+        else:
+            notes.append(f"the plan priced {t.attention} attention: export NVTE_DPA_FP8_RECIPE="
+                         f"{t.fp8_attention_recipe} unless the linear layers' recipe is already that")
 
 
 def _model(t: TrainTarget, args: Args, notes: list[str]) -> None:

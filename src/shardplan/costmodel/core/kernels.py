@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from shardplan.costmodel.core.gemm_shape import dtype_grid, shape_factor, table_fraction
+from shardplan.errors import ShardplanError
 from shardplan.hardware.spec import AttentionCurve, GpuSpec
 
 # GEMM efficiency carries the tile/wave fill of the GEMM's (M, N) shape (``core.gemm_shape``) when the GPU states its
@@ -193,6 +194,30 @@ def attention_peak(gpu: GpuSpec, kernel: str, gemm_dtype: str) -> tuple[str, flo
     return ("bf16" if gemm_dtype in ("fp8", "fp4") else gemm_dtype), 1.0
 
 
+def fp8_attention_reference(gpu: GpuSpec, kernel: str) -> str | None:
+    """The GPU whose measured fp8 (``cudnn-fp8``) or MXFP8 (``cudnn-mxfp8``) attention prices ``gpu``: its own or its
+    die's (``hardware.attention_data.FP8_ATTENTION_REFERENCE``); None where that kernel is not measured for its family
+    (MXFP8 attention runs on Blackwell only: Transformer Engine turns it off below sm100)."""
+    from shardplan.hardware.attention_data import FP8_ATTENTION_MS, FP8_ATTENTION_REFERENCE
+
+    ref = FP8_ATTENTION_REFERENCE.get(gpu.name)
+    return ref if ref in FP8_ATTENTION_MS.get(kernel, {}) else None
+
+
+def check_fp8_attention(gpu: GpuSpec, kernel: str, dtype: str) -> None:
+    """Refuse fp8 attention where it does not run or is not measured: Transformer Engine's fp8_dpa runs inside an fp8
+    (or NVFP4) recipe's autocast, never under 16-bit GEMMs; MXFP8 attention needs Blackwell (TE turns its fused kernel
+    off below sm100); other families have no measured rate."""
+    if kernel not in FP8_ATTENTION:
+        return
+    if dtype not in ("fp8", "fp4"):
+        raise ShardplanError(f"{kernel} needs dtype fp8 or fp4 (got {dtype})", field="attention")
+    if fp8_attention_reference(gpu, kernel) is None:
+        where = "Blackwell (b200, gb200, b300, gb300)" if kernel == "cudnn-mxfp8" else "Hopper and Blackwell"
+        raise ShardplanError(f"{kernel} is measured on {where} GPUs only (got {gpu.name}): use --attention cudnn",
+                             field="attention")
+
+
 def fp8_attention_ratio(gpu: GpuSpec, *, backward: bool, seq: np.ndarray | float,
                         kernel: str = "cudnn-fp8") -> np.ndarray:
     """How much faster cuDNN's fused attention runs on fp8 (``cudnn-fp8``) or MXFP8 (``cudnn-mxfp8``) Q/K/V than on
@@ -200,11 +225,11 @@ def fp8_attention_ratio(gpu: GpuSpec, *, backward: bool, seq: np.ndarray | float
     measured GPU of its die (``FP8_ATTENTION_REFERENCE``), piecewise-linear in log(length), clamped at the measured
     ends; 1 for a GPU of no measured family. Measured at head dim 128 under a causal mask; taken for every head dim
     and mask."""
-    from shardplan.hardware.attention_data import FP8_ATTENTION_MS, FP8_ATTENTION_REFERENCE, FP8_ATTENTION_SEQ
+    from shardplan.hardware.attention_data import FP8_ATTENTION_MS, FP8_ATTENTION_SEQ
 
     seq = np.asarray(seq, dtype=float)
-    ref = FP8_ATTENTION_REFERENCE.get(gpu.name)
-    if ref not in FP8_ATTENTION_MS[kernel]:
+    ref = fp8_attention_reference(gpu, kernel)
+    if ref is None:
         return np.ones_like(seq)
     bf16, fp8 = FP8_ATTENTION_MS[kernel][ref]["bwd" if backward else "fwd"]
     ratio = np.asarray(bf16) / np.asarray(fp8)
@@ -297,7 +322,7 @@ def mask_factor(kernel: str, *, causal: bool, head_dim: float, seq: np.ndarray |
 
 
 def window_factor(gpu: GpuSpec, kernel: str, *, backward: bool, head_dim: float, seq: np.ndarray | float,
-                  window: float | None) -> np.ndarray:
+                  window: float | None, span: np.ndarray | float | None = None) -> np.ndarray:
     """A sliding-window kernel's rate over the same kernel's causal rate at the same length and head dim. Per 128-row
     query tile the kernel does fixed work t₀ and t_b per key block, over n(w) = w/128 + 1/2 blocks (the window and
     half the diagonal), so 1/R(w) = 1/R∞ + (n(w₀)/n(w))·(1/R(w₀) − 1/R∞): R∞ the causal rate (the GPU's curves), R(w₀)
@@ -306,7 +331,8 @@ def window_factor(gpu: GpuSpec, kernel: str, *, backward: bool, head_dim: float,
     64 stands for every head dim. 1 where the window spans the sequence or no curve prices the kernel.
     fp8 and MXFP8 kernels on a die with their windowed rates measured (``WINDOW_FP8_FWD_TFLOPS``: GB200, GB300): the
     forward as above at those rates; the backward runs every causal block, as measured (90.3 ms fp8 against 3.69 bf16
-    at 32k tokens on a GB200), so its rate is the causal rate times the executed pairs' share, window over causal."""
+    at 32k tokens on a GB200), so its rate is the causal rate times the executed pairs' share, window over causal,
+    of the whole sequence ``span`` (``seq`` is a context-parallel rank's kernel length; default: ``seq``)."""
     from shardplan.costmodel.core.operators import window_pairs
     from shardplan.hardware.attention_data import (
         FP8_ATTENTION_REFERENCE,
@@ -325,8 +351,9 @@ def window_factor(gpu: GpuSpec, kernel: str, *, backward: bool, head_dim: float,
     fp8_ref = FP8_ATTENTION_REFERENCE.get(gpu.name) if kernel in FP8_ATTENTION else None
     fp8_measured = fp8_ref in WINDOW_FP8_FWD_TFLOPS.get(kernel, {})
     if fp8_measured and backward:  # every causal block, the window's pairs counted: executed pairs as core_attention
-        executed = (window_pairs(seq, window=window) + 64.0 * seq) / (seq * seq / 2 + 64.0 * seq)
-        return np.where(window < seq, executed, 1.0)
+        s = np.asarray(seq if span is None else span, dtype=float)
+        executed = (window_pairs(s, window=window) + 64.0 * s) / (s * s / 2 + 64.0 * s)
+        return np.broadcast_to(np.where(window < s, executed, 1.0), np.broadcast(seq, s).shape).astype(float)
     ref = GPUS[fp8_ref] if fp8_measured else \
         GPUS[gpu.name if gpu.name in WINDOW_TFLOPS else WINDOW_REFERENCE.get(gpu.name, "h200-sxm")]
     causal = attention_efficiency(ref, kernel, backward=backward, causal=True, head_dim=WINDOW_HEAD_DIM, seq=seq)

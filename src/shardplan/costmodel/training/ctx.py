@@ -20,6 +20,7 @@ from shardplan.costmodel.core.kernels import (
     attention_efficiency,
     attention_peak,
     attention_time,
+    check_fp8_attention,
     elementwise_time,
     gemm_time,
     kernel_time,
@@ -39,7 +40,6 @@ from shardplan.costmodel.core.passes import FUSED, traffic
 from shardplan.costmodel.core.routing import round_robin_blocks, routed_blocks
 from shardplan.costmodel.training.cp_comm import cp_ops
 from shardplan.costmodel.training.layout import LayoutArrays, TrainWorkload, fill_drain_slots, pipeline_schedules
-from shardplan.errors import ShardplanError
 from shardplan.hardware.spec import AttentionKernel, GpuSpec, SystemSpec
 from shardplan.models.spec import ModelSpec
 from shardplan.units import DTYPE_BYTES
@@ -80,9 +80,7 @@ class Ctx:
         self.act_bytes = DTYPE_BYTES["bf16"] if w.dtype in LOW_PRECISION else DTYPE_BYTES[w.dtype]
         self.mm_dtype = w.dtype
         kernel = w.attention or self.system.software.attention
-        if kernel in (AttentionKernel.CUDNN_FP8, AttentionKernel.CUDNN_MXFP8) and w.dtype not in LOW_PRECISION:
-            # Transformer Engine's fp8_dpa runs inside an fp8 (or NVFP4) recipe's autocast, never under bf16 GEMMs
-            raise ShardplanError(f"{kernel} needs dtype fp8 or fp4 (got {w.dtype})", field="attention")
+        check_fp8_attention(self.gpu, str(kernel), w.dtype)
         self.flash = (r.cp > 1) | (kernel != AttentionKernel.UNFUSED)
         # context parallelism needs a fused kernel: the stack's generic one when it runs unfused otherwise
         self.flash_kernel = AttentionKernel.FLASH if kernel == AttentionKernel.UNFUSED else kernel
@@ -296,7 +294,8 @@ class Ctx:
             return attention_time(self.gpu, flops, nbytes, self.mm_dtype, backward=backward, kernel=kernel,
                                   head_dim=head_dim, seq=seq)
         eff = 1.0 / (1.0 / (cp * eff_c) + (cp - 1.0) / (cp * eff_f))  # FLOP-weighted harmonic mean
-        eff = eff * window_factor(self.gpu, kernel, backward=backward, head_dim=head_dim, seq=seq, window=window)
+        eff = eff * window_factor(self.gpu, kernel, backward=backward, head_dim=head_dim, seq=seq, window=window,
+                                  span=self.work.seq_len)
         dtype, to_peak = attention_peak(self.gpu, kernel, self.mm_dtype)
         return kernel_time(self.gpu, flops, nbytes, dtype, efficiency=eff * to_peak)
 
