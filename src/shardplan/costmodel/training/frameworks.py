@@ -51,6 +51,7 @@ from shardplan.costmodel.core.layouts import layer_kind_names
 from shardplan.costmodel.training.layout import Recompute
 from shardplan.errors import ShardplanError
 from shardplan.hardware.software import AttentionKernel
+from shardplan.models.kinds import Mixer
 
 if TYPE_CHECKING:
     from shardplan.hardware.spec import SystemSpec
@@ -167,13 +168,40 @@ FRAMEWORKS: dict[str, FrameworkCaps] = {
 }
 
 
+# Context parallelism on sliding windows and attention sinks (TransformerEngine@d0067d0 transformer_engine/pytorch/
+# attention/dot_product_attention/context_parallel.py l.5054-5066, ``attn_forward_func_with_cp``, every backend; the
+# same asserts at v2.8): a sliding window needs cp_comm_type a2a or all_gather, a softmax other than vanilla (gpt-oss's
+# learned sinks) a2a and FusedAttention. Megatron-Bridge's gpt-oss and Gemma 3 recipes set a2a (Megatron-Bridge@067f987
+# recipes/gpt_oss/h100/gpt_oss.py l.70, recipes/gemma3_vl/h100/gemma3_vl.py l.62). PyTorch's context_parallel
+# (torchtitan, AutoModel) rotates K/V around SDPA's causal kernels, which take neither a window nor sinks.
+CP_A2A_SOURCE = "Transformer Engine's attn_forward_func_with_cp"
+
+
+def cp_blocker(model: ModelSpec, cp_comm_type: str) -> str | None:
+    """Why context parallelism cannot run ``model``'s attention under ``cp_comm_type`` (``CP_A2A_SOURCE``), or None."""
+    if model.attention_sinks and cp_comm_type != "a2a":
+        return (f"{model.name}'s attention sinks run under context parallelism only with cp_comm_type a2a "
+                f"({CP_A2A_SOURCE}; got {cp_comm_type})")
+    if cp_comm_type == "p2p" and model.mixer_counts().get(Mixer.SLIDING, 0):
+        return (f"{model.name}'s sliding-window layers run under context parallelism only with cp_comm_type a2a or "
+                f"all_gather ({CP_A2A_SOURCE}; got p2p)")
+    return None
+
+
 def framework_system(system: SystemSpec, name: str | None, model: ModelSpec | None = None) -> SystemSpec:
     """``system`` with the software behaviour framework ``name`` fixes (PyTorch FSDP's SHARD_GRAD_OP gathers the
     weights in every forward; AutoModel's MoE parallelizer for an MoE ``model``), except the fields the user's system
     file states (a torchtitan recipe that turns async TP on: ``software.tp_comm_overlap``). A framework's attention
     kernel applies where the GPU has its measured curves; elsewhere a fused kernel (``AttentionKernel.FLASH``, at the
-    GPU's scalar efficiency) replaces an unfused preset's and any other preset kernel stays. Unchanged without a
-    framework or for one that fixes none."""
+    GPU's scalar efficiency) replaces an unfused preset's and any other preset kernel stays. Transformer Engine's
+    stacks (Megatron, or none named) exchange K/V by a2a where the system's unstated exchange cannot run the model's
+    sliding windows or sinks (``cp_blocker``). Unchanged without a framework or for one that fixes none."""
+    if name in (None, "megatron") and model is not None and "cp_comm_type" not in system.software._stated \
+            and cp_blocker(model, system.software.cp_comm_type) is not None:
+        # the exchange Transformer Engine runs for these layers, as Megatron-Bridge's recipes set it (CP_A2A_SOURCE)
+        software = system.software.model_copy(update={"cp_comm_type": "a2a"})
+        software._stated = system.software._stated
+        system = system.model_copy(update={"software": software})
     key = "automodel-moe" if name == "automodel" and model is not None and model.moe is not None else name or ""
     caps = FRAMEWORKS.get(key)
     if caps is None or not caps.software:

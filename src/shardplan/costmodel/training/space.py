@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from shardplan.costmodel.core.layouts import divisors, fmt_values
-from shardplan.costmodel.training.frameworks import FrameworkCaps, policy_priced
+from shardplan.costmodel.training.frameworks import FrameworkCaps, cp_blocker, policy_priced
 from shardplan.costmodel.training.knobs import RECOMPUTE_MODULES, RECOMPUTE_POLICIES, modules_mask
 from shardplan.costmodel.training.layout import RECOMPUTE_CODE, LayoutArrays, Recompute, TrainLayout, TrainWorkload
 from shardplan.errors import ShardplanError
@@ -42,8 +42,18 @@ def a2a_heads_ok(model: ModelSpec, tp: int, cp: int) -> bool:
     return q % cp == 0 and kv % cp == 0
 
 
+def check_cp_runs(model: ModelSpec, cp: int, cp_comm_type: str) -> None:
+    """A CP degree above 1 only where the CP exchange can run the model's attention (``frameworks.cp_blocker``)."""
+    blocker = cp_blocker(model, cp_comm_type) if cp > 1 else None
+    if blocker is not None:
+        raise ShardplanError(f"{blocker}: use --cp-comm-type {'a2a' if model.attention_sinks else 'a2a or all_gather'}"
+                             " or cp 1", field="cp-comm-type")
+
+
 def check_cp_comm(model: ModelSpec, lay: TrainLayout, cp_comm_type: str) -> None:
-    """A pinned CP degree the system's CP communication can run (``SoftwareSpec.cp_comm_type``)."""
+    """A pinned CP degree the system's CP communication can run (``SoftwareSpec.cp_comm_type``) on the model's
+    attention (``frameworks.cp_blocker``)."""
+    check_cp_runs(model, lay.cp, cp_comm_type)
     if cp_comm_type == "a2a" and lay.cp > 1 and not a2a_heads_ok(model, lay.tp, lay.cp):
         ok = [c for c in divisors(model.num_heads // lay.tp) if a2a_heads_ok(model, lay.tp, c)]
         raise ShardplanError(f"cp ({lay.cp}) must divide the query and K/V heads of a TP rank under the system's "
@@ -200,6 +210,7 @@ class SpaceRequest:
     zero3_with_ep: bool = True  # False: the target cannot combine expert parallelism with ZeRO-3 (DeepSpeed MoE)
     recompute_modules: tuple[str, ...] | None = None  # pinned selective module set (None: Megatron's default)
     cp_heads_split: bool = False  # the system's CP is all-to-all: cp must divide each TP rank's heads
+    cp_runs: bool = True  # the system's CP exchange can run the model's attention (``frameworks.cp_blocker``)
     framework: FrameworkCaps | None = None  # only the knobs this framework can run (``frameworks.FRAMEWORKS``)
 
 
@@ -242,6 +253,9 @@ def enumerate_layouts(model: ModelSpec, work: TrainWorkload, req: SpaceRequest) 
            and (req.cp or (c <= req.max_cp and (c == 1 or work.seq_len // c >= req.min_cp_chunk)))]
     tps = allowed(tps, "tp")
     cps = allowed(keep(cps, req.cp, "cp pinned"), "cp")
+    if not req.cp_runs and any(c > 1 for c in cps):
+        pruned["cp > 1 (the CP exchange cannot run the model's sliding windows or sinks)"] = sum(c > 1 for c in cps)
+        cps = [c for c in cps if c == 1]
     pps = allowed(keep([p for p in divisors(n) if p <= model.num_layers], req.pp, "pp pinned"), "pp")
     equal = fw is not None and not fw.stage_split  # its stages and model chunks hold equal layer counts
     rule = f"layers not splitting into equal stages ({fw.name})" if fw is not None else ""

@@ -7,12 +7,13 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field
 
 from shardplan.costmodel.core.layouts import divisors
-from shardplan.costmodel.training.frameworks import caps_for
+from shardplan.costmodel.training.frameworks import caps_for, cp_blocker
 from shardplan.costmodel.training.layout import Recompute, TrainWorkload
 from shardplan.costmodel.training.space import (
     ZERO2_PP,
     SpaceRequest,
     a2a_heads_ok,
+    check_cp_runs,
     check_dtype,
     check_modules,
     valid_tp,
@@ -75,6 +76,8 @@ def check_pins(req: TrainRequest) -> None:
     if req.system.software.cp_comm_type == "a2a":  # all-to-all CP splits a TP rank's heads over the cp ranks
         cps = [c for c in cps if any(a2a_heads_ok(m, t, c) for t in ([req.tp] if req.tp else valid_tp(m)))]
     require_allowed("cp", req.cp, cps)
+    if req.cp is not None:
+        check_cp_runs(m, req.cp, req.system.software.cp_comm_type)
     require_allowed("ep", req.ep, divisors(m.moe.num_experts) if m.moe else [1])
     if req.etp is not None:
         require_allowed("etp", req.etp, divisors(n) if m.moe else ([req.tp] if req.tp else []))
@@ -129,4 +132,5 @@ def space_request(req: TrainRequest) -> SpaceRequest:
         zero3_with_pp=req.zero3_with_pp and (caps is None or caps.zero3_with_pp),
         zero3_with_ep=req.zero3_with_ep, recompute_modules=selective_modules(req), framework=caps,
         cp_heads_split=req.system.software.cp_comm_type == "a2a",
+        cp_runs=cp_blocker(req.model, req.system.software.cp_comm_type) is None,
     )
