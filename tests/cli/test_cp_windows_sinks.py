@@ -83,3 +83,25 @@ def test_the_megatron_export_launches_a2a(run_cli) -> None:
     r = run_cli("estimate", "train", *GEMMA, "--cp", "2", "--tp", "8", "--export", "megatron")
     assert r.code == 0, r.err
     assert "--cp-comm-type a2a\n" in r.out
+
+
+def test_pytorch_context_parallel_runs_neither_windows_nor_sinks(run_cli) -> None:
+    """torchtitan's and AutoModel's CP is PyTorch's context_parallel (SDPA's causal kernels): no exchange runs a
+    window or sinks there, so their plans keep CP 1 whatever the exchange, a pinned CP is one line of bad input, and
+    an export to torchtitan without --framework neither switches to a2a nor plans CP."""
+    gemma = get_model("gemma-3-27b")
+    assert all(cp_blocker(gemma, k, pytorch=True) for k in ("p2p", "all_gather", "a2a"))
+    assert cp_blocker(get_model("llama-3.1-8b"), "p2p", pytorch=True) is None
+    assert framework_system(get_system("dgx-h100"), None, gemma, pytorch_cp=True).software.cp_comm_type == "p2p"
+    r = run_cli("train", *GEMMA, "--framework", "torchtitan", "--cp-comm-type", "all_gather", "--json")
+    assert r.code == 0, r.err
+    assert r.json()["plan"]["cp"] == 1
+    r = run_cli("estimate", "train", *GEMMA, "--framework", "torchtitan", "--cp", "2", "--tp", "8", "--zero", "3")
+    assert r.code == 2 and "context_parallel" in r.err and "use cp 1" in r.err
+    assert len(r.err.strip().splitlines()) == 1
+    r = run_cli("train", *GEMMA, "--export", "torchtitan")
+    assert r.code == 0, r.err
+    assert "context_parallel_degree = 1\n" in r.out
+    r = run_cli("train", "-m", "mistral-7b", "-H", "dgx-h100", "-g", "8", "-b", "64", "-s", "4096",
+                "--export", "torchtitan")  # CP 1 plans export as before: no a2a forced on them
+    assert r.code == 0, r.err

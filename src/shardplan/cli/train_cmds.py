@@ -64,6 +64,11 @@ def _launcher(export: Any, framework: Any) -> str | None:
     return str(export) if export in ("megatron", "deepspeed") else None if framework is None else str(framework)
 
 
+def _pytorch_cp(framework: Any, export: Any) -> bool:
+    """Context parallelism runs as PyTorch's context_parallel: torchtitan or AutoModel plans, a torchtitan export."""
+    return bool({str(x) for x in (framework, export) if x is not None} & {"torchtitan", "automodel"})
+
+
 def _workload(seq_len: int, global_batch: int, dtype: str, grad_dtype: str, attention: str | None,
               optimizer: str = "adam", headroom: dict[str, Any] | None = None,
               grad_reduce_dtype: str | None = None, local_batch: int | None = None,
@@ -181,13 +186,16 @@ def estimate_train(
     from shardplan.costmodel.training.evaluate import estimate_training
     from shardplan.costmodel.training.frameworks import framework_system
     from shardplan.costmodel.training.layout import TrainLayout
+    from shardplan.costmodel.training.space import check_cp_runs
     from shardplan.errors import ShardplanError
 
     plots = _check_outputs(export, output, plot, as_json, plot_kind)
     spec, system, n = resolve_inputs(model, hardware, gpus, seq_len)
-    system = framework_system(with_cp_comm(system, cp_comm_type), str(framework) if framework else None, spec)
+    system = framework_system(with_cp_comm(system, cp_comm_type), str(framework) if framework else None, spec,
+                              pytorch_cp=_pytorch_cp(framework, export))
     check_cp_comm(system, framework, export)
     tp, pp, cp = tp or 1, pp or 1, cp or 1
+    check_cp_runs(spec, cp, system.software.cp_comm_type, pytorch=_pytorch_cp(framework, export))
     if dp is None:
         if n % (tp * pp * cp):
             raise ShardplanError(f"--gpus ({n}) must be divisible by tp·pp·cp ({tp * pp * cp})", field="gpus")
@@ -281,7 +289,8 @@ def train(
 
     plots = _check_outputs(export, output, plot, as_json, plot_kind)
     spec, system, n = resolve_inputs(model, hardware, gpus, seq_len)
-    system = framework_system(with_cp_comm(system, cp_comm_type), str(framework) if framework else None, spec)
+    system = framework_system(with_cp_comm(system, cp_comm_type), str(framework) if framework else None, spec,
+                              pytorch_cp=_pytorch_cp(framework, export))
     check_cp_comm(system, framework, export)
     if global_batch is not None and max_global_batch is not None:
         raise ShardplanError("give either --global-batch B (fixed) or --max-global-batch B (the planner chooses the "
@@ -304,6 +313,7 @@ def train(
         zero3_with_ep=export != "deepspeed",  # deepspeed.moe.layer.MoE refuses ZeRO-3 (exporter's check)
         module_sets=export is None or export == "megatron",  # --recompute-modules is Megatron's
         recompute_modules=_modules(recompute_modules), framework=str(framework) if framework else None,
+        pytorch_cp=_pytorch_cp(framework, export),
     )
     if framework and export in (TrainFormat.MEGATRON, TrainFormat.TORCHTITAN) and str(export) != str(framework):
         raise ShardplanError(f"--export {export} writes a {export} launch, but --framework {framework} plans for "

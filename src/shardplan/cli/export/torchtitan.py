@@ -22,6 +22,7 @@ from shardplan.cli.export.base import (
     torchrun_line,
 )
 from shardplan.cli.export.titan_split import pipeline_settings
+from shardplan.costmodel.training.frameworks import cp_blocker
 from shardplan.errors import ShardplanError
 from shardplan.models.spec import ModelSpec
 
@@ -86,6 +87,9 @@ def _parallelism(t: TrainTarget, notes: list[str]) -> dict[str, Value]:
         # torchtitan's parallelism.context_parallel_rotate_method (PyTorch context_parallel): "alltoall" passes K/V
         # shards around the ring beside each sub-SDPA (as p2p is costed), "allgather" gathers them all after the
         # first one (all_gather's exchange, costed exposed); it has no head-split (all-to-all of Q/K/V/O) exchange
+        blocker = cp_blocker(t.model, t.cp_comm_type, pytorch=True)
+        if blocker is not None:  # the planner keeps such plans at CP 1 when it knows the export (--export torchtitan)
+            raise ShardplanError(f"{blocker}: re-plan with --cp 1", field="export")
         if t.cp_comm_type == "a2a":
             raise ShardplanError("torchtitan's context parallelism cannot split heads (the plan's cp_comm_type a2a): "
                                  "re-plan with --cp-comm-type p2p or all_gather", field="export")

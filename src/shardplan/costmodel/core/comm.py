@@ -141,15 +141,36 @@ def all_to_all_time(system: SystemSpec, nbytes: np.ndarray, n: np.ndarray, strid
 
 
 def two_level_all_to_all_time(system: SystemSpec, intra_bytes: np.ndarray, inter_bytes: np.ndarray, n: np.ndarray,
-                              stride: np.ndarray) -> np.ndarray:
+                              stride: np.ndarray, *, intra_rate: np.ndarray | None = None) -> np.ndarray:
     """An all-to-all over ``n`` ranks that sends ``intra_bytes`` per GPU over the node fabric and ``inter_bytes``
     over its own NIC; both levels stream at once (NCCL's peer-to-peer channels, DeepEP's NVLink forwarding of
-    what arrives by RDMA), so the slower level sets the time. One NVLink hop per node peer, one network hop."""
+    what arrives by RDMA), so the slower level sets the time. One NVLink hop per node peer, one network hop. The
+    fabric moves at the link's rate, or at ``intra_rate`` where a dispatcher's own kernels were measured
+    (``ep_kernel_rate``)."""
     n, k, _ = _split(system, n, stride)
-    intra = np.asarray(intra_bytes, dtype=float) / link_bandwidth(system, "intra")
+    rate = link_bandwidth(system, "intra") if intra_rate is None else intra_rate
+    intra = np.asarray(intra_bytes, dtype=float) / rate
     inter = np.where(n > k, np.asarray(inter_bytes, dtype=float) / link_bandwidth(system, "inter"), 0.0)
     hops = (k - 1) * _lat(system.intra_node) + np.where(n > k, _lat(system.inter_node), 0.0)
     return np.where(n > 1, _nccl(np.maximum(intra, inter), hops), 0.0)
+
+
+def ep_kernel_rate(system: SystemSpec, n: np.ndarray, stride: np.ndarray) -> np.ndarray | None:
+    """Bytes per second that DeepEP/HybridEP kernels move over NVLink for an EP group of ``n`` ranks, as measured on
+    the GPU's reference (``hardware.ep_data``): the mean of dispatch and combine, times (r − 1)/r for the received
+    bytes that stay home on the benchmark's r ranks, at the group's ranks inside one NVLink domain (held at the
+    nearest measured count outside the table), scaled by the calibration's intra-node factor, never above the link's
+    rate. None where the GPU's family was not measured (the link's rate then)."""
+    from shardplan.hardware.ep_data import EP_KERNEL_GBPS, EP_KERNEL_REFERENCE
+
+    ref = EP_KERNEL_REFERENCE.get(system.gpu.name)
+    if ref is None:
+        return None
+    ranks, dispatch, combine = EP_KERNEL_GBPS[ref]
+    remote = [(d + c) / 2 * 1e9 * (r - 1) / r for r, d, c in zip(ranks, dispatch, combine, strict=True)]
+    _, k, _ = _split(system, n, stride)
+    rate = np.interp(k, ranks, remote) * system.calibration.intra_node_comm_scale
+    return np.minimum(rate, link_bandwidth(system, "intra"))
 
 
 def p2p_time(system: SystemSpec, nbytes: np.ndarray, crosses_node: np.ndarray) -> np.ndarray:

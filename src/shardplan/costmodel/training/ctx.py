@@ -346,7 +346,8 @@ class Ctx:
         blocks = round_robin_blocks if self.system.software.moe_balanced_routing else routed_blocks
         ranks, nodes = blocks(self.model.moe, n), blocks(self.model.moe, n / k)
         intra, inter = token * ranks * (n - 1) / n, token * nodes * (n / k - 1) / (n / k)
-        t = comm.two_level_all_to_all_time(self.system, intra, inter, n, stride)
+        t = comm.two_level_all_to_all_time(self.system, intra, inter, n, stride,
+                                           intra_rate=comm.ep_kernel_rate(self.system, n, stride))
         return Op(name, COMM, np.zeros_like(op.nbytes), intra + inter + np.zeros_like(self.tokens), t, dim="ep")
 
     def _ep_stride(self) -> np.ndarray:

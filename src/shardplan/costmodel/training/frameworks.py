@@ -177,26 +177,35 @@ FRAMEWORKS: dict[str, FrameworkCaps] = {
 CP_A2A_SOURCE = "Transformer Engine's attn_forward_func_with_cp"
 
 
-def cp_blocker(model: ModelSpec, cp_comm_type: str) -> str | None:
-    """Why context parallelism cannot run ``model``'s attention under ``cp_comm_type`` (``CP_A2A_SOURCE``), or None."""
+def cp_blocker(model: ModelSpec, cp_comm_type: str, *, pytorch: bool = False) -> str | None:
+    """Why context parallelism cannot run ``model``'s attention under ``cp_comm_type`` (``CP_A2A_SOURCE``), or under
+    PyTorch's context_parallel (``pytorch``: torchtitan, AutoModel) at all, or None."""
+    windows = bool(model.mixer_counts().get(Mixer.SLIDING, 0))
+    if pytorch and (windows or model.attention_sinks):
+        return (f"{model.name}'s {'attention sinks' if model.attention_sinks else 'sliding-window layers'} do not run "
+                "under PyTorch's context_parallel (torchtitan, AutoModel), which rotates K/V around SDPA's causal "
+                "kernels")
     if model.attention_sinks and cp_comm_type != "a2a":
         return (f"{model.name}'s attention sinks run under context parallelism only with cp_comm_type a2a "
                 f"({CP_A2A_SOURCE}; got {cp_comm_type})")
-    if cp_comm_type == "p2p" and model.mixer_counts().get(Mixer.SLIDING, 0):
+    if cp_comm_type == "p2p" and windows:
         return (f"{model.name}'s sliding-window layers run under context parallelism only with cp_comm_type a2a or "
                 f"all_gather ({CP_A2A_SOURCE}; got p2p)")
     return None
 
 
-def framework_system(system: SystemSpec, name: str | None, model: ModelSpec | None = None) -> SystemSpec:
+def framework_system(system: SystemSpec, name: str | None, model: ModelSpec | None = None, *,
+                     pytorch_cp: bool = False) -> SystemSpec:
     """``system`` with the software behaviour framework ``name`` fixes (PyTorch FSDP's SHARD_GRAD_OP gathers the
     weights in every forward; AutoModel's MoE parallelizer for an MoE ``model``), except the fields the user's system
     file states (a torchtitan recipe that turns async TP on: ``software.tp_comm_overlap``). A framework's attention
     kernel applies where the GPU has its measured curves; elsewhere a fused kernel (``AttentionKernel.FLASH``, at the
     GPU's scalar efficiency) replaces an unfused preset's and any other preset kernel stays. Transformer Engine's
     stacks (Megatron, or none named) exchange K/V by a2a where the system's unstated exchange cannot run the model's
-    sliding windows or sinks (``cp_blocker``). Unchanged without a framework or for one that fixes none."""
-    if name in (None, "megatron") and model is not None and "cp_comm_type" not in system.software._stated \
+    sliding windows or sinks (``cp_blocker``), unless the plan's CP is PyTorch's (``pytorch_cp``: a torchtitan
+    export). Unchanged without a framework or for one that fixes none."""
+    if name in (None, "megatron") and not pytorch_cp and model is not None \
+            and "cp_comm_type" not in system.software._stated \
             and cp_blocker(model, system.software.cp_comm_type) is not None:
         # the exchange Transformer Engine runs for these layers, as Megatron-Bridge's recipes set it (CP_A2A_SOURCE)
         software = system.software.model_copy(update={"cp_comm_type": "a2a"})

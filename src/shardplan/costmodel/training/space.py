@@ -42,12 +42,14 @@ def a2a_heads_ok(model: ModelSpec, tp: int, cp: int) -> bool:
     return q % cp == 0 and kv % cp == 0
 
 
-def check_cp_runs(model: ModelSpec, cp: int, cp_comm_type: str) -> None:
-    """A CP degree above 1 only where the CP exchange can run the model's attention (``frameworks.cp_blocker``)."""
-    blocker = cp_blocker(model, cp_comm_type) if cp > 1 else None
+def check_cp_runs(model: ModelSpec, cp: int, cp_comm_type: str, *, pytorch: bool = False) -> None:
+    """A CP degree above 1 only where the CP exchange can run the model's attention (``frameworks.cp_blocker``;
+    ``pytorch``: PyTorch's context_parallel runs the plan)."""
+    blocker = cp_blocker(model, cp_comm_type, pytorch=pytorch) if cp > 1 else None
     if blocker is not None:
-        raise ShardplanError(f"{blocker}: use --cp-comm-type {'a2a' if model.attention_sinks else 'a2a or all_gather'}"
-                             " or cp 1", field="cp-comm-type")
+        runs = [k for k in ("a2a", "all_gather", "p2p") if not pytorch and cp_blocker(model, k) is None]
+        use = f"use --cp-comm-type {' or '.join(runs)} or cp 1" if runs else "use cp 1"
+        raise ShardplanError(f"{blocker}: {use}", field="cp-comm-type")
 
 
 def check_cp_comm(model: ModelSpec, lay: TrainLayout, cp_comm_type: str) -> None:
@@ -56,9 +58,10 @@ def check_cp_comm(model: ModelSpec, lay: TrainLayout, cp_comm_type: str) -> None
     check_cp_runs(model, lay.cp, cp_comm_type)
     if cp_comm_type == "a2a" and lay.cp > 1 and not a2a_heads_ok(model, lay.tp, lay.cp):
         ok = [c for c in divisors(model.num_heads // lay.tp) if a2a_heads_ok(model, lay.tp, c)]
-        raise ShardplanError(f"cp ({lay.cp}) must divide the query and K/V heads of a TP rank under the system's "
-                             f"cp_comm_type a2a (tp {lay.tp}): allowed {fmt_values(ok)}, or use p2p or all_gather",
-                             field="cp")
+        others = [k for k in ("p2p", "all_gather") if cp_blocker(model, k) is None]
+        instead = f", or use {' or '.join(others)}" if others else ""
+        raise ShardplanError(f"cp ({lay.cp}) must divide the query and K/V heads of a TP rank under cp_comm_type a2a "
+                             f"(tp {lay.tp}): allowed {fmt_values(ok)}{instead}", field="cp")
 
 
 def check_dtype(work: TrainWorkload, gpu: GpuSpec) -> None:

@@ -59,9 +59,16 @@ class TrainRequest(BaseModel):
     zero3_with_ep: bool = True  # False: ZeRO-3 with EP pruned (DeepSpeed's MoE layer refuses the combination)
     recompute_modules: tuple[str, ...] | None = None  # pinned Megatron --recompute-modules (needs recompute selective)
     framework: str | None = None  # megatron, torchtitan or fsdp: only layouts it can run (None: every knob)
+    pytorch_cp: bool = False  # CP runs as PyTorch's context_parallel (a torchtitan export): no windows or sinks
     top_k: Annotated[int, Field(ge=1, le=50)] = 1
     time_limit_s: Annotated[float, Field(gt=0)] = 30.0
     seed: int = 0
+
+
+def pytorch_cp(req: TrainRequest) -> bool:
+    """The plan's context parallelism is PyTorch's context_parallel (torchtitan, AutoModel), not Transformer
+    Engine's."""
+    return req.pytorch_cp or req.framework in ("torchtitan", "automodel")
 
 
 def check_pins(req: TrainRequest) -> None:
@@ -77,7 +84,7 @@ def check_pins(req: TrainRequest) -> None:
         cps = [c for c in cps if any(a2a_heads_ok(m, t, c) for t in ([req.tp] if req.tp else valid_tp(m)))]
     require_allowed("cp", req.cp, cps)
     if req.cp is not None:
-        check_cp_runs(m, req.cp, req.system.software.cp_comm_type)
+        check_cp_runs(m, req.cp, req.system.software.cp_comm_type, pytorch=pytorch_cp(req))
     require_allowed("ep", req.ep, divisors(m.moe.num_experts) if m.moe else [1])
     if req.etp is not None:
         require_allowed("etp", req.etp, divisors(n) if m.moe else ([req.tp] if req.tp else []))
@@ -132,5 +139,5 @@ def space_request(req: TrainRequest) -> SpaceRequest:
         zero3_with_pp=req.zero3_with_pp and (caps is None or caps.zero3_with_pp),
         zero3_with_ep=req.zero3_with_ep, recompute_modules=selective_modules(req), framework=caps,
         cp_heads_split=req.system.software.cp_comm_type == "a2a",
-        cp_runs=cp_blocker(req.model, req.system.software.cp_comm_type) is None,
+        cp_runs=cp_blocker(req.model, req.system.software.cp_comm_type, pytorch=pytorch_cp(req)) is None,
     )

@@ -37,7 +37,7 @@ from shardplan.planner.training.explain import (
     plan_layout,
 )
 from shardplan.planner.training.rank import tie_rank
-from shardplan.planner.training.request import TrainRequest, check_pins, selective_modules, space_request
+from shardplan.planner.training.request import TrainRequest, check_pins, pytorch_cp, selective_modules, space_request
 from shardplan.planner.training.schema import Alternative, SolverOut, TrainPlan
 from shardplan.planner.training.stage_search import (
     row_report,
@@ -168,7 +168,8 @@ def plan_training(req: TrainRequest, *, explain: bool = True) -> TrainPlan:
     """
     t0 = time.perf_counter()
     # what the framework fixes, priced
-    req = req.model_copy(update={"system": framework_system(req.system, req.framework, req.model)})
+    req = req.model_copy(update={"system": framework_system(req.system, req.framework, req.model,
+                                                            pytorch_cp=pytorch_cp(req))})
     if req.framework is not None and not caps_for(req.framework, req.model).stage_split:
         req = req.model_copy(update={"uniform_stages": True})  # its stages hold equal layer counts
     check_gpus(req.system, req.num_gpus)
