@@ -105,3 +105,19 @@ def test_pytorch_context_parallel_runs_neither_windows_nor_sinks(run_cli) -> Non
     r = run_cli("train", "-m", "mistral-7b", "-H", "dgx-h100", "-g", "8", "-b", "64", "-s", "4096",
                 "--export", "torchtitan")  # CP 1 plans export as before: no a2a forced on them
     assert r.code == 0, r.err
+
+
+def test_an_infeasible_plan_names_the_exchange_to_drop(run_cli) -> None:
+    """A stated p2p keeps Gemma 3 at CP 1, where 256k tokens do not fit 8 H100s; the fixes name the pin that blocks
+    CP and what fits once it is dropped (each a plan the planner made under that exchange)."""
+    r = run_cli("train", "-m", "gemma-3-27b", "-H", "dgx-h100", "-g", "8", "-b", "8", "-s", "262144", "--offload",
+                "off", "--cp-comm-type", "p2p", "--json")
+    assert r.code == 0, r.err
+    out = r.json()
+    assert out["status"] == "infeasible"
+    fixes = [f for f in out["suggestions"] if f.startswith("drop --cp-comm-type p2p")]
+    assert {("a2a" in f, "all_gather" in f) for f in fixes} == {(True, False), (False, True)}
+    assert all("CP=" in f and "CP=1 " not in f for f in fixes)  # the layouts that fit use CP
+    r = run_cli("train", "-m", "gemma-3-27b", "-H", "dgx-h100", "-g", "16", "-b", "16", "-s", "262144", "--offload",
+                "off", "--cp-comm-type", "a2a", "--json")  # the fix's own claim, planned directly
+    assert r.code == 0 and r.json()["status"] != "infeasible"

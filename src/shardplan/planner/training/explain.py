@@ -9,13 +9,14 @@ from typing import Any
 
 import numpy as np
 
+from shardplan.costmodel.training.frameworks import cp_blocker
 from shardplan.costmodel.training.layout import Recompute, TrainLayout
 from shardplan.costmodel.training.report import TrainPlanOut, TrainReport
 from shardplan.costmodel.training.stages import STAGES
 from shardplan.costmodel.training.table import TrainTable
 from shardplan.planner.core.select import explain_infeasible
 from shardplan.planner.training.rank import tie_rank
-from shardplan.planner.training.request import TrainRequest, space_request
+from shardplan.planner.training.request import TrainRequest, pytorch_cp, space_request
 from shardplan.planner.training.schema import Comparison, SolverOut, TrainPlan
 from shardplan.units import format_bytes, format_seconds
 
@@ -302,6 +303,30 @@ def _pin_fixes(req: TrainRequest, replan: Callable[[TrainRequest], TrainPlan]) -
     return [_pin_text(k, v) for k, v in pins.items()], out
 
 
+def _exchange_fixes(req: TrainRequest, replan: Callable[[TrainRequest], TrainPlan], deadline: float) -> list[str]:
+    """A stated CP exchange that cannot run the model's attention (``frameworks.cp_blocker``) keeps the plan at CP 1:
+    the fixes that drop it for an exchange that runs, each with the layout that then fits here, or else with the
+    fewest GPUs it fits on."""
+    sw = req.system.software
+    if "cp_comm_type" not in sw._stated or pytorch_cp(req) or cp_blocker(req.model, sw.cp_comm_type) is None:
+        return []
+    out = []
+    for other in ("a2a", "all_gather"):
+        if cp_blocker(req.model, other) is not None:
+            continue
+        software = sw.model_copy(update={"cp_comm_type": other})
+        software._stated = sw._stated
+        alt = req.model_copy(update={"system": req.system.model_copy(update={"software": software}), "top_k": 1})
+        drop = (f"drop --cp-comm-type {sw.cp_comm_type} (its context parallelism cannot run {req.model.name}'s "
+                f"attention) for --cp-comm-type {other}")
+        free = replan(alt)
+        if free.status != "infeasible" and free.plan is not None:
+            out.append(f"{drop}: {_fix_line(free)}")
+        elif isinstance(found := _min_gpus(alt, deadline), tuple):
+            out.append(f"{drop} and use at least {found[0]} GPUs: {found[1]} fits")
+    return out
+
+
 def infeasible_plan(req: TrainRequest, table: TrainTable, wall: float, common: dict[str, Any], *,
                     replan: Callable[[TrainRequest], TrainPlan] | None = None) -> TrainPlan:
     """No candidate fits: name the binding requirement and (given ``replan``, the planner without
@@ -319,6 +344,7 @@ def infeasible_plan(req: TrainRequest, table: TrainTable, wall: float, common: d
     suggestions: list[str] = []
     if replan is not None:
         pins, fixes = _pin_fixes(req, replan)
+        fixes += _exchange_fixes(req, replan, deadline)
         suggestions += fixes
         if req.offload == "off":
             off = replan(req.model_copy(update={"offload": "auto", "top_k": 1}))
