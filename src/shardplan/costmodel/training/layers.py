@@ -50,16 +50,43 @@ def chunked_ops(ctx: Ctx) -> list[Op]:
 
 
 def linear_ops(ctx: Ctx) -> list[Op]:
-    """Gated DeltaNet in its chunkwise form over the microbatch's sequences (fp32 states)."""
+    """Gated DeltaNet in its chunkwise form over the microbatch's sequences (fp32 states). Under CP, Megatron trades
+    sequence for heads around the conv and the delta rule: an all-to-all of in_proj's output (q, k, v, z, b, a)
+    before them and of the gated norm's output after (Megatron-LM d98e8a6 ssm/gated_delta_net/gdn.py l.175-183,
+    ``_gated_norm_and_a2a``), mirrored in backward."""
     seqs = ctx.rows.mb.astype(float)
-    return rec.linear_attention_block(ctx.model, ctx, ctx.tokens, ctx.norm_tokens, seqs=seqs, recurrent=False,
-                                      state_bytes=4.0)
+    ops = rec.linear_attention_block(ctx.model, ctx, ctx.tokens, ctx.norm_tokens, seqs=seqs, recurrent=False,
+                                     state_bytes=4.0)
+    la = ctx.model.linear_attention
+    assert la is not None
+    width = 2 * la.key_dim + 2 * la.value_dim + 2 * la.num_value_heads  # in_qkvz and in_ba's outputs
+    return _cp_all_to_alls(ctx, ops, "lin", width, la.value_dim, "lin.in_ba", "lin.out")
+
+
+def _cp_all_to_alls(ctx: Ctx, ops: list[Op], prefix: str, into: float, out: float, after: str,
+                    before: str) -> list[Op]:
+    """A recurrent layer's two CP all-to-alls (sequence to heads, ``into`` elements per token on the whole TP group,
+    after op ``after``; heads to sequence, ``out``, before op ``before``); zero time without CP."""
+    t, e = ctx.rows.tp.astype(float), ctx.act_bytes
+    a = ctx.collective(f"{prefix}.cp_a2a_in", "all_to_all", ctx.tokens * into / t * e, "cp")
+    b = ctx.collective(f"{prefix}.cp_a2a_out", "all_to_all", ctx.tokens * out / t * e, "cp")
+    i = next(k for k, o in enumerate(ops) if o.name == after) + 1
+    j = next(k for k, o in enumerate(ops) if o.name == before)
+    return [*ops[:i], a, *ops[i:j], b, *ops[j:]]
 
 
 def mamba_ops(ctx: Ctx) -> list[Op]:
-    """Mamba-2 SSD in its chunked form over the microbatch's sequences (fp32 states)."""
+    """Mamba-2 SSD in its chunked form over the microbatch's sequences (fp32 states). Under CP, Megatron's
+    MambaContextParallel trades sequence for heads around the conv and scan: an all-to-all of in_proj's output
+    (z, x, B, C, dt) before them and of y after (Megatron-LM d98e8a6 ssm/mamba_mixer.py ``_ssm_training`` l.512, 728;
+    mamba_context_parallel.py ``pre_conv_ssm``, ``post_conv_ssm``), mirrored in backward; the scan's work per GPU
+    is unchanged (all tokens, 1/cp of the heads)."""
     seqs = ctx.rows.mb.astype(float)
-    return rec.mamba2_block(ctx.model, ctx, ctx.tokens, ctx.norm_tokens, seqs=seqs, recurrent=False, state_bytes=4.0)
+    ops = rec.mamba2_block(ctx.model, ctx, ctx.tokens, ctx.norm_tokens, seqs=seqs, recurrent=False, state_bytes=4.0)
+    s = ctx.model.mamba
+    assert s is not None
+    return _cp_all_to_alls(ctx, ops, "ssm", s.inner + s.conv_dim + s.num_heads, s.inner, "ssm.in_proj",
+                           "ssm.gated_norm")
 
 
 def mlp_ops(ctx: Ctx) -> list[Op]:

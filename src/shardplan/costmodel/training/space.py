@@ -18,6 +18,7 @@ from shardplan.costmodel.training.knobs import RECOMPUTE_MODULES, RECOMPUTE_POLI
 from shardplan.costmodel.training.layout import RECOMPUTE_CODE, LayoutArrays, Recompute, TrainLayout, TrainWorkload
 from shardplan.errors import ShardplanError
 from shardplan.hardware.spec import GpuSpec
+from shardplan.models.kinds import Mixer
 from shardplan.models.spec import ModelSpec
 
 # Interleave counts above ``SpaceRequest.max_interleave`` are searched where they split every rank's layers into equal
@@ -42,6 +43,22 @@ def a2a_heads_ok(model: ModelSpec, tp: int, cp: int) -> bool:
     return q % cp == 0 and kv % cp == 0
 
 
+def recurrent_cp_ok(model: ModelSpec, tp: int, cp: int) -> bool:
+    """Megatron's CP on Mamba-2 and Gated DeltaNet layers trades sequence for heads by all-to-all: cp divides each
+    TP rank's SSM heads, and its B/C groups or is a multiple of them (Megatron-LM d98e8a6
+    ssm/mamba_context_parallel.py l.106-131); cp divides each TP rank's key and value heads (gated_delta_net/gdn.py
+    l.56-64, the in_proj split sections ``// cp_size``)."""
+    if cp == 1:
+        return True
+    mixers, s, la = model.mixer_counts(), model.mamba, model.linear_attention
+    if s is not None and mixers.get(Mixer.MAMBA, 0):
+        heads, groups = s.num_heads // tp, max(s.n_groups // tp, 1)
+        if heads % cp or (groups % cp if groups >= cp else cp % groups):
+            return False
+    return la is None or not mixers.get(Mixer.LINEAR, 0) or not ((la.num_key_heads // tp) % cp
+                                                                  or (la.num_value_heads // tp) % cp)
+
+
 def check_cp_runs(model: ModelSpec, cp: int, cp_comm_type: str, *, pytorch: bool = False) -> None:
     """A CP degree above 1 only where the CP exchange can run the model's attention (``frameworks.cp_blocker``;
     ``pytorch``: PyTorch's context_parallel runs the plan)."""
@@ -56,6 +73,10 @@ def check_cp_comm(model: ModelSpec, lay: TrainLayout, cp_comm_type: str) -> None
     """A pinned CP degree the system's CP communication can run (``SoftwareSpec.cp_comm_type``) on the model's
     attention (``frameworks.cp_blocker``)."""
     check_cp_runs(model, lay.cp, cp_comm_type)
+    if not recurrent_cp_ok(model, lay.tp, lay.cp):
+        ok = [c for c in divisors(lay.num_gpus) if recurrent_cp_ok(model, lay.tp, c)]
+        raise ShardplanError(f"cp ({lay.cp}) must divide the Mamba / Gated DeltaNet heads of a TP rank (tp {lay.tp}; "
+                             f"Megatron's CP splits their heads): allowed {fmt_values(ok)}", field="cp")
     if cp_comm_type == "a2a" and lay.cp > 1 and not a2a_heads_ok(model, lay.tp, lay.cp):
         ok = [c for c in divisors(model.num_heads // lay.tp) if a2a_heads_ok(model, lay.tp, c)]
         others = [k for k in ("p2p", "all_gather") if cp_blocker(model, k) is None]
@@ -277,6 +298,10 @@ def enumerate_layouts(model: ModelSpec, work: TrainWorkload, req: SpaceRequest) 
             continue
         if req.cp_heads_split and not a2a_heads_ok(model, tp, cp):
             key = "cp not dividing a TP rank's heads (a2a CP)"
+            pruned[key] = pruned.get(key, 0) + 1
+            continue
+        if not recurrent_cp_ok(model, tp, cp):
+            key = "cp not dividing a TP rank's Mamba / Gated DeltaNet heads"
             pruned[key] = pruned.get(key, 0) + 1
             continue
         dp = n // (tp * cp * pp)

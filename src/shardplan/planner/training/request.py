@@ -16,6 +16,7 @@ from shardplan.costmodel.training.space import (
     check_cp_runs,
     check_dtype,
     check_modules,
+    recurrent_cp_ok,
     valid_tp,
 )
 from shardplan.errors import ShardplanError
@@ -80,8 +81,10 @@ def check_pins(req: TrainRequest) -> None:
     require_allowed("pp", req.pp, [p for p in divisors(n) if p <= m.num_layers])
     require_allowed("dp", req.dp, divisors(n))
     cps = [c for c in divisors(n) if req.workload.seq_len % c == 0]
+    tps = [req.tp] if req.tp else valid_tp(m)
     if req.system.software.cp_comm_type == "a2a":  # all-to-all CP splits a TP rank's heads over the cp ranks
-        cps = [c for c in cps if any(a2a_heads_ok(m, t, c) for t in ([req.tp] if req.tp else valid_tp(m)))]
+        cps = [c for c in cps if any(a2a_heads_ok(m, t, c) for t in tps)]
+    cps = [c for c in cps if any(recurrent_cp_ok(m, t, c) for t in tps)]  # Mamba / GDN CP splits heads
     require_allowed("cp", req.cp, cps)
     if req.cp is not None:
         check_cp_runs(m, req.cp, req.system.software.cp_comm_type, pytorch=pytorch_cp(req))
