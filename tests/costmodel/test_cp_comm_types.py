@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 
 from shardplan.costmodel.core import comm
+from shardplan.costmodel.training.cp_rules import a2a_heads_ok
 from shardplan.costmodel.training.evaluate import _checked, estimate_training
 from shardplan.costmodel.training.layout import LayoutArrays, TrainLayout, TrainWorkload
-from shardplan.costmodel.training.space import a2a_heads_ok
 from shardplan.costmodel.training.step import train_cost
 from shardplan.errors import ShardplanError
 from shardplan.hardware import get_system

@@ -7,11 +7,11 @@ import numpy as np
 import pytest
 
 from shardplan.costmodel.core import comm
+from shardplan.costmodel.training.cp_rules import recurrent_cp_ok
 from shardplan.costmodel.training.ctx import Ctx
 from shardplan.costmodel.training.evaluate import estimate_training
 from shardplan.costmodel.training.layers import mamba_ops
 from shardplan.costmodel.training.layout import LayoutArrays, TrainLayout, TrainWorkload
-from shardplan.costmodel.training.space import recurrent_cp_ok
 from shardplan.errors import ShardplanError
 from shardplan.hardware import get_system
 from shardplan.models import get_model

@@ -183,10 +183,10 @@ def estimate_train(
     when its peak memory per GPU ≤ GPU memory less --memory-headroom.
     """
     from shardplan.cli.render_train import render_estimate
+    from shardplan.costmodel.training.cp_rules import check_cp_runs
     from shardplan.costmodel.training.evaluate import estimate_training
     from shardplan.costmodel.training.frameworks import framework_system
     from shardplan.costmodel.training.layout import TrainLayout
-    from shardplan.costmodel.training.space import check_cp_runs
     from shardplan.errors import ShardplanError
 
     plots = _check_outputs(export, output, plot, as_json, plot_kind)

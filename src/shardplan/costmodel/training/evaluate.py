@@ -14,6 +14,7 @@ import numpy as np
 
 from shardplan.costmodel.core import bands
 from shardplan.costmodel.core.layouts import check_gpus
+from shardplan.costmodel.training.cp_rules import check_cp_comm
 from shardplan.costmodel.training.knobs import DEFAULT_RECOMPUTE_MODULES
 from shardplan.costmodel.training.layout import LayoutArrays, Recompute, TrainLayout, TrainWorkload
 from shardplan.costmodel.training.recompute_modules import selective_terms
@@ -26,7 +27,7 @@ from shardplan.costmodel.training.report import (
     TrainPlanOut,
     TrainReport,
 )
-from shardplan.costmodel.training.space import check_cp_comm, check_dtype, validate_layout
+from shardplan.costmodel.training.space import check_dtype, validate_layout
 from shardplan.costmodel.training.stage_memory import param_memory
 from shardplan.costmodel.training.stages import STAGES
 from shardplan.costmodel.training.step import TrainCost, train_cost

@@ -7,16 +7,14 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field
 
 from shardplan.costmodel.core.layouts import divisors
+from shardplan.costmodel.training.cp_rules import a2a_heads_ok, check_cp_runs, recurrent_cp_ok
 from shardplan.costmodel.training.frameworks import caps_for, cp_blocker
 from shardplan.costmodel.training.layout import Recompute, TrainWorkload
 from shardplan.costmodel.training.space import (
     ZERO2_PP,
     SpaceRequest,
-    a2a_heads_ok,
-    check_cp_runs,
     check_dtype,
     check_modules,
-    recurrent_cp_ok,
     valid_tp,
 )
 from shardplan.errors import ShardplanError

@@ -14,13 +14,14 @@ import time
 import numpy as np
 
 from shardplan.costmodel.core.layouts import check_gpus
+from shardplan.costmodel.training.cp_rules import a2a_heads_ok
 from shardplan.costmodel.training.evaluate import at_optimum, estimate_rows, estimate_training
 from shardplan.costmodel.training.frameworks import caps_for, framework_system
 from shardplan.costmodel.training.knobs import RECOMPUTE_POLICIES
 from shardplan.costmodel.training.layout import Recompute
 from shardplan.costmodel.training.pipeline_sim import uniform_split
 from shardplan.costmodel.training.report import TrainReport
-from shardplan.costmodel.training.space import a2a_heads_ok, enumerate_layouts, row_keys
+from shardplan.costmodel.training.space import enumerate_layouts, row_keys
 from shardplan.costmodel.training.stage_report import estimate_split
 from shardplan.costmodel.training.stage_split import supports_stage_split
 from shardplan.costmodel.training.table import TrainTable, build_train_table
