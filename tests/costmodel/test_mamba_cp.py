@@ -38,6 +38,28 @@ def test_the_two_all_to_alls_carry_in_projs_output_and_y() -> None:
     assert all(float(_ops(1)[n].time[0]) == 0.0 for n in ("ssm.cp_a2a_in", "ssm.cp_a2a_out"))
 
 
+def test_b_and_c_go_out_repeated_where_a_rank_has_fewer_groups_than_cp() -> None:
+    """pre_conv_ssm (mamba_context_parallel.py l.171-190) repeats B and C to cp groups when a TP rank holds fewer:
+    at cp 16 each of B and C carries 16 groups of d_state 128, not the model's 8."""
+    work = TrainWorkload(seq_len=8192, global_batch=64)
+    rows = LayoutArrays.from_layouts([TrainLayout(cp=16, dp=1, ep=8)], work.global_batch)
+    ops = {o.name: o for o in mamba_ops(Ctx(get_model(NANO), get_system("dgx-h100"), work, rows))}
+    nbytes = 512 * (2 * 4096 + 64 + 2 * 128 * 16) * 2.0  # 8,192 tokens over cp 16: z, x, dt, and B, C at 16 groups
+    want = comm.all_to_all_time(get_system("dgx-h100"), np.array([nbytes]), np.array([16.0]), np.array([1.0]))[0]
+    assert float(ops["ssm.cp_a2a_in"].time[0]) == pytest.approx(want, rel=1e-12)
+
+
+def test_tp_divides_the_recurrent_layers_heads_and_groups() -> None:
+    """Megatron's MambaMixer asserts its heads and groups divide by tp (mamba_mixer.py l.270): a Mamba-2 model with 4
+    groups has no TP 8 even where its attention heads allow it."""
+    from shardplan.costmodel.training.space import valid_tp
+
+    nano = get_model(NANO)
+    assert nano.mamba is not None
+    few = nano.model_copy(update={"mamba": nano.mamba.model_copy(update={"n_groups": 1})})
+    assert valid_tp(nano) == [1, 2] and valid_tp(few) == [1]
+
+
 def test_cp_must_divide_a_tp_ranks_mamba_heads() -> None:
     nano = get_model(NANO)
     # groups replicate over cp ranks beyond them

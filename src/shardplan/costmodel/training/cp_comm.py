@@ -16,7 +16,7 @@ dot_product_attention/context_parallel.py, ``attn_forward_func_with_cp`` l.5100-
   ``contiguous`` after, l.489/l.529); the backward mirrors them (dO before, dQ, dK, dV after). Priced whole: a copy
   runs beside the next tensor's all-to-all at most, and the kernel waits for all. Each rank then runs one causal
   kernel over the whole sequence with heads/cp heads (``Ctx.flash_time``); the heads of Q and of K/V must divide by cp
-  (l.4246-4249: ``space.a2a_heads_ok``).
+  (l.4246-4249: ``cp_rules.a2a_heads_ok``).
 """
 
 from __future__ import annotations

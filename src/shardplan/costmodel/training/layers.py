@@ -59,17 +59,18 @@ def linear_ops(ctx: Ctx) -> list[Op]:
                                      state_bytes=4.0)
     la = ctx.model.linear_attention
     assert la is not None
-    width = 2 * la.key_dim + 2 * la.value_dim + 2 * la.num_value_heads  # in_qkvz and in_ba's outputs
-    return _cp_all_to_alls(ctx, ops, "lin", width, la.value_dim, "lin.in_ba", "lin.out")
+    t = ctx.rows.tp.astype(float)
+    width = (2 * la.key_dim + 2 * la.value_dim + 2 * la.num_value_heads) / t  # in_qkvz and in_ba's outputs
+    return _cp_all_to_alls(ctx, ops, "lin", width, la.value_dim / t, "lin.in_ba", "lin.out")
 
 
-def _cp_all_to_alls(ctx: Ctx, ops: list[Op], prefix: str, into: float, out: float, after: str,
+def _cp_all_to_alls(ctx: Ctx, ops: list[Op], prefix: str, into: np.ndarray, out: np.ndarray, after: str,
                     before: str) -> list[Op]:
-    """A recurrent layer's two CP all-to-alls (sequence to heads, ``into`` elements per token on the whole TP group,
-    after op ``after``; heads to sequence, ``out``, before op ``before``); zero time without CP."""
-    t, e = ctx.rows.tp.astype(float), ctx.act_bytes
-    a = ctx.collective(f"{prefix}.cp_a2a_in", "all_to_all", ctx.tokens * into / t * e, "cp")
-    b = ctx.collective(f"{prefix}.cp_a2a_out", "all_to_all", ctx.tokens * out / t * e, "cp")
+    """A recurrent layer's two CP all-to-alls (sequence to heads, ``into`` elements per token on one TP rank, after op
+    ``after``; heads to sequence, ``out``, before op ``before``); zero time without CP."""
+    e = ctx.act_bytes
+    a = ctx.collective(f"{prefix}.cp_a2a_in", "all_to_all", ctx.tokens * into * e, "cp")
+    b = ctx.collective(f"{prefix}.cp_a2a_out", "all_to_all", ctx.tokens * out * e, "cp")
     i = next(k for k, o in enumerate(ops) if o.name == after) + 1
     j = next(k for k, o in enumerate(ops) if o.name == before)
     return [*ops[:i], a, *ops[i:j], b, *ops[j:]]
@@ -85,7 +86,10 @@ def mamba_ops(ctx: Ctx) -> list[Op]:
     ops = rec.mamba2_block(ctx.model, ctx, ctx.tokens, ctx.norm_tokens, seqs=seqs, recurrent=False, state_bytes=4.0)
     s = ctx.model.mamba
     assert s is not None
-    return _cp_all_to_alls(ctx, ops, "ssm", s.inner + s.conv_dim + s.num_heads, s.inner, "ssm.in_proj",
+    t, cp = ctx.rows.tp.astype(float), ctx.rows.cp.astype(float)
+    # B and C go out repeated to cp groups where a TP rank holds fewer (pre_conv_ssm l.171-190)
+    bc = 2 * s.d_state * np.maximum(s.n_groups / t, cp)
+    return _cp_all_to_alls(ctx, ops, "ssm", (2 * s.inner + s.num_heads) / t + bc, s.inner / t, "ssm.in_proj",
                            "ssm.gated_norm")
 
 

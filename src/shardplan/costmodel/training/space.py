@@ -29,9 +29,14 @@ EQUAL_CHUNKS_MAX_INTERLEAVE = 24
 
 
 def valid_tp(model: ModelSpec) -> list[int]:
-    """TP must divide the attention heads and the KV heads (Megatron shards whole query groups)."""
+    """TP must divide the attention heads and the KV heads (Megatron shards whole query groups), and a Mamba-2
+    layer's heads and B/C groups or a Gated DeltaNet layer's key and value heads (Megatron-LM d98e8a6
+    ssm/mamba_mixer.py l.270; gated_delta_net/gdn.py, its heads per TP rank)."""
     kv = model.num_heads if model.mla else model.kv_heads
-    return [t for t in divisors(model.num_heads) if kv % t == 0]
+    s, la = model.mamba, model.linear_attention
+    rec = [s.num_heads, s.n_groups] if s is not None else []
+    rec += [la.num_key_heads, la.num_value_heads] if la is not None else []
+    return [t for t in divisors(model.num_heads) if kv % t == 0 and all(n % t == 0 for n in rec)]
 
 
 def check_dtype(work: TrainWorkload, gpu: GpuSpec) -> None:
