@@ -1,5 +1,6 @@
-"""Context parallelism on Mamba-2 and Gated DeltaNet layers as Megatron runs it (ssm/ at d98e8a6): an all-to-all
-of in_proj's output before the conv and scan and of y after them, and cp dividing a TP rank's SSM heads."""
+"""Context parallelism on Mamba-2, Gated DeltaNet and chunked-attention layers as Megatron runs it (Megatron-LM
+d98e8a6 ssm/, Megatron-Bridge llama4_utils.py): an all-to-all of in_proj's output before the conv and scan and of their
+output after, cp dividing a TP rank's recurrent heads, and whole attention chunks on every CP rank."""
 
 from __future__ import annotations
 
@@ -98,3 +99,21 @@ def test_gated_deltanet_layers_take_the_same_exchange_and_rule() -> None:
         nbytes = 8192 * width * 2.0  # 32,768 tokens over cp 4, bf16
         want = comm.all_to_all_time(h100, np.array([nbytes]), np.array([4.0]), np.array([1.0]))[0]
         assert float(ops[name].time[0]) == pytest.approx(want, rel=1e-12)
+
+
+def test_chunked_attention_keeps_whole_chunks_per_cp_rank(run_cli) -> None:
+    """Llama 4's chunked layers (8,192-token chunks): each CP rank's two sequence chunks hold whole attention chunks
+    (Megatron-Bridge llama4_utils.py l.304-307), so at 64k tokens cp ≤ 4, at 128k cp ≤ 8; a sequence within one
+    chunk has no such rule."""
+    from shardplan.costmodel.training.cp_rules import chunked_cp_ok
+
+    scout = get_model("llama-4-scout")
+    assert [c for c in (1, 2, 4, 8, 16) if chunked_cp_ok(scout, 65536, c)] == [1, 2, 4]
+    assert [c for c in (1, 2, 4, 8, 16) if chunked_cp_ok(scout, 131072, c)] == [1, 2, 4, 8]
+    assert chunked_cp_ok(scout, 8192, 4) and chunked_cp_ok(get_model("llama-3.1-8b"), 65536, 16)
+    base = ("-m", "llama-4-scout", "-H", "dgx-h100", "-g", "128", "-b", "8", "-s", "65536")
+    r = run_cli("estimate", "train", *base, "--cp", "16", "--ep", "8")
+    assert r.code == 2 and "allowed 1, 2, 4" in r.err and len(r.err.strip().splitlines()) == 1
+    r = run_cli("train", *base, "--json")
+    assert r.code == 0, r.err
+    assert r.json()["plan"]["cp"] in (1, 2, 4)

@@ -40,6 +40,15 @@ def recurrent_cp_ok(model: ModelSpec, tp: int, cp: int) -> bool:
                                                                   or (la.num_value_heads // tp) % cp)
 
 
+def chunked_cp_ok(model: ModelSpec, seq_len: int, cp: int) -> bool:
+    """Chunked-attention layers (Llama 4) under CP: each of a rank's two sequence chunks holds whole attention chunks
+    when the sequence is longer than one (Megatron-Bridge@067f987 models/llama/llama4_utils.py l.304-307)."""
+    chunk = model.attention_chunk_size
+    if cp == 1 or chunk is None or not model.mixer_counts().get(Mixer.CHUNKED, 0) or seq_len <= chunk:
+        return True
+    return seq_len % (2 * cp) == 0 and (seq_len // (2 * cp)) % chunk == 0
+
+
 def check_cp_runs(model: ModelSpec, cp: int, cp_comm_type: str, *, pytorch: bool = False) -> None:
     """A CP degree above 1 only where the CP exchange can run the model's attention (``frameworks.cp_blocker``;
     ``pytorch``: PyTorch's context_parallel runs the plan)."""
@@ -50,10 +59,16 @@ def check_cp_runs(model: ModelSpec, cp: int, cp_comm_type: str, *, pytorch: bool
         raise ShardplanError(f"{blocker}: {use}", field="cp-comm-type")
 
 
-def check_cp_comm(model: ModelSpec, lay: TrainLayout, cp_comm_type: str) -> None:
+def check_cp_comm(model: ModelSpec, lay: TrainLayout, cp_comm_type: str, seq_len: int | None = None) -> None:
     """A pinned CP degree the system's CP communication can run (``SoftwareSpec.cp_comm_type``) on the model's
-    attention (``frameworks.cp_blocker``)."""
+    attention (``frameworks.cp_blocker``) and, given the sequence, its chunked layers (``chunked_cp_ok``)."""
     check_cp_runs(model, lay.cp, cp_comm_type)
+    if seq_len is not None and not chunked_cp_ok(model, seq_len, lay.cp):
+        ok = [c for c in divisors(lay.num_gpus) if chunked_cp_ok(model, seq_len, c)]
+        chunk = model.attention_chunk_size
+        raise ShardplanError(f"cp ({lay.cp}) must leave each rank whole attention chunks of {chunk} tokens "
+                             "(seq_len / (2·cp) a multiple of them, Megatron-Bridge's Llama 4 attention): "
+                             f"allowed {fmt_values(ok)}", field="cp")
     if not recurrent_cp_ok(model, lay.tp, lay.cp):
         ok = [c for c in divisors(lay.num_gpus) if recurrent_cp_ok(model, lay.tp, c)]
         raise ShardplanError(f"cp ({lay.cp}) must divide the Mamba / Gated DeltaNet heads of a TP rank (tp {lay.tp}; "

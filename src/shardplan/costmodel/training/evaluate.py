@@ -240,7 +240,7 @@ def _checked(model: ModelSpec, system: SystemSpec, num_gpus: int, work: TrainWor
     check_gpus(system, num_gpus)
     check_dtype(work, system.gpu)
     validate_layout(model, num_gpus, work, layout)
-    check_cp_comm(model, layout, system.software.cp_comm_type)
+    check_cp_comm(model, layout, system.software.cp_comm_type, work.seq_len)
     if system.software.ep_comm_overlap and "moe" in (layout.recompute_modules or ()):
         # Megatron-LM d98e8a6 transformer_config.py asserts this pair away
         raise ShardplanError("moe cannot be recomputed with the system's ep_comm_overlap (Megatron's "

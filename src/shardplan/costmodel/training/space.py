@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from shardplan.costmodel.core.layouts import divisors, fmt_values
-from shardplan.costmodel.training.cp_rules import a2a_heads_ok, recurrent_cp_ok
+from shardplan.costmodel.training.cp_rules import a2a_heads_ok, chunked_cp_ok, recurrent_cp_ok
 from shardplan.costmodel.training.frameworks import FrameworkCaps, policy_priced
 from shardplan.costmodel.training.knobs import RECOMPUTE_MODULES, RECOMPUTE_POLICIES, modules_mask
 from shardplan.costmodel.training.layout import RECOMPUTE_CODE, LayoutArrays, Recompute, TrainLayout, TrainWorkload
@@ -227,7 +227,7 @@ def enumerate_layouts(model: ModelSpec, work: TrainWorkload, req: SpaceRequest) 
                req.tp, "tp pinned")
     # Context parallelism only pays when each rank keeps a long chunk: below ~4k tokens the ring
     # attention kernels are too short to hide the K/V exchange (Megatron-LM recommends CP from 8k+).
-    cps = [c for c in divisors(n) if work.seq_len % c == 0
+    cps = [c for c in divisors(n) if work.seq_len % c == 0 and chunked_cp_ok(model, work.seq_len, c)
            and (req.cp or (c <= req.max_cp and (c == 1 or work.seq_len // c >= req.min_cp_chunk)))]
     tps = allowed(tps, "tp")
     cps = allowed(keep(cps, req.cp, "cp pinned"), "cp")

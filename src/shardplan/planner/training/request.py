@@ -7,7 +7,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field
 
 from shardplan.costmodel.core.layouts import divisors
-from shardplan.costmodel.training.cp_rules import a2a_heads_ok, check_cp_runs, recurrent_cp_ok
+from shardplan.costmodel.training.cp_rules import a2a_heads_ok, check_cp_runs, chunked_cp_ok, recurrent_cp_ok
 from shardplan.costmodel.training.frameworks import caps_for, cp_blocker
 from shardplan.costmodel.training.layout import Recompute, TrainWorkload
 from shardplan.costmodel.training.space import (
@@ -78,7 +78,7 @@ def check_pins(req: TrainRequest) -> None:
     require_allowed("tp", req.tp, [t for t in valid_tp(m) if n % t == 0])
     require_allowed("pp", req.pp, [p for p in divisors(n) if p <= m.num_layers])
     require_allowed("dp", req.dp, divisors(n))
-    cps = [c for c in divisors(n) if req.workload.seq_len % c == 0]
+    cps = [c for c in divisors(n) if req.workload.seq_len % c == 0 and chunked_cp_ok(m, req.workload.seq_len, c)]
     tps = [req.tp] if req.tp else valid_tp(m)
     if req.system.software.cp_comm_type == "a2a":  # all-to-all CP splits a TP rank's heads over the cp ranks
         cps = [c for c in cps if any(a2a_heads_ok(m, t, c) for t in tps)]
