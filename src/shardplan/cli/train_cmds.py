@@ -66,7 +66,9 @@ def _launcher(export: Any, framework: Any) -> str | None:
 
 def _pytorch_cp(framework: Any, export: Any) -> bool:
     """Context parallelism runs as PyTorch's context_parallel: torchtitan or AutoModel plans, a torchtitan export."""
-    return bool({str(x) for x in (framework, export) if x is not None} & {"torchtitan", "automodel"})
+    from shardplan.costmodel.training.frameworks import PYTORCH_CP
+
+    return any(str(x) in PYTORCH_CP for x in (framework, export) if x is not None)
 
 
 def _workload(seq_len: int, global_batch: int, dtype: str, grad_dtype: str, attention: str | None,

@@ -172,9 +172,10 @@ def check_cp_comm(system: Any, framework: Any, export: Any) -> None:
     """An a2a exchange (``--cp-comm-type`` or the system file's) needs Transformer Engine's CP (Megatron):
     torchtitan's and NeMo AutoModel's CP is PyTorch's ``context_parallel``, which exchanges K/V by ring or
     all-gather only."""
+    from shardplan.costmodel.training.frameworks import PYTORCH_CP
     from shardplan.errors import ShardplanError
 
-    pytorch_cp = {str(x) for x in (framework, export) if x is not None} & {"torchtitan", "automodel"}
+    pytorch_cp = {str(x) for x in (framework, export) if x is not None} & set(PYTORCH_CP)
     if system.software.cp_comm_type == CpComm.A2A and pytorch_cp:
         raise ShardplanError(f"a2a is Transformer Engine's (Megatron's); {min(pytorch_cp)}'s context parallelism "
                              "exchanges K/V by p2p or all_gather", field="cp-comm-type")

@@ -175,6 +175,7 @@ FRAMEWORKS: dict[str, FrameworkCaps] = {
 # recipes/gpt_oss/h100/gpt_oss.py l.70, recipes/gemma3_vl/h100/gemma3_vl.py l.62). PyTorch's context_parallel
 # (torchtitan, AutoModel) rotates K/V around SDPA's causal kernels, which take neither a window nor sinks.
 CP_A2A_SOURCE = "Transformer Engine's attn_forward_func_with_cp"
+PYTORCH_CP = ("torchtitan", "automodel")  # stacks whose CP is PyTorch's context_parallel (no a2a, no windows or sinks)
 
 
 def cp_blocker(model: ModelSpec, cp_comm_type: str, *, pytorch: bool = False) -> str | None:

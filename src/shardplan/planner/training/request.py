@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from shardplan.costmodel.core.layouts import divisors
 from shardplan.costmodel.training.cp_rules import a2a_heads_ok, check_cp_runs, chunked_cp_ok, recurrent_cp_ok
-from shardplan.costmodel.training.frameworks import caps_for, cp_blocker
+from shardplan.costmodel.training.frameworks import PYTORCH_CP, caps_for, cp_blocker
 from shardplan.costmodel.training.layout import Recompute, TrainWorkload
 from shardplan.costmodel.training.space import (
     ZERO2_PP,
@@ -67,7 +67,7 @@ class TrainRequest(BaseModel):
 def pytorch_cp(req: TrainRequest) -> bool:
     """The plan's context parallelism is PyTorch's context_parallel (torchtitan, AutoModel), not Transformer
     Engine's."""
-    return req.pytorch_cp or req.framework in ("torchtitan", "automodel")
+    return req.pytorch_cp or req.framework in PYTORCH_CP
 
 
 def check_pins(req: TrainRequest) -> None:
