@@ -85,6 +85,12 @@ class SoftwareSpec(BaseModel):
         "--fp8-param-gather, set by every Megatron-Bridge fp8 recipe: src/megatron/bridge/training/mixed_precision.py "
         "@067f987 l.231-368; the memory model's 2 B per weight is its rowwise and transposed fp8 copies). False: "
         "16-bit gathers (torchtitan's float8 default, enable_fsdp_float8_all_gather off).")
+    ddp_bucket_params: Annotated[int, Field(ge=1)] | None = Field(
+        None, description="Parameters per data-parallel gradient bucket (Megatron-LM --ddp-bucket-size; NeMo's "
+        "optim.bucket_size): None is Megatron-Core's default, max(40M, 1M·dp·cp) (distributed/"
+        "distributed_data_parallel.py@d98e8a6 l.133-134). The last bucket's reduction and the first bucket's gather "
+        "show beside the backward and forward; a bucket never splits a parameter, so on the first stage those hold the "
+        "whole embedding.")
     zero3_rail_parallel: bool = Field(
         True, description="ZeRO-3 gathers spread a node's share over all its NICs (NCCL rings per rail); "
         "False: one flat ring, each GPU's NIC carries the whole (n−1)/n of every gather.")
@@ -155,6 +161,14 @@ class SoftwareSpec(BaseModel):
         "l.131-134, HEAD components/loss.py; priced as at TP 1 without PP: training.memory.LOSS_BYTES_PER_LOGIT); "
         "'torch_bf16' 6 (the same on 16-bit logits, e.g. NeMo AutoModel's MaskedCrossEntropy with fp32_upcast false; "
         "AutoModel plans keep the default).")
+    cross_entropy_fusion: Literal["native", "te"] = Field(
+        "native", description="Which fused vocab-parallel cross entropy a Megatron stack runs (Megatron-LM "
+        "--cross-entropy-fusion-impl): 'native' (Megatron-Core's three jit-fused kernels with an fp32 softmax, "
+        "Megatron-LM's default) or 'te' (Transformer Engine's Triton kernels, which write the logits' gradient in "
+        "place in the forward: Megatron-Bridge's performance recipes, perf_recipes/_common.py@067f987 "
+        "_benchmark_common, and the perf configs since 2025-08; NVIDIA's MLPerf Llama 3.1 8B, CE_FUSION_IMPL=te). "
+        "Traffic: "
+        "costmodel/core/passes.py; memory: training/memory.py.")
     recompute_early_stop: bool = Field(
         False, description="A fully recomputed layer's forward reruns only until the last tensor its backward needs is "
         "back: PyTorch's non-reentrant torch.utils.checkpoint with its default early stop (NeMo AutoModel, llm-foundry "

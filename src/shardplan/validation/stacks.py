@@ -64,7 +64,7 @@ def stack_p2p_overlap(r: dict[str, Any]) -> bool:
 STACK_FIELDS = ("ep_dispatcher", "ep_comm_overlap", "ep_delay_wgrad", "moe_drop_and_pad", "moe_router_padding",
                 "moe_balanced_routing", "elementwise_kernels", "norm_kernel", "attention_unpad", "overlap_p2p_comm",
                 "expert_mlp", "moe_host_sync", "overlap_grad_reduce", "loss_memory", "cp_comm_type",
-                "recompute_early_stop")
+                "recompute_early_stop", "ddp_bucket_params", "cross_entropy_fusion")
 
 
 def stack_software(r: dict[str, Any]) -> dict[str, Any]:
@@ -81,6 +81,10 @@ def stack_software(r: dict[str, Any]) -> dict[str, Any]:
     # other stacks gather 16-bit weights (NeMo 1.x fp8_params and torchtitan's float8 all-gather default off)
     bridge = "Megatron-Bridge" in str(r["source"].get("container_or_version"))
     out.setdefault("fp8_param_gather", bool(sw.get("fp8_params", bridge)))
+    # Megatron-Bridge's performance recipes run Transformer Engine's cross entropy (perf configs since 2025-08,
+    # scripts/performance/utils/helpers.py at v0.2.0, perf_recipes/_common.py@067f987 _benchmark_common)
+    if bridge:
+        out.setdefault("cross_entropy_fusion", "te")
     out.setdefault("fp8_scaling", stack_fp8_scaling(r))
     framework = stack_framework(r)
     # what the framework fixes (frameworks.FRAMEWORKS: torchtitan's fp32 loss, PyTorch FSDP's SHARD_GRAD_OP gathering

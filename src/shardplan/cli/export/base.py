@@ -33,6 +33,11 @@ class TrainTarget:
     dropout: bool = False
     """Whether the cost model kept dropout (GPT/OPT/BLOOM families by default)."""
     overlap_grad_reduce: bool = True
+    ddp_bucket_params: int | None = None
+    """Parameters per gradient bucket the cost model priced (SoftwareSpec.ddp_bucket_params); None: Megatron's
+    default."""
+    cross_entropy_fusion: str = "native"
+    """Which fused cross entropy the cost model priced (SoftwareSpec.cross_entropy_fusion): native or te."""
     ep_dispatcher: str = "alltoall"
     """How the cost model moved MoE tokens (SoftwareSpec.ep_dispatcher): alltoall, or deepep (DeepEP/HybridEP)."""
     ep_comm_overlap: bool = False
@@ -91,7 +96,9 @@ def train_target(plan: TrainPlanOut | None, *, model: ModelSpec, system: Any, nu
         attention=str(workload.attention or sw.attention),
         dropout=workload.dropout if workload.dropout is not None else model.family in DROPOUT_FAMILIES,
         overlap_grad_reduce=workload.overlap_grad_reduce if workload.overlap_grad_reduce is not None
-        else sw.overlap_grad_reduce, ep_dispatcher=str(sw.ep_dispatcher), ep_comm_overlap=bool(sw.ep_comm_overlap),
+        else sw.overlap_grad_reduce, ddp_bucket_params=sw.ddp_bucket_params,
+        cross_entropy_fusion=str(sw.cross_entropy_fusion), ep_dispatcher=str(sw.ep_dispatcher),
+        ep_comm_overlap=bool(sw.ep_comm_overlap),
         ep_delay_wgrad=bool(sw.ep_delay_wgrad),
         moe_drop_and_pad=bool(sw.moe_drop_and_pad), moe_router_padding=bool(sw.moe_router_padding),
         eager_kernels=sw.elementwise_kernels != "fused" or sw.norm_kernel != "fused",

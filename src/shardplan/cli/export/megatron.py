@@ -238,6 +238,10 @@ def _zero_and_offload(t: TrainTarget, args: Args, notes: list[str]) -> list[str]
         args.append(("--overlap-grad-reduce", None))
         if p.zero_stage >= 1:
             args.append(("--overlap-param-gather", None))
+        if t.ddp_bucket_params:
+            args.append(("--ddp-bucket-size", str(t.ddp_bucket_params)))
+    if t.cross_entropy_fusion == "te":  # Transformer Engine's cross entropy, as priced (Megatron's default: native)
+        args += [("--cross-entropy-loss-fusion", None), ("--cross-entropy-fusion-impl", "te")]
     return header
 
 

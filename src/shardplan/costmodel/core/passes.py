@@ -48,6 +48,13 @@ FUSED: dict[str, Traffic] = {
     # jit-fused kernels): cast + max (read 16-bit, write fp32: 1 pass + 4 B), shift + exp + sum in place (8 B),
     # divide by the sum in place (8 B); backward one kernel: read the fp32 softmax, write the 16-bit gradient.
     "cross_entropy": Traffic(1, 20.0, 3, bwd_passes=1, bwd_extra=4.0),
+    # Transformer Engine's Triton cross entropy (``SoftwareSpec.cross_entropy_fusion`` "te"; TransformerEngine v2.8
+    # transformer_engine/pytorch/triton/cross_entropy.py, the same through v2.17): online_softmax_kernel reads the
+    # 16-bit logits for the running max and sum, cross_entropy_kernel reads them again and writes the gradient over
+    # them; backward element_mul_kernel scales it in place by the per-token loss gradient (Megatron reduces no loss
+    # in the kernel, so grad_output is a tensor and the kernel runs). v2.18 (01bbe3e, 2026-07-09) writes an fp32
+    # gradient instead (8 B forward, 8 B + a 6 B cast backward): not priced.
+    "cross_entropy.te": Traffic(3, 0.0, 2, bwd_passes=2, bwd_kernels=1),
     # Megatron-Core TEGroupedMLP._apply_bias (megatron/core/transformer/moe/experts.py@core_v0.15.0 and d98e8a6's
     # list path; FC2 runs with skip_bias_add): per expert ``t + b·p`` on its split of the FC2 output, promoted to fp32
     # by the fp32 probabilities (b·p writes 4 B, the add reads the 16-bit t and 4 B, writes 4 B), ``torch.cat``

@@ -16,10 +16,12 @@ import numpy as np
 
 from shardplan.costmodel.core import comm
 from shardplan.costmodel.core.kernels import multi_tensor_time
+from shardplan.costmodel.core.shards import layer_shard
 from shardplan.costmodel.training.ctx import Ctx
 from shardplan.costmodel.training.layout import LayoutArrays, TrainWorkload
 from shardplan.costmodel.training.schedule_overlap import chunked_gather_exposed, chunked_reduce_exposed
 from shardplan.hardware.spec import SystemSpec
+from shardplan.models.spec import ModelSpec
 from shardplan.units import DTYPE_BYTES
 
 if TYPE_CHECKING:
@@ -27,11 +29,46 @@ if TYPE_CHECKING:
 
 Collective = Callable[[SystemSpec, np.ndarray, np.ndarray, np.ndarray], np.ndarray]
 
-# Megatron-Core DDP bucket: max(40M, 1M·dp) parameters (megatron/core/distributed/
-# distributed_data_parallel_config.py, bucket_size docstring); with overlap the last bucket's reduction starts
-# only after the backward has finished, and the first bucket's parameter gather must land before the forward.
+# Megatron-Core DDP bucket: max(40M, 1M·dp) parameters unless the recipe sets --ddp-bucket-size
+# (``SoftwareSpec.ddp_bucket_params``; megatron/core/distributed/distributed_data_parallel.py@d98e8a6 l.133-134);
+# with overlap the last bucket's reduction starts only after the backward has finished, and the first bucket's
+# parameter gather must land before the forward.
 BUCKET_MIN_PARAMS = 40_000_000
 BUCKET_PARAMS_PER_DP_RANK = 1_000_000
+
+
+def bucket_params(system: SystemSpec, n: np.ndarray) -> np.ndarray:
+    """Parameters per DDP bucket over ``n`` data-parallel ranks: the recipe's ``ddp_bucket_params``, else
+    Megatron-Core's default max(40M, 1M·n)."""
+    size = system.software.ddp_bucket_params
+    n = np.asarray(n, dtype=float)
+    return np.full_like(n, float(size)) if size else np.maximum(BUCKET_MIN_PARAMS, BUCKET_PARAMS_PER_DP_RANK * n)
+
+
+def edge_bucket_params(model: ModelSpec, bucket: np.ndarray, chunk_params: np.ndarray, has_embedding: np.ndarray,
+                       tp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Parameters in the bucket that closes the backward (its reduction starts when the backward ends) and opens the
+    forward (the first parameter gather): Megatron-Core fills buckets in backprop order, the model's parameters
+    reversed, closing one at the first parameter that takes it to the bucket size (distributed/
+    param_and_grad_buffer.py@d98e8a6 l.980-991, optimizer/distrib_optimizer.py l.552-575), so on the stage holding
+    the embedding the last bucket holds the whole embedding (the model's first parameter), however small the bucket
+    size; elsewhere a bucket's size. At most the chunk's parameters. Returns the bucket's parameters and, of them,
+    the embedding's (never fp8: its gather moves 16-bit words under ``fp8_param_gather`` too)."""
+    one = np.ones_like(tp)
+    emb = np.where(has_embedding, layer_shard(model, "embedding", tp, one, one).dense, 0.0)
+    edge = np.minimum(np.maximum(bucket, emb), chunk_params)
+    return edge, np.minimum(emb, edge)
+
+
+def sixteen_bit_params(model: ModelSpec, has_embedding: np.ndarray, has_head: np.ndarray, tp: np.ndarray,
+                       pp: np.ndarray) -> np.ndarray:
+    """Parameters of a stage that stay 16-bit under fp8 primary weights: the embedding, and the LM head with the
+    final norm (Megatron-Core's output layer is a plain ColumnParallelLinear, outside Transformer Engine's fp8
+    modules); ``fp8_param_gather`` gathers only TE's linear weights in fp8."""
+    one = np.ones_like(tp)
+    emb = layer_shard(model, "embedding", tp, one, one).dense
+    head = layer_shard(model, "head", tp, one, pp).dense
+    return np.where(has_embedding, emb, 0.0) + np.where(has_head, head, 0.0)
 
 
 def fsdp_under_pp(r: LayoutArrays) -> np.ndarray:
@@ -56,16 +93,16 @@ class _Held:
 
 
 def dp_collective(ctx: Ctx, fn: Collective, st: HeldParams, bytes_per_param: float, stride: np.ndarray, *,
-                  across_nodes: bool = False) -> np.ndarray:
+                  across_nodes: bool = False, dense_bytes: np.ndarray | None = None) -> np.ndarray:
     """One data-parallel collective over the stage's parameters: the dense ones across the dp·cp ranks with
     rank stride ``stride``, the experts' across the edp = tp·cp·dp/(etp·ep) expert-data-parallel ranks, whose
     stride is etp·ep (Megatron-Core parallel_state.py@d98e8a6: expert ranks ordered tp-ep-dp-pp), so with the
     EP group inside a node each GPU moves its experts' share over its own NIC alone (``across_nodes``: ZeRO-3
     placed one member per node, both groups stay so). Separate buckets and process groups on the same NICs: the
-    times add."""
+    times add. ``dense_bytes``: the dense share's bytes where not all its parameters move ``bytes_per_param``."""
     r, s = ctx.rows, ctx.system
     dense = st.params - st.expert_params
-    t = fn(s, dense * bytes_per_param, (r.dp * r.cp).astype(float), stride)
+    t = fn(s, dense * bytes_per_param if dense_bytes is None else dense_bytes, (r.dp * r.cp).astype(float), stride)
     e_stride = np.full_like(r.tp, s.gpus_per_node) if across_nodes else r.etp * r.ep
     t_e = fn(s, st.expert_params * bytes_per_param, r.edp, e_stride)
     return t + np.where(st.expert_params > 0, t_e, 0.0)
@@ -138,7 +175,8 @@ def _collective_times(ctx: Ctx, st: StageCost, overlap: bool) -> tuple[dict[str,
     r, w, s = ctx.rows, ctx.work, ctx.system
     shape = np.shape(r.tp)
     cols = [np.broadcast_to(np.asarray(x, dtype=float), shape) for x in
-            (st.params, st.expert_params, r.dp, r.cp, r.tp, r.etp, r.ep, r.v)]
+            (st.params, st.expert_params, r.dp, r.cp, r.tp, r.etp, r.ep, r.v, st.shape.has_embedding,
+             st.shape.has_head, r.pp)]
     first, inverse = _equal_rows(cols)
     sub = Ctx(ctx.model, s, w, r.take(first))
     held = _Held(cols[0][first], cols[1][first])
@@ -148,9 +186,13 @@ def _collective_times(ctx: Ctx, st: StageCost, overlap: bool) -> tuple[dict[str,
     g_bytes = DTYPE_BYTES[w.grad_reduce_dtype or w.grad_dtype]
     z3_g_bytes = DTYPE_BYTES[w.grad_reduce_dtype or ("bf16" if w.dtype in ("fp8", "fp4") else w.dtype)]
     p_bytes = gathered_bytes(ctx)
-    bucket = np.minimum(np.maximum(BUCKET_MIN_PARAMS, BUCKET_PARAMS_PER_DP_RANK * n), held.params) if overlap \
-        else held.params
+    bucket = np.minimum(bucket_params(s, n), held.params) if overlap else held.params
     chunk_bucket = np.minimum(bucket, held.params / u.v)  # one DDP module (own buckets) per model chunk
+    edge, edge_emb = edge_bucket_params(ctx.model, chunk_bucket, held.params / u.v, cols[8][first] > 0, u.tp)
+    edge_gathered = (edge - edge_emb) * p_bytes + edge_emb * DTYPE_BYTES["bf16"]
+    sixteen = np.minimum(sixteen_bit_params(ctx.model, cols[8][first] > 0, cols[9][first] > 0, u.tp, u.pp),
+                         held.params - held.expert_params)
+    dense_gathered = (held.params - held.expert_params - sixteen) * p_bytes + sixteen * DTYPE_BYTES["bf16"]
     # Only the collectives some row's ZeRO stage reads (``data_parallel``; every row's stage, not only the distinct
     # keys' representatives): ZeRO-0 all-reduces; ZeRO-1/2 reduce-scatter and gather; ZeRO-3 (and ZeRO-2 gathering
     # per forward) gathers and reduce-scatters layer by layer. The others stay 0 on rows that never select them.
@@ -162,10 +204,11 @@ def _collective_times(ctx: Ctx, st: StageCost, overlap: bool) -> tuple[dict[str,
     out = {
         "ar": dp_collective(sub, comm.all_reduce_time, held, g_bytes, stride) if ar else 0.0,
         "rs": dp_collective(sub, comm.reduce_scatter_time, held, g_bytes, stride) if sharded else 0.0,
-        "ag": dp_collective(sub, comm.all_gather_time, held, p_bytes, stride) if sharded else 0.0,
-        "ar_last": comm.all_reduce_time(s, chunk_bucket * g_bytes, n, stride) if ar else 0.0,
-        "rs_last": comm.reduce_scatter_time(s, chunk_bucket * g_bytes, n, stride) if sharded else 0.0,
-        "ag_first": comm.all_gather_time(s, chunk_bucket * p_bytes, n, stride) if sharded else 0.0,  # chunk 0's
+        "ag": dp_collective(sub, comm.all_gather_time, held, p_bytes, stride,
+                            dense_bytes=dense_gathered) if sharded else 0.0,
+        "ar_last": comm.all_reduce_time(s, edge * g_bytes, n, stride) if ar else 0.0,
+        "rs_last": comm.reduce_scatter_time(s, edge * g_bytes, n, stride) if sharded else 0.0,
+        "ag_first": comm.all_gather_time(s, edge_gathered, n, stride) if sharded else 0.0,  # chunk 0's
         "z_ag": z_ag, "pp_rs": pp_rs,
         "z_rs": dp_collective(sub, comm.reduce_scatter_time, held, z3_g_bytes, z_stride,
                               across_nodes=not s.software.zero3_rail_parallel) if 3 in zero else 0.0,

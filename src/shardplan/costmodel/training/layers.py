@@ -186,12 +186,13 @@ def mtp_entry_ops(ctx: Ctx) -> list[Op]:
 
 def head_ops(ctx: Ctx) -> list[Op]:
     """LM head over every token, then vocab-parallel cross entropy in fp32 (``core.passes`` row ``cross_entropy``:
-    Megatron's fused kernels, or eager PyTorch's cast and log-softmax); the TP ranks all-reduce the max, sum and
-    target logit (3 fp32 per token)."""
+    Megatron's fused kernels, or eager PyTorch's cast and log-softmax; ``cross_entropy.te``: Transformer Engine's
+    Triton kernels); the TP ranks all-reduce the max, sum and target logit (3 fp32 per token)."""
     m, r = ctx.model, ctx.rows
     vocab = m.vocab_size / ctx.tp
     ops = inv.head_block(m, ctx, ctx.tokens, ctx.norm_tokens)
-    ops.append(ctx.elementwise(inv.kernel("cross_entropy", "head.cross_entropy", ctx.tokens * vocab)))
+    kind = "cross_entropy.te" if ctx.system.software.cross_entropy_fusion == "te" else "cross_entropy"
+    ops.append(ctx.elementwise(inv.kernel(kind, "head.cross_entropy", ctx.tokens * vocab)))
     loss = ctx.collective("head.tp_loss_allreduce", "all_reduce", ctx.tokens * 12.0, "tp")
     # the backward computes each vocab shard's gradient locally, softmax − one-hot: no collective (Megatron-Core
     # d98e8a6 tensor_parallel/cross_entropy.py: all-reduces in forward l.130-150, none in backward l.186-)

@@ -180,16 +180,21 @@ def embedding_activations(ctx: Ctx) -> np.ndarray:
 
 # Bytes per logit the loss holds at its peak (``SoftwareSpec.loss_memory``). Megatron-Core: the output layer's bf16
 # logits (2 B) stay alive while the loss holds an fp32 copy (4 B) — the vocab-parallel cross entropy's softmax, made
-# and differentiated in place (tensor_parallel/cross_entropy.py at d98e8a6 l.25, 61-79, 181-204), or Transformer
-# Engine's fused cross entropy's fp32 gradient buffer (Megatron-Bridge's perf scripts set cross_entropy_fusion_impl
-# "te": TE d0067d0 pytorch/triton/cross_entropy.py, grad_input = empty_like(_input, dtype=float32)); in the backward
-# that fp32 gradient and its bf16 cast coexist: 6 B either way. PyTorch's F.cross_entropy = nll_loss(log_softmax(x)):
+# and differentiated in place (tensor_parallel/cross_entropy.py at d98e8a6 l.25, 61-79, 181-204), or, from
+# Transformer Engine v2.18, TE's fused cross entropy's fp32 gradient buffer (d0067d0 pytorch/triton/cross_entropy.py,
+# grad_input = empty_like(_input, dtype=float32)); in the backward that fp32 gradient and its bf16 cast coexist: 6 B
+# either way. TE up to v2.17 (``cross_entropy_fusion`` "te", as priced): ``TE_LOSS_BYTES_PER_LOGIT``.
+# PyTorch's F.cross_entropy = nll_loss(log_softmax(x)):
 # in the loss backward, log_softmax's saved output, nll_loss's gradient (zeros_like its input) and log_softmax's input
 # gradient (_log_softmax_backward_data, empty_like) coexist, each a logit-sized tensor in the logits' dtype: 3 × 4 B on
 # an fp32 upcast (torchtitan; its forward holds at most 10 B: bf16 logits, fp32 copy, log_softmax output), 3 × 2 B on
 # bf16 logits. Not priced: torchtitan's loss under TP (loss_parallel's DTensor decomposition holds more per local
 # logit) and under PP (torch.distributed.pipelining keeps every microbatch's output on the last stage).
 LOSS_BYTES_PER_LOGIT = {"vocab_parallel": 6.0, "torch_fp32": 12.0, "torch_bf16": 6.0}
+# Transformer Engine's Triton cross entropy up to v2.17 (``SoftwareSpec.cross_entropy_fusion`` "te"; v2.8
+# pytorch/triton/cross_entropy.py: the forward writes the gradient over the 16-bit logits and the backward scales it
+# there): the logits' own 2 B per logit, nothing beside them.
+TE_LOSS_BYTES_PER_LOGIT = 2.0
 
 
 def head_activations(ctx: Ctx) -> np.ndarray:
@@ -198,7 +203,8 @@ def head_activations(ctx: Ctx) -> np.ndarray:
     (Megatron-LM d98e8a6 ``process_mtp_loss``)."""
     m, r, e = ctx.model, ctx.rows, ctx.act_bytes
     norm_in = np.where(r.sp == 1, e * m.hidden_size / r.tp, e * m.hidden_size)
-    per_logit = LOSS_BYTES_PER_LOGIT[ctx.system.software.loss_memory]
+    sw = ctx.system.software
+    per_logit = TE_LOSS_BYTES_PER_LOGIT if sw.cross_entropy_fusion == "te" else LOSS_BYTES_PER_LOGIT[sw.loss_memory]
     return (1 + ctx.work.mtp_layers) * ctx.tokens * (norm_in + e * m.hidden_size + per_logit * m.vocab_size / r.tp)
 
 
