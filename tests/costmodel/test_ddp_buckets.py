@@ -1,13 +1,13 @@
-"""Data-parallel gradient buckets as Megatron-Core builds them: the recipe's bucket size (``ddp_bucket_params``,
-Megatron-LM --ddp-bucket-size), and the bucket that closes the backward and opens the forward holding the whole
-word embedding (buckets fill in backprop order and never split a parameter: param_and_grad_buffer.py@d98e8a6
-l.980-991). Checked by hand against the link rates of the preset."""
+"""Data-parallel gradient buckets as Megatron-Core builds them (``costmodel.training.ddp_buckets``): the recipe's
+bucket size (``ddp_bucket_params``, Megatron-LM --ddp-bucket-size), Megatron's greedy fill in backprop order, and
+under fp8 primary weights every 16-bit bucket joined to the last fp8 bucket's group. Checked against the bucket
+layouts Megatron printed in published MLPerf Training v5.1 logs (Llama 3.1 8B, TP 1, PP 1) and by hand."""
 
 import numpy as np
 import pytest
 
 from shardplan.costmodel.core import comm
-from shardplan.costmodel.training.dp_sync import bucket_params, edge_bucket_params, sixteen_bit_params
+from shardplan.costmodel.training.ddp_buckets import bucket_params, edge_bucket, sixteen_bit_params
 from shardplan.costmodel.training.evaluate import estimate_training
 from shardplan.costmodel.training.layout import TrainLayout, TrainWorkload
 from shardplan.hardware import get_system
@@ -17,29 +17,57 @@ from shardplan.models import get_model
 LLAMA = get_model("llama-3.1-8b")
 EMB = 128256 * 4096  # Llama 3.1's word embedding (config.json vocab_size × hidden_size)
 H100 = get_system("dgx-h100")
+ONE = np.array([1.0])
 
 
 def _with_bucket(system: SystemSpec, size: int | None) -> SystemSpec:
     return system.model_copy(update={"software": system.software.model_copy(update={"ddp_bucket_params": size})})
 
 
-def test_bucket_size_is_megatrons_default_unless_the_recipe_sets_it() -> None:
-    """max(40M, 1M·dp) (distributed_data_parallel.py l.133-134); NVIDIA's MLPerf Llama 3.1 8B recipe sets 768M."""
-    n = np.array([16.0, 72.0, 256.0])
-    assert bucket_params(H100, n).tolist() == [40e6, 72e6, 256e6]
-    assert bucket_params(_with_bucket(H100, 768_000_000), n).tolist() == [768e6] * 3
+def _edge(bucket: float, layers: int, *, fp8: bool, emb: bool = True, head: bool = True, tp: float = 1.0):
+    got = edge_bucket(LLAMA, np.array([bucket]), np.array([float(layers)]), np.array([emb]), np.array([head]),
+                      np.array([tp]), fp8_split=fp8)
+    return float(got[0][0]), float(got[1][0])
 
 
-def test_the_edge_bucket_holds_the_whole_embedding() -> None:
-    """First stage: at least the embedding (vocab-parallel: split over TP); elsewhere a bucket; never more than the
-    model chunk holds."""
-    bucket = np.array([40e6, 40e6, 40e6, 900e6, 40e6])
-    chunk = np.array([8e9, 8e9, 8e9, 8e9, 3e8])
-    has_emb = np.array([True, False, True, True, True])
-    tp = np.array([1.0, 1.0, 2.0, 1.0, 1.0])
-    edge, emb = edge_bucket_params(LLAMA, bucket, chunk, has_emb, tp)
-    assert edge.tolist() == [EMB, 40e6, EMB / 2, 900e6, 3e8]
-    assert emb.tolist() == [EMB, 0.0, EMB / 2, EMB, 3e8]
+def test_bucket_size_is_megatrons_default_over_dp_unless_the_recipe_sets_it() -> None:
+    """max(40M, 1M·dp), dp without CP (distributed_data_parallel.py l.133-134 over the data-parallel group built
+    without context parallelism); NVIDIA's MLPerf Llama 3.1 8B recipe sets 768M."""
+    dp = np.array([16.0, 72.0, 256.0])
+    assert bucket_params(H100, dp).tolist() == [40e6, 72e6, 256e6]
+    assert bucket_params(_with_bucket(H100, 768_000_000), dp).tolist() == [768e6] * 3
+
+
+def test_fp8_edge_group_is_the_logged_one() -> None:
+    """Verda's MLPerf run (fp8 primary weights, bucket_size=134217728; Verda/results/b200_8x8_ngc25.09/llama31_8b/
+    result_1.txt l.963-1197): the 16-bit buffer's two buckets, output_layer.weight (525,336,576) and the norms
+    with the embedding (525,602,816), and 33 fp8 buckets, the last 41,943,040 (layer 0's QKV and projection). All
+    16-bit buckets join the last fp8 bucket's group (partition_buckets case 3)."""
+    edge, sixteen = _edge(134217728, 32, fp8=True)
+    assert edge == 41_943_040 + 525_336_576 + 525_602_816
+    assert sixteen == 525_336_576 + 525_602_816
+
+
+def test_bf16_edge_bucket_is_the_logged_one() -> None:
+    """Nebius's MLPerf run on 8 B300 (16-bit weights, bucket_size=768000000; Nebius/results/nebius_b300_n1/
+    llama31_8b/result_1.txt l.392-573): one buffer, nine buckets, the last 1,221,623,808 (the embedding with the
+    layers since the eighth bucket closed)."""
+    edge, emb = _edge(768e6, 32, fp8=False)
+    assert edge == 1_221_623_808
+    assert emb == EMB
+
+
+def test_edge_bucket_by_hand() -> None:
+    """One layer and the embedding, 16-bit weights, in backprop order: FC2 (4096·14336 = 58.7M) closes a 40M
+    bucket, FC1 (117.4M) another, QKV (4096·6144 = 25.2M) with the two norms (8,192) and the projection (16.8M)
+    a third at 41.95M, and the embedding is alone; a 50M bucket keeps QKV, norms and projection open, so the
+    embedding joins them. TP 2 halves the vocabulary and every linear weight; a chunk without the embedding is
+    filled the same way."""
+    qkv_proj_norms = 4096 * 6144 + 4096 * 4096 + 2 * 4096
+    assert _edge(40e6, 1, fp8=False, head=False) == (EMB, EMB)
+    assert _edge(50e6, 1, fp8=False, head=False) == (EMB + qkv_proj_norms, EMB)
+    assert _edge(20e6, 1, fp8=False, head=False, tp=2) == (EMB / 2, EMB / 2)
+    assert _edge(40e6, 1, fp8=False, head=False, emb=False) == (qkv_proj_norms, 0.0)
 
 
 def test_sixteen_bit_params_are_the_embedding_and_the_head() -> None:
@@ -49,29 +77,35 @@ def test_sixteen_bit_params_are_the_embedding_and_the_head() -> None:
     assert got.tolist() == [2 * EMB + 4096, EMB / 2 + 4096, EMB]
 
 
+def test_interleaved_first_chunk_edge_holds_the_embedding() -> None:
+    """PP 4, V 8: the first stage's first chunk holds one layer and the embedding; its edge bucket is the
+    embedding alone at Megatron's 40M default (the hand case above), not an eighth of the stage."""
+    system = H100
+    rep = estimate_training(LLAMA, system, 64, TrainWorkload(seq_len=4096, global_batch=256),
+                            TrainLayout(pp=4, dp=16, interleave=8, zero_stage=1))
+    assert rep.stages[0].layers == 8
+    edge, _ = _edge(40e6, 1, fp8=False, head=False)
+    assert edge == EMB > rep.memory.weights_bytes / 2 / 8  # more than an eighth of the first stage's parameters
+
+
 def test_recipe_bucket_and_fp8_gathers_by_hand() -> None:
     """Llama 3.1 8B on 16 H100 (ZeRO-1, one microbatch each), fp8 with fp8 primary weights and 768M-parameter
-    buckets: the reduce-scatter of the last bucket (768M fp32 gradients) shows after the backward, the gather of
-    the first (768M parameters of which the embedding's 525M in bf16, the rest fp8) before the forward; what hides
-    slows the overlapped compute by 18.9% (Lee et al. 2025). The whole gather moves the linear weights in fp8 and the
-    embedding and head in bf16."""
+    buckets: the reduce-scatter of the edge group (``edge_bucket``, checked against the logs above) shows after
+    the backward in fp32 gradients, its gather before the forward (the 16-bit parameters at 2 B, the fp8 ones at
+    1 B); what hides slows the overlapped compute by 18.9% (Lee et al. 2025). The whole gather moves the linear
+    weights in fp8 and the embedding and head in bf16."""
     system = _with_bucket(H100, 768_000_000)
     work = TrainWorkload(seq_len=4096, global_batch=16, dtype="fp8")
     rep = estimate_training(LLAMA, system, 16, work, TrainLayout(dp=16, zero_stage=1))
     params = float(LLAMA.total_params)
     sixteen = 2 * EMB + 4096
-    last = float(comm.reduce_scatter_time(system, 768e6 * 4, 16, 1))
-    first = float(comm.all_gather_time(system, (768e6 - EMB) * 1 + EMB * 2, 16, 1))
+    edge, edge16 = _edge(768e6, 32, fp8=True)
+    last = float(comm.reduce_scatter_time(system, edge * 4, 16, 1))
+    first = float(comm.all_gather_time(system, (edge - edge16) * 1 + edge16 * 2, 16, 1))
     rs = float(comm.reduce_scatter_time(system, params * 4, 16, 1))
     ag = float(comm.all_gather_time(system, (params - sixteen) * 1 + sixteen * 2, 16, 1))
     st = rep.stages[0]
     share = 1 - 768e6 / params
-    assert rs - st.bwd_time_s * share < last and ag - st.fwd_time_s * share < first  # the edges show, not saturated
+    assert rs - st.bwd_time_s * share < last and ag - st.fwd_time_s * share < first  # the edges show
     want = last + first + 0.189 * ((rs - last) + (ag - first))
     assert rep.metrics.dp_exposed_s == pytest.approx(want, rel=1e-6)
-    default = estimate_training(LLAMA, H100, 16, work, TrainLayout(dp=16, zero_stage=1))
-    # Megatron's default 40M buckets: the edge is the embedding's bucket alone
-    last_d = float(comm.reduce_scatter_time(H100, EMB * 4, 16, 1))
-    first_d = float(comm.all_gather_time(H100, EMB * 2, 16, 1))
-    want_d = last_d + first_d + 0.189 * ((rs - last_d) + (ag - first_d))
-    assert default.metrics.dp_exposed_s == pytest.approx(want_d, rel=1e-6)

@@ -46,15 +46,16 @@ def test_backwards_after_each_chunk_match_the_schedule(p: int, v: int, m: int) -
 
 
 def _queue(t: float, edge: float, bwd: float, bucket: float, params: float, p: int, v: int, m: int) -> float:
-    """Event simulation: chunk j's reduction (t/v) may start once its first bucket has filled in its last
-    backward; the network serves one chunk at a time in launch order; the last bucket waits for time 0."""
+    """Event simulation: chunk 0's reduction (t/v) may start once its first bucket has filled in its last
+    backward, a later chunk's (one bucket: Megatron buckets only the first chunk) once its last backward ends; the
+    network serves one chunk at a time in launch order; the last bucket waits for time 0."""
     order = _megatron_backward_chunks(p, v, m)
     b = bwd / v
     share = min(bucket / (params / v), 1.0)
     end_of = {c: -(len(order) - 1 - i) * b for i, c in enumerate(order)}  # each chunk's last backward's end
     free = -np.inf
     for c in sorted(end_of, key=end_of.get):
-        start = max(free, end_of[c] - b * (1 - share))
+        start = max(free, end_of[c] - (b * (1 - share) if c == 0 else 0.0))
         free = start + t / v
     return max(free, edge)
 
@@ -62,13 +63,13 @@ def _queue(t: float, edge: float, bwd: float, bucket: float, params: float, p: i
 @pytest.mark.parametrize(("t", "bwd", "p", "v", "m"), [(10.0, 4.0, 2, 2, 4), (3.0, 4.0, 2, 2, 4), (9.0, 1.0, 4, 4, 8),
                                                         (1.0, 1.0, 4, 3, 6), (5.0, 2.0, 2, 1, 4)])
 def test_chunked_exposure_matches_an_event_simulation(t: float, bwd: float, p: int, v: int, m: int) -> None:
-    """p=2, v=2, m=4, t=10, backward 4 (2 per chunk), bucket 20% of a chunk: chunk 1 starts at −4 − 1.6,
-    ends at −0.6; chunk 0 then runs 5 more: 4.4 exposed."""
+    """p=2, v=2, m=4, t=10, backward 4 (2 per chunk), bucket 20% of a chunk: chunk 1, one bucket, starts when its
+    last backward ends at −4 and ends at 1; chunk 0 then runs 5 more: 6 exposed (4.4 if chunk 1 were bucketed)."""
     got = float(chunked_reduce_exposed(np.array(t), np.array(0.1), np.array(bwd), np.array(10.0), np.array(100.0),
                                        np.array(p), np.array(v), np.array(float(m))))
     assert got == pytest.approx(_queue(t, 0.1, bwd, 10.0, 100.0, p, v, m))
     if (t, bwd, p, v, m) == (10.0, 4.0, 2, 2, 4):
-        assert got == pytest.approx(4.4)
+        assert got == pytest.approx(6.0)
 
 
 def _gather_queue(t: float, edge: float, fwd: float, bucket: float, params: float, p: int, v: int, m: int) -> float:

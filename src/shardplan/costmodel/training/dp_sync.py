@@ -16,60 +16,17 @@ import numpy as np
 
 from shardplan.costmodel.core import comm
 from shardplan.costmodel.core.kernels import multi_tensor_time
-from shardplan.costmodel.core.shards import layer_shard
 from shardplan.costmodel.training.ctx import Ctx
+from shardplan.costmodel.training.ddp_buckets import bucket_params, edge_bucket, sixteen_bit_params
 from shardplan.costmodel.training.layout import LayoutArrays, TrainWorkload
 from shardplan.costmodel.training.schedule_overlap import chunked_gather_exposed, chunked_reduce_exposed
 from shardplan.hardware.spec import SystemSpec
-from shardplan.models.spec import ModelSpec
 from shardplan.units import DTYPE_BYTES
 
 if TYPE_CHECKING:
     from shardplan.costmodel.training.step import StageCost
 
 Collective = Callable[[SystemSpec, np.ndarray, np.ndarray, np.ndarray], np.ndarray]
-
-# Megatron-Core DDP bucket: max(40M, 1M·dp) parameters unless the recipe sets --ddp-bucket-size
-# (``SoftwareSpec.ddp_bucket_params``; megatron/core/distributed/distributed_data_parallel.py@d98e8a6 l.133-134);
-# with overlap the last bucket's reduction starts only after the backward has finished, and the first bucket's
-# parameter gather must land before the forward.
-BUCKET_MIN_PARAMS = 40_000_000
-BUCKET_PARAMS_PER_DP_RANK = 1_000_000
-
-
-def bucket_params(system: SystemSpec, n: np.ndarray) -> np.ndarray:
-    """Parameters per DDP bucket over ``n`` data-parallel ranks: the recipe's ``ddp_bucket_params``, else
-    Megatron-Core's default max(40M, 1M·n)."""
-    size = system.software.ddp_bucket_params
-    n = np.asarray(n, dtype=float)
-    return np.full_like(n, float(size)) if size else np.maximum(BUCKET_MIN_PARAMS, BUCKET_PARAMS_PER_DP_RANK * n)
-
-
-def edge_bucket_params(model: ModelSpec, bucket: np.ndarray, chunk_params: np.ndarray, has_embedding: np.ndarray,
-                       tp: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Parameters in the bucket that closes the backward (its reduction starts when the backward ends) and opens the
-    forward (the first parameter gather): Megatron-Core fills buckets in backprop order, the model's parameters
-    reversed, closing one at the first parameter that takes it to the bucket size (distributed/
-    param_and_grad_buffer.py@d98e8a6 l.980-991, optimizer/distrib_optimizer.py l.552-575), so on the stage holding
-    the embedding the last bucket holds the whole embedding (the model's first parameter), however small the bucket
-    size; elsewhere a bucket's size. At most the chunk's parameters. Returns the bucket's parameters and, of them,
-    the embedding's (never fp8: its gather moves 16-bit words under ``fp8_param_gather`` too)."""
-    one = np.ones_like(tp)
-    emb = np.where(has_embedding, layer_shard(model, "embedding", tp, one, one).dense, 0.0)
-    edge = np.minimum(np.maximum(bucket, emb), chunk_params)
-    return edge, np.minimum(emb, edge)
-
-
-def sixteen_bit_params(model: ModelSpec, has_embedding: np.ndarray, has_head: np.ndarray, tp: np.ndarray,
-                       pp: np.ndarray) -> np.ndarray:
-    """Parameters of a stage that stay 16-bit under fp8 primary weights: the embedding, and the LM head with the
-    final norm (Megatron-Core's output layer is a plain ColumnParallelLinear, outside Transformer Engine's fp8
-    modules); ``fp8_param_gather`` gathers only TE's linear weights in fp8."""
-    one = np.ones_like(tp)
-    emb = layer_shard(model, "embedding", tp, one, one).dense
-    head = layer_shard(model, "head", tp, one, pp).dense
-    return np.where(has_embedding, emb, 0.0) + np.where(has_head, head, 0.0)
-
 
 def fsdp_under_pp(r: LayoutArrays) -> np.ndarray:
     """Rows running FSDP (ZeRO-3) under pipeline parallelism: weights gathered once per step and kept."""
@@ -108,15 +65,17 @@ def dp_collective(ctx: Ctx, fn: Collective, st: HeldParams, bytes_per_param: flo
     return t + np.where(st.expert_params > 0, t_e, 0.0)
 
 
-def fsdp_collectives(ctx: Ctx, st: HeldParams) -> tuple[np.ndarray, np.ndarray, float]:
+def fsdp_collectives(ctx: Ctx, st: HeldParams, sixteen: np.ndarray | float = 0.0
+                     ) -> tuple[np.ndarray, np.ndarray, float]:
     """ZeRO-3's collectives over the data-parallel ranks (rail-aligned or across nodes as the software places
-    them) for the stage's parameters held: the all-gather of the bf16 weights, the reduce-scatter of the
-    gradients in the reduce dtype, and the share of an overlappable gather that prefetching hides (0 without
-    prefetching)."""
+    them) for the stage's parameters held: the all-gather of the weights (``sixteen`` of the dense ones in 16 bit
+    under fp8 primary weights: ``gathered_dense_bytes``), the reduce-scatter of the gradients in the reduce dtype,
+    and the share of an overlappable gather that prefetching hides (0 without prefetching)."""
     r, w, s = ctx.rows, ctx.work, ctx.system
     rail = s.software.zero3_rail_parallel
     z_stride = r.tp if rail else np.full_like(r.tp, s.gpus_per_node)
-    ag = dp_collective(ctx, comm.all_gather_time, st, gathered_bytes(ctx), z_stride, across_nodes=not rail)
+    ag = dp_collective(ctx, comm.all_gather_time, st, gathered_bytes(ctx), z_stride, across_nodes=not rail,
+                       dense_bytes=gathered_dense_bytes(ctx, st.params - st.expert_params, sixteen))
     rs = dp_collective(ctx, comm.reduce_scatter_time, st, DTYPE_BYTES[w.grad_reduce_dtype or w.grad_dtype],
                        z_stride, across_nodes=not rail)
     return ag, rs, fsdp_overlap(s)
@@ -127,6 +86,14 @@ def gathered_bytes(ctx: Ctx) -> float:
     ``SoftwareSpec.fp8_param_gather``, else the 16-bit weight."""
     fp8 = ctx.work.dtype == "fp8" and ctx.system.software.fp8_param_gather
     return DTYPE_BYTES["fp8"] if fp8 else DTYPE_BYTES["bf16"]
+
+
+def gathered_dense_bytes(ctx: Ctx, dense: np.ndarray, sixteen: np.ndarray | float) -> np.ndarray:
+    """Bytes of a gather of ``dense`` parameters of which ``sixteen`` stay 16-bit under fp8 primary weights
+    (``ddp_buckets.sixteen_bit_params``), the rest at ``gathered_bytes``."""
+    p_bytes = gathered_bytes(ctx)
+    sixteen = np.minimum(sixteen, dense)
+    return (dense - sixteen) * p_bytes + sixteen * max(p_bytes, DTYPE_BYTES["bf16"])
 
 
 def fsdp_overlap(system: SystemSpec) -> float:
@@ -146,7 +113,9 @@ def tail_floor(ctx: Ctx, st: StageCost) -> np.ndarray:
     least ``st``'s: the optimizer step, plus under FSDP with PP the exposed reduce-scatter and the part of the
     gather no forward can hide, ``(1 − f)·AG``, once per schedule (``data_parallel``); each grows with the
     parameters held."""
-    ag, rs, f = fsdp_collectives(ctx, st)
+    r = ctx.rows
+    ag, rs, f = fsdp_collectives(ctx, st, sixteen_bit_params(ctx.model, st.shape.has_embedding, st.shape.has_head,
+                                                             r.tp, r.pp))
     return optimizer_time(ctx, st) + np.where(fsdp_under_pp(ctx.rows), ctx.schedules * (rs + (1 - f) * ag), 0.0)
 
 
@@ -176,7 +145,7 @@ def _collective_times(ctx: Ctx, st: StageCost, overlap: bool) -> tuple[dict[str,
     shape = np.shape(r.tp)
     cols = [np.broadcast_to(np.asarray(x, dtype=float), shape) for x in
             (st.params, st.expert_params, r.dp, r.cp, r.tp, r.etp, r.ep, r.v, st.shape.has_embedding,
-             st.shape.has_head, r.pp)]
+             st.shape.has_head, r.pp, st.shape.layers)]
     first, inverse = _equal_rows(cols)
     sub = Ctx(ctx.model, s, w, r.take(first))
     held = _Held(cols[0][first], cols[1][first])
@@ -186,19 +155,25 @@ def _collective_times(ctx: Ctx, st: StageCost, overlap: bool) -> tuple[dict[str,
     g_bytes = DTYPE_BYTES[w.grad_reduce_dtype or w.grad_dtype]
     z3_g_bytes = DTYPE_BYTES[w.grad_reduce_dtype or ("bf16" if w.dtype in ("fp8", "fp4") else w.dtype)]
     p_bytes = gathered_bytes(ctx)
-    bucket = np.minimum(bucket_params(s, n), held.params) if overlap else held.params
-    chunk_bucket = np.minimum(bucket, held.params / u.v)  # one DDP module (own buckets) per model chunk
-    edge, edge_emb = edge_bucket_params(ctx.model, chunk_bucket, held.params / u.v, cols[8][first] > 0, u.tp)
-    edge_gathered = (edge - edge_emb) * p_bytes + edge_emb * DTYPE_BYTES["bf16"]
-    sixteen = np.minimum(sixteen_bit_params(ctx.model, cols[8][first] > 0, cols[9][first] > 0, u.tp, u.pp),
-                         held.params - held.expert_params)
-    dense_gathered = (held.params - held.expert_params - sixteen) * p_bytes + sixteen * DTYPE_BYTES["bf16"]
+    has_emb, has_head, dense = cols[8][first] > 0, cols[9][first] > 0, held.params - held.expert_params
+    # Megatron buckets the first pipeline stage's first model chunk only; other chunks and stages are one bucket
+    # each (``ddp_buckets``): there the edge is the whole chunk
+    chunk = held.params / u.v
+    bucket = np.where(has_emb, np.minimum(bucket_params(s, u.dp), held.params), held.params) if overlap \
+        else held.params
+    chunk_bucket = np.minimum(bucket, chunk)
+    sim, sim16 = edge_bucket(ctx.model, bucket, np.ceil(cols[11][first] / u.v), has_emb,
+                             has_head & (u.pp == 1) & (u.v == 1), u.tp, fp8_split=p_bytes < DTYPE_BYTES["bf16"])
+    edge = np.where(has_emb & overlap, np.minimum(sim, dense), dense / u.v)
+    edge_gathered = gathered_dense_bytes(ctx, edge, np.where(has_emb & overlap, sim16, 0.0))
+    sixteen = sixteen_bit_params(ctx.model, has_emb, has_head, u.tp, u.pp)
+    dense_gathered = gathered_dense_bytes(ctx, dense, sixteen)
     # Only the collectives some row's ZeRO stage reads (``data_parallel``; every row's stage, not only the distinct
     # keys' representatives): ZeRO-0 all-reduces; ZeRO-1/2 reduce-scatter and gather; ZeRO-3 (and ZeRO-2 gathering
     # per forward) gathers and reduce-scatters layer by layer. The others stay 0 on rows that never select them.
     zero = set(np.unique(r.zero).tolist())
     per_layer = 3 in zero or (2 in zero and s.software.zero2_gather_per_forward)
-    z_ag, pp_rs, f = fsdp_collectives(sub, held) if per_layer else (0.0, 0.0, fsdp_overlap(s))
+    z_ag, pp_rs, f = fsdp_collectives(sub, held, sixteen) if per_layer else (0.0, 0.0, fsdp_overlap(s))
     z_stride = stride if s.software.zero3_rail_parallel else np.full_like(stride, s.gpus_per_node)
     ar, sharded = 0 in zero, bool(zero & {1, 2})
     out = {

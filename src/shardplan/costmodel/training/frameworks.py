@@ -107,8 +107,9 @@ class FrameworkCaps:
 
 
 # Outside Megatron the fp8 recipes keep 16-bit weights and gather them (torchtitan's enable_fsdp_float8_all_gather is
-# off by default; PyTorch FSDP and AutoModel gather the module's parameters): SoftwareSpec.fp8_param_gather off.
-_BF16_GATHERS: tuple[tuple[str, object], ...] = (("fp8_param_gather", False),)
+# off by default; PyTorch FSDP and AutoModel gather the module's parameters): SoftwareSpec.fp8_param_gather off. Their
+# losses are their own (``loss_memory``, the ``elementwise_kernels`` row), not Megatron's cross-entropy fusions.
+_BF16_GATHERS: tuple[tuple[str, object], ...] = (("fp8_param_gather", False), ("cross_entropy_fusion", "native"))
 # DTensor TP runs its sequence-parallel all-gathers and reduce-scatters as blocking functional collectives: the GEMM
 # that reads the gathered input waits for it, nothing else is queued beside it. Only async TP (inductor's
 # micro-pipelined TP under torch.compile) overlaps them, and both stacks default it off: torchtitan b5bcd76

@@ -37,16 +37,18 @@ def chunked_reduce_exposed(t: np.ndarray, edge: np.ndarray, bwd_s: np.ndarray, b
 
     Time 0 is the rank's last backward's end; chunk ``j``'s last backward ends at ``−j·g·b`` (``b = bwd_s/v``,
     ``backwards_after_chunk``), and its first bucket fills after ``bucket/(params/v)`` of that backward. Chunk
-    ``v−1`` goes first, so the queue ends at ``max_k (k+1)·t/v − k·g·b − b·(1 − share)``, linear in ``k``: its
-    largest value is at ``k = 0`` or ``k = v−1``; the edge bucket (the last one of chunk 0) waits for time 0.
-    With ``v = 1`` this is ``max(t − bwd_s·(1 − bucket/params), edge)``, the single-chunk rule."""
+    ``v−1`` goes first, so the queue ends at ``max_k (k+1)·t/v − k·g·b − fill_k``. Megatron buckets chunk 0
+    only (the chunks after it are one bucket each: megatron/training/models/dist_utils.py@d98e8a6 l.357-372), so
+    ``fill_0 = b·(1 − share)`` and ``fill_k = 0`` above it, where the maximum, linear in ``k``, is at ``k = 1`` or
+    ``k = v−1``; the edge bucket (the last one of chunk 0) waits for time 0. With ``v = 1`` this is
+    ``max(t − bwd_s·(1 − bucket/params), edge)``, the single-chunk rule."""
     v = np.asarray(v, dtype=float)
     b = bwd_s / v
     share = np.minimum(bucket / np.maximum(params / v, 1.0), 1.0)
-    fill = b * (1 - share)
-    first = t / v - fill
-    last = t - backwards_after_chunk(p, v, m, v - 1) * b - fill
-    return np.maximum(np.maximum(first, last), edge)
+    first = t / v - b * (1 - share)
+    later = np.maximum(2 * t / v - backwards_after_chunk(p, v, m, 1) * b,
+                       t - backwards_after_chunk(p, v, m, v - 1) * b)
+    return np.maximum(np.where(v > 1, np.maximum(first, later), first), edge)
 
 
 def chunked_gather_exposed(t: np.ndarray, edge: np.ndarray, fwd_s: np.ndarray, bucket: np.ndarray,
