@@ -49,12 +49,14 @@ def test_fp8_edge_group_is_the_logged_one() -> None:
 
 
 def test_bf16_edge_bucket_is_the_logged_one() -> None:
-    """Nebius's MLPerf run on 8 B300 (16-bit weights, bucket_size=768000000; Nebius/results/nebius_b300_n1/
-    llama31_8b/result_1.txt l.392-573): one buffer, nine buckets, the last 1,221,623,808 (the embedding with the
-    layers since the eighth bucket closed)."""
+    """Nebius's MLPerf runs with 16-bit weights: on 8 B300 (bucket_size=768000000; Nebius/results/nebius_b300_n1/
+    llama31_8b/result_1.txt l.392-573) one buffer of nine buckets, the last 1,221,623,808 (the embedding with the
+    layers since the eighth bucket closed); on 16 B200 (bucket_size=134217728; nebius_b200_n2) the last
+    567,287,808 (the embedding with layer 0's QKV, projection and norms)."""
     edge, emb = _edge(768e6, 32, fp8=False)
     assert edge == 1_221_623_808
     assert emb == EMB
+    assert _edge(134217728, 32, fp8=False)[0] == 567_287_808
 
 
 def test_edge_bucket_by_hand() -> None:
@@ -109,3 +111,43 @@ def test_recipe_bucket_and_fp8_gathers_by_hand() -> None:
     assert rs - st.bwd_time_s * share < last and ag - st.fwd_time_s * share < first  # the edges show
     want = last + first + 0.189 * ((rs - last) + (ag - first))
     assert rep.metrics.dp_exposed_s == pytest.approx(want, rel=1e-6)
+
+
+def _times(model, layout: TrainLayout, gpus: int, system: SystemSpec = H100):
+    from shardplan.costmodel.training.ctx import Ctx
+    from shardplan.costmodel.training.dp_sync import _collective_times
+    from shardplan.costmodel.training.layout import LayoutArrays
+    from shardplan.costmodel.training.step import train_cost
+
+    work = TrainWorkload(seq_len=4096, global_batch=256)
+    rows = LayoutArrays.from_layouts([layout], work.global_batch)
+    cost = train_cost(model, system, work, rows)
+    return _collective_times(Ctx(model, system, work, rows), cost.stages[0], True)[0]
+
+
+def test_dp_sync_reduces_the_first_chunks_edge_over_dp_cp() -> None:
+    """PP 4, V 8, DP 8, CP 2 on 64 H100: the bucket is max(40M, 1M·dp) over dp = 8 (not dp·cp = 16), the first
+    chunk holds one layer and the embedding, and the last bucket's reduce-scatter, in fp32 gradients over the
+    dp·cp = 16 ranks, is the embedding's alone."""
+    c = _times(LLAMA, TrainLayout(pp=4, dp=8, cp=2, interleave=8, zero_stage=1), 64)
+    assert float(c["bucket"][0]) == 40e6
+    want = float(comm.reduce_scatter_time(H100, np.array(EMB * 4.0), np.array(16.0), np.array(1.0)))
+    assert float(c["rs_last"][0]) == pytest.approx(want, rel=1e-12)
+    c = _times(LLAMA, TrainLayout(pp=1, dp=64, cp=2, zero_stage=1), 128)
+    assert float(c["bucket"][0]) == 64e6  # 1M per DP rank, CP not counted
+
+
+def test_tied_embedding_at_pp2_is_its_own_bucket() -> None:
+    """A tied model split over two stages: the first stage's word embedding is shared with the last, and the
+    distributed optimizer buckets it alone (GPT 7.5B: 51,200 × 4,096), where the untied fill would add the
+    layers since the previous bucket closed."""
+    model = get_model("gpt-7.5b")
+    assert model.tied_embeddings
+    shared = edge_bucket(model, np.array([40e6]), np.array([18.0]), np.array([True]), np.array([False]), ONE,
+                         fp8_split=False, shared_embedding=True)[0]
+    alone = edge_bucket(model, np.array([40e6]), np.array([18.0]), np.array([True]), np.array([False]), ONE,
+                        fp8_split=False)[0]
+    assert float(shared[0]) == 51200 * 4096 < float(alone[0])
+    c = _times(model, TrainLayout(pp=2, dp=8, zero_stage=1), 16)
+    want = float(comm.reduce_scatter_time(H100, np.array(51200 * 4096 * 4.0), np.array(8.0), np.array(1.0)))
+    assert float(c["rs_last"][0]) == pytest.approx(want, rel=1e-12)

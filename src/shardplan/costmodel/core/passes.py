@@ -46,10 +46,14 @@ FUSED: dict[str, Traffic] = {
     "gated_act": Traffic(3),  # act(gate)·up: read gate and up, write
     # Megatron-Core fused_vocab_parallel_cross_entropy (megatron/core/fusions/fused_cross_entropy.py@d98e8a64dd, three
     # jit-fused kernels): cast + max (read 16-bit, write fp32: 1 pass + 4 B), shift + exp + sum in place (8 B),
-    # divide by the sum in place (8 B); backward one kernel: read the fp32 softmax, scale it in place (``mul_``,
-    # tensor_parallel/cross_entropy.py l.111-114: torch.compile, Megatron's jit_fuser since core/jit.py enables it,
-    # writes a mutated input back) and write the 16-bit gradient: 4 + 4 B and 1 pass.
-    "cross_entropy": Traffic(1, 20.0, 3, bwd_passes=1, bwd_extra=8.0),
+    # divide by the sum in place (8 B). Backward (calculate_gradients: ``grad_2d[arange, target] -= update`` then
+    # ``mul_``, tensor_parallel/cross_entropy.py l.111-114, under torch.compile, Megatron's jit_fuser: core/jit.py
+    # l.16-33): the compiled graph keeps the mutation of its input, the saved fp32 softmax, so it copies the softmax
+    # (4 + 4 B), scatters the target's update into the copy, then reads it (4 B) and writes the 16-bit gradient and
+    # the product back over the input (4 B): inductor reinplaces an update of an input's view only when the
+    # write-back stores that same op's result (torch/_inductor/fx_passes/reinplace.py ``can_inplace``), so the copy
+    # stays (the generated code of this function, checked with torch 2.13's inductor on CPU).
+    "cross_entropy": Traffic(1, 20.0, 3, bwd_passes=1, bwd_extra=16.0, bwd_kernels=3),
     # Transformer Engine's Triton cross entropy (``SoftwareSpec.cross_entropy_fusion`` "te"; TransformerEngine v2.8
     # transformer_engine/pytorch/triton/cross_entropy.py, the same through v2.17): online_softmax_kernel reads the
     # 16-bit logits for the running max and sum, cross_entropy_kernel reads them again and writes the gradient over

@@ -60,13 +60,17 @@ def _mixer_split(model: ModelSpec, kind: str) -> float:
 
 
 def edge_bucket(model: ModelSpec, bucket: np.ndarray, layers: np.ndarray, has_embedding: np.ndarray,
-                has_head: np.ndarray, tp: np.ndarray, *, fp8_split: bool) -> tuple[np.ndarray, np.ndarray]:
+                has_head: np.ndarray, tp: np.ndarray, *, fp8_split: bool,
+                shared_embedding: np.ndarray | bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Parameters of the edge bucket group of a stage's first model chunk (``layers`` transformer layers from
     layer 0 when ``has_embedding``, else from the stage's first), per row, and of them the 16-bit ones: Megatron's
     greedy fill replayed over the chunk's tensors in backprop order (the head and final norm where the chunk
     holds them; each layer's FC2, FC1, the router and shared experts of an MoE layer, its norms and biases, QKV,
     the output projection; the embedding last). ``fp8_split``: fp8 primary weights, so the fill runs over the
-    linear weights alone and every 16-bit parameter of the chunk joins the edge."""
+    linear weights alone and every 16-bit parameter of the chunk joins the edge. ``shared_embedding``: the
+    embedding is shared with a later stage (tied weights or MTP at pp > 1), and the distributed optimizer closes
+    the bucket before it and gives it a bucket of its own (distrib_optimizer.py l.530-565): with 16-bit weights
+    the edge is the embedding alone."""
     tp = np.asarray(tp, dtype=float)
     one = np.ones_like(tp)
     bucket = np.broadcast_to(np.asarray(bucket, dtype=float), tp.shape)
@@ -107,6 +111,8 @@ def edge_bucket(model: ModelSpec, bucket: np.ndarray, layers: np.ndarray, has_em
     edge = np.where(acc > 0, acc, last)
     if fp8_split:
         return edge + sixteen, sixteen
+    word = P.embedding_params(model) / tp  # the shared parameter: the word embedding alone
+    edge = np.where(np.asarray(shared_embedding, dtype=bool) & np.asarray(has_embedding, dtype=bool), word, edge)
     return edge, np.where(has_embedding, np.minimum(emb, edge), 0.0)
 
 

@@ -163,7 +163,8 @@ def _collective_times(ctx: Ctx, st: StageCost, overlap: bool) -> tuple[dict[str,
         else held.params
     chunk_bucket = np.minimum(bucket, chunk)
     sim, sim16 = edge_bucket(ctx.model, bucket, np.ceil(cols[11][first] / u.v), has_emb,
-                             has_head & (u.pp == 1) & (u.v == 1), u.tp, fp8_split=p_bytes < DTYPE_BYTES["bf16"])
+                             has_head & (u.pp == 1) & (u.v == 1), u.tp, fp8_split=p_bytes < DTYPE_BYTES["bf16"],
+                             shared_embedding=(ctx.model.tied_embeddings or w.mtp_layers > 0) & (u.pp > 1))
     edge = np.where(has_emb & overlap, np.minimum(sim, dense), dense / u.v)
     edge_gathered = gathered_dense_bytes(ctx, edge, np.where(has_emb & overlap, sim16, 0.0))
     sixteen = sixteen_bit_params(ctx.model, has_emb, has_head, u.tp, u.pp)

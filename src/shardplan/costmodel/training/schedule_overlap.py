@@ -6,7 +6,8 @@ pipeline_parallel/schedules.py at d98e8a6) runs microbatches in groups of ``micr
 (default: the pipeline size ``p``), each group through chunk 0, 1, …, v−1 forward and v−1, …, 0 backward
 (``get_schedule_table``, ``get_model_chunk_id(forward=False) = v − 1 − chunk``). So in the last group, after
 chunk ``j``'s last backward this rank still runs ``j·g`` backward chunk-microbatches (``g`` the last group's size).
-Every model chunk is its own DDP module with its own buckets, and with ``--overlap-grad-reduce`` the schedule
+Every model chunk is its own DDP module (the first with buckets, the others one bucket each: ``ddp_buckets``), and
+with ``--overlap-grad-reduce`` the schedule
 launches a chunk's gradient reduction (``grad_sync_func[chunk]``) when its last backward ends
 (``is_last_microbatch_for_model_chunk``; with ``align_grad_reduce`` rank ``r`` waits ``r`` more chunk-microbatches,
 which lines the launches up in time across the pipeline, rank 0 finishing last).
