@@ -93,6 +93,7 @@ def edge_bucket(model: ModelSpec, bucket: np.ndarray, layers: np.ndarray, has_em
     mlp = layer_shard(model, "mlp", tp, one, one)
     moe = layer_shard(model, "moe", tp, one, one) if model.moe is not None else None
     fc1 = 2 / 3 if model.mlp.gated else 0.5
+    mixers = {k: (layer_shard(model, k, tp, one, one), _mixer_split(model, k)) for k, _ in set(seq) if k is not None}
     for j in range(int(np.max(n, initial=0)) - 1, -1, -1):
         on = j < n
         mixer, slot = seq[j]
@@ -102,8 +103,7 @@ def edge_bucket(model: ModelSpec, bucket: np.ndarray, layers: np.ndarray, has_em
         elif slot == "moe" and moe is not None:
             add(moe.linear, moe.other, on)  # shared experts and router; the routed experts' buffer is apart
         if mixer is not None:
-            shard = layer_shard(model, mixer, tp, one, one)
-            share = _mixer_split(model, mixer)
+            shard, share = mixers[mixer]
             add(shard.linear * share, shard.other, on)
             add(shard.linear * (1 - share), 0.0, on)
     emb = layer_shard(model, "embedding", tp, one, one).dense
