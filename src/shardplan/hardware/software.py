@@ -85,6 +85,13 @@ class SoftwareSpec(BaseModel):
         "--fp8-param-gather, set by every Megatron-Bridge fp8 recipe: src/megatron/bridge/training/mixed_precision.py "
         "@067f987 l.231-368; the memory model's 2 B per weight is its rowwise and transposed fp8 copies). False: "
         "16-bit gathers (torchtitan's float8 default, enable_fsdp_float8_all_gather off).")
+    fp8_weight_cache: bool = Field(
+        True, description="Under an fp8/fp4 recipe Transformer Engine quantizes each linear weight in a step's first "
+        "microbatch and keeps the quantized copies for the others (Megatron-Core passes is_first_microbatch unless "
+        "disable_parameter_transpose_cache: extensions/transformer_engine.py@d98e8a6; TE Linear/GroupedLinear "
+        "_fp8_workspaces at d0067d0). Without fp8 primary weights (fp8_param_gather off) the copies sit beside the "
+        "16-bit weight in memory. False: the weight is cast again in every microbatch and nothing is kept "
+        "(torchao's Float8Linear under torchtitan, PyTorch FSDP, AutoModel).")
     ddp_bucket_params: Annotated[int, Field(ge=1)] | None = Field(
         None, description="Parameters per data-parallel gradient bucket (Megatron-LM --ddp-bucket-size; NeMo's "
         "optim.bucket_size): None is Megatron-Core's default, max(40M, 1M·dp·cp) (distributed/"

@@ -157,6 +157,17 @@ class Ctx:
     def capacity_factor(self) -> float:
         return self.model.moe.capacity_factor if self.model.moe is not None else 1.0
 
+    @property
+    def quantized_copy_bytes(self) -> float:
+        """Bytes per element of the copies a low-precision cast writes (``gemm``): a row-wise one, and a column-wise
+        one where that use needs its own (not per-tensor FP8 on GPUs whose FP8 GEMMs take any layout); MXFP8 with an
+        e8m0 scale per 32, NVFP4 with its block scales (``NVFP4_BYTES``). Zero outside fp8/fp4."""
+        if self.mm_dtype not in LOW_PRECISION:
+            return 0.0
+        scaling = self.system.software.fp8_scaling if self.mm_dtype == "fp8" else "current"
+        copies = 1.0 if self.mm_dtype == "fp8" and scaling != "mxfp8" and self.gpu.fp8_any_layout else 2.0
+        return copies * (NVFP4_BYTES if self.mm_dtype == "fp4" else 1.0 + (1 / 32 if scaling == "mxfp8" else 0.0))
+
     # --- pricing the operator inventory (``core.operators.Pricer``) ----------------------------------------------
     def gemm(self, g: Gemm) -> list[Op]:
         """A linear layer's forward GEMM with its backward GEMMs attached (``gemm_grads``); under fp8 plus its cast
@@ -189,19 +200,21 @@ class Ctx:
             # one where per-tensor-scaled FP8 GEMMs take any layout (Blackwell, ``GpuSpec.fp8_any_layout``: TE
             # quantizer.cpp ``nvte_is_non_tn_fp8_gemm_supported`` at d0067d0). Forward: the input, and the weight once
             # per step, cached for the other microbatches (TE ``Linear.forward(is_first_microbatch)``, which
-            # Megatron-Core's TE layers pass); backward: the output gradient, which dgrad and wgrad both read.
+            # Megatron-Core's TE layers pass; in every microbatch without ``SoftwareSpec.fp8_weight_cache``, and the
+            # cache's memory: ``memory.cached_weight_bytes``); backward: the output gradient, which dgrad and wgrad
+            # both read.
             # Streaming kernels at the HBM rate (``stream_time``), as TE's own benchmark measures them (docs/examples/
             # gemm_profiling at d0067d0, a 5B model's 12 layer GEMMs, autocast less pre-quantized time: H200 NVL
             # current scaling 3.50 ms, delayed 2.19 ms per layer, priced 3.35 and 2.20; B300 at the measured 0.77 of
             # that rate: tests/costmodel/test_fp8_quantization.py, docs/physics_sources.md).
             scaling = self.system.software.fp8_scaling if self.mm_dtype == "fp8" else "current"
-            copies = 1.0 if self.mm_dtype == "fp8" and scaling != "mxfp8" and self.gpu.fp8_any_layout else 2.0
-            per = (4.0 if scaling == "current" else 2.0) + copies * (wbytes + (1 / 32 if scaling == "mxfp8" else 0.0))
+            per = (4.0 if scaling == "current" else 2.0) + self.quantized_copy_bytes
             # The fused grouped MLP (``fused_grouped_mlp``) quantizes FC2's input in FC1's epilogue and FC1's output
             # gradient in FC2's dgrad epilogue: those two casts are not kernels of their own.
             into = 0.0 if fused and g.name.endswith(".fc2") else 1.0
             out = 0.0 if fused and g.name.endswith(".fc1") else 1.0
-            cast = np.asarray(per * (into * g.m * g.k + g.k * g.n * g.experts / self.microbatches), dtype=float)
+            casts = 1 / self.microbatches if self.system.software.fp8_weight_cache else 1.0  # weight casts a microbatch
+            cast = np.asarray(per * (into * g.m * g.k + g.k * g.n * g.experts * casts), dtype=float)
             grad = np.asarray(out * per * g.m * g.n, dtype=float) + np.zeros_like(cast)
             ops.append(Op(f"{g.name}.{self.mm_dtype}_cast", MEM, np.zeros_like(cast), cast, self.stream_time(cast),
                           bwd_nbytes=grad, bwd_time=self.stream_time(grad) * out))

@@ -43,6 +43,19 @@ def layer_params(ctx: Ctx, kind: str) -> LayerParams:
     return LayerParams(shard.dense, shard.experts)
 
 
+def cached_weight_bytes(ctx: Ctx) -> float:
+    """Bytes per transformer-layer parameter of the quantized weight copies Transformer Engine keeps across a step's
+    microbatches (``SoftwareSpec.fp8_weight_cache``; the copies a cast writes, ``Ctx.quantized_copy_bytes``: on Hopper
+    a row-wise and a transposed fp8 copy, 2 B) beside 16-bit primary weights. Under fp8 primary weights
+    (``fp8_param_gather``) the copies are the weights themselves (``stage_memory.weight_bytes``); the embedding and
+    the LM head run outside the recipe and keep none. A layer's norms and router are counted with its linear
+    weights (under 0.1% of them)."""
+    sw = ctx.system.software
+    if not sw.fp8_weight_cache or (ctx.work.dtype == "fp8" and sw.fp8_param_gather):
+        return 0.0
+    return ctx.quantized_copy_bytes
+
+
 def mtp_ffn_kind(ctx: Ctx) -> str:
     """The feed-forward kind of an MTP module's transformer layer: the model's last layer's (``models.params``
     ``mtp_param_breakdown``; Megatron-LM d98e8a6 training.py counts it by ``last_layer_is_moe``)."""

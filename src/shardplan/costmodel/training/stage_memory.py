@@ -20,6 +20,7 @@ from shardplan.costmodel.training.dp_sync import fsdp_under_pp
 from shardplan.costmodel.training.layers import core_attention
 from shardplan.costmodel.training.layout import LayoutArrays, TrainWorkload
 from shardplan.costmodel.training.memory import (
+    cached_weight_bytes,
     embedding_activations,
     framework_memory,
     head_activations,
@@ -165,6 +166,10 @@ def memory_of(ctx: Ctx, sums: StageSums, shape: StageShape, m: np.ndarray, rc_de
     w_bytes = weight_bytes(w)
     weights_full = (dense_p + expert_p) * w_bytes
     (weights, grads, optimizer), (w_kept, _, opt_full) = _param_memory(ctx, dense_p, expert_p, (True, False))
+    cache = cached_weight_bytes(ctx)  # quantized copies of the layers' weights, kept on the GPU whatever is offloaded
+    if cache:
+        mtp = mtp_params(ctx).total if w.mtp_layers else 0.0
+        weights = weights + cache * (sums.layer_unit * n + head * mtp)
 
     # Activations: layers storing everything vs. fully recomputed ones, times microbatches in flight.
     save_dense, save_moe = sums.save_dense, sums.save_moe

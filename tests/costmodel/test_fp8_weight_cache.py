@@ -1,0 +1,84 @@
+"""Transformer Engine's quantized weight copies kept across a step's microbatches (``SoftwareSpec.fp8_weight_cache``):
+Megatron-Core passes ``is_first_microbatch`` to its TE layers (extensions/transformer_engine.py@d98e8a6 TELinear,
+TEGroupedLinear, unless ``disable_parameter_transpose_cache``) and TE keeps the quantized weight in
+``_fp8_workspaces`` (module/linear.py, grouped_linear.py at d0067d0). With 16-bit primary weights that copy sits
+beside them: on Hopper a row-wise and a transposed fp8 copy, 2 B per weight; with fp8 primary weights it is the
+weight itself. Hand counts of Llama 3.1 8B's layer parameters (config.json: hidden 4096, 32 layers, 32 heads, 8 KV
+heads, FFN 14336, vocabulary 128256)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from shardplan.costmodel.training.ctx import Ctx
+from shardplan.costmodel.training.evaluate import estimate_training
+from shardplan.costmodel.training.frameworks import framework_system
+from shardplan.costmodel.training.layers import mlp_ops
+from shardplan.costmodel.training.layout import LayoutArrays, Recompute, TrainLayout, TrainWorkload
+from shardplan.hardware import get_system
+from shardplan.hardware.spec import SystemSpec
+from shardplan.models import get_model
+
+H, L, FFN, KV = 4096, 32, 14336, 1024
+# per layer: QKV, output projection, gate/up and down, two RMSNorm weights
+LAYER = H * (H + 2 * KV) + H * H + 3 * H * FFN + 2 * H
+LAYOUT = TrainLayout(tp=1, pp=1, dp=8, microbatch=1, recompute=Recompute.FULL, zero_stage=1)
+WORK = TrainWorkload(seq_len=4096, global_batch=64, dtype="fp8")
+
+
+def _system(name: str = "dgx-h100", **software: object) -> SystemSpec:
+    system = get_system(name)
+    return system.model_copy(update={"software": system.software.model_copy(update=software)})
+
+
+def _weights(system: SystemSpec, work: TrainWorkload = WORK) -> float:
+    report = estimate_training(get_model("llama-3.1-8b"), system, 8, work, LAYOUT)
+    return report.memory.weights_bytes
+
+
+@pytest.mark.parametrize(("gpu", "scaling", "per_weight"), [
+    ("dgx-h100", "current", 2.0),  # Hopper: FP8 GEMMs in TN layout only, a transposed copy beside the row-wise one
+    ("dgx-h100", "delayed", 2.0),
+    ("dgx-b200", "current", 1.0),  # Blackwell: per-tensor FP8 GEMMs take any layout, one copy
+    ("dgx-b200", "mxfp8", 2.0 + 2 / 32),  # MXFP8: row- and column-wise copies, an e8m0 scale per 32 each
+])
+def test_cache_beside_sixteen_bit_weights(gpu: str, scaling: str, per_weight: float) -> None:
+    """Without fp8 primary weights every layer weight gains its quantized copies; the embedding and the LM head (outside
+    the recipe) gain nothing."""
+    kept = _weights(_system(gpu, fp8_param_gather=False, fp8_scaling=scaling))
+    primary = _weights(_system(gpu, fp8_param_gather=True, fp8_scaling=scaling))
+    assert kept - primary == pytest.approx(per_weight * L * LAYER, rel=1e-9)
+
+
+def test_no_cache_without_it_or_outside_fp8() -> None:
+    """A stack that casts the weight in every microbatch keeps nothing; bf16 training has nothing to keep."""
+    base = _weights(_system(fp8_param_gather=True))
+    assert _weights(_system(fp8_param_gather=False, fp8_weight_cache=False)) == pytest.approx(base, rel=1e-12)
+    bf16 = TrainWorkload(seq_len=4096, global_batch=64, dtype="bf16")
+    assert _weights(_system(fp8_param_gather=False), bf16) == pytest.approx(_weights(_system(), bf16), rel=1e-12)
+
+
+def test_stacks_without_it() -> None:
+    """torchtitan (torchao's Float8Linear) and PyTorch FSDP keep no quantized copy; Megatron keeps it."""
+    system = _system(fp8_param_gather=False)
+    assert framework_system(system, "torchtitan").software.fp8_weight_cache is False
+    assert framework_system(system, "fsdp").software.fp8_weight_cache is False
+    assert framework_system(system, "megatron").software.fp8_weight_cache is True
+
+
+def test_weight_cast_per_microbatch_without_the_cache() -> None:
+    """FC1's cast kernel reads the 16-bit input and weight twice (current scaling) and writes both fp8 copies (Hopper):
+    6 B per element; the weight's part is paid once a step with the cache (÷ 8 microbatches here), in every
+    microbatch without it."""
+    rows = LayoutArrays.from_layouts([LAYOUT], global_batch=64)
+    tokens = 4096
+
+    def fc1_cast(system: SystemSpec) -> float:
+        ctx = Ctx(get_model("llama-3.1-8b"), system, WORK, rows)
+        [op] = [o for o in mlp_ops(ctx) if o.name == "mlp.fc1.fp8_cast"]
+        return float(np.asarray(op.nbytes)[0])
+
+    weight = H * 2 * FFN  # gate and up, one GEMM
+    assert fc1_cast(_system()) == pytest.approx(6.0 * (tokens * H + weight / 8), rel=1e-12)
+    assert fc1_cast(_system(fp8_weight_cache=False)) == pytest.approx(6.0 * (tokens * H + weight), rel=1e-12)
