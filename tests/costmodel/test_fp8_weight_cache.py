@@ -8,6 +8,8 @@ heads, FFN 14336, vocabulary 128256)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -32,8 +34,8 @@ def _system(name: str = "dgx-h100", **software: object) -> SystemSpec:
     return system.model_copy(update={"software": system.software.model_copy(update=software)})
 
 
-def _weights(system: SystemSpec, work: TrainWorkload = WORK) -> float:
-    report = estimate_training(get_model("llama-3.1-8b"), system, 8, work, LAYOUT)
+def _weights(system: SystemSpec, work: TrainWorkload = WORK, layout: TrainLayout = LAYOUT) -> float:
+    report = estimate_training(get_model("llama-3.1-8b"), system, 8, work, layout)
     return report.memory.weights_bytes
 
 
@@ -59,6 +61,15 @@ def test_no_cache_without_it_or_outside_fp8() -> None:
     assert _weights(_system(fp8_param_gather=False), bf16) == pytest.approx(_weights(_system(), bf16), rel=1e-12)
 
 
+def test_fp8_primary_weights_need_the_distributed_optimizer() -> None:
+    """Megatron runs --fp8-param-gather only with the distributed optimizer or Megatron-FSDP (arguments.py l.1095-1097
+    at d98e8a6): at ZeRO 0 the weights stay 16-bit and the copies are cached beside them, 2 B per layer weight on
+    Hopper; ZeRO 0 holds whole weights, so the weights' own bytes are those of ZeRO 1."""
+    zero0 = dataclasses.replace(LAYOUT, zero_stage=0)
+    assert _weights(_system(fp8_param_gather=True), layout=zero0) - _weights(_system(fp8_param_gather=True)) \
+        == pytest.approx(2.0 * L * LAYER, rel=1e-9)
+
+
 def test_stacks_without_it() -> None:
     """torchtitan (torchao's Float8Linear) and PyTorch FSDP keep no quantized copy; Megatron keeps it."""
     system = _system(fp8_param_gather=False)
@@ -82,3 +93,34 @@ def test_weight_cast_per_microbatch_without_the_cache() -> None:
     weight = H * 2 * FFN  # gate and up, one GEMM
     assert fc1_cast(_system()) == pytest.approx(6.0 * (tokens * H + weight / 8), rel=1e-12)
     assert fc1_cast(_system(fp8_weight_cache=False)) == pytest.approx(6.0 * (tokens * H + weight), rel=1e-12)
+
+
+@pytest.mark.parametrize(("gpu", "scaling", "per_element"), [
+    ("dgx-b200", "current", 4.0 + 1.0),  # two reads (amax, cast), one copy: per-tensor FP8 GEMMs take any layout
+    ("dgx-b200", "mxfp8", 2.0 + 2 * (1.0 + 1 / 32)),  # one read, row- and column-wise copies with their scales
+])
+def test_weight_cast_on_blackwell(gpu: str, scaling: str, per_element: float) -> None:
+    """The same FC1 cast on a B200: current scaling writes one copy, MXFP8 two with an e8m0 scale per 32 each."""
+    rows = LayoutArrays.from_layouts([LAYOUT], global_batch=64)
+    ctx = Ctx(get_model("llama-3.1-8b"), _system(gpu, fp8_scaling=scaling), WORK, rows)
+    [op] = [o for o in mlp_ops(ctx) if o.name == "mlp.fc1.fp8_cast"]
+    assert float(np.asarray(op.nbytes)[0]) == pytest.approx(per_element * (4096 * H + H * 2 * FFN / 8), rel=1e-12)
+
+
+def test_layer_rows_add_up_to_the_stages_with_mtp() -> None:
+    """One truth: each stage's weights in the per-layer table (count × per-layer bytes) are the stage table's, the
+    cache included, with MTP on the last stage (whose own embedding copy keeps no quantized copy)."""
+    work = TrainWorkload(seq_len=4096, global_batch=64, dtype="fp8", mtp_layers=1)
+    layout = TrainLayout(tp=1, pp=2, dp=8, ep=8, microbatch=1, recompute=Recompute.FULL, zero_stage=1)
+    report = estimate_training(get_model("qwen3-30b-a3b"), _system(fp8_param_gather=False), 16, work, layout)
+    for stage in report.stages:
+        rows = [r for r in report.layers if r.stage == stage.stage]
+        assert sum(r.count * r.weights_bytes for r in rows) == pytest.approx(stage.weights_bytes, rel=1e-9)
+    [head] = [r for r in report.layers if r.kind == "head+mtp"]
+    cold = estimate_training(get_model("qwen3-30b-a3b"), _system(fp8_param_gather=False, fp8_weight_cache=False), 16,
+                             work, layout)
+    [head_cold] = [r for r in cold.layers if r.kind == "head+mtp"]
+    model = get_model("qwen3-30b-a3b")  # untied: the LM head, the final norm, and the last stage's embedding copy
+    lm_head = embedding = model.vocab_size * model.hidden_size  # for the MTP lookup keep no quantized copy
+    assert head.weights_bytes - head_cold.weights_bytes == pytest.approx(
+        2.0 * (head.params - lm_head - embedding - model.hidden_size), rel=1e-12)

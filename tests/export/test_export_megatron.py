@@ -129,13 +129,17 @@ def test_moe_mla_fp8_partial_recompute() -> None:
     assert "--fp8-param-gather" in args  # fp8 primary weights: no cached fp8 copy beside 16-bit weights
 
 
-def test_fp8_without_the_distributed_optimizer_names_the_weight_cache() -> None:
-    """ZeRO-0 cannot run --fp8-param-gather (Megatron asserts the distributed optimizer): the export says what the
-    plan's memory leaves out instead of writing a flag Megatron refuses."""
-    t = dataclasses.replace(CORNERS["deepseek-v3-ep"], plan=CORNERS["deepseek-v3-ep"].plan.model_copy(
-        update={"zero_stage": 0}))
-    out = export_train("megatron", t)
-    assert "--fp8-param-gather" not in dict(parse(out.text)) and any("fp8 copy of every weight" in n for n in out.notes)
+def test_fp8_primary_weights_only_where_priced_and_runnable() -> None:
+    """ZeRO-0 cannot run --fp8-param-gather (Megatron asserts the distributed optimizer), nor does a plan priced with
+    16-bit primary weights get it: both hold Transformer Engine's cached fp8 copies in their memory instead
+    (memory.cached_weight_bytes), so neither writes the flag."""
+    base = CORNERS["deepseek-v3-ep"]
+    zero0 = dataclasses.replace(base, plan=base.plan.model_copy(update={"zero_stage": 0}))
+    sixteen = dataclasses.replace(base, fp8_param_gather=False)
+    for t in (zero0, sixteen):
+        out = export_train("megatron", t)
+        assert "--fp8-param-gather" not in dict(parse(out.text))
+        assert not any("fp8" in n and "copy" in n for n in out.notes)
 
 
 def test_offload_flags() -> None:

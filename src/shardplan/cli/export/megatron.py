@@ -252,16 +252,11 @@ def _precision(t: TrainTarget, args: Args, notes: list[str]) -> None:
         args.append(("--fp16", None))
     if t.dtype == "fp8":
         args.append(("--fp8-format", "hybrid"))
-        # The plan holds 16-bit-sized weights and no separate fp8 copy: with bf16 weights Transformer Engine would
-        # cache each weight's fp8 rowwise and transposed copies across microbatches (TransformerEngine@d0067d0
-        # module/linear.py quantize_weight(cache=...)), ~2 B a parameter more. fp8 primary weights hold just those
-        # (Megatron-LM d98e8a6 --fp8-param-gather, which needs the distributed optimizer or Megatron-FSDP).
-        if ("--use-distributed-optimizer", None) in args:
+        # fp8 primary weights where the plan was priced with them (SoftwareSpec.fp8_param_gather; Megatron-LM
+        # d98e8a6 --fp8-param-gather needs the distributed optimizer or Megatron-FSDP). Elsewhere the plan's memory
+        # holds the fp8 copies Transformer Engine caches beside 16-bit weights (memory.cached_weight_bytes).
+        if t.fp8_param_gather and ("--use-distributed-optimizer", None) in args:
             args.append(("--fp8-param-gather", None))
-        else:
-            notes.append("fp8 without the distributed optimizer: Transformer Engine caches an fp8 copy of every "
-                         "weight (about 2 B a parameter) that the plan's memory does not hold; pin --zero 1 to "
-                         "write --fp8-param-gather")
     if t.dtype == "fp4":  # NVFP4 GEMMs through Transformer Engine (Blackwell)
         args += [("--fp4-format", "e2m1"), ("--fp4-recipe", "nvfp4")]
     if t.grad_dtype == "bf16" and t.dtype in ("bf16", "fp8", "fp4"):

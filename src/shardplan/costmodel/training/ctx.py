@@ -40,16 +40,12 @@ from shardplan.costmodel.core.passes import FUSED, traffic
 from shardplan.costmodel.core.routing import round_robin_blocks, routed_blocks
 from shardplan.costmodel.training.cp_comm import cp_ops
 from shardplan.costmodel.training.layout import LayoutArrays, TrainWorkload, fill_drain_slots, pipeline_schedules
+from shardplan.costmodel.training.quantization import LOW_PRECISION, NVFP4_BYTES, quantized_copy_bytes
 from shardplan.hardware.spec import AttentionKernel, GpuSpec, SystemSpec
 from shardplan.models.spec import ModelSpec
 from shardplan.units import DTYPE_BYTES
 
 DROPOUT_FAMILIES = ("gpt", "opt", "bloom")
-# Low-precision GEMM recipes keep activations, attention and everything outside the GEMMs in bf16.
-LOW_PRECISION = ("fp8", "fp4")
-# NVFP4 operands: E2M1 values plus one FP8 E4M3 scale per 16 (NVIDIA, "Pretraining LLMs with NVFP4", arXiv
-# 2509.25149 §2): 4.5 bits per element.
-NVFP4_BYTES = 4.5 / 8
 # A fused attention backward recomputes QKᵀ and the softmax and runs four matmuls against the forward's two: 2.5× its
 # FLOPs (FlashAttention-2, Dao 2023 §4.1, which counts the backward so)
 BWD_ATTN_FLOPS = 2.5
@@ -159,14 +155,8 @@ class Ctx:
 
     @property
     def quantized_copy_bytes(self) -> float:
-        """Bytes per element of the copies a low-precision cast writes (``gemm``): a row-wise one, and a column-wise
-        one where that use needs its own (not per-tensor FP8 on GPUs whose FP8 GEMMs take any layout); MXFP8 with an
-        e8m0 scale per 32, NVFP4 with its block scales (``NVFP4_BYTES``). Zero outside fp8/fp4."""
-        if self.mm_dtype not in LOW_PRECISION:
-            return 0.0
-        scaling = self.system.software.fp8_scaling if self.mm_dtype == "fp8" else "current"
-        copies = 1.0 if self.mm_dtype == "fp8" and scaling != "mxfp8" and self.gpu.fp8_any_layout else 2.0
-        return copies * (NVFP4_BYTES if self.mm_dtype == "fp4" else 1.0 + (1 / 32 if scaling == "mxfp8" else 0.0))
+        """Bytes per element of the copies a low-precision cast writes (``quantization.quantized_copy_bytes``)."""
+        return quantized_copy_bytes(self.gpu, self.mm_dtype, self.system.software.fp8_scaling)
 
     # --- pricing the operator inventory (``core.operators.Pricer``) ----------------------------------------------
     def gemm(self, g: Gemm) -> list[Op]:
@@ -194,15 +184,12 @@ class Ctx:
                   grads=self.gemm_grads(g, wbytes, self.mm_dtype, one_kernel=one_kernel))]
         if self.mm_dtype in LOW_PRECISION:
             # Quantization (Transformer Engine's cast kernels). Per element: current scaling reads the 16-bit tensor
-            # twice (amax, then cast), delayed scaling and MXFP8 once; each writes the fp8 copies its GEMMs read: a
-            # row-wise and a column-wise one where the column-wise use needs its own (FP8 GEMMs in TN layout only,
-            # Hopper: a transposed copy; MXFP8 and NVFP4: scales along the other axis, MXFP8 an e8m0 per 32 each),
-            # one where per-tensor-scaled FP8 GEMMs take any layout (Blackwell, ``GpuSpec.fp8_any_layout``: TE
-            # quantizer.cpp ``nvte_is_non_tn_fp8_gemm_supported`` at d0067d0). Forward: the input, and the weight once
-            # per step, cached for the other microbatches (TE ``Linear.forward(is_first_microbatch)``, which
-            # Megatron-Core's TE layers pass; in every microbatch without ``SoftwareSpec.fp8_weight_cache``, and the
-            # cache's memory: ``memory.cached_weight_bytes``); backward: the output gradient, which dgrad and wgrad
-            # both read.
+            # twice (amax, then cast), delayed scaling and MXFP8 once; each writes the copies its GEMMs read
+            # (``quantized_copy_bytes``; TE quantizer.cpp ``nvte_is_non_tn_fp8_gemm_supported`` at d0067d0). Forward:
+            # the input, and the weight once per step, cached for the other microbatches (TE
+            # ``Linear.forward(is_first_microbatch)``, which Megatron-Core's TE layers pass; in every microbatch without
+            # ``SoftwareSpec.fp8_weight_cache``; the cache's memory: ``memory.cached_weight_bytes``); backward: the
+            # output gradient, which dgrad and wgrad both read.
             # Streaming kernels at the HBM rate (``stream_time``), as TE's own benchmark measures them (docs/examples/
             # gemm_profiling at d0067d0, a 5B model's 12 layer GEMMs, autocast less pre-quantized time: H200 NVL
             # current scaling 3.50 ms, delayed 2.19 ms per layer, priced 3.35 and 2.20; B300 at the measured 0.77 of

@@ -17,7 +17,7 @@ from shardplan.costmodel.core.layouts import check_gpus
 from shardplan.costmodel.training.cp_rules import check_cp_comm
 from shardplan.costmodel.training.knobs import DEFAULT_RECOMPUTE_MODULES
 from shardplan.costmodel.training.layout import LayoutArrays, Recompute, TrainLayout, TrainWorkload
-from shardplan.costmodel.training.memory import cached_weight_bytes, mtp_params
+from shardplan.costmodel.training.memory import cached_mtp_params, cached_weight_bytes
 from shardplan.costmodel.training.recompute_modules import selective_terms
 from shardplan.costmodel.training.report import (
     LayerRow,
@@ -177,8 +177,8 @@ def _layer_row(cost: TrainCost, stage: str, kind: str, kc: Any, count: int, mode
     weights, grads, opt = (float(np.asarray(x)[i]) for x in param_memory(cost.ctx, kc.params.dense, kc.params.expert))
     mtp = kind == "head" and cost.ctx.work.mtp_layers > 0  # the head row carries the MTP modules (stages.kind_costs)
     if kind != "embedding" and (kind != "head" or mtp):  # the layers' quantized copies (stage_memory.memory_of)
-        cached = _f(mtp_params(cost.ctx).total, i) if mtp else _f(kc.params.total, i)
-        weights += cached_weight_bytes(cost.ctx) * cached
+        cached = _f(cached_mtp_params(cost.ctx), i) if mtp else _f(kc.params.total, i)
+        weights += float(cached_weight_bytes(cost.ctx)[i]) * cached
     acts = 0.0
     if kc.acts is not None:
         acts = _f((kc.acts.none, kc.acts.selective, kc.acts.full)[mode], i)

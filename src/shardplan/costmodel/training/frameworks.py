@@ -109,8 +109,9 @@ class FrameworkCaps:
 # Outside Megatron the fp8 recipes keep 16-bit weights and gather them (torchtitan's enable_fsdp_float8_all_gather is
 # off by default; PyTorch FSDP and AutoModel gather the module's parameters): SoftwareSpec.fp8_param_gather off. Their
 # losses are their own (``loss_memory``, the ``elementwise_kernels`` row), not Megatron's cross-entropy fusions. Nor do
-# they keep a step's quantized weights across its microbatches (torchao's Float8Linear casts the weight in every
-# forward; no is_first_microbatch reaches Transformer Engine): SoftwareSpec.fp8_weight_cache off.
+# they keep a step's quantized weights across its microbatches: torchao's Float8Linear casts the weight in every
+# forward, and Transformer Engine's layers under FSDP2 skip the cache (TE d0067d0 module/linear.py l.1958,
+# layernorm_linear.py l.1763, layernorm_mlp.py l.2371-2375 ``is_fsdp2``): SoftwareSpec.fp8_weight_cache off.
 _BF16_GATHERS: tuple[tuple[str, object], ...] = (("fp8_param_gather", False), ("cross_entropy_fusion", "native"),
                                                  ("fp8_weight_cache", False))
 # DTensor TP runs its sequence-parallel all-gathers and reduce-scatters as blocking functional collectives: the GEMM

@@ -43,17 +43,30 @@ def layer_params(ctx: Ctx, kind: str) -> LayerParams:
     return LayerParams(shard.dense, shard.experts)
 
 
-def cached_weight_bytes(ctx: Ctx) -> float:
-    """Bytes per transformer-layer parameter of the quantized weight copies Transformer Engine keeps across a step's
-    microbatches (``SoftwareSpec.fp8_weight_cache``; the copies a cast writes, ``Ctx.quantized_copy_bytes``: on Hopper
-    a row-wise and a transposed fp8 copy, 2 B) beside 16-bit primary weights. Under fp8 primary weights
-    (``fp8_param_gather``) the copies are the weights themselves (``stage_memory.weight_bytes``); the embedding and
-    the LM head run outside the recipe and keep none. A layer's norms and router are counted with its linear
-    weights (under 0.1% of them)."""
-    sw = ctx.system.software
-    if not sw.fp8_weight_cache or (ctx.work.dtype == "fp8" and sw.fp8_param_gather):
-        return 0.0
-    return ctx.quantized_copy_bytes
+def fp8_primary_weights(ctx: Ctx) -> np.ndarray:
+    """Per row, whether the weights' primary copies are fp8 (``SoftwareSpec.fp8_param_gather`` under an fp8 recipe),
+    which Megatron runs only with the distributed optimizer or Megatron-FSDP (ZeRO >= 1: Megatron-LM d98e8a6
+    arguments.py l.1095-1097); elsewhere the weights stay 16-bit."""
+    primary = ctx.work.dtype == "fp8" and ctx.system.software.fp8_param_gather
+    return primary & (np.asarray(ctx.rows.zero) >= 1)
+
+
+def cached_weight_bytes(ctx: Ctx) -> np.ndarray:
+    """Bytes per transformer-layer parameter, per row, of the quantized weight copies Transformer Engine keeps across
+    a step's microbatches (``SoftwareSpec.fp8_weight_cache``; the copies a cast writes, ``Ctx.quantized_copy_bytes``:
+    on Hopper a row-wise and a transposed fp8 copy, 2 B) beside 16-bit primary weights; with fp8 primary weights
+    (``fp8_primary_weights``) the copies are the weights (``stage_memory.weight_bytes``). The embedding and the LM
+    head run outside the recipe and keep none. A layer's norms and router are counted with its linear weights (under
+    0.1% of them). Under Megatron-FSDP the cache holds whole gathered weights, as counted here (unsharded)."""
+    if not ctx.system.software.fp8_weight_cache:
+        return np.zeros(np.shape(ctx.rows.zero))
+    return np.where(fp8_primary_weights(ctx), 0.0, ctx.quantized_copy_bytes)
+
+
+def cached_mtp_params(ctx: Ctx) -> np.ndarray:
+    """The MTP modules' parameters whose quantized copies are cached (``cached_weight_bytes``): without the last
+    stage's embedding copy (``mtp_params``), which runs outside the recipe."""
+    return mtp_params(ctx, embedding_copy=False).total
 
 
 def mtp_ffn_kind(ctx: Ctx) -> str:
@@ -63,20 +76,20 @@ def mtp_ffn_kind(ctx: Ctx) -> str:
     return "moe" if m.moe is not None and m.num_moe_layers else "mlp"
 
 
-def mtp_params(ctx: Ctx) -> LayerParams:
+def mtp_params(ctx: Ctx, *, embedding_copy: bool = True) -> LayerParams:
     """Parameters per GPU of the workload's MTP modules, all on the last stage (Megatron-LM d98e8a6
     transformer/multi_token_prediction.py): per module a full-attention layer and a layer of ``mtp_ffn_kind``,
     enorm, hnorm and a final norm, the column-parallel 2h→h ``eh_proj``; the LM head is the model's own, and the
     word embedding too, except that under PP the last stage holds its own copy for the MTP lookup (``GPTModel``
     builds the embedding where ``pre_process or mtp_process``; with tied embeddings that is the copy the head
-    already holds)."""
+    already holds). ``embedding_copy`` False: the modules alone, without that copy."""
     m, r = ctx.model, ctx.rows
     n, h, t = float(ctx.work.mtp_layers), m.hidden_size, r.tp.astype(float)
     attn = layer_shard(m, "attention", r.tp, r.ep, r.pp, r.etp)
     ffn = layer_shard(m, mtp_ffn_kind(ctx), r.tp, r.ep, r.pp, r.etp)
     emb = layer_shard(m, "embedding", r.tp, r.ep, r.pp, r.etp)
     # under PP the last stage needs the word embedding: its own copy, unless tied embeddings already put one there
-    copy = np.where((r.pp > 1) & (not m.tied_embeddings), emb.dense, 0.0)
+    copy = np.where((r.pp > 1) & (not m.tied_embeddings) & embedding_copy, emb.dense, 0.0)
     dense = attn.dense + ffn.dense + 2 * h * h / t + 3 * norm_params(m, h) + copy
     return LayerParams(n * dense, n * (attn.experts + ffn.experts))
 

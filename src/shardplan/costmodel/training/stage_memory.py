@@ -18,8 +18,9 @@ from shardplan.costmodel.training.cp_comm import gather_transient
 from shardplan.costmodel.training.ctx import Ctx
 from shardplan.costmodel.training.dp_sync import fsdp_under_pp
 from shardplan.costmodel.training.layers import core_attention
-from shardplan.costmodel.training.layout import LayoutArrays, TrainWorkload
+from shardplan.costmodel.training.layout import LayoutArrays
 from shardplan.costmodel.training.memory import (
+    cached_mtp_params,
     cached_weight_bytes,
     embedding_activations,
     framework_memory,
@@ -33,9 +34,12 @@ from shardplan.costmodel.training.stages import KindCost, StageShape, stage_coun
 from shardplan.units import DTYPE_BYTES
 
 
-def weight_bytes(work: TrainWorkload) -> float:
-    """Bytes per stored weight: 16-bit copies for mixed precision, fp32 for fp32 training."""
-    return DTYPE_BYTES["fp32"] if work.dtype == "fp32" else DTYPE_BYTES["bf16"]
+def weight_bytes(ctx: Ctx) -> float:
+    """Bytes per stored weight: 16-bit copies for mixed precision, fp32 for fp32 training. With fp8 primary weights
+    (``memory.fp8_primary_weights``) a layer weight is its quantized copies instead, 2 B on Hopper (row-wise and
+    transposed) as the 16-bit weight; on Blackwell it is 1 B per-tensor and 2 + 2/32 B under MXFP8, which this
+    leaves at 2 B (the embedding and LM head beside them stay 16-bit)."""
+    return DTYPE_BYTES["fp32"] if ctx.work.dtype == "fp32" else DTYPE_BYTES["bf16"]
 
 
 def param_memory(ctx: Ctx, dense: np.ndarray, expert: np.ndarray, *, offloaded: bool = True
@@ -67,9 +71,10 @@ def _param_memory(ctx: Ctx, dense: np.ndarray, expert: np.ndarray, variants: tup
 
     dpz, edpz, held, zero1, zero2, zero3, kept_w, kept_o = once(ctx, "param_rows", per_row)
     split, whole = dense / dpz + expert / edpz, dense + expert
-    w_sharded = np.where(zero3, split, whole) * weight_bytes(w)
+    w_bytes = weight_bytes(ctx)
+    w_sharded = np.where(zero3, split, whole) * w_bytes
     o_sharded = np.where(zero1, split, whole) * w.optimizer_state_bytes
-    w_held = np.where(held, whole * weight_bytes(w), 0.0)
+    w_held = np.where(held, whole * w_bytes, 0.0)
     grads = np.where(held, whole, np.where(zero2, split, whole)) * DTYPE_BYTES[w.grad_dtype]
     out = []
     for offloaded in variants:
@@ -163,12 +168,12 @@ def memory_of(ctx: Ctx, sums: StageSums, shape: StageShape, m: np.ndarray, rc_de
 
     # Parameters held, and the memory they take with ZeRO sharding and offload.
     dense_p, expert_p = sums.dense_params, sums.expert_params
-    w_bytes = weight_bytes(w)
+    w_bytes = weight_bytes(ctx)
     weights_full = (dense_p + expert_p) * w_bytes
     (weights, grads, optimizer), (w_kept, _, opt_full) = _param_memory(ctx, dense_p, expert_p, (True, False))
-    cache = cached_weight_bytes(ctx)  # quantized copies of the layers' weights, kept on the GPU whatever is offloaded
-    if cache:
-        mtp = mtp_params(ctx).total if w.mtp_layers else 0.0
+    cache = once(ctx, "weight_cache", lambda: cached_weight_bytes(ctx))  # the layers' quantized copies: on the GPU
+    if cache.any():  # whatever is offloaded
+        mtp = once(ctx, "cached_mtp", lambda: cached_mtp_params(ctx)) if w.mtp_layers else 0.0
         weights = weights + cache * (sums.layer_unit * n + head * mtp)
 
     # Activations: layers storing everything vs. fully recomputed ones, times microbatches in flight.
