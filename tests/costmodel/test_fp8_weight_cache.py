@@ -45,12 +45,15 @@ def _weights(system: SystemSpec, work: TrainWorkload = WORK, layout: TrainLayout
     ("dgx-b200", "current", 1.0),  # Blackwell: per-tensor FP8 GEMMs take any layout, one copy
     ("dgx-b200", "mxfp8", 2.0 + 2 / 32),  # MXFP8: row- and column-wise copies, an e8m0 scale per 32 each
 ])
-def test_cache_beside_sixteen_bit_weights(gpu: str, scaling: str, per_weight: float) -> None:
-    """Without fp8 primary weights every layer weight gains its quantized copies; the embedding and the LM head (outside
-    the recipe) gain nothing."""
+def test_copies_beside_or_in_place_of_sixteen_bit_weights(gpu: str, scaling: str, per_weight: float) -> None:
+    """Against bf16 training (every weight 2 B): without fp8 primary weights every layer weight gains its quantized
+    copies; with them (ZeRO 1) the copies replace its 16 bits. The embedding and the LM head (outside the recipe) stay
+    16-bit either way."""
+    bf16 = _weights(_system(gpu), TrainWorkload(seq_len=4096, global_batch=64, dtype="bf16"))
     kept = _weights(_system(gpu, fp8_param_gather=False, fp8_scaling=scaling))
     primary = _weights(_system(gpu, fp8_param_gather=True, fp8_scaling=scaling))
-    assert kept - primary == pytest.approx(per_weight * L * LAYER, rel=1e-9)
+    assert kept - bf16 == pytest.approx(per_weight * L * LAYER, rel=1e-9)
+    assert primary - bf16 == pytest.approx((per_weight - 2.0) * L * LAYER, rel=1e-9, abs=1.0)
 
 
 def test_no_cache_without_it_or_outside_fp8() -> None:

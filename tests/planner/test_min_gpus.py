@@ -31,6 +31,8 @@ SOUND = [
     _req("llama-4-scout", 8, 8192, 64),
     _req("opt-30b", 8, 8192, 32, work={"dtype": "fp8"}),
     _req("mixtral-8x7b", 16, 8192, 32, offload="off"),
+    # fp8 primary weights on Blackwell hold 1 B a layer weight, under the 16 bits the floor's weights count
+    _req("llama-3.1-405b", 32, 8192, 64, system="dgx-b200", work={"dtype": "fp8"}),
 ]
 
 

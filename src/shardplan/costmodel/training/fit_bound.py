@@ -13,9 +13,11 @@ model's total ``weights + grads + optimizer + activations + framework`` (``step.
 Offload moves optimizer state, weights and stored activations to the host; a stage's host bytes per GPU are
 at most ``host_capacity / gpus_per_node`` (``evaluate.fits``), and what moves costs the host at least what it
 saved the GPU (offloaded weights count unsharded, ``step._stage``). So GPU plus host bytes are at least the
-ZeRO-sharded weights + gradients + optimizer state + the head's working set + framework. A row fails
-``may_fit`` only when one of these two sums exceeds what its GPU (plus, with offload allowed, its share of host
-memory) can hold: such a row fails ``evaluate.fits`` whatever recompute and offload the table gives it.
+ZeRO-sharded weights + gradients + optimizer state + the head's working set + framework, the weights less what fp8
+primary weights hold under 16 bits (``memory.cached_weight_bytes_floor``; the cache beside 16-bit weights only
+adds). A row fails ``may_fit`` only when one of these two sums exceeds what its GPU (plus, with offload allowed,
+its share of host memory) can hold: such a row fails ``evaluate.fits`` whatever recompute and offload the table
+gives it.
 """
 
 from __future__ import annotations
@@ -26,7 +28,13 @@ from shardplan.costmodel.core.layouts import layer_kind_names
 from shardplan.costmodel.training.ctx import Ctx
 from shardplan.costmodel.training.evaluate import gpu_capacity, host_capacity
 from shardplan.costmodel.training.layout import LayoutArrays, TrainWorkload
-from shardplan.costmodel.training.memory import framework_memory, head_activations, layer_params
+from shardplan.costmodel.training.memory import (
+    cached_mtp_params,
+    cached_weight_bytes_floor,
+    framework_memory,
+    head_activations,
+    layer_params,
+)
 from shardplan.costmodel.training.stage_memory import param_memory
 from shardplan.costmodel.training.stages import stage_shapes
 from shardplan.hardware.spec import SystemSpec
@@ -49,6 +57,8 @@ def memory_floor(model: ModelSpec, system: SystemSpec, work: TrainWorkload, rows
     params = {k: layer_params(ctx, k) for k in [*kinds, "embedding", "head"]}
     frame = framework_memory(ctx)
     head_acts = head_activations(ctx)
+    below = cached_weight_bytes_floor(ctx)  # fp8 primary weights under their 16 bits (Blackwell per-tensor)
+    mtp = cached_mtp_params(ctx) if work.mtp_layers else 0.0
     gpu_lb = np.zeros(len(rows))
     all_lb = np.zeros(len(rows))
     for st in (shapes[0], shapes[2]):  # first and last: exact (the middle is an upper bound)
@@ -56,14 +66,16 @@ def memory_floor(model: ModelSpec, system: SystemSpec, work: TrainWorkload, rows
         emb, head = st.has_embedding[inv].astype(float), st.has_head[inv].astype(float)
         dense = emb * params["embedding"].dense + head * params["head"].dense
         expert = emb * params["embedding"].expert + head * params["head"].expert
+        layer = head * mtp if work.mtp_layers else 0.0  # parameters with quantized copies (memory.cached_weight_bytes)
         for k in kinds:
             n = st.count(k)[inv]
             dense = dense + n * params[k].dense
             expert = expert + n * params[k].expert
+            layer = layer + n * params[k].total
         w, g, o = param_memory(ctx, dense, expert, offloaded=False)
         gpu = g + frame + head * head_acts
         gpu_lb = np.where(exists, np.maximum(gpu_lb, gpu), gpu_lb)
-        all_lb = np.where(exists, np.maximum(all_lb, gpu + w + o), all_lb)
+        all_lb = np.where(exists, np.maximum(all_lb, gpu + w + o + below * layer), all_lb)
     return gpu_lb, all_lb
 
 

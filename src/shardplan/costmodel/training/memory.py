@@ -52,15 +52,27 @@ def fp8_primary_weights(ctx: Ctx) -> np.ndarray:
 
 
 def cached_weight_bytes(ctx: Ctx) -> np.ndarray:
-    """Bytes per transformer-layer parameter, per row, of the quantized weight copies Transformer Engine keeps across
-    a step's microbatches (``SoftwareSpec.fp8_weight_cache``; the copies a cast writes, ``Ctx.quantized_copy_bytes``:
-    on Hopper a row-wise and a transposed fp8 copy, 2 B) beside 16-bit primary weights; with fp8 primary weights
-    (``fp8_primary_weights``) the copies are the weights (``stage_memory.weight_bytes``). The embedding and the LM
-    head run outside the recipe and keep none. A layer's norms and router are counted with its linear weights (under
-    0.1% of them). Under Megatron-FSDP the cache holds whole gathered weights, as counted here (unsharded)."""
-    if not ctx.system.software.fp8_weight_cache:
-        return np.zeros(np.shape(ctx.rows.zero))
-    return np.where(fp8_primary_weights(ctx), 0.0, ctx.quantized_copy_bytes)
+    """Bytes per transformer-layer parameter, per row, that its quantized copies hold beyond the 16-bit weight
+    ``stage_memory.weight_bytes`` counts (the copies a cast writes, ``Ctx.quantized_copy_bytes``: on Hopper a row-wise
+    and a transposed fp8 copy, 2 B; on Blackwell per-tensor 1 B; MXFP8 2 + 2/32 B; NVFP4 1.125 B). Beside 16-bit
+    primary weights, the copies Transformer Engine keeps across a step's microbatches
+    (``SoftwareSpec.fp8_weight_cache``): all of them. With fp8 primary weights (``fp8_primary_weights``) the copies
+    are the weight, in place of its 16 bits: the difference, on the share not offloaded (Megatron-FSDP's sharded
+    weights, ZeRO 3, are left at 2 B). The
+    embedding and the LM head run outside the recipe and hold none. A layer's norms and router are counted with its
+    linear weights (under 0.1% of them). Under Megatron-FSDP the cache holds whole gathered weights (unsharded)."""
+    r, sw, q = ctx.rows, ctx.system.software, ctx.quantized_copy_bytes
+    cache = np.full(np.shape(r.zero), q if sw.fp8_weight_cache else 0.0)
+    primary = np.where(np.asarray(r.zero) < 3, (q - 2.0) * (1 - np.asarray(r.f_w)), 0.0)
+    return np.where(fp8_primary_weights(ctx), primary, cache)
+
+
+def cached_weight_bytes_floor(ctx: Ctx) -> np.ndarray:
+    """The least ``cached_weight_bytes`` a row can take over recompute and offload choices (``fit_bound``): fp8 primary
+    weights' copies less their 16 bits where that is negative (Blackwell per-tensor, 1 B under 2), else nothing (the
+    cache only adds)."""
+    below = np.minimum(ctx.quantized_copy_bytes - 2.0, 0.0)
+    return np.where(fp8_primary_weights(ctx) & (np.asarray(ctx.rows.zero) < 3), below, 0.0)
 
 
 def cached_mtp_params(ctx: Ctx) -> np.ndarray:

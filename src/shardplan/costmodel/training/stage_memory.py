@@ -35,10 +35,9 @@ from shardplan.units import DTYPE_BYTES
 
 
 def weight_bytes(ctx: Ctx) -> float:
-    """Bytes per stored weight: 16-bit copies for mixed precision, fp32 for fp32 training. With fp8 primary weights
-    (``memory.fp8_primary_weights``) a layer weight is its quantized copies instead, 2 B on Hopper (row-wise and
-    transposed) as the 16-bit weight; on Blackwell it is 1 B per-tensor and 2 + 2/32 B under MXFP8, which this
-    leaves at 2 B (the embedding and LM head beside them stay 16-bit)."""
+    """Bytes per stored weight: 16-bit copies for mixed precision, fp32 for fp32 training. A transformer layer's
+    quantized copies, beside its 16-bit weight or in its place (fp8 primary weights), are ``memory.cached_weight_bytes``
+    (the embedding and the LM head stay 16-bit)."""
     return DTYPE_BYTES["fp32"] if ctx.work.dtype == "fp32" else DTYPE_BYTES["bf16"]
 
 
@@ -171,8 +170,8 @@ def memory_of(ctx: Ctx, sums: StageSums, shape: StageShape, m: np.ndarray, rc_de
     w_bytes = weight_bytes(ctx)
     weights_full = (dense_p + expert_p) * w_bytes
     (weights, grads, optimizer), (w_kept, _, opt_full) = _param_memory(ctx, dense_p, expert_p, (True, False))
-    cache = once(ctx, "weight_cache", lambda: cached_weight_bytes(ctx))  # the layers' quantized copies: on the GPU
-    if cache.any():  # whatever is offloaded
+    cache = once(ctx, "weight_cache", lambda: cached_weight_bytes(ctx))  # the layers' quantized copies
+    if cache.any():
         mtp = once(ctx, "cached_mtp", lambda: cached_mtp_params(ctx)) if w.mtp_layers else 0.0
         weights = weights + cache * (sums.layer_unit * n + head * mtp)
 
