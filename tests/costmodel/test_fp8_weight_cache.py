@@ -127,3 +127,17 @@ def test_layer_rows_add_up_to_the_stages_with_mtp() -> None:
     lm_head = embedding = model.vocab_size * model.hidden_size  # for the MTP lookup keep no quantized copy
     assert head.weights_bytes - head_cold.weights_bytes == pytest.approx(
         2.0 * (head.params - lm_head - embedding - model.hidden_size), rel=1e-12)
+
+
+def test_an_offloaded_share_takes_its_copies_along() -> None:
+    """The offload fill reads a share's saving as that share of ``weights_on_gpu_if_kept``: with fp8 primary weights
+    on a B200 (1 B a layer weight) offloading half the weights frees exactly half of that, the copies' difference
+    from 16 bits included."""
+    from shardplan.costmodel.training.step import train_cost
+
+    layouts = [dataclasses.replace(LAYOUT, offload_weights=f) for f in (0.0, 0.5)]
+    rows = LayoutArrays.from_layouts(layouts, global_batch=64)
+    cost = train_cost(get_model("llama-3.1-8b"), _system("dgx-b200", fp8_param_gather=True), WORK, rows)
+    st = cost.stages[0]
+    assert float(st.weights[0] - st.weights[1]) == pytest.approx(0.5 * float(st.weights_on_gpu_if_kept[0]), rel=1e-12)
+    assert float(st.weights_on_gpu_if_kept[0]) == pytest.approx(float(st.weights[0]), rel=1e-12)

@@ -61,18 +61,24 @@ def cached_weight_bytes(ctx: Ctx) -> np.ndarray:
     weights, ZeRO 3, are left at 2 B). The
     embedding and the LM head run outside the recipe and hold none. A layer's norms and router are counted with its
     linear weights (under 0.1% of them). Under Megatron-FSDP the cache holds whole gathered weights (unsharded)."""
-    r, sw, q = ctx.rows, ctx.system.software, ctx.quantized_copy_bytes
-    cache = np.full(np.shape(r.zero), q if sw.fp8_weight_cache else 0.0)
-    primary = np.where(np.asarray(r.zero) < 3, (q - 2.0) * (1 - np.asarray(r.f_w)), 0.0)
-    return np.where(fp8_primary_weights(ctx), primary, cache)
+    r, sw = ctx.rows, ctx.system.software
+    cache = np.full(np.shape(r.zero), ctx.quantized_copy_bytes if sw.fp8_weight_cache else 0.0)
+    return np.where(fp8_primary_weights(ctx), primary_weight_bytes(ctx) * (1 - np.asarray(r.f_w)), cache)
+
+
+def primary_weight_bytes(ctx: Ctx) -> np.ndarray:
+    """Per row, what an fp8 primary layer weight's quantized copies hold beyond 16 bits (``cached_weight_bytes``) with
+    nothing offloaded: the copies less 2 B (Hopper 0, Blackwell per-tensor −1, MXFP8 +1/16), under ZeRO 1/2; 0 where
+    the weights are 16-bit or Megatron-FSDP shards them (ZeRO 3)."""
+    below_fsdp = fp8_primary_weights(ctx) & (np.asarray(ctx.rows.zero) < 3)
+    return np.where(below_fsdp, ctx.quantized_copy_bytes - 2.0, 0.0)
 
 
 def cached_weight_bytes_floor(ctx: Ctx) -> np.ndarray:
     """The least ``cached_weight_bytes`` a row can take over recompute and offload choices (``fit_bound``): fp8 primary
     weights' copies less their 16 bits where that is negative (Blackwell per-tensor, 1 B under 2), else nothing (the
     cache only adds)."""
-    below = np.minimum(ctx.quantized_copy_bytes - 2.0, 0.0)
-    return np.where(fp8_primary_weights(ctx) & (np.asarray(ctx.rows.zero) < 3), below, 0.0)
+    return np.minimum(primary_weight_bytes(ctx), 0.0)
 
 
 def cached_mtp_params(ctx: Ctx) -> np.ndarray:

@@ -27,6 +27,7 @@ from shardplan.costmodel.training.memory import (
     head_activations,
     mtp_activations,
     mtp_params,
+    primary_weight_bytes,
 )
 from shardplan.costmodel.training.recompute_modules import module_masks
 from shardplan.costmodel.training.stage_sums import StageSums, stage_sums
@@ -173,7 +174,9 @@ def memory_of(ctx: Ctx, sums: StageSums, shape: StageShape, m: np.ndarray, rc_de
     cache = once(ctx, "weight_cache", lambda: cached_weight_bytes(ctx))  # the layers' quantized copies
     if cache.any():
         mtp = once(ctx, "cached_mtp", lambda: cached_mtp_params(ctx)) if w.mtp_layers else 0.0
-        weights = weights + cache * (sums.layer_unit * n + head * mtp)
+        linear = sums.layer_unit * n + head * mtp
+        weights = weights + cache * linear
+        w_kept = w_kept + primary_weight_bytes(ctx) * linear  # fp8 primary weights' copies go with an offloaded share
 
     # Activations: layers storing everything vs. fully recomputed ones, times microbatches in flight.
     save_dense, save_moe = sums.save_dense, sums.save_moe
