@@ -112,13 +112,17 @@ def test_weight_cast_on_blackwell(gpu: str, scaling: str, per_element: float) ->
 
 def test_layer_rows_add_up_to_the_stages_with_mtp() -> None:
     """One truth: each stage's weights in the per-layer table (count × per-layer bytes) are the stage table's, the
-    cache included, with MTP on the last stage (whose own embedding copy keeps no quantized copy)."""
+    cache included, with MTP on the last stage (whose own embedding copy keeps no quantized copy); also for fp8
+    primary weights on a B200 (1 B a layer weight) with 40% of the weights offloaded."""
     work = TrainWorkload(seq_len=4096, global_batch=64, dtype="fp8", mtp_layers=1)
     layout = TrainLayout(tp=1, pp=2, dp=8, ep=8, microbatch=1, recompute=Recompute.FULL, zero_stage=1)
+    offloaded = dataclasses.replace(layout, offload_weights=0.4)
+    for system, lay in ((_system(fp8_param_gather=False), layout), (_system("dgx-b200"), offloaded)):
+        report = estimate_training(get_model("qwen3-30b-a3b"), system, 16, work, lay)
+        for stage in report.stages:
+            rows = [r for r in report.layers if r.stage == stage.stage]
+            assert sum(r.count * r.weights_bytes for r in rows) == pytest.approx(stage.weights_bytes, rel=1e-9)
     report = estimate_training(get_model("qwen3-30b-a3b"), _system(fp8_param_gather=False), 16, work, layout)
-    for stage in report.stages:
-        rows = [r for r in report.layers if r.stage == stage.stage]
-        assert sum(r.count * r.weights_bytes for r in rows) == pytest.approx(stage.weights_bytes, rel=1e-9)
     [head] = [r for r in report.layers if r.kind == "head+mtp"]
     cold = estimate_training(get_model("qwen3-30b-a3b"), _system(fp8_param_gather=False, fp8_weight_cache=False), 16,
                              work, layout)

@@ -33,6 +33,7 @@ SOUND = [
     _req("mixtral-8x7b", 16, 8192, 32, offload="off"),
     # fp8 primary weights on Blackwell hold 1 B a layer weight, under the 16 bits the floor's weights count
     _req("llama-3.1-405b", 32, 8192, 64, system="dgx-b200", work={"dtype": "fp8"}),
+    _req("qwen3-30b-a3b", 8, 16384, 32, system="dgx-b200", work={"dtype": "fp8", "mtp_layers": 1}),  # MoE, MTP
 ]
 
 

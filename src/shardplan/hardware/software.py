@@ -83,8 +83,8 @@ class SoftwareSpec(BaseModel):
         True, description="Under fp8 the weights' primary copies are fp8, so the data-parallel parameter all-gathers "
         "(ZeRO-1/2 after the optimizer step, ZeRO-3/FSDP per layer) move 1 B per parameter instead of 2 (Megatron-LM "
         "--fp8-param-gather, set by every Megatron-Bridge fp8 recipe: src/megatron/bridge/training/mixed_precision.py "
-        "@067f987 l.231-368; with the distributed optimizer or Megatron-FSDP, ZeRO >= 1; a layer weight then holds "
-        "its quantized copies: 2 B on Hopper, 1 B per-tensor on Blackwell, 2.06 B MXFP8). False: "
+        "@067f987 l.231-368; with the distributed optimizer or Megatron-FSDP, ZeRO >= 1; under ZeRO 1/2 a layer weight "
+        "then holds its quantized copies: 2 B on Hopper, 1 B per-tensor on Blackwell, 2.06 B MXFP8). False: "
         "16-bit gathers (torchtitan's float8 default, enable_fsdp_float8_all_gather off).")
     fp8_weight_cache: bool = Field(
         True, description="Under an fp8/fp4 recipe Transformer Engine quantizes each linear weight in a step's first "

@@ -12,12 +12,13 @@ model's total ``weights + grads + optimizer + activations + framework`` (``step.
 
 Offload moves optimizer state, weights and stored activations to the host; a stage's host bytes per GPU are
 at most ``host_capacity / gpus_per_node`` (``evaluate.fits``), and what moves costs the host at least what it
-saved the GPU (offloaded weights count unsharded, ``step._stage``). So GPU plus host bytes are at least the
-ZeRO-sharded weights + gradients + optimizer state + the head's working set + framework, the weights less what fp8
-primary weights hold under 16 bits (``memory.cached_weight_bytes_floor``; the cache beside 16-bit weights only
-adds). A row fails ``may_fit`` only when one of these two sums exceeds what its GPU (plus, with offload allowed,
-its share of host memory) can hold: such a row fails ``evaluate.fits`` whatever recompute and offload the table
-gives it.
+saved the GPU (offloaded weights count unsharded and 16-bit, ``step._stage``; MXFP8 primary weights free 2/32 B a
+layer weight more on the GPU than the host takes, which the floor's weights, counted at 16 bits, leave out). So GPU
+plus host bytes are at least the ZeRO-sharded weights + gradients + optimizer state + the head's working set +
+framework, the weights less what fp8 primary weights hold under 16 bits (``memory.cached_weight_bytes_floor``; the
+cache beside 16-bit weights only adds). A row fails ``may_fit`` only when one of these two sums exceeds what its GPU
+(plus, with offload allowed, its share of host memory) can hold: such a row fails ``evaluate.fits`` whatever
+recompute and offload the table gives it.
 """
 
 from __future__ import annotations
