@@ -171,6 +171,8 @@ def memory_of(ctx: Ctx, sums: StageSums, shape: StageShape, m: np.ndarray, rc_de
     w_bytes = weight_bytes(ctx)
     weights_full = (dense_p + expert_p) * w_bytes
     (weights, grads, optimizer), (w_kept, _, opt_full) = _param_memory(ctx, dense_p, expert_p, (True, False))
+    # what offload can move: not ZeRO-3-under-PP's whole weights kept gathered beside their shards (_param_memory)
+    w_kept = w_kept - np.where(fsdp_under_pp(r), weights_full, 0.0)
     cache = once(ctx, "weight_cache", lambda: cached_weight_bytes(ctx))  # the layers' quantized copies
     if cache.any():
         mtp = once(ctx, "cached_mtp", lambda: cached_mtp_params(ctx)) if w.mtp_layers else 0.0
