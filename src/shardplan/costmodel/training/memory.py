@@ -58,9 +58,9 @@ def cached_weight_bytes(ctx: Ctx) -> np.ndarray:
     primary weights, the copies Transformer Engine keeps across a step's microbatches
     (``SoftwareSpec.fp8_weight_cache``): all of them. With fp8 primary weights (``fp8_primary_weights``) the copies
     are the weight, in place of its 16 bits: the difference, on the share not offloaded (Megatron-FSDP's sharded
-    weights, ZeRO 3, are left at 2 B). The
-    embedding and the LM head run outside the recipe and hold none. A layer's norms and router are counted with its
-    linear weights (under 0.1% of them). Under Megatron-FSDP the cache holds whole gathered weights (unsharded)."""
+    weights, ZeRO 3, are left at 2 B). The embedding and the LM head run outside the recipe and hold none. A layer's
+    norms and router are counted with its linear weights (under 0.1% of them). Under Megatron-FSDP the cache holds
+    whole gathered weights (unsharded)."""
     r, sw = ctx.rows, ctx.system.software
     cache = np.full(np.shape(r.zero), ctx.quantized_copy_bytes if sw.fp8_weight_cache else 0.0)
     return np.where(fp8_primary_weights(ctx), primary_weight_bytes(ctx) * (1 - np.asarray(r.f_w)), cache)

@@ -18,7 +18,7 @@ from shardplan.costmodel.training.cp_comm import gather_transient
 from shardplan.costmodel.training.ctx import Ctx
 from shardplan.costmodel.training.dp_sync import fsdp_under_pp
 from shardplan.costmodel.training.layers import core_attention
-from shardplan.costmodel.training.layout import LayoutArrays
+from shardplan.costmodel.training.layout import LayoutArrays, TrainWorkload
 from shardplan.costmodel.training.memory import (
     cached_mtp_params,
     cached_weight_bytes,
@@ -35,11 +35,11 @@ from shardplan.costmodel.training.stages import KindCost, StageShape, stage_coun
 from shardplan.units import DTYPE_BYTES
 
 
-def weight_bytes(ctx: Ctx) -> float:
+def weight_bytes(work: TrainWorkload) -> float:
     """Bytes per stored weight: 16-bit copies for mixed precision, fp32 for fp32 training. A transformer layer's
     quantized copies, beside its 16-bit weight or in its place (fp8 primary weights), are ``memory.cached_weight_bytes``
     (the embedding and the LM head stay 16-bit)."""
-    return DTYPE_BYTES["fp32"] if ctx.work.dtype == "fp32" else DTYPE_BYTES["bf16"]
+    return DTYPE_BYTES["fp32"] if work.dtype == "fp32" else DTYPE_BYTES["bf16"]
 
 
 def param_memory(ctx: Ctx, dense: np.ndarray, expert: np.ndarray, *, offloaded: bool = True
@@ -71,7 +71,7 @@ def _param_memory(ctx: Ctx, dense: np.ndarray, expert: np.ndarray, variants: tup
 
     dpz, edpz, held, zero1, zero2, zero3, kept_w, kept_o = once(ctx, "param_rows", per_row)
     split, whole = dense / dpz + expert / edpz, dense + expert
-    w_bytes = weight_bytes(ctx)
+    w_bytes = weight_bytes(w)
     w_sharded = np.where(zero3, split, whole) * w_bytes
     o_sharded = np.where(zero1, split, whole) * w.optimizer_state_bytes
     w_held = np.where(held, whole * w_bytes, 0.0)
@@ -168,7 +168,7 @@ def memory_of(ctx: Ctx, sums: StageSums, shape: StageShape, m: np.ndarray, rc_de
 
     # Parameters held, and the memory they take with ZeRO sharding and offload.
     dense_p, expert_p = sums.dense_params, sums.expert_params
-    w_bytes = weight_bytes(ctx)
+    w_bytes = weight_bytes(w)
     weights_full = (dense_p + expert_p) * w_bytes
     (weights, grads, optimizer), (w_kept, _, opt_full) = _param_memory(ctx, dense_p, expert_p, (True, False))
     # what offload can move: not ZeRO-3-under-PP's whole weights kept gathered beside their shards (_param_memory)
@@ -178,7 +178,8 @@ def memory_of(ctx: Ctx, sums: StageSums, shape: StageShape, m: np.ndarray, rc_de
         mtp = once(ctx, "cached_mtp", lambda: cached_mtp_params(ctx)) if w.mtp_layers else 0.0
         linear = sums.layer_unit * n + head * mtp
         weights = weights + cache * linear
-        w_kept = w_kept + primary_weight_bytes(ctx) * linear  # fp8 primary weights' copies go with an offloaded share
+        primary = once(ctx, "primary_weight", lambda: primary_weight_bytes(ctx))
+        w_kept = w_kept + primary * linear  # fp8 primary weights' copies go with an offloaded share
 
     # Activations: layers storing everything vs. fully recomputed ones, times microbatches in flight.
     save_dense, save_moe = sums.save_dense, sums.save_moe
