@@ -45,8 +45,8 @@ def test_every_top_k_row_is_the_estimate_of_the_layout_it_names(name: str, gpus:
     assert len(names) == len(rows)  # distinct layouts, the plan's own not repeated
     piped = [p for p, _ in rows[1:] if p.pp > 1]
     assert piped and all(p.stage_layers is not None and sum(p.stage_layers) == model.num_layers for p in piped)
-    gains = 0
-    for p, step in rows:
+    gains = 0  # alternatives that gain from their per-stage split: faster than it evenly, or fitting only so
+    for i, (p, step) in enumerate(rows):
         assert p.stage_offload_activations is None or not any(p.stage_offload_activations)
         work = TrainWorkload(seq_len=8192, global_batch=p.global_batch)
         uniform = estimate_training(model, SYSTEM, gpus, work, _layout(p))
@@ -56,7 +56,7 @@ def test_every_top_k_row_is_the_estimate_of_the_layout_it_names(name: str, gpus:
         assert step == pytest.approx(est.metrics.step_time_s, rel=5e-3)
         if uniform.status != "infeasible":  # the same layout split evenly, the plan's recompute count on every rank
             assert step <= uniform.metrics.step_time_s * (1 + 1e-9)  # the per-stage optimum is never worse
-            gains += step < uniform.metrics.step_time_s * (1 - 1e-3)
+        gains += i > 0 and (uniform.status == "infeasible" or step < uniform.metrics.step_time_s * (1 - 1e-3))
     assert gains > 1 or name != "llama-3.1-405b"  # the alternatives too, not only the plan, gain per stage
     steps = [a.step_time_s for a in plan.alternatives]
     assert steps == sorted(steps) and steps[0] >= plan.metrics.step_time_s

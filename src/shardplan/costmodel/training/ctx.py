@@ -41,6 +41,7 @@ from shardplan.costmodel.core.routing import round_robin_blocks, routed_blocks
 from shardplan.costmodel.training.cp_comm import cp_ops
 from shardplan.costmodel.training.layout import LayoutArrays, TrainWorkload, fill_drain_slots, pipeline_schedules
 from shardplan.costmodel.training.quantization import LOW_PRECISION, NVFP4_BYTES, quantized_copy_bytes
+from shardplan.costmodel.training.userbuffers import ub_chunks
 from shardplan.hardware.spec import AttentionKernel, GpuSpec, SystemSpec
 from shardplan.models.spec import ModelSpec
 from shardplan.units import DTYPE_BYTES
@@ -175,13 +176,14 @@ class Ctx:
                                                                 m=g.m, n=g.n, k=g.k),
                        grads=self.gemm_grads(g, e, dtype))]
         wbytes = {"fp8": 1.0, "fp4": NVFP4_BYTES}.get(self.mm_dtype, e)
-        nbytes = g.nbytes(wbytes, wbytes, e)
         fused = g.routed and self.fused_grouped_mlp
         one_kernel = g.routed and (self.system.software.expert_mlp == "grouped_mm" or fused)
+        chunks, dgrad_chunks = ub_chunks(self.rows, self.system.software, g.name)  # userbuffers' row chunks
+        nbytes = replace(g, experts=g.experts * chunks).nbytes(wbytes, wbytes, e)  # each chunk reads the weight
         ops = [Op(g.name, GEMM, g.flops, nbytes, gemm_time(self.gpu, g.flops, nbytes, self.mm_dtype,
-                                                           experts=g.experts, m=g.m, n=g.n, k=g.k,
+                                                           experts=g.experts * chunks, m=g.m, n=g.n, k=g.k,
                                                            one_kernel=one_kernel),
-                  grads=self.gemm_grads(g, wbytes, self.mm_dtype, one_kernel=one_kernel))]
+                  grads=self.gemm_grads(g, wbytes, self.mm_dtype, one_kernel=one_kernel, dgrad_chunks=dgrad_chunks))]
         if self.mm_dtype in LOW_PRECISION:
             # Quantization (Transformer Engine's cast kernels). Per element: current scaling reads the 16-bit tensor
             # twice (amax, then cast), delayed scaling and MXFP8 once; each writes the copies its GEMMs read
@@ -207,7 +209,8 @@ class Ctx:
                           bwd_nbytes=grad, bwd_time=self.stream_time(grad) * out))
         return ops
 
-    def gemm_grads(self, g: Gemm, operand: float, dtype: str, *, one_kernel: bool = False) -> GemmGrads:
+    def gemm_grads(self, g: Gemm, operand: float, dtype: str, *, one_kernel: bool = False,
+                   dgrad_chunks: np.ndarray | float = 1.0) -> GemmGrads:
         """The backward GEMMs of ``g`` at their own shapes. dgrad dX = dY·Wᵀ: M×K over inner N, reading dY and W
         (``operand`` bytes: fp8 copies under fp8), writing dX. wgrad dW = Xᵀ·dY per expert: K×N over inner
         M/experts (the tokens), reading X and dY, writing dW in ``grad_dtype`` and reading it back on every
@@ -217,11 +220,12 @@ class Ctx:
         e = self.act_bytes
         acc = DTYPE_BYTES[self.work.grad_dtype] * (2.0 - 1.0 / self.microbatches)
         z = np.zeros_like(self.tokens)
-        d_bytes = operand * (g.m * g.n + g.k * g.n * g.experts) + e * g.m * g.k + z
+        d_experts = g.experts * dgrad_chunks  # userbuffers' row chunks (``userbuffers.ub_chunks``)
+        d_bytes = operand * (g.m * g.n + g.k * g.n * d_experts) + e * g.m * g.k + z
         w_bytes = operand * g.m * (g.k + g.n) + acc * g.k * g.n * g.experts + z
         rows = np.maximum(np.asarray(g.m, dtype=float) / np.maximum(np.asarray(g.experts, dtype=float), 1e-9), 1.0)
         return GemmGrads(
-            gemm_time(self.gpu, g.flops, d_bytes, dtype, experts=g.experts, m=g.m, n=g.k, k=g.n, one_kernel=one_kernel),
+            gemm_time(self.gpu, g.flops, d_bytes, dtype, experts=d_experts, m=g.m, n=g.k, k=g.n, one_kernel=one_kernel),
             d_bytes, gemm_time(self.gpu, g.flops, w_bytes, dtype, experts=g.experts, m=g.k * g.experts, n=g.n, k=rows,
                                one_kernel=one_kernel), w_bytes)
 

@@ -9,7 +9,8 @@ operators, keeps what the overlap cannot hide plus the compute the hidden rest s
   previous chunk computes: exposed ``max(t − g·(tp−1)/tp, 0)``) and the reduce-scatter after proj/FC2 is pipelined in
   ``num_splits = 4`` chunks behind the GEMM that produces it (the last chunk shows: ``max(t − g·3/4, t/4)``); in the
   backward pass both run as bulk overlap behind the layer's other gradient GEMM (``max(t − g, 0)``). Applies to the
-  dense layers TE builds (attention and MLP); other layers keep the share rule.
+  dense layers TE builds (attention and MLP); other layers keep the share rule. The GEMMs ``g`` are the chunked
+  ones ``userbuffers.ub_chunks`` prices in ``Ctx.gemm``.
 - ``share``: a fixed share ``tp_comm_overlap`` hides (torchtitan async TP, Megatron without userbuffers).
 """
 
@@ -20,9 +21,7 @@ import numpy as np
 from shardplan.costmodel.core import comm
 from shardplan.costmodel.core.ops import COMM, GEMM, Op
 from shardplan.costmodel.training.ctx import Ctx
-
-UB_KINDS = ("attention", "sliding", "chunked", "mlp")  # layers Transformer Engine's userbuffers cover
-UB_PIPELINE_SPLITS = 4  # PipelineOverlapCfg(num_splits=4) in every NeMo H100 config at 26005325
+from shardplan.costmodel.training.userbuffers import UB_KINDS, UB_PIPELINE_SPLITS
 
 
 def _sp_collective(op: Op) -> str | None:

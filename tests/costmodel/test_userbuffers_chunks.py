@@ -1,0 +1,94 @@
+"""Transformer Engine's userbuffers run the GEMMs beside a sequence-parallel collective as row chunks
+(TransformerEngine@d0067d0 comm_gemm_overlap.cpp ``split_overlap_ag``: tp GEMMs of tokens/tp rows;
+``split_overlap_rs``: num_splits = 4 GEMMs), each a kernel of its own. Checked by hand against ``gemm_time`` of
+one chunk's shape for Llama-3.1-70B at TP 8 on H100 (fp8 and bf16), and against the whole GEMM where userbuffers
+are off."""
+
+from __future__ import annotations
+
+import pytest
+
+from shardplan.costmodel.core.kernels import gemm_time
+from shardplan.costmodel.training import layers as L
+from shardplan.costmodel.training.backward import backward
+from shardplan.costmodel.training.ctx import Ctx
+from shardplan.costmodel.training.layout import LayoutArrays, Recompute, TrainLayout, TrainWorkload
+from shardplan.hardware import get_system
+from shardplan.models import get_model
+
+SEQ = 4096
+H, HEADS, KV, D, FFN = 8192, 64, 8, 128, 28672  # Llama-3.1-70B
+
+
+def _ctx(*, tp: int = 8, sp: bool = True, method: str = "userbuffers", share: float = 0.5,
+         dtype: str = "bf16") -> Ctx:
+    base = get_system("dgx-h100")
+    sw = base.software.model_copy(update={"tp_overlap_method": method, "tp_comm_overlap": share})
+    rows = LayoutArrays.from_layouts([TrainLayout(tp=tp, dp=1, recompute=Recompute.NONE, sequence_parallel=sp)],
+                                     global_batch=1)
+    return Ctx(get_model("llama-3.1-70b"), base.model_copy(update={"software": sw}),
+               TrainWorkload(seq_len=SEQ, global_batch=1, dtype=dtype), rows)
+
+
+def _t(ops: list, name: str) -> float:
+    return float(next(op.time[0] for op in ops if op.name == name))
+
+
+def _by_hand(ctx: Ctx, m: float, n: float, k: float, chunks: int, dtype: str) -> float:
+    """``chunks`` GEMMs of m/chunks rows, each reading the whole (k×n) weight."""
+    a = 1.0 if dtype == "fp8" else 2.0
+    rows = m / chunks
+    nbytes = a * rows * k + a * k * n + 2.0 * rows * n
+    return chunks * float(gemm_time(ctx.gpu, 2 * rows * n * k, nbytes, dtype, m=rows, n=n, k=k))
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp8"])
+def test_forward_gemms_run_as_ring_and_pipeline_chunks(dtype: str) -> None:
+    ctx = _ctx(dtype=dtype)
+    attn, mlp = L.attention_ops(ctx), L.mlp_ops(ctx)
+    qkv_cols = (HEADS + 2 * KV) * D / 8
+    # ring exchange: 8 GEMMs of 512 rows; pipelined reduce-scatter: 4 GEMMs of 1,024 rows
+    assert _t(attn, "attn.qkv") == pytest.approx(_by_hand(ctx, SEQ, qkv_cols, H, 8, dtype), rel=1e-9)
+    assert _t(mlp, "mlp.fc1") == pytest.approx(_by_hand(ctx, SEQ, 2 * FFN / 8, H, 8, dtype), rel=1e-9)
+    assert _t(attn, "attn.out") == pytest.approx(_by_hand(ctx, SEQ, H, HEADS * D / 8, 4, dtype), rel=1e-9)
+    assert _t(mlp, "mlp.fc2") == pytest.approx(_by_hand(ctx, SEQ, H, FFN / 8, 4, dtype), rel=1e-9)
+    # each chunk pays its own launch and runs at its smaller shape's efficiency: never faster than the whole GEMM
+    whole = L.attention_ops(_ctx(dtype=dtype, share=0.0))
+    assert _t(attn, "attn.qkv") > _t(whole, "attn.qkv") * 1.5  # 512×1,280×8,192 chunks on a 132-SM H100
+
+
+def test_backward_input_gradient_of_row_parallel_layers_runs_in_tp_chunks() -> None:
+    ctx, off = _ctx(), _ctx(share=0.0)
+    on_b, off_b = backward(ctx, L.mlp_ops(ctx)), backward(off, L.mlp_ops(off))
+    # fc2_dgrad (ring exchange of the output gradient): 8 GEMMs of 512 rows, dX = dY·Wᵀ over inner N = hidden
+    rows = SEQ / 8
+    nbytes = 2.0 * (rows * H + H * FFN / 8) + 2.0 * rows * FFN / 8
+    by_hand = 8 * float(gemm_time(ctx.gpu, 2 * rows * H * FFN / 8, nbytes, "bf16", m=rows, n=FFN / 8, k=H))
+    assert _t(on_b, "mlp.fc2.dgrad") == pytest.approx(by_hand, rel=1e-9)
+    # the column-parallel layer's gradients and every weight gradient run whole beside bulk collectives
+    for name in ("mlp.fc1.dgrad", "mlp.fc1.wgrad", "mlp.fc2.wgrad"):
+        assert _t(on_b, name) == pytest.approx(_t(off_b, name), rel=1e-12), name
+
+
+@pytest.mark.parametrize("kw", [{"share": 0.0}, {"method": "share"}, {"sp": False}, {"tp": 1, "sp": False}])
+def test_whole_gemms_where_userbuffers_are_off(kw: dict) -> None:
+    """No overlap, torchtitan-style async TP ('share'), no sequence parallelism or no TP: one GEMM each."""
+    ctx = _ctx(**kw)
+    tp = kw.get("tp", 8)
+    n = (HEADS + 2 * KV) * D / tp
+    assert _t(L.attention_ops(ctx), "attn.qkv") == pytest.approx(_by_hand(ctx, SEQ, n, H, 1, "bf16"), rel=1e-9)
+
+
+def test_moe_layers_keep_whole_gemms() -> None:
+    """Userbuffers cover Transformer Engine's dense layers: a MoE layer's shared expert GEMMs stay whole."""
+    base = get_system("dgx-h100")
+    rows = LayoutArrays.from_layouts([TrainLayout(tp=4, dp=2, ep=2, recompute=Recompute.NONE,
+                                                  sequence_parallel=True)], global_batch=2)
+    on = Ctx(get_model("qwen3-30b-a3b"), base, TrainWorkload(seq_len=SEQ, global_batch=2), rows)
+    sw = base.software.model_copy(update={"tp_comm_overlap": 0.0})
+    off = Ctx(get_model("qwen3-30b-a3b"), base.model_copy(update={"software": sw}),
+              TrainWorkload(seq_len=SEQ, global_batch=2), rows)
+    a, b = L.moe_ops(on), L.moe_ops(off)
+    for op, ref in zip(a, b, strict=True):
+        if op.kind == "gemm":
+            assert float(op.time[0]) == pytest.approx(float(ref.time[0]), rel=1e-12), op.name
