@@ -1,8 +1,8 @@
-"""Transformer Engine's userbuffers run the GEMMs beside a sequence-parallel collective as row chunks
+"""Transformer Engine's userbuffers run the GEMMs beside a sequence-parallel collective as chunks
 (TransformerEngine@d0067d0 comm_gemm_overlap.cpp ``split_overlap_ag``: tp GEMMs of tokens/tp rows;
-``split_overlap_rs``: num_splits = 4 GEMMs), each a kernel of its own. Checked by hand against ``gemm_time`` of
-one chunk's shape for Llama-3.1-70B at TP 8 on H100 (fp8 and bf16), and against the whole GEMM where userbuffers
-are off."""
+``split_overlap_rs``: num_splits = 4 GEMMs of out_features/4 columns), each a kernel of its own. Checked by hand
+against ``gemm_time`` of one chunk's shape for Llama-3.1-70B at TP 8 on H100 (fp8 and bf16), and against the whole
+GEMM where userbuffers are off or cannot run (MLA models, NVFP4)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from shardplan.costmodel.training import layers as L
 from shardplan.costmodel.training.backward import backward
 from shardplan.costmodel.training.ctx import Ctx
 from shardplan.costmodel.training.layout import LayoutArrays, Recompute, TrainLayout, TrainWorkload
+from shardplan.costmodel.training.tp_overlap import overlap_tp
 from shardplan.hardware import get_system
 from shardplan.models import get_model
 
@@ -42,16 +43,24 @@ def _by_hand(ctx: Ctx, m: float, n: float, k: float, chunks: int, dtype: str) ->
     return chunks * float(gemm_time(ctx.gpu, 2 * rows * n * k, nbytes, dtype, m=rows, n=n, k=k))
 
 
+def _by_columns(ctx: Ctx, m: float, n: float, k: float, chunks: int, dtype: str) -> float:
+    """``chunks`` GEMMs of n/chunks columns, each reading the whole (m×k) input and its share of the weight."""
+    a = 1.0 if dtype == "fp8" else 2.0
+    cols = n / chunks
+    nbytes = a * m * k + a * k * cols + 2.0 * m * cols
+    return chunks * float(gemm_time(ctx.gpu, 2 * m * cols * k, nbytes, dtype, m=m, n=cols, k=k))
+
+
 @pytest.mark.parametrize("dtype", ["bf16", "fp8"])
 def test_forward_gemms_run_as_ring_and_pipeline_chunks(dtype: str) -> None:
     ctx = _ctx(dtype=dtype)
     attn, mlp = L.attention_ops(ctx), L.mlp_ops(ctx)
     qkv_cols = (HEADS + 2 * KV) * D / 8
-    # ring exchange: 8 GEMMs of 512 rows; pipelined reduce-scatter: 4 GEMMs of 1,024 rows
+    # ring exchange: 8 GEMMs of 512 rows; pipelined reduce-scatter: 4 GEMMs of 2,048 output columns
     assert _t(attn, "attn.qkv") == pytest.approx(_by_hand(ctx, SEQ, qkv_cols, H, 8, dtype), rel=1e-9)
     assert _t(mlp, "mlp.fc1") == pytest.approx(_by_hand(ctx, SEQ, 2 * FFN / 8, H, 8, dtype), rel=1e-9)
-    assert _t(attn, "attn.out") == pytest.approx(_by_hand(ctx, SEQ, H, HEADS * D / 8, 4, dtype), rel=1e-9)
-    assert _t(mlp, "mlp.fc2") == pytest.approx(_by_hand(ctx, SEQ, H, FFN / 8, 4, dtype), rel=1e-9)
+    assert _t(attn, "attn.out") == pytest.approx(_by_columns(ctx, SEQ, H, HEADS * D / 8, 4, dtype), rel=1e-9)
+    assert _t(mlp, "mlp.fc2") == pytest.approx(_by_columns(ctx, SEQ, H, FFN / 8, 4, dtype), rel=1e-9)
     # each chunk pays its own launch and runs at its smaller shape's efficiency: never faster than the whole GEMM
     whole = L.attention_ops(_ctx(dtype=dtype, share=0.0))
     assert _t(attn, "attn.qkv") > _t(whole, "attn.qkv") * 1.5  # 512×1,280×8,192 chunks on a 132-SM H100
@@ -79,16 +88,39 @@ def test_whole_gemms_where_userbuffers_are_off(kw: dict) -> None:
     assert _t(L.attention_ops(ctx), "attn.qkv") == pytest.approx(_by_hand(ctx, SEQ, n, H, 1, "bf16"), rel=1e-9)
 
 
-def test_moe_layers_keep_whole_gemms() -> None:
-    """Userbuffers cover Transformer Engine's dense layers: a MoE layer's shared expert GEMMs stay whole."""
+def test_routed_and_shared_experts_keep_whole_gemms() -> None:
+    """The model prices userbuffers on the dense layers only: a MoE layer's routed experts (``is_expert``: TE runs
+    no userbuffers for them) and its shared experts (Megatron builds them with the fc1/fc2 buffers; left whole, as
+    the module says) run whole GEMMs (Qwen3-Next-80B-A3B: one shared expert, no MLA)."""
     base = get_system("dgx-h100")
     rows = LayoutArrays.from_layouts([TrainLayout(tp=4, dp=2, ep=2, recompute=Recompute.NONE,
                                                   sequence_parallel=True)], global_batch=2)
-    on = Ctx(get_model("qwen3-30b-a3b"), base, TrainWorkload(seq_len=SEQ, global_batch=2), rows)
+    model = get_model("qwen3-next-80b-a3b")
+    assert model.moe is not None and model.moe.num_shared_experts > 0
     sw = base.software.model_copy(update={"tp_comm_overlap": 0.0})
-    off = Ctx(get_model("qwen3-30b-a3b"), base.model_copy(update={"software": sw}),
-              TrainWorkload(seq_len=SEQ, global_batch=2), rows)
-    a, b = L.moe_ops(on), L.moe_ops(off)
+    a = L.moe_ops(Ctx(model, base, TrainWorkload(seq_len=SEQ, global_batch=2), rows))
+    b = L.moe_ops(Ctx(model, base.model_copy(update={"software": sw}), TrainWorkload(seq_len=SEQ, global_batch=2),
+                      rows))
+    names = [op.name for op in a if op.kind == "gemm"]
+    assert "moe.shared.fc1" in names and "moe.experts.fc1" in names
     for op, ref in zip(a, b, strict=True):
         if op.kind == "gemm":
             assert float(op.time[0]) == pytest.approx(float(ref.time[0]), rel=1e-12), op.name
+
+
+@pytest.mark.parametrize(("model", "dtype"), [("deepseek-v3", "fp8"), ("llama-3.1-70b", "fp4")])
+def test_no_userbuffers_under_mla_or_nvfp4_so_the_collectives_block(model: str, dtype: str) -> None:
+    """Megatron-Core turns TP comm overlap off once it builds an MLA projection (buffer names other than
+    qkv/proj/fc1/fc2), and TE's userbuffers take no NVFP4 tensor: whole GEMMs, and each SP collective shows whole."""
+    base = get_system("dgx-b200" if dtype == "fp4" else "dgx-h100")
+    rows = LayoutArrays.from_layouts([TrainLayout(tp=4, dp=1, recompute=Recompute.NONE, sequence_parallel=True)],
+                                     global_batch=1)
+    work = TrainWorkload(seq_len=SEQ, global_batch=1, dtype=dtype)
+    ctx = Ctx(get_model(model), base, work, rows)
+    off = Ctx(get_model(model), base.model_copy(update={"software": base.software.model_copy(
+        update={"tp_comm_overlap": 0.0})}), work, rows)
+    for kind, build in (("attention", L.attention_ops), ("mlp", L.mlp_ops)):
+        raw, ref = build(ctx), build(off)
+        shown = overlap_tp(ctx, kind, raw, backward=False)
+        assert [float(o.time[0]) for o in shown] == pytest.approx([float(o.time[0]) for o in ref], rel=1e-12)
+        assert any(o.kind == "comm" and float(o.time[0]) > 0 for o in shown)

@@ -178,12 +178,13 @@ class Ctx:
         wbytes = {"fp8": 1.0, "fp4": NVFP4_BYTES}.get(self.mm_dtype, e)
         fused = g.routed and self.fused_grouped_mlp
         one_kernel = g.routed and (self.system.software.expert_mlp == "grouped_mm" or fused)
-        chunks, dgrad_chunks = ub_chunks(self.rows, self.system.software, g.name)  # userbuffers' row chunks
-        nbytes = replace(g, experts=g.experts * chunks).nbytes(wbytes, wbytes, e)  # each chunk reads the weight
-        ops = [Op(g.name, GEMM, g.flops, nbytes, gemm_time(self.gpu, g.flops, nbytes, self.mm_dtype,
-                                                           experts=g.experts * chunks, m=g.m, n=g.n, k=g.k,
-                                                           one_kernel=one_kernel),
-                  grads=self.gemm_grads(g, wbytes, self.mm_dtype, one_kernel=one_kernel, dgrad_chunks=dgrad_chunks))]
+        # userbuffers' chunks (``userbuffers.ub_chunks``): a row chunk reads the whole weight, a column chunk the input
+        rc, cc, dc = ub_chunks(self.rows, self.system.software, self.model, self.mm_dtype, g.name)
+        nbytes = g.nbytes(wbytes, wbytes, e) + wbytes * g.k * (g.n * g.experts * (rc - 1) + g.m * (cc - 1))
+        t = cc * gemm_time(self.gpu, g.flops / cc, nbytes / cc, self.mm_dtype, experts=g.experts * rc, m=g.m,
+                           n=g.n / cc, k=g.k, one_kernel=one_kernel)
+        ops = [Op(g.name, GEMM, g.flops, nbytes, t,
+                  grads=self.gemm_grads(g, wbytes, self.mm_dtype, one_kernel=one_kernel, dgrad_chunks=dc))]
         if self.mm_dtype in LOW_PRECISION:
             # Quantization (Transformer Engine's cast kernels). Per element: current scaling reads the 16-bit tensor
             # twice (amax, then cast), delayed scaling and MXFP8 once; each writes the copies its GEMMs read

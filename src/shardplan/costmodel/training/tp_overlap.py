@@ -10,7 +10,8 @@ operators, keeps what the overlap cannot hide plus the compute the hidden rest s
   ``num_splits = 4`` chunks behind the GEMM that produces it (the last chunk shows: ``max(t − g·3/4, t/4)``); in the
   backward pass both run as bulk overlap behind the layer's other gradient GEMM (``max(t − g, 0)``). Applies to the
   dense layers TE builds (attention and MLP); other layers keep the share rule. The GEMMs ``g`` are the chunked
-  ones ``userbuffers.ub_chunks`` prices in ``Ctx.gemm``.
+  ones ``userbuffers.ub_chunks`` prices in ``Ctx.gemm``; where userbuffers cannot run (MLA, NVFP4:
+  ``userbuffers.ub_blocked``) the collectives block.
 - ``share``: a fixed share ``tp_comm_overlap`` hides (torchtitan async TP, Megatron without userbuffers).
 """
 
@@ -21,7 +22,7 @@ import numpy as np
 from shardplan.costmodel.core import comm
 from shardplan.costmodel.core.ops import COMM, GEMM, Op
 from shardplan.costmodel.training.ctx import Ctx
-from shardplan.costmodel.training.userbuffers import UB_KINDS, UB_PIPELINE_SPLITS
+from shardplan.costmodel.training.userbuffers import UB_KINDS, UB_PIPELINE_SPLITS, ub_blocked
 
 
 def _sp_collective(op: Op) -> str | None:
@@ -39,7 +40,7 @@ def overlap_tp(ctx: Ctx, kind: str, ops: list[Op], *, backward: bool) -> list[Op
     """The layer's operators with each SP collective's time cut to what shows (plus the compute it slows)."""
     r, s = ctx.rows, ctx.system
     sw = s.software
-    if not sw.tp_comm_overlap:
+    if not sw.tp_comm_overlap or ub_blocked(ctx.model, ctx.mm_dtype, sw):  # blocking (``userbuffers.ub_blocked``)
         return ops
     on = (r.sp == 1) & (r.tp > 1)
     tp = r.tp.astype(float)
