@@ -124,3 +124,33 @@ def test_no_userbuffers_under_mla_or_nvfp4_so_the_collectives_block(model: str, 
         shown = overlap_tp(ctx, kind, raw, backward=False)
         assert [float(o.time[0]) for o in shown] == pytest.approx([float(o.time[0]) for o in ref], rel=1e-12)
         assert any(o.kind == "comm" and float(o.time[0]) > 0 for o in shown)
+
+
+def test_ring_exchange_reduce_scatter_runs_tp_row_chunks_and_shows_its_last() -> None:
+    """Megatron-Bridge's fp8 configurations reduce-scatter proj/FC2 by ring exchange (``tp_overlap_rs``): 8 GEMMs of
+    512 rows each reading the whole weight (CommOverlapP2PBase::split_overlap_rs), the last chunk's share exposed."""
+    base = get_system("dgx-h100")
+    sw = base.software.model_copy(update={"tp_overlap_rs": "ring_exchange"})
+    rows = LayoutArrays.from_layouts([TrainLayout(tp=8, dp=1, recompute=Recompute.NONE, sequence_parallel=True)],
+                                     global_batch=1)
+    ctx = Ctx(get_model("llama-3.1-70b"), base.model_copy(update={"software": sw}),
+              TrainWorkload(seq_len=SEQ, global_batch=1, dtype="fp8"), rows)
+    raw = L.mlp_ops(ctx)
+    fc2 = _t(raw, "mlp.fc2")
+    assert fc2 == pytest.approx(_by_hand(ctx, SEQ, H, FFN / 8, 8, "fp8"), rel=1e-9)
+    rs = _t(raw, "mlp.tp_reducescatter")
+    exposed = max(rs - fc2 * 7 / 8, rs / 8)
+    assert _t(overlap_tp(ctx, "mlp", raw, backward=False), "mlp.tp_reducescatter") == pytest.approx(
+        exposed + 0.189 * (rs - exposed))
+
+
+def test_megatron_bridge_fp8_records_reduce_scatter_by_ring_exchange() -> None:
+    from shardplan.validation.optimum import load_records_tuned
+    from shardplan.validation.stacks import stack_software
+
+    bridge = [r for r in load_records_tuned() if "Megatron-Bridge" in str(r["source"].get("container_or_version"))]
+    fp8 = [r for r in bridge if r["precision"] == "fp8"]
+    bf16 = [r for r in bridge if r["precision"] == "bf16"]
+    assert fp8 and bf16
+    assert all(stack_software(r)["tp_overlap_rs"] == "ring_exchange" for r in fp8)
+    assert all("tp_overlap_rs" not in stack_software(r) for r in bf16)  # TE's default: the pipelined one

@@ -109,6 +109,11 @@ class SoftwareSpec(BaseModel):
         "userbuffers", description="How SP TP collectives overlap when tp_comm_overlap > 0: 'userbuffers' (Transformer "
         "Engine comm+GEMM overlap: ring-exchange all-gathers, pipelined reduce-scatters, bulk overlap in backward, "
         "each hidden as far as the GEMM beside it lasts) or 'share' (the fixed share tp_comm_overlap hides).")
+    tp_overlap_rs: Literal["pipeline", "ring_exchange"] = Field(
+        "pipeline", description="How userbuffers overlap the reduce-scatter after the output projection and FC2: "
+        "'pipeline' (Transformer Engine's default, initialize_ub at d0067d0: the GEMM in 4 column chunks, each "
+        "chunk reduce-scattered behind the next) or 'ring_exchange' (tp row chunks, each partial sum passed around "
+        "the ring: Megatron-Bridge's fp8 configurations, training/comm_overlap.py at 067f987).")
     overlap_slowdown: Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)] = Field(
         0.189, description="Compute time lost per second of communication hidden behind it: NCCL kernels take SMs "
         "and share the power budget with the overlapped kernels. 0.189 is the mean slowdown of compute overlapped "

@@ -64,7 +64,7 @@ def stack_p2p_overlap(r: dict[str, Any]) -> bool:
 STACK_FIELDS = ("ep_dispatcher", "ep_comm_overlap", "ep_delay_wgrad", "moe_drop_and_pad", "moe_router_padding",
                 "moe_balanced_routing", "elementwise_kernels", "norm_kernel", "attention_unpad", "overlap_p2p_comm",
                 "expert_mlp", "moe_host_sync", "overlap_grad_reduce", "loss_memory", "cp_comm_type",
-                "recompute_early_stop", "ddp_bucket_params", "cross_entropy_fusion")
+                "recompute_early_stop", "ddp_bucket_params", "cross_entropy_fusion", "tp_overlap_rs")
 
 
 def stack_software(r: dict[str, Any]) -> dict[str, Any]:
@@ -85,6 +85,10 @@ def stack_software(r: dict[str, Any]) -> dict[str, Any]:
     # scripts/performance/utils/helpers.py at v0.2.0, perf_recipes/_common.py@067f987 _benchmark_common)
     if bridge:
         out.setdefault("cross_entropy_fusion", "te")
+        # its fp8 userbuffers configurations reduce-scatter proj/FC2 by ring exchange (training/comm_overlap.py@067f987:
+        # RingExchangeOverlapCfg for proj_fprop and fc2_fprop in 8 of its 9 fp8 configurations)
+        if r.get("precision") == "fp8":
+            out.setdefault("tp_overlap_rs", "ring_exchange")
     out.setdefault("fp8_scaling", stack_fp8_scaling(r))
     framework = stack_framework(r)
     # what the framework fixes (frameworks.FRAMEWORKS: torchtitan's fp32 loss, PyTorch FSDP's SHARD_GRAD_OP gathering

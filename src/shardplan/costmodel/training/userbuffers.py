@@ -19,9 +19,10 @@ and NeMo's bf16 H100 configurations keep for these GEMMs:
   ring-exchange all-gather of the output gradient: ``tp`` row chunks; QKV's and FC1's input and weight gradients and
   the other weight gradients run whole beside bulk collectives (``bulk``, ``external``).
 
-Megatron-Bridge's fp8 configurations (and most of its B200 ones) reduce-scatter ``proj_fprop``/``fc2_fprop`` by ring
-exchange instead (``RingExchangeOverlapCfg``, Megatron-Bridge@067f987 ``training/comm_overlap.py``): ``tp`` row chunks;
-priced here as the default's 4 column chunks (within about 1% of a step on Llama 3 70B at TP 8).
+Megatron-Bridge's fp8 configurations (8 of its 9, Megatron-Bridge@067f987 ``training/comm_overlap.py``; some of its
+bf16 B200 ones too) reduce-scatter ``proj_fprop``/``fc2_fprop`` by ring exchange instead (``RingExchangeOverlapCfg``;
+``CommOverlapP2PBase::split_overlap_rs``): ``tp`` row chunks, each reading the whole weight, each chunk's partial sum
+sent on while the next computes (``SoftwareSpec.tp_overlap_rs``).
 
 Where userbuffers do not run, Megatron's sequence-parallel collectives block:
 
@@ -46,7 +47,7 @@ from shardplan.models.spec import ModelSpec
 UB_KINDS = ("attention", "sliding", "chunked", "mlp")  # layers whose userbuffers overlap the model prices
 UB_PIPELINE_SPLITS = 4  # PipelineOverlapCfg(num_splits=4): TE's default (initialize_ub ``get_default_config``)
 RING_FPROP = ("attn.qkv", "mlp.fc1")  # qkv_fprop, fc1_fprop: ring-exchange all-gather, tp row chunks
-PIPELINE_FPROP = ("attn.out", "mlp.fc2")  # proj_fprop, fc2_fprop: pipelined reduce-scatter, 4 column chunks
+PIPELINE_FPROP = ("attn.out", "mlp.fc2")  # proj_fprop, fc2_fprop: pipelined reduce-scatter, 4 column chunks (or ring)
 RING_DGRAD = ("attn.out", "mlp.fc2")  # proj_dgrad, fc2_dgrad: ring-exchange all-gather, tp row chunks
 
 
@@ -71,7 +72,8 @@ def ub_chunks(rows: LayoutArrays, sw: SoftwareSpec, model: ModelSpec, dtype: str
         return 1.0, 1.0, 1.0
     on = ub_on(rows, sw, model, dtype)
     tp = rows.tp.astype(float)
-    rows_f = np.where(on, tp, 1.0) if name in RING_FPROP else 1.0
-    cols_f = np.where(on, float(UB_PIPELINE_SPLITS), 1.0) if name in PIPELINE_FPROP else 1.0
+    ring_rs = sw.tp_overlap_rs == "ring_exchange"
+    rows_f = np.where(on, tp, 1.0) if name in RING_FPROP or (ring_rs and name in PIPELINE_FPROP) else 1.0
+    cols_f = np.where(on, float(UB_PIPELINE_SPLITS), 1.0) if name in PIPELINE_FPROP and not ring_rs else 1.0
     dgrad = np.where(on, tp, 1.0) if name in RING_DGRAD else 1.0
     return rows_f, cols_f, dgrad
