@@ -70,6 +70,18 @@ def test_framework_memory_counts_context_workspaces_and_one_nccl_communicator_pe
                            TrainLayout(tp=2, pp=2, dp=4, zero_stage=1, sequence_parallel=True))
     ub_bytes = 10 * 4096 * 4096 * 2
     assert ub.memory.framework_bytes == pytest.approx(512 * MiB + 32 * MiB + 3 * 32 * MiB + 3 * per_comm + ub_bytes)
+    # a ring-exchange reduce-scatter (Megatron-Bridge's fp8 configurations) holds 2·tp − 1 chunks of tokens/tp rows
+    # for proj_fprop and fc2_fprop (CommOverlapP2PBase::initialize): 2 × 1/2 buffer more at TP 2
+    sw = system.software
+    ring = estimate_training(MODEL, system.model_copy(update={"software": sw.model_copy(
+        update={"tp_overlap_rs": "ring_exchange"})}), 16, TrainWorkload(seq_len=4096, global_batch=16),
+        TrainLayout(tp=2, pp=2, dp=4, zero_stage=1, sequence_parallel=True))
+    assert ring.memory.framework_bytes - ub.memory.framework_bytes == pytest.approx(2 * 0.5 * 4096 * 4096 * 2)
+    # no TE userbuffers under torchtitan's async TP ('share') or NVFP4: the plain TP workspace and communicators
+    share = estimate_training(MODEL, system.model_copy(update={"software": sw.model_copy(
+        update={"tp_overlap_method": "share"})}), 16, TrainWorkload(seq_len=4096, global_batch=16),
+        TrainLayout(tp=2, pp=2, dp=4, zero_stage=1, sequence_parallel=True))
+    assert share.memory.framework_bytes == pytest.approx(512 * MiB + 64 * MiB + 3 * per_comm)
     fixed = estimate_training(MODEL, system, 16, TrainWorkload(seq_len=4096, global_batch=16, framework_bytes=2**31),
                               TrainLayout(dp=16, zero_stage=1))
     assert fixed.memory.framework_bytes == 2**31

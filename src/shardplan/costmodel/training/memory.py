@@ -284,6 +284,7 @@ UB_STREAMS = 3
 # fc1_fprop, fc1_dgrad, fc2_dgrad; fp8 under an fp8 recipe) and 4 reduce-scatter layers (proj_fprop, fc2_fprop,
 # qkv_wgrad, fc1_wgrad; 16-bit) (transformer_engine/pytorch/module/base.py initialize_ub).
 UB_AG_BUFFERS, UB_RS_BUFFERS = 6, 4
+UB_RING_RS = 2  # proj_fprop, fc2_fprop: by ring exchange (``SoftwareSpec.tp_overlap_rs``) 2·tp − 1 chunks, not tp
 # NCCL buffers per communicator: each channel's receive connection holds the Simple (NCCL_BUFFSIZE 4 MiB),
 # LL (512 KiB) and LL128 (4.6875 MiB) buffers (NVIDIA/nccl@5067397 src/init.cc DEFAULT_*_BUFFSIZE) = 9.19 MiB,
 # over 16 channels (NCCL's ring/tree channel count on an 8-GPU NVSwitch node; NCCL_MIN_NCHANNELS default is
@@ -305,10 +306,16 @@ def framework_memory(ctx: Ctx) -> np.ndarray:
     communicators = sum((np.asarray(g) > 1).astype(float) for g in groups[:5])
     if ctx.model.moe is not None:
         communicators = communicators + (np.asarray(groups[5]) > 1)
-    ub = (r.tp > 1) & (r.sp == 1) & (ctx.system.software.tp_comm_overlap > 0)
+    sw = ctx.system.software
+    # TE's userbuffers: allocated before the model is built (an MLA model turns the overlap off later but keeps them),
+    # never for torchtitan's async TP ('share') or NVFP4 (TE takes no NVFP4 userbuffer; NVIDIA's configs turn it off)
+    ub = (r.tp > 1) & (r.sp == 1) & bool(sw.tp_comm_overlap > 0 and sw.tp_overlap_method == "userbuffers"
+                                         and w.dtype != "fp4")
     ag_bytes = 1.0 if w.dtype == "fp8" else ctx.act_bytes
-    ub_bytes = np.where(ub, ctx.tokens * ctx.model.hidden_size * (UB_AG_BUFFERS * ag_bytes
-                                                                  + UB_RS_BUFFERS * ctx.act_bytes), 0.0)
+    # a ring-exchange reduce-scatter holds 2·tp − 1 chunks of tokens/tp rows (CommOverlapP2PBase::initialize)
+    rs = UB_RS_BUFFERS + (UB_RING_RS * (r.tp - 1) / r.tp if sw.tp_overlap_rs == "ring_exchange" else 0.0)
+    ub_bytes = np.where(ub, ctx.tokens * ctx.model.hidden_size * (UB_AG_BUFFERS * ag_bytes + rs * ctx.act_bytes),
+                        0.0)
     workspaces = GEMM_WORKSPACE_BYTES * (1 + np.where(ub, UB_STREAMS, 1))
     nccl = communicators * NCCL_CHANNELS * NCCL_CHANNEL_BYTES
     return CUDA_CONTEXT_BYTES + workspaces + nccl + ub_bytes + calibrated

@@ -8,7 +8,8 @@ operators, keeps what the overlap cannot hide plus the compute the hidden rest s
   all-gather before QKV/FC1 is a ring exchange (the GEMM runs in tp chunks; each peer's shard arrives while the
   previous chunk computes: exposed ``max(t − g·(tp−1)/tp, 0)``) and the reduce-scatter after proj/FC2 is pipelined in
   ``num_splits = 4`` chunks behind the GEMM that produces it (the last chunk shows: ``max(t − g·3/4, t/4)``; by ring
-  exchange, ``SoftwareSpec.tp_overlap_rs``, tp chunks: ``max(t − g·(tp−1)/tp, t/tp)``); in the
+  exchange, ``SoftwareSpec.tp_overlap_rs``, tp chunks: ``max(t − g·(tp−1)/tp, 0)`` plus the kernel that reduces the
+  received chunks); in the
   backward pass both run as bulk overlap behind the layer's other gradient GEMM (``max(t − g, 0)``). Applies to the
   dense layers TE builds (attention and MLP); other layers keep the share rule. The GEMMs ``g`` are the chunked
   ones ``userbuffers.ub_chunks`` prices in ``Ctx.gemm``; where userbuffers cannot run (MLA, NVFP4:
@@ -64,8 +65,18 @@ def overlap_tp(ctx: Ctx, kind: str, ops: list[Op], *, backward: bool) -> list[Op
             exposed = np.maximum(t - g, 0.0)
         elif which == "ag":
             exposed = np.maximum(t - _neighbour_gemm(ops, i, after=True) * (tp - 1) / tp, 0.0)
-        else:  # pipelined in 4 column chunks, or ring-exchanged in tp row chunks: the last chunk's share shows
-            k = tp if sw.tp_overlap_rs == "ring_exchange" else UB_PIPELINE_SPLITS
+        elif sw.tp_overlap_rs == "ring_exchange":
+            # tp row chunks, the rank's own last and never sent: the other tp − 1 partial sums travel while the next
+            # chunks compute, then one kernel reduces the tp chunks (reads the whole activation, writes its 1/tp:
+            # TE CommOverlapP2PBase::split_overlap_rs, reduce_bf16 / reduce_fp8_in_bf16_out)
+            exposed = np.maximum(t - _neighbour_gemm(ops, i, after=False) * (tp - 1) / tp, 0.0)
+            reduce = ctx.mem_time(op.nbytes * (1.0 + 1.0 / tp))
+            out.append(Op(op.name, op.kind, op.flops, op.nbytes,
+                          np.where(on, comm.with_overlap_cost(s, t, exposed) + reduce, t), dim=op.dim,
+                          selective=op.selective))
+            continue
+        else:  # pipelined in 4 column chunks: the last chunk's reduce-scatter shows
+            k = UB_PIPELINE_SPLITS
             exposed = np.maximum(t - _neighbour_gemm(ops, i, after=False) * (k - 1) / k, t / k)
         shown = np.where(on, comm.with_overlap_cost(s, t, exposed), t)
         out.append(Op(op.name, op.kind, op.flops, op.nbytes, shown, dim=op.dim, selective=op.selective))

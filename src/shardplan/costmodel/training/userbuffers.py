@@ -22,7 +22,8 @@ and NeMo's bf16 H100 configurations keep for these GEMMs:
 Megatron-Bridge's fp8 configurations (8 of its 9, Megatron-Bridge@067f987 ``training/comm_overlap.py``; some of its
 bf16 B200 ones too) reduce-scatter ``proj_fprop``/``fc2_fprop`` by ring exchange instead (``RingExchangeOverlapCfg``;
 ``CommOverlapP2PBase::split_overlap_rs``): ``tp`` row chunks, each reading the whole weight, each chunk's partial sum
-sent on while the next computes (``SoftwareSpec.tp_overlap_rs``).
+sent on while the next computes, then one kernel reducing the received chunks (``SoftwareSpec.tp_overlap_rs``; its
+2·tp − 1 buffer chunks: ``memory.framework_memory``).
 
 Where userbuffers do not run, Megatron's sequence-parallel collectives block:
 
