@@ -11,6 +11,7 @@ from export_plans import CORNERS, GPT3, LLAMA70, check_golden, load, target
 from shardplan.cli.export import export_train
 from shardplan.cli.export.megatron import moe_layer_freq, pipeline_layout, stage_layers
 from shardplan.errors import ShardplanError
+from shardplan.models import resolve_model
 
 FLAGS = load("megatron_flags.json")
 
@@ -286,3 +287,36 @@ def test_blocking_pipeline_sends_are_written_when_the_plan_priced_them() -> None
     flat = dataclasses.replace(target("llama-3.1-8b", num_gpus=8, seq_len=4096, pp=4, num_microbatches=16,
                                       global_batch=16), overlap_p2p_comm=False)
     assert "--no-overlap-p2p-communication" not in dict(parse(export_train("megatron", flat).text))
+
+
+def _args(t) -> list[str]:
+    return [tok for line in export_train("megatron", t).text.splitlines() if not line.startswith("#")
+            for tok in line.split()]
+
+
+def test_tp_comm_overlap_is_written_where_the_plan_was_priced_with_userbuffers() -> None:
+    """Megatron's --tp-comm-overlap (ModelParallelConfig.tp_comm_overlap, default off) where the plan hid its SP
+    collectives with Transformer Engine's userbuffers; a ring-exchange reduce-scatter, which TE's default config does
+    not run, is named in a note. The flag and its arity come from the Megatron-LM flag list (megatron_flags.json)."""
+    from shardplan.cli.export.base import train_target
+    from shardplan.costmodel.training.layout import TrainWorkload
+    from shardplan.hardware import get_system
+
+    assert FLAGS["flags"]["--tp-comm-overlap"] == "switch"
+    t = dataclasses.replace(LLAMA70, tp_userbuffers=True)
+    assert "--tp-comm-overlap" in _args(t) and "--sequence-parallel" in _args(t)
+    assert "--tp-comm-overlap" not in _args(LLAMA70)
+    ring = export_train("megatron", dataclasses.replace(t, tp_overlap_rs="ring_exchange"))
+    assert any("ring_exchange" in n and "--tp-comm-overlap-cfg" in n for n in ring.notes)
+    # what train_target reads off the system: on for a Megatron stack, off for MLA, NVFP4 and torchtitan's async TP
+    system = get_system("dgx-h100")
+    plan = LLAMA70.plan
+    work = TrainWorkload(seq_len=8192, global_batch=256)
+    assert train_target(plan, model=LLAMA70.model, system=system, num_gpus=64, workload=work).tp_userbuffers
+    dsv3 = resolve_model("deepseek-v3")
+    assert not train_target(plan, model=dsv3, system=system, num_gpus=64, workload=work).tp_userbuffers
+    fp4 = work.model_copy(update={"dtype": "fp4"})
+    assert not train_target(plan, model=LLAMA70.model, system=get_system("dgx-b200"), num_gpus=64,
+                            workload=fp4).tp_userbuffers
+    share = system.model_copy(update={"software": system.software.model_copy(update={"tp_overlap_method": "share"})})
+    assert not train_target(plan, model=LLAMA70.model, system=share, num_gpus=64, workload=work).tp_userbuffers

@@ -61,6 +61,11 @@ class TrainTarget:
     """Whether the cost model gathered fp8 weights (1 B a parameter) under fp8 (SoftwareSpec.fp8_param_gather)."""
     fp8_attention_recipe: str | None = None
     """The Transformer Engine recipe fp8 attention runs under on this GPU (``fp8_attention_recipe``), if priced."""
+    tp_userbuffers: bool = False
+    """Whether the cost model hid the sequence-parallel TP collectives with Transformer Engine's userbuffers
+    (``costmodel.training.userbuffers``: tp_comm_overlap on, method userbuffers, not MLA or NVFP4)."""
+    tp_overlap_rs: str = "pipeline"
+    """How those userbuffers reduce-scatter after the output projection and FC2 (SoftwareSpec.tp_overlap_rs)."""
 
     @property
     def cp_comm_type(self) -> str:
@@ -85,6 +90,7 @@ def train_target(plan: TrainPlanOut | None, *, model: ModelSpec, system: Any, nu
                  ) -> TrainTarget:
     """A ``TrainTarget`` from a plan's layout plus the request's model, system (``SystemSpec``) and workload."""
     from shardplan.costmodel.training.ctx import DROPOUT_FAMILIES
+    from shardplan.costmodel.training.userbuffers import ub_blocked
 
     if plan is None:
         raise ShardplanError("nothing to export: no layout fits", field="export")
@@ -105,6 +111,8 @@ def train_target(plan: TrainPlanOut | None, *, model: ModelSpec, system: Any, nu
         overlap_p2p_comm=bool(sw.overlap_p2p_comm), mtp_layers=workload.mtp_layers,
         optimizer=workload.optimizer, fp8_param_gather=bool(sw.fp8_param_gather),
         fp8_attention_recipe=fp8_attention_recipe(system.gpu, str(workload.attention or sw.attention)),
+        tp_userbuffers=bool(sw.tp_comm_overlap) and sw.tp_overlap_method == "userbuffers"
+        and not ub_blocked(model, workload.dtype, sw), tp_overlap_rs=str(sw.tp_overlap_rs),
     )
 
 

@@ -122,6 +122,13 @@ def _parallel(t: TrainTarget, args: Args, notes: list[str]) -> None:
         args.append(("--expert-tensor-parallel-size", str(p.etp)))
     if p.sequence_parallel and p.tp > 1:
         args.append(("--sequence-parallel", None))
+        if t.tp_userbuffers:  # priced with TE's userbuffers (costmodel/training/userbuffers.py); Megatron's default off
+            args.append(("--tp-comm-overlap", None))
+            if t.tp_overlap_rs == "ring_exchange":
+                notes.append("the plan was costed with ring-exchange reduce-scatters after the output projection and "
+                             "FC2 (Megatron-Bridge's fp8 userbuffers configurations); Transformer Engine's default "
+                             "pipelines them: pass --tp-comm-overlap-cfg with a YAML setting proj_fprop and fc2_fprop "
+                             "to method: ring_exchange")
     even = m.num_layers % (p.pp * p.interleave) == 0
     per_stage = p.stage_layers is not None and p.stage_layers != stage_layers(m.num_layers, p.pp)
     if p.pp > 1 and (not even or per_stage):
