@@ -142,6 +142,9 @@ def validate_layout(model: ModelSpec, num_gpus: int, work: TrainWorkload, lay: T
                                  + ("" if lay.etp is not None else " (or set --etp)"), field="ep")
     if work.seq_len % lay.cp:
         raise ShardplanError(f"cp ({lay.cp}) must divide seq_len ({work.seq_len})", field="cp")
+    if lay.sequence_parallel and lay.tp > 1 and (work.seq_len // lay.cp) % lay.tp:
+        raise ShardplanError(f"with --sequence-parallel, tp ({lay.tp}) must divide seq_len/cp "
+                             f"({work.seq_len // lay.cp}): the sequence is split over the TP ranks", field="tp")
     if lay.zero_stage not in (0, 1, 2, 3):
         raise ShardplanError(f"must be 0, 1, 2 or 3 (got {lay.zero_stage})", field="zero")
     if lay.zero_stage == 2 and lay.pp > 1:
@@ -307,6 +310,13 @@ def enumerate_layouts(model: ModelSpec, work: TrainWorkload, req: SpaceRequest) 
             sp_c = np.array([int(x) for x in sps], dtype=np.int64)[sp_i]
             z_c = np.array(zeros, dtype=np.int64)[z_i]
             ok = ~((sp_c == 1) & (tp == 1))  # sequence parallelism is a no-op without TP
+            # it splits each sequence's seq/cp tokens over the TP ranks (Megatron-LM tensor_parallel/mappings.py
+            # ``_split_along_first_dim`` asserts the split is even)
+            spd = ok & (sp_c == 1) & ((work.seq_len // cp) % tp != 0)
+            if spd.any():
+                key = "sequence parallel with seq_len/cp not divisible by tp"
+                pruned[key] = pruned.get(key, 0) + int(spd.sum())
+            ok &= ~spd
             # Megatron-Core's interleaved schedule runs the microbatches in groups of pp (default
             # microbatch_group_size_per_vp_stage), refusing fewer microbatches than pp or a last group under pp
             # (pipeline_parallel/schedules.py@d98e8a6): m = gb/(dp·mb) must be a multiple of pp.
