@@ -53,7 +53,7 @@ def overlap_tp(ctx: Ctx, kind: str, ops: list[Op], *, backward: bool) -> list[Op
         if which is None:
             out.append(op)
             continue
-        t = op.time
+        t, after = op.time, 0.0  # after: a kernel that must follow the hidden collective
         if not ub:
             exposed = t * (1 - sw.tp_comm_overlap)
         elif backward:
@@ -70,14 +70,10 @@ def overlap_tp(ctx: Ctx, kind: str, ops: list[Op], *, backward: bool) -> list[Op
             # chunks compute, then one kernel reduces the tp chunks (reads the whole activation, writes its 1/tp:
             # TE CommOverlapP2PBase::split_overlap_rs, reduce_bf16 / reduce_fp8_in_bf16_out)
             exposed = np.maximum(t - _neighbour_gemm(ops, i, after=False) * (tp - 1) / tp, 0.0)
-            reduce = ctx.mem_time(op.nbytes * (1.0 + 1.0 / tp))
-            out.append(Op(op.name, op.kind, op.flops, op.nbytes,
-                          np.where(on, comm.with_overlap_cost(s, t, exposed) + reduce, t), dim=op.dim,
-                          selective=op.selective))
-            continue
+            after = ctx.mem_time(op.nbytes * (1.0 + 1.0 / tp))
         else:  # pipelined in 4 column chunks: the last chunk's reduce-scatter shows
             k = UB_PIPELINE_SPLITS
             exposed = np.maximum(t - _neighbour_gemm(ops, i, after=False) * (k - 1) / k, t / k)
-        shown = np.where(on, comm.with_overlap_cost(s, t, exposed), t)
+        shown = np.where(on, comm.with_overlap_cost(s, t, exposed) + after, t)
         out.append(Op(op.name, op.kind, op.flops, op.nbytes, shown, dim=op.dim, selective=op.selective))
     return out
