@@ -47,8 +47,10 @@ def test_latency_records_cite_the_dataset_at_a_commit_and_are_single_request_run
 
 
 def test_latency_groups_run_every_case_and_state_where_the_model_stands() -> None:
-    """TTFT of compute-bound prompts (≥ 2,000 tokens) within 12% on average; short prompts and every TPOT are
-    under-predicted (fixed per-layer and per-request time at batch 1 the model lacks: README, 'Serving latency')."""
+    """TTFT of compute-bound prompts (≥ 2,000 tokens) within 12% on average; short prompts are under-predicted (a
+    per-request time at batch 1 the model lacks: README, 'Serving latency'). TPOT on H100, whose weight-streaming
+    GEMMs run at their H200 measurement (``GpuSpec.gemm_stream``), within 8% on average and ±5% signed; on A100
+    (not measured: the copy curve) every TPOT is still under-predicted."""
     rep = run_validation(["serving-ttft", "serving-tpot"])
     recs = {r["id"].removeprefix("nim-"): r for r in load_records("serving_latency_runs")}
     for g in ("serving-ttft", "serving-tpot"):
@@ -59,3 +61,8 @@ def test_latency_groups_run_every_case_and_state_where_the_model_stands() -> Non
     assert statistics.mean(long) < 12.0
     tpot = [abs(r.error_pct) for r in rep.rows if r.group == "serving-tpot"]
     assert statistics.mean(tpot) < 40.0 and max(tpot) < 65.0
+    h100 = [r.error_pct for r in rep.rows if r.group == "serving-tpot" and recs[r.id]["hardware"]["gpu"] == "H100-SXM"]
+    a100 = [r.error_pct for r in rep.rows if r.group == "serving-tpot" and recs[r.id]["hardware"]["gpu"] != "H100-SXM"]
+    assert len(h100) == 48 and len(a100) == 24
+    assert statistics.mean(map(abs, h100)) < 8.0 and abs(statistics.mean(h100)) < 5.0
+    assert max(a100) < 0.0

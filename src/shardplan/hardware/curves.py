@@ -78,3 +78,12 @@ H100_SM_STREAM = 5120 * 1.755e9 / 132
 # H20: same SMs and kernels; the H100 PCIe keeps its memory curve). The gradient buffer's zeroing is priced at it too,
 # as measured (``_foreach_zero_`` over 64 tensors); Megatron zeroes one contiguous buffer, which may stream faster.
 HOPPER_OPTIMIZER_BANDWIDTH = 0.72
+# A GEMM that streams its weights (memory-bound: decode, M ≤ 128) is slower than a copy of the same bytes: on an H200
+# (torch 2.11 → cuBLAS, bf16, 12 shapes N×K = 1280×8192, 7168×8192, 28672×4096 at M = 1, 8, 32, 128;
+# benchmarks/gpu/results/h200_run1.json "decode" rows, RESULTS.md §2) the times fit t = 10.6 µs + bytes / (0.813 ·
+# 4.8 TB/s), each within −6…+8%, where the copy curve (HBM_MEMORY + KERNEL_FIXED_S) priced those at M ≤ 32 at 0.65–0.87
+# of the measured time. Least squares over the 12 rows; tests/costmodel/test_gemm_stream.py refits them. Taken for the
+# Hopper SXM die and the GPUs priced from its spec (H100, H800, H200, H20: same SMs and cuBLAS kernels; the latency in
+# seconds, the rate as a fraction of each part's own bandwidth). Not measured on Ampere or Blackwell: they keep the
+# copy curve.
+HOPPER_GEMM_STREAM = (10.6e-6, 0.813)

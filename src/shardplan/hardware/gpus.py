@@ -24,6 +24,7 @@ from shardplan.hardware.curves import (  # noqa: F401  (re-exported: the catalog
     EAGER_ELEMENTWISE,
     H100_SM_STREAM,
     HBM_MEMORY,
+    HOPPER_GEMM_STREAM,
     HOPPER_MATMUL,
     HOPPER_MATMUL_ISOLATED,
     HOPPER_OPTIMIZER_BANDWIDTH,
@@ -126,6 +127,7 @@ H100_SXM = GpuSpec(
     memory_efficiency=HBM_MEMORY,
     elementwise_efficiency=EAGER_ELEMENTWISE,
     optimizer_bandwidth_fraction=HOPPER_OPTIMIZER_BANDWIDTH,  # measured on H200 (curves.py)
+    gemm_stream=HOPPER_GEMM_STREAM,  # measured on H200 (curves.py)
     attention_efficiency=0.6,
     attention_curves=H100_ATTENTION,  # FlashAttention-3 paper Figs. 5-6 (attention_data.py)
     # Maximum achievable matmul (best shape; stas00/ml-engineering compute/accelerator README at 744d01e):

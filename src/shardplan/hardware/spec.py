@@ -146,6 +146,10 @@ class GpuSpec(BaseModel):
         None, description="Achieved fraction of peak memory bandwidth of the optimizer step's multi-tensor kernels "
         "(fused Adam, gradient norm, master-to-model copy, gradient-buffer zeroing), measured; None: "
         "memory_efficiency.")
+    gemm_stream: tuple[Seconds, Fraction] | None = Field(
+        None, description="A memory-bound GEMM (weights streamed: decode) as measured: (fixed seconds, fraction of "
+        "peak bandwidth), time = fixed + bytes / (fraction · bandwidth); None: the streaming curve "
+        "(memory_efficiency) and kernel_fixed_s.")
     attention_efficiency: Fraction = Field(
         0.55, description="Fused (flash) attention forward: fraction of the matmul peak it reaches.")
     matmul_peak_fraction: dict[str, Fraction] = Field(

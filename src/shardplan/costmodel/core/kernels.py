@@ -122,6 +122,20 @@ def kernel_time(gpu: GpuSpec, flops: np.ndarray, nbytes: np.ndarray, dtype: str,
     return with_launch(gpu, np.maximum(t_c, t_m))
 
 
+def gemm_kernel_time(gpu: GpuSpec, flops: np.ndarray, nbytes: np.ndarray, dtype: str, *,
+                     shape: np.ndarray | float = 1.0, of_plateau: np.ndarray | None = None) -> np.ndarray:
+    """One GEMM kernel: its math with the fixed per-kernel time, or, where the GPU states how its GEMMs stream
+    weights (``GpuSpec.gemm_stream``: a measured latency and fraction of bandwidth), that stream when it is slower;
+    elsewhere the roofline of ``kernel_time``."""
+    if gpu.gemm_stream is None:
+        return kernel_time(gpu, flops, nbytes, dtype, shape=shape, of_plateau=of_plateau)
+    fixed, frac = gpu.gemm_stream
+    t_c = compute_time(gpu, flops, dtype, shape=shape, of_plateau=of_plateau)
+    t_s = fixed + np.asarray(nbytes, dtype=float) / (gpu.memory_bandwidth_bytes_per_s
+                                                      * min(frac * gpu.scales.elementwise, 1.0))
+    return np.maximum(np.maximum(t_c + gpu.kernel_fixed_s, t_s), gpu.kernel_launch_s)
+
+
 def gemm_time(gpu: GpuSpec, flops: np.ndarray, nbytes: np.ndarray, dtype: str, *,
               experts: np.ndarray | float = 1.0, sustained_flops: float | None = None,
               m: np.ndarray | float | None = None, n: np.ndarray | float | None = None,
@@ -154,8 +168,8 @@ def gemm_time(gpu: GpuSpec, flops: np.ndarray, nbytes: np.ndarray, dtype: str, *
         cols = np.maximum(np.asarray(n, dtype=float), 1.0)
         inner = flops / experts / (2.0 * rows * cols) if k is None else k
         of_plateau = table_fraction(dtype_grid(gpu.gemm_shape_table, dtype), rows, cols, inner)
-    t = experts * kernel_time(gpu, flops / experts, np.asarray(nbytes, dtype=float) / experts, dtype, shape=shape,
-                              of_plateau=of_plateau)
+    t = experts * gemm_kernel_time(gpu, flops / experts, np.asarray(nbytes, dtype=float) / experts, dtype,
+                                   shape=shape, of_plateau=of_plateau)
     if sustained_flops:
         t = np.maximum(t, np.asarray(flops, dtype=float) / sustained_flops)
     return t
