@@ -22,7 +22,8 @@ def predicted(rec: dict) -> float:
     system = get_system("gcp-t4")
     model = get_model(rec["model"]["name"].lower())
     work = OffloadWorkload(prompt_len=rec["workload"]["prompt_len"], gen_len=rec["workload"]["gen_len"])
-    return estimate_offload(model, system, work, flexgen_policy(rec), default_capacities(system)).metrics.tokens_per_s
+    return estimate_offload(model, system, work, flexgen_policy(rec, model),
+                            default_capacities(system)).metrics.tokens_per_s
 
 
 def _cases(role: str, compressed: bool) -> list[dict]:

@@ -33,7 +33,8 @@ ServeExportOpt = Annotated[ServeFormat | None, typer.Option(
     "--export", help="Print the plan as launch flags instead of the tables: vllm; with --output, write a file.")]
 OffloadExportOpt = Annotated[OffloadFormat | None, typer.Option(
     "--export", help="Print the plan as launch flags instead of the tables: flexgen (the planner then keeps the "
-    "activations wholly on one tier, as FlexGen requires); with --output, write a file.")]
+    "activations wholly on one tier, as FlexGen requires; FlexGen places whole weight tensors, and a note prices the "
+    "placement it will make where that differs from the plan); with --output, write a file.")]
 
 
 class FlexgenModule(StrEnum):
@@ -190,19 +191,67 @@ def disagg_vllm_argvs(res: Any, *, spec: Any, work: Any, system: Any) -> tuple[l
     return cmds, notes
 
 
-def flexgen_argv(plan: Any, *, spec: Any, prompt_len: int, gen_len: int, module: str = "flexgen") -> list[str]:
-    """FlexGen ``flex_opt`` argv of an offload plan (``module``: flexgen or flexllmgen)."""
+def _split(s: Any) -> tuple[float, float, float]:
+    return (s.gpu, s.cpu, s.disk)
+
+
+def flexgen_argv(plan: Any, *, spec: Any, prompt_len: int, gen_len: int, module: str = "flexgen",
+                 weight_percent: tuple[int, int] | None = None) -> list[str]:
+    """FlexGen ``flex_opt`` argv of an offload plan (``module``: flexgen or flexllmgen); ``weight_percent`` from
+    ``flexgen_export`` (FlexGen places whole tensors), else the plan's shares rounded."""
     from shardplan.cli.export import flexgen_args
 
     p = plan.plan
-
-    def split(s: Any) -> tuple[float, float, float]:
-        return (s.gpu, s.cpu, s.disk)
-
     return flexgen_args(model=spec.name, gpu_batch_size=p.gpu_batch_size, num_gpu_batches=p.num_gpu_batches,
-                        weights=split(p.weights), kv_cache=split(p.kv_cache), activations=split(p.activations),
+                        weights=_split(p.weights), kv_cache=_split(p.kv_cache), activations=_split(p.activations),
                         cpu_attention=p.cpu_attention, compress_weight=p.compress_weights,
-                        compress_cache=p.compress_kv_cache, prompt_len=prompt_len, gen_len=gen_len, module=module)
+                        compress_cache=p.compress_kv_cache, prompt_len=prompt_len, gen_len=gen_len, module=module,
+                        weight_percent=weight_percent)
+
+
+FLEXGEN_CANDIDATES = 12  # whole-tensor placements nearest the plan's weight shares that an export weighs
+
+
+def flexgen_export(plan: Any, *, spec: Any, system: Any, workload: Any, caps: Any
+                   ) -> tuple[tuple[int, int], str | None]:
+    """The weights' ``--percent`` pair to export, and a note when FlexGen's whole-tensor placement cannot give the
+    plan's shares (±0.5%): of the ``FLEXGEN_CANDIDATES`` placements nearest the plan's, the fastest that fits, as the
+    cost model prices exactly that placement (the nearest when none fits); None when the nearest gives the shares."""
+    from shardplan.costmodel.offload.evaluate import estimate_offload
+    from shardplan.costmodel.offload.flexgen_layout import flexgen_candidates
+    from shardplan.costmodel.offload.policy import OffloadPolicy, Placement
+
+    p = plan.plan
+    want = _split(p.weights)
+    cands = flexgen_candidates(spec, want, FLEXGEN_CANDIDATES)
+    g, c, got = cands[0]
+    if max(abs(a - b) for a, b in zip(got, want, strict=True)) < 0.005:
+        return (g, c), None
+
+    def place(shares: tuple[float, float, float]) -> Any:  # the report's shares are rounded: sum them to one
+        total = sum(shares)
+        return Placement.of(*(v / total for v in shares))
+
+    def estimate(shares: tuple[float, float, float]) -> Any:
+        policy = OffloadPolicy(
+            gpu_batch_size=p.gpu_batch_size, num_gpu_batches=p.num_gpu_batches, weights=place(shares),
+            kv_cache=place(_split(p.kv_cache)), activations=place(_split(p.activations)),
+            cpu_attention=p.cpu_attention, compress_weights=p.compress_weights,
+            compress_kv_cache=p.compress_kv_cache, pin_weights=p.pin_weights)
+        return estimate_offload(spec, system, workload, policy, caps)
+
+    reports = [(cand, estimate(cand[2])) for cand in cands]
+    fitting = [(cand, rep) for cand, rep in reports if rep.status != "infeasible"]
+    (g, c, got), rep = max(fitting, key=lambda x: x[1].metrics.tokens_per_s) if fitting else reports[0]
+
+    def pct(x: tuple[float, float, float]) -> str:
+        return "/".join(f"{100 * v:.0f}%" for v in x)
+
+    fits = "" if rep.status != "infeasible" else f"; no placement FlexGen can make near it fits ({rep.reason})"
+    note = (f"FlexGen places whole tensors, so the plan's weight shares {pct(want)} (GPU/CPU/disk) are exported as "
+            f"--percent {g} {c}, which puts {pct(got)} there: {rep.metrics.tokens_per_s:.3g} tokens/s as exported, "
+            f"{plan.metrics.tokens_per_s:.3g} planned{fits}")
+    return (g, c), note
 
 
 def pareto_plot(plan: Any, path: Path, *, max_tpot_ms: float | None) -> Path:

@@ -16,6 +16,7 @@ from shardplan.cli.launch import (
     check_outputs,
     deliver,
     flexgen_argv,
+    flexgen_export,
 )
 from shardplan.cli.options import (
     MAX_SMALL,
@@ -112,9 +113,14 @@ def estimate_offload_cmd(
             raise ShardplanError("FlexGen keeps the activations wholly on one tier: give --activations 100,0,0, "
                                  "0,100,0 or 0,0,100 with --export flexgen", field="activations")
     report = estimate_offload(spec, system, _workload(prompt_len, gen_len), policy, caps)
-    argv = flexgen_argv(report, spec=spec, prompt_len=prompt_len, gen_len=gen_len,
-                        module=str(flexgen_module)) if export else None
-    deliver(report, lambda con: render_estimate(con, report), as_json=as_json, argv=argv, output=output, notes=[])
+    argv, note = None, None
+    if export:
+        pair, note = flexgen_export(report, spec=spec, system=system, workload=_workload(prompt_len, gen_len),
+                                    caps=caps)
+        argv = flexgen_argv(report, spec=spec, prompt_len=prompt_len, gen_len=gen_len, module=str(flexgen_module),
+                            weight_percent=pair)
+    deliver(report, lambda con: render_estimate(con, report), as_json=as_json, argv=argv, output=output,
+            notes=[note] if note else [])
 
 
 @app.command("offload")
@@ -152,5 +158,8 @@ def offload_cmd(
     if export and plan.plan is None:
         notes.append("nothing exported: no placement fits")
     elif export:
-        argv = flexgen_argv(plan, spec=spec, prompt_len=prompt_len, gen_len=gen_len, module=str(flexgen_module))
+        pair, note = flexgen_export(plan, spec=spec, system=system, workload=req.workload, caps=caps)
+        argv = flexgen_argv(plan, spec=spec, prompt_len=prompt_len, gen_len=gen_len, module=str(flexgen_module),
+                            weight_percent=pair)
+        notes += [note] if note else []
     deliver(plan, lambda con: render_plan(con, plan), as_json=as_json, argv=argv, output=output, notes=notes)

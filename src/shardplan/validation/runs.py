@@ -331,8 +331,11 @@ def vllm_kv() -> list[Case]:
     return out
 
 
-def flexgen_policy(record: dict[str, Any]) -> Any:
-    """FlexGen's ``--percent wg wc cg cc hg hc`` (the rest on disk) and switches as an ``OffloadPolicy``."""
+def flexgen_policy(record: dict[str, Any], model: ModelSpec) -> Any:
+    """FlexGen's ``--percent wg wc cg cc hg hc`` (the rest on disk) and switches as an ``OffloadPolicy``: the weight
+    bytes where FlexGen's whole-tensor rule puts them (``offload.flexgen_layout``), KV cache and activations at the
+    percentages (FlexGen splits those tensors)."""
+    from shardplan.costmodel.offload.flexgen_layout import flexgen_weight_split
     from shardplan.costmodel.offload.policy import OffloadPolicy, Placement
 
     p = record["parallel"]["offload_policy_percent"]
@@ -341,7 +344,8 @@ def flexgen_policy(record: dict[str, Any]) -> Any:
         return Placement.of(g / 100, c / 100, (100 - g - c) / 100)
 
     return OffloadPolicy(
-        gpu_batch_size=p["gpu_batch"], num_gpu_batches=p["num_gpu_batches"], weights=split(p["wg"], p["wc"]),
+        gpu_batch_size=p["gpu_batch"], num_gpu_batches=p["num_gpu_batches"],
+        weights=Placement.of(*flexgen_weight_split(model, p["wg"], p["wc"])),
         kv_cache=split(p["cg"], p["cc"]), activations=split(p["hg"], p["hc"]),
         cpu_attention=bool(p.get("cpu_attention")), compress_weights=bool(p.get("compress_weight")),
         compress_kv_cache=bool(p.get("compress_cache")), pin_weights=p.get("pin_weight", True))
@@ -361,8 +365,8 @@ def flexgen() -> list[Case]:
         def predict(r: dict[str, Any] = r) -> Prediction:
             system = get_system("gcp-t4")
             work = OffloadWorkload(prompt_len=r["workload"]["prompt_len"], gen_len=r["workload"]["gen_len"])
-            rep = estimate_offload(get_model(r["model"]["name"].lower()), system, work, flexgen_policy(r),
-                                   default_capacities(system))
+            model = get_model(r["model"]["name"].lower())
+            rep = estimate_offload(model, system, work, flexgen_policy(r, model), default_capacities(system))
             return _flagged(rep, rep.metrics.tokens_per_s)
 
         tag = r["id"].removeprefix("flexgen-")

@@ -57,8 +57,11 @@ def percents(split: Split, *, field: str) -> tuple[int, int]:
 def flexgen_args(*, model: str, gpu_batch_size: int, num_gpu_batches: int, weights: Split, kv_cache: Split,
                  activations: Split, cpu_attention: bool, compress_weight: bool, compress_cache: bool,
                  prompt_len: int, gen_len: int, offload_dir: str = "~/flexgen_offload_dir",
-                 path: str = "~/opt_weights", module: str = "flexgen") -> list[str]:
+                 path: str = "~/opt_weights", module: str = "flexgen",
+                 weight_percent: tuple[int, int] | None = None) -> list[str]:
     """``flex_opt`` argv for one offload policy (fractions on GPU, CPU, disk for each tensor class).
+    ``weight_percent``: the weights' ``--percent`` pair to give FlexGen in place of the shares rounded (FlexGen places
+    whole tensors: ``costmodel.offload.flexgen_layout.flexgen_percent_for`` finds the pair nearest the shares).
 
     >>> flexgen_args(model="opt-30b", gpu_batch_size=48, num_gpu_batches=3, weights=(0.2, 0.8, 0.0),
     ...              kv_cache=(0.0, 1.0, 0.0), activations=(1.0, 0.0, 0.0), cpu_attention=True,
@@ -76,7 +79,7 @@ def flexgen_args(*, model: str, gpu_batch_size: int, num_gpu_batches: int, weigh
                              f"{round(100 * activations[0])}/{round(100 * activations[1])}/"
                              f"{round(100 * activations[2])} (GPU/CPU/disk): use --activations 100,0,0 (or 0,100,0)",
                              field="activations")
-    pct = [*percents(weights, field="weights"), *percents(kv_cache, field="kv_cache"),
+    pct = [*(weight_percent or percents(weights, field="weights")), *percents(kv_cache, field="kv_cache"),
            *percents(activations, field="activations")]
     argv = ["python3", "-m", MODULES[module], "--model", _hf_name(model), "--path", path,
             "--offload-dir", offload_dir, "--prompt-len", str(prompt_len), "--gen-len", str(gen_len),

@@ -190,7 +190,7 @@ def _variants(policy: OffloadPolicy, table: OffloadTable, mem: np.ndarray) -> li
                 y = x[c].copy()
                 y[tier] -= move
                 y[dest] += move
-                p = policy.model_copy(update={cls: Placement.of(*np.round(y, 4))})
+                p = policy.model_copy(update={cls: Placement.of(*(y / y.sum()))})  # (shares rounded apart: no sum 1)
                 out.append((f"{flags[cls]} {_pct(y)}", p))
     if policy.gpu_batch_size > 1:
         b = policy.gpu_batch_size // 2
