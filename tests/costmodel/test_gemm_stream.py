@@ -76,8 +76,27 @@ def test_a_gpu_without_the_measurement_keeps_the_roofline() -> None:
         float(kernel_time(gpu, np.array(flops), np.array(nbytes), "bf16")))
 
 
-def test_the_hopper_family_shares_it_and_other_generations_do_not() -> None:
+def test_the_hopper_sxm_parts_share_it_and_no_other_gpu_does() -> None:
+    from shardplan.hardware.gpus import H20, H100_PCIE
+
     for name in ("dgx-h100", "hgx-h200", "dgx-h800"):
         assert get_system(name).gpu.gemm_stream == HOPPER_GEMM_STREAM, name
-    for name in ("dgx-a100-80gb", "dgx-b200", "gb200-nvl72", "gcp-t4"):
+    for name in ("dgx-a100-80gb", "dgx-b200", "gb200-nvl72", "gcp-t4", "mi300x-8"):
         assert get_system(name).gpu.gemm_stream is None, name
+    assert H20.gemm_stream is None and H100_PCIE.gemm_stream is None
+
+
+def test_a_grouped_kernel_pays_the_latency_once_and_per_expert_gemms_each() -> None:
+    """16 experts of 8 decode rows, N×K = 1536×4096 (bf16) on H100, both ways bound by the weights' stream: as 16
+    cuBLAS GEMMs each pays 10.6 µs, as one grouped kernel (``one_kernel``) the 16 experts' stream pays it once."""
+    gpu = get_system("dgx-h100").gpu
+    fixed, frac = HOPPER_GEMM_STREAM
+    m, n, k, e = 16 * 8, 1536, 4096, 16
+    w = 2.0 * (e * n * k + m * k + m * n)
+    flops = 2.0 * m * n * k
+    per = float(gemm_time(gpu, np.array(flops), np.array(w), "bf16", experts=np.array(float(e)), m=m, n=n, k=k))
+    one = float(gemm_time(gpu, np.array(flops), np.array(w), "bf16", experts=np.array(float(e)), m=m, n=n, k=k,
+                          one_kernel=True))
+    stream = w / (frac * gpu.memory_bandwidth_bytes_per_s)
+    assert per == pytest.approx(e * fixed + stream, rel=1e-9)
+    assert one == pytest.approx(fixed + stream, rel=1e-9)

@@ -81,9 +81,10 @@ HOPPER_OPTIMIZER_BANDWIDTH = 0.72
 # A GEMM that streams its weights (memory-bound: decode, M ≤ 128) is slower than a copy of the same bytes: on an H200
 # (torch 2.11 → cuBLAS, bf16, 12 shapes N×K = 1280×8192, 7168×8192, 28672×4096 at M = 1, 8, 32, 128;
 # benchmarks/gpu/results/h200_run1.json "decode" rows, RESULTS.md §2) the times fit t = 10.6 µs + bytes / (0.813 ·
-# 4.8 TB/s), each within −6…+8%, where the copy curve (HBM_MEMORY + KERNEL_FIXED_S) priced those at M ≤ 32 at 0.65–0.87
-# of the measured time. Least squares over the 12 rows; tests/costmodel/test_gemm_stream.py refits them. Taken for the
-# Hopper SXM die and the GPUs priced from its spec (H100, H800, H200, H20: same SMs and cuBLAS kernels; the latency in
-# seconds, the rate as a fraction of each part's own bandwidth). Not measured on Ampere or Blackwell: they keep the
-# copy curve.
+# 4.8 TB/s), each within −6…+7%, where the copy curve (HBM_MEMORY + KERNEL_FIXED_S) priced those at M ≤ 32 at 0.65–0.87
+# of the measured time. Least squares over the 12 rows; tests/costmodel/test_gemm_stream.py refits them. Below the
+# smallest (21 MB) the 10.6 µs is the fit's intercept, not a measurement. Taken for the H100, H800 and H200 SXM parts
+# (132 SMs and the same cuBLAS kernels; the latency in seconds, the rate as a fraction of each part's own bandwidth);
+# the H20 (SM count unpublished), the H100 PCIe and every other generation keep the copy curve, as does serving's fused
+# MoE kernel (Triton/CUTLASS, not measured).
 HOPPER_GEMM_STREAM = (10.6e-6, 0.813)

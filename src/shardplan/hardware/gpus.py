@@ -190,6 +190,7 @@ H20 = H100_SXM.model_copy(
         "matmul_peak_fraction": {},  # unmeasured
         "attention_curves": [],  # the H100 curves are absolute TFLOP/s of 132 SMs at 1830 MHz, not this part's
         "sm_count": None, "sm_stream_bytes_per_s": None,  # SM count unpublished
+        "gemm_stream": None,  # measured on a 132-SM H200: not transferred to a part of unpublished SM count
         "gemm_shape_table": None, "matmul_efficiency": HOPPER_MATMUL,  # a 400 W part: not the H100 grid
         "source": "NVIDIA H20 product brief (FP8 296 TFLOPS, BF16 148 TFLOPS, 96 GB HBM3, 4.0 TB/s, NVLink 900 GB/s)",
     }
