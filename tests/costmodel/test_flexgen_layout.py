@@ -69,14 +69,75 @@ def test_published_opt_30b_policies_fit_as_they_ran(rid: str) -> None:
 
 
 def test_a_fix_from_uneven_shares_does_not_break_the_placement() -> None:
-    """An over-full policy whose shares are not whole percents still gets its fixes (they were rounded apart and
-    no longer summed to one)."""
+    """An over-full policy whose shares are not whole percents still gets its fixes: they were rounded to four decimals
+    apart, and these shares then no longer summed to one (a crash before)."""
     m, system = get_model("opt-175b"), get_system("gcp-t4")
-    policy = OffloadPolicy(gpu_batch_size=32, num_gpu_batches=16, weights=Placement.of(0.0, 0.5901, 0.4099),
-                           kv_cache=Placement.of(0.0101, 0.5463, 0.4436), activations=Placement.of(0.0, 0.0, 1.0),
-                           cpu_attention=False)
+    policy = OffloadPolicy(
+        gpu_batch_size=32, num_gpu_batches=16,
+        weights=Placement.of(0.6652300066862088, 0.021254131078561812, 0.31351586223522954),
+        kv_cache=Placement.of(0.19502916324278835, 0.7236425341636187, 0.08132830259359297),
+        activations=Placement.of(0.0, 0.0, 1.0), cpu_attention=False)
     rep = estimate_offload(m, system, OffloadWorkload(prompt_len=512, gen_len=32), policy, default_capacities(system))
     assert rep.status == "infeasible" and rep.suggestions
+
+
+def _flexgen_loop(model_name: str, gpu: int, cpu: int) -> tuple[float, float, float]:
+    """FlexGen's own loop, transcribed (``init_weight_list`` with ``get_choice``, flex_opt.py l.82-131), over its OPT
+    layers' weight specs (l.152-157, 216-223, 284-305, 480-493): bytes per tier."""
+    m = get_model(model_name)
+    h, f, v = m.hidden_size, m.ffn_hidden_size, m.vocab_size
+    layers = [[v * h, (2048 + 2) * h]] + [[h * h, h] * 4 + [h, h], [f * h, f, h * f, h, h, h]] * m.num_layers
+    layers.append([h, h, v * h])
+    percents = [100 - gpu - cpu, cpu, gpu]  # disk, CPU, GPU
+    tiers = {0: 0.0, 1: 0.0, 2: 0.0}
+    for sizes in layers:
+        total, cum = sum(sizes), 0
+        for size in sizes:
+            cum += size
+            mid = (cum - size / 2) / total * 100
+            bound, choice = 0.0, 2
+            for i, pct in enumerate(percents):
+                bound += pct
+                if mid < bound:
+                    choice = i
+                    break
+            tiers[choice] += size
+    all_bytes = sum(tiers.values())
+    return tiers[2] / all_bytes, tiers[1] / all_bytes, tiers[0] / all_bytes
+
+
+@pytest.mark.parametrize(("name", "gpu", "cpu"), [("opt-30b", 20, 80), ("opt-30b", 13, 50), ("opt-175b", 0, 26),
+                                                  ("opt-13b", 67, 8), ("opt-6.7b", 30, 40), ("opt-66b", 5, 0)])
+def test_the_split_is_flexgens_loop(name: str, gpu: int, cpu: int) -> None:
+    assert flexgen_weight_split(get_model(name), gpu, cpu) == pytest.approx(_flexgen_loop(name, gpu, cpu), abs=1e-12)
+
+
+def test_export_picks_a_placement_flexgen_can_fit_and_no_needless_disk() -> None:
+    """OPT-175B on the A6000 workstation: the plan's shares, read by FlexGen's rule at the nearest pair, overfill the
+    GPU; the export picks the fastest placement FlexGen can make that fits, as the note prices it. OPT-6.7B on the T4:
+    a placement that puts nothing on disk is exported with no disk percentage."""
+    out = CliRunner().invoke(app, ["offload", "-m", "opt-175b", "-H", "a6000-ws", "-p", "512", "--gen-len", "32",
+                                   "--export", "flexgen"])
+    assert out.exit_code == 0, out.output
+    assert "no placement FlexGen can make fits" not in out.stderr and "tokens/s as exported" in out.stderr
+    pct = [int(x) for x in re.search(r"--percent ((?:\d+ ){5}\d+)", out.stdout).group(1).split()]
+    m, system = get_model("opt-175b"), get_system("a6000-ws")
+    plan = json.loads(CliRunner().invoke(app, ["offload", "-m", "opt-175b", "-H", "a6000-ws", "-p", "512",
+                                               "--gen-len", "32", "--export", "flexgen", "--output", "/dev/null",
+                                               "--json"]).stdout)["plan"]
+    policy = OffloadPolicy(
+        gpu_batch_size=plan["gpu_batch_size"], num_gpu_batches=plan["num_gpu_batches"],
+        weights=Placement.of(*flexgen_weight_split(m, pct[0], pct[1])),
+        kv_cache=Placement.of(pct[2] / 100, pct[3] / 100, 1 - (pct[2] + pct[3]) / 100),
+        activations=Placement.of(pct[4] / 100, pct[5] / 100, 1 - (pct[4] + pct[5]) / 100),
+        cpu_attention=plan["cpu_attention"])
+    rep = estimate_offload(m, system, OffloadWorkload(prompt_len=512, gen_len=32), policy, default_capacities(system))
+    assert rep.status != "infeasible"
+    note = re.search(r"([\d.]+) tokens/s as exported", out.stderr)
+    assert float(note.group(1)) == pytest.approx(rep.metrics.tokens_per_s, rel=0.02)  # the plan's KV shares exactly
+    out = CliRunner().invoke(app, ["offload", "-m", "opt-6.7b", "-H", "gcp-t4", "-p", "512", "--gen-len", "32",
+                                   "--export", "flexgen"])
+    assert out.exit_code == 0 and "--percent 87 13 " in out.stdout
 
 
 def test_export_names_where_flexgen_puts_the_weights_and_prices_that() -> None:

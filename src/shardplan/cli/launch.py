@@ -209,13 +209,10 @@ def flexgen_argv(plan: Any, *, spec: Any, prompt_len: int, gen_len: int, module:
                         weight_percent=weight_percent)
 
 
-FLEXGEN_CANDIDATES = 12  # whole-tensor placements nearest the plan's weight shares that an export weighs
-
-
 def flexgen_export(plan: Any, *, spec: Any, system: Any, workload: Any, caps: Any
                    ) -> tuple[tuple[int, int], str | None]:
     """The weights' ``--percent`` pair to export, and a note when FlexGen's whole-tensor placement cannot give the
-    plan's shares (±0.5%): of the ``FLEXGEN_CANDIDATES`` placements nearest the plan's, the fastest that fits, as the
+    plan's shares (±0.5%): of every placement FlexGen can make (a few dozen per model), the fastest that fits, as the
     cost model prices exactly that placement (the nearest when none fits); None when the nearest gives the shares."""
     from shardplan.costmodel.offload.evaluate import estimate_offload
     from shardplan.costmodel.offload.flexgen_layout import flexgen_candidates
@@ -223,7 +220,7 @@ def flexgen_export(plan: Any, *, spec: Any, system: Any, workload: Any, caps: An
 
     p = plan.plan
     want = _split(p.weights)
-    cands = flexgen_candidates(spec, want, FLEXGEN_CANDIDATES)
+    cands = flexgen_candidates(spec, want, None)
     g, c, got = cands[0]
     if max(abs(a - b) for a, b in zip(got, want, strict=True)) < 0.005:
         return (g, c), None
@@ -247,7 +244,7 @@ def flexgen_export(plan: Any, *, spec: Any, system: Any, workload: Any, caps: An
     def pct(x: tuple[float, float, float]) -> str:
         return "/".join(f"{100 * v:.0f}%" for v in x)
 
-    fits = "" if rep.status != "infeasible" else f"; no placement FlexGen can make near it fits ({rep.reason})"
+    fits = "" if rep.status != "infeasible" else f"; no placement FlexGen can make fits ({rep.reason})"
     note = (f"FlexGen places whole tensors, so the plan's weight shares {pct(want)} (GPU/CPU/disk) are exported as "
             f"--percent {g} {c}, which puts {pct(got)} there: {rep.metrics.tokens_per_s:.3g} tokens/s as exported, "
             f"{plan.metrics.tokens_per_s:.3g} planned{fits}")

@@ -7,9 +7,10 @@ whose cumulative share exceeds it, the tiers in the order disk, CPU, GPU (``get_
 v×h, position table (s + 2)×h with s = ``max_seq_len`` 2048, ``opt_config.py`` l.21), each decoder layer's attention
 (q, k, v, out h×h, each followed by its bias, then the layer norm's weight and bias) and MLP (fc1 f×h, its bias, fc2
 h×f, its bias, the layer norm's two vectors) as two layers, and the output embedding (the final layer norm's two
-vectors, then the token table again) (l.152-157, 216-223, 284-305, 480-493). So ``--percent 20 80`` puts each
-attention's output projection and the small vectors on the GPU and every other matrix on the CPU: 8.3% of an OPT
-decoder layer's bytes, not 20%.
+vectors, then the token table again) (l.152-157, 216-223, 284-305, 480-493). So ``--percent 20 80`` puts on the GPU
+each attention's output projection with its bias and layer norm, each MLP's fc2 bias and layer norm, and the position
+table, and on the CPU q, k, v, fc1, fc2, their other biases and both token tables: 8.2% of OPT-30B's weight bytes, not
+20%.
 """
 
 from __future__ import annotations
@@ -52,27 +53,30 @@ def flexgen_weight_split(model: ModelSpec, gpu_pct: float, cpu_pct: float) -> tu
     return float(share[0]), float(share[1]), float(share[2])
 
 
-def flexgen_candidates(model: ModelSpec, split: tuple[float, float, float], count: int = 1
+# Two placements closer than this share of the weight bytes are one (they differ in where a few vectors or the
+# position table go)
+SAME_PLACEMENT = 1e-3
+
+
+def flexgen_candidates(model: ModelSpec, split: tuple[float, float, float], count: int | None = 1
                        ) -> list[tuple[int, int, tuple[float, float, float]]]:
-    """The ``count`` integer ``--percent`` weights pairs (GPU, CPU; disk the rest) whose whole-tensor placements come
-    nearest (least bytes moved between tiers) to the byte shares ``split`` = (GPU, CPU, disk), one pair per distinct
-    placement (the pair nearest the shares themselves), nearest first, each with the shares it gives."""
+    """The integer ``--percent`` weights pairs (GPU, CPU; disk the rest) whose whole-tensor placements come nearest
+    (least bytes moved between tiers) to the byte shares ``split`` = (GPU, CPU, disk): one pair per distinct placement
+    (within ``SAME_PLACEMENT``), the one with the least on disk and then nearest the shares, nearest placement first,
+    each with the shares it gives; ``count`` of them (None: every distinct placement)."""
     g, c = np.meshgrid(np.arange(101.0), np.arange(101.0), indexing="ij")
     ok = g + c <= 100.0
     g, c = g[ok], c[ok]
     got = _placed(model, g, c)
     want = np.asarray(split, dtype=float)
-    miss = np.round(np.abs(got - want).sum(axis=1) / 2, 9)
+    miss = np.abs(got - want).sum(axis=1) / 2
     near = np.abs(g / 100 - want[0]) + np.abs(c / 100 - want[1])
     out: list[tuple[int, int, tuple[float, float, float]]] = []
-    seen: set[tuple[float, ...]] = set()
-    for i in np.lexsort((near, miss)):
-        key = tuple(np.round(got[i], 9))
-        if key in seen:
+    for i in np.lexsort((near, 100.0 - g - c, np.round(miss, 9))):
+        if any(np.abs(got[i] - np.array(shares)).sum() / 2 < SAME_PLACEMENT for _, _, shares in out):
             continue
-        seen.add(key)
         out.append((int(g[i]), int(c[i]), (float(got[i, 0]), float(got[i, 1]), float(got[i, 2]))))
-        if len(out) == count:
+        if count is not None and len(out) == count:
             break
     return out
 
