@@ -61,7 +61,7 @@ def flexgen_args(*, model: str, gpu_batch_size: int, num_gpu_batches: int, weigh
                  weight_percent: tuple[int, int] | None = None) -> list[str]:
     """``flex_opt`` argv for one offload policy (fractions on GPU, CPU, disk for each tensor class).
     ``weight_percent``: the weights' ``--percent`` pair to give FlexGen in place of the shares rounded (FlexGen places
-    whole tensors: ``costmodel.offload.flexgen_layout.flexgen_percent_for`` finds the pair nearest the shares).
+    whole tensors: ``cli.launch.flexgen_export`` picks it from ``costmodel.offload.flexgen_layout.flexgen_candidates``).
 
     >>> flexgen_args(model="opt-30b", gpu_batch_size=48, num_gpu_batches=3, weights=(0.2, 0.8, 0.0),
     ...              kv_cache=(0.0, 1.0, 0.0), activations=(1.0, 0.0, 0.0), cpu_attention=True,

@@ -79,9 +79,3 @@ def flexgen_candidates(model: ModelSpec, split: tuple[float, float, float], coun
         if count is not None and len(out) == count:
             break
     return out
-
-
-def flexgen_percent_for(model: ModelSpec, split: tuple[float, float, float]) -> tuple[int, int]:
-    """The integer ``--percent`` weights pair whose whole-tensor placement comes nearest to ``split``."""
-    g, c, _ = flexgen_candidates(model, split)[0]
-    return g, c
