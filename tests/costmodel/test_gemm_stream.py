@@ -1,5 +1,6 @@
-"""Weight-streaming (memory-bound) GEMMs on Hopper at their measured latency and bandwidth
-(``curves.HOPPER_GEMM_STREAM``, ``kernels.gemm_kernel_time``), checked against the H200 kernel times they come from."""
+"""Weight-streaming (memory-bound) GEMMs on Hopper and the A100 80 GB at their measured latency and bandwidth
+(``curves.HOPPER_GEMM_STREAM``, ``curves.AMPERE_GEMM_STREAM``, ``kernels.gemm_kernel_time``), checked against the
+kernel times they come from: an H200 run of ours, and published cuBLAS times on an A100."""
 
 import json
 from pathlib import Path
@@ -9,9 +10,11 @@ import pytest
 
 from shardplan.costmodel.core.kernels import compute_time, gemm_time, kernel_time
 from shardplan.hardware.catalog import get_system
-from shardplan.hardware.curves import HOPPER_GEMM_STREAM, KERNEL_FIXED_S
+from shardplan.hardware.curves import AMPERE_GEMM_STREAM, HOPPER_GEMM_STREAM, KERNEL_FIXED_S
 
 RUN = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu" / "results" / "h200_run1.json"
+A100 = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu" / "published" / "a100_decode_gemms.json"
+A100_L2_BYTES = 40e6  # A100 whitepaper: 40 MB L2
 SHAPES = {"llama8b.tp1.fc1": (28672, 4096), "llama70b.tp8.fc1": (7168, 8192), "llama70b.tp8.qkv": (1280, 8192)}
 
 
@@ -43,15 +46,23 @@ def test_h200_prices_every_measured_decode_gemm_within_eight_percent() -> None:
         assert t == pytest.approx(measured, rel=0.08), (m, n, k)
 
 
-def test_a_weight_stream_pays_the_gemm_latency_and_rate_by_hand() -> None:
-    """H100, M = 1, N×K = 1280×8192 (Llama-3.1-70B's TP-8 QKV): 10.6 µs + 21.0 MB / (0.813 · 3.35 TB/s) = 18.3 µs,
-    where a copy of the same bytes is priced at 12.4 µs."""
-    gpu = get_system("dgx-h100").gpu
-    nbytes = _bytes(1, 1280, 8192)
-    t = float(gemm_time(gpu, np.array(2.0 * 1280 * 8192), np.array(nbytes), "bf16", m=1, n=1280, k=8192))
-    assert t == pytest.approx(10.6e-6 + nbytes / (0.813 * 3.35e12), rel=1e-6)
-    assert t * 1e6 == pytest.approx(18.3, abs=0.05)
-    assert float(kernel_time(gpu, np.array(0.0), np.array(nbytes), "bf16")) * 1e6 == pytest.approx(12.4, abs=0.1)
+@pytest.mark.parametrize(("system", "dtype", "n", "k", "fixed", "frac", "bandwidth", "stream_us", "copy_us"), [
+    # H100, M = 1, 1280×8192 (Llama-3.1-70B's TP-8 QKV): 10.6 µs + 21.0 MB / (0.813 · 3.35 TB/s) = 18.3 µs, where a
+    # copy of the same bytes is priced at 12.4 µs
+    ("dgx-h100", "bf16", 1280, 8192, 10.6e-6, 0.813, 3.35e12, 18.3, 12.4),
+    # A100 80 GB, M = 1, 28672×4096 (Llama-3.1-8B's gate/up at TP 1): 1.1 µs + 234.9 MB / (0.721 · 2.039 TB/s) =
+    # 160.9 µs; the copy curve (0.87 of the bandwidth at this size, plus 4 µs) had priced it 136.7 µs
+    ("dgx-a100-80gb", "fp16", 28672, 4096, 1.1e-6, 0.721, 2.039e12, 160.9, 136.7),
+])
+def test_a_weight_stream_pays_the_gemm_latency_and_rate_by_hand(system: str, dtype: str, n: int, k: int, fixed: float,
+                                                                 frac: float, bandwidth: float, stream_us: float,
+                                                                 copy_us: float) -> None:
+    gpu = get_system(system).gpu
+    nbytes = _bytes(1, n, k)
+    t = float(gemm_time(gpu, np.array(2.0 * n * k), np.array(nbytes), dtype, m=1, n=n, k=k))
+    assert t == pytest.approx(fixed + nbytes / (frac * bandwidth), rel=1e-6)
+    assert t * 1e6 == pytest.approx(stream_us, abs=0.05)
+    assert float(kernel_time(gpu, np.array(0.0), np.array(nbytes), dtype)) * 1e6 == pytest.approx(copy_us, abs=0.1)
 
 
 def test_a_compute_bound_gemm_keeps_its_math_time() -> None:
@@ -67,21 +78,48 @@ def test_a_compute_bound_gemm_keeps_its_math_time() -> None:
     assert t == pytest.approx(float(compute_time(gpu, np.array(flops), "bf16", of_plateau=frac)) + KERNEL_FIXED_S)
 
 
-def test_a_gpu_without_the_measurement_keeps_the_roofline() -> None:
-    """The A100 states no GEMM stream: a decode GEMM is the copy-curve roofline plus the fixed time."""
+def _a100_rows() -> list[tuple[int, int, int, float]]:
+    """(M, N, K, seconds) of the published A100 80 GB fp16 GEMMs whose weights exceed the L2."""
+    rows = json.loads(A100.read_text())["rows"]
+    return [(r["m"], r["n"], r["k"], r["us"] * 1e-6) for r in rows if 2.0 * r["n"] * r["k"] > A100_L2_BYTES]
+
+
+def test_the_a100_constants_are_the_least_squares_fit_of_the_published_decode_gemms() -> None:
+    """Both published sources (BitBLAS's artifact at M = 1, vLLM layer benchmarks at M = 1…64), 62 rows, refitted."""
+    rows = _a100_rows()
+    assert len(rows) == 62 and {m for m, *_ in rows} == {1, 4, 8, 16, 32, 48, 64}
+    a = np.array([[1.0, _bytes(m, n, k)] for m, n, k, _ in rows])
+    (fixed, slope), *_ = np.linalg.lstsq(a, np.array([t for *_, t in rows]), rcond=None)
+    assert fixed == pytest.approx(AMPERE_GEMM_STREAM[0], abs=0.05e-6)
+    assert 1.0 / (slope * 2.039e12) == pytest.approx(AMPERE_GEMM_STREAM[1], abs=0.001)
+
+
+def test_a100_prices_every_published_decode_gemm_within_eleven_percent() -> None:
+    """The fit's residuals: −10…+8% (the two harnesses differ by ~15% at equal bytes)."""
     gpu = get_system("dgx-a100-80gb").gpu
+    errs = []
+    for m, n, k, measured in _a100_rows():
+        t = float(gemm_time(gpu, np.array(2.0 * m * n * k), np.array(_bytes(m, n, k)), "fp16", m=m, n=n, k=k))
+        errs.append(t / measured - 1)
+    assert -0.11 < min(errs) < -0.08 and 0.06 < max(errs) < 0.09
+
+
+def test_a_gpu_without_the_measurement_keeps_the_roofline() -> None:
+    """The A100 40 GB states no GEMM stream: a decode GEMM is the copy-curve roofline plus the fixed time."""
+    gpu = get_system("dgx-a100-40gb").gpu
     assert gpu.gemm_stream is None
     nbytes, flops = _bytes(1, 1280, 8192), 2.0 * 1280 * 8192
     assert float(gemm_time(gpu, np.array(flops), np.array(nbytes), "bf16")) == pytest.approx(
         float(kernel_time(gpu, np.array(flops), np.array(nbytes), "bf16")))
 
 
-def test_the_hopper_sxm_parts_share_it_and_no_other_gpu_does() -> None:
+def test_the_measured_parts_carry_it_and_no_other_gpu_does() -> None:
     from shardplan.hardware.gpus import H20, H100_PCIE
 
     for name in ("dgx-h100", "hgx-h200", "dgx-h800"):
         assert get_system(name).gpu.gemm_stream == HOPPER_GEMM_STREAM, name
-    for name in ("dgx-a100-80gb", "dgx-b200", "gb200-nvl72", "gcp-t4", "mi300x-8"):
+    assert get_system("dgx-a100-80gb").gpu.gemm_stream == AMPERE_GEMM_STREAM
+    for name in ("dgx-a100-40gb", "dgx-b200", "gb200-nvl72", "gcp-t4", "mi300x-8"):
         assert get_system(name).gpu.gemm_stream is None, name
     assert H20.gemm_stream is None and H100_PCIE.gemm_stream is None
 

@@ -18,6 +18,7 @@ from shardplan.hardware.attention_data import (
 )
 from shardplan.hardware.curves import (  # noqa: F401  (re-exported: the catalog's curves live in curves.py)
     A100_SM_STREAM,
+    AMPERE_GEMM_STREAM,
     AMPERE_MATMUL,
     B200_SUSTAINED_CLOCK,
     B200_SUSTAINED_MATMUL,
@@ -60,6 +61,7 @@ A100_80GB = GpuSpec(
     sm_count=108,  # A100 whitepaper: 108 SMs enabled of GA100's 128
     sm_stream_bytes_per_s=A100_SM_STREAM,
     kernel_fixed_s=KERNEL_FIXED_S,
+    gemm_stream=AMPERE_GEMM_STREAM,  # published cuBLAS decode GEMMs on an A100 80 GB (curves.py)
     tdp_w=400,
     source="NVIDIA A100 datasheet r4 (published_calibration.json: hw-a100-sxm-80gb)",
 )
@@ -68,6 +70,7 @@ A100_40GB = A100_80GB.model_copy(
         "name": "a100-sxm-40gb",
         "memory_bytes": 40 * GiB,  # nvidia-smi: 40960 MiB
         "memory_bandwidth_bytes_per_s": 1.555 * TB,
+        "gemm_stream": None,  # measured on the 80 GB part's HBM2e: not transferred to the 40 GB part's HBM2
         "source": "NVIDIA A100 datasheet r4 (published_calibration.json: hw-a100-sxm-40gb)",
     }
 )
