@@ -85,15 +85,15 @@ HOPPER_OPTIMIZER_BANDWIDTH = 0.72
 # of the measured time. Least squares over the 12 rows; tests/costmodel/test_gemm_stream.py refits them. Below the
 # smallest (21 MB) the 10.6 µs is the fit's intercept, not a measurement. Taken for the H100, H800 and H200 SXM parts
 # (132 SMs and the same cuBLAS kernels; the latency in seconds, the rate as a fraction of each part's own bandwidth);
-# the H20 (SM count unpublished), the H100 PCIe and every other generation keep the copy curve, as does serving's fused
-# MoE kernel (Triton/CUTLASS, not measured).
+# the H20 (SM count unpublished), the H100 PCIe and the other generations keep the copy curve (the A100 80 GB has its
+# own, AMPERE_GEMM_STREAM), as does serving's fused MoE kernel (Triton/CUTLASS, not measured).
 HOPPER_GEMM_STREAM = (10.6e-6, 0.813)
 # The same on an A100 80 GB, from published cuBLAS fp16 times (benchmarks/gpu/published/a100_decode_gemms.json):
 # BitBLAS's artifact, 13 shapes of 134 MB-1.6 GB at M = 1 (LeiWang1999/mlc-benchmark@6ed98c6 figures/data/
-# a100_gemm.py l.5), and vLLM layer benchmarks, 8 shapes of 34-168 MB at M = 1-64 (robertgshaw2-neuralmagic/
-# vllm-benchmarking@42d9b36 layer_benchmarking/results_a100/results.csv). Least squares over the 62 rows whose weights
-# exceed the 40 MB L2, each within -10...+8%: t = 1.1 µs + bytes / (0.721 · 2.039 TB/s). The two harnesses differ by
-# ~15% at equal bytes (TVM's cuBLAS call runs slower); the intercept is the fit's, below KERNEL_FIXED_S, so a small
-# GEMM's floor stays the fixed per-kernel time (kernels.gemm_kernel_time). Taken for the A100 80 GB only: the 40 GB
-# part's HBM2 was not measured.
-AMPERE_GEMM_STREAM = (1.1e-6, 0.721)
+# a100_gemm.py l.5), and vLLM layer benchmarks, 7 shapes of 50-168 MB at M = 1-64 (robertgshaw2-neuralmagic/
+# vllm-benchmarking@42d9b36 layer_benchmarking/results_a100/results.csv), the 62 rows whose weights exceed the 40 MB
+# L2. They do not fix a latency (each source alone puts the intercept at 9.4 or 4.3 µs; both together at 1.1 µs, below
+# any kernel's), so it is the fixed per-kernel time, KERNEL_FIXED_S, and the fraction their least squares given it:
+# t = 4 µs + bytes / (0.726 · 2.039 TB/s), each row within -8...+10% (the two harnesses differ by ~15% at equal bytes).
+# Taken for the A100 80 GB only: the 40 GB part's HBM2 was not measured.
+AMPERE_GEMM_STREAM = (KERNEL_FIXED_S, 0.726)

@@ -125,15 +125,16 @@ def kernel_time(gpu: GpuSpec, flops: np.ndarray, nbytes: np.ndarray, dtype: str,
 def gemm_kernel_time(gpu: GpuSpec, flops: np.ndarray, nbytes: np.ndarray, dtype: str, *,
                      shape: np.ndarray | float = 1.0, of_plateau: np.ndarray | None = None) -> np.ndarray:
     """One GEMM kernel: its math with the fixed per-kernel time, or, where the GPU states how its GEMMs stream
-    weights (``GpuSpec.gemm_stream``: a measured latency and fraction of bandwidth), that stream when it is slower;
-    elsewhere the roofline of ``kernel_time``."""
+    weights (``GpuSpec.gemm_stream``: a measured latency and fraction of bandwidth), that stream when it is slower,
+    never faster than a copy of the same bytes (``kernel_time``'s memory side); elsewhere the roofline of
+    ``kernel_time``."""
+    copy = kernel_time(gpu, flops, nbytes, dtype, shape=shape, of_plateau=of_plateau)
     if gpu.gemm_stream is None:
-        return kernel_time(gpu, flops, nbytes, dtype, shape=shape, of_plateau=of_plateau)
+        return copy
     fixed, frac = gpu.gemm_stream
-    t_c = compute_time(gpu, flops, dtype, shape=shape, of_plateau=of_plateau)
     t_s = fixed + np.asarray(nbytes, dtype=float) / (gpu.memory_bandwidth_bytes_per_s
                                                       * min(frac * gpu.scales.elementwise, 1.0))
-    return np.maximum(np.maximum(t_c + gpu.kernel_fixed_s, t_s), gpu.kernel_launch_s)
+    return np.maximum(copy, t_s)
 
 
 def gemm_time(gpu: GpuSpec, flops: np.ndarray, nbytes: np.ndarray, dtype: str, *,
