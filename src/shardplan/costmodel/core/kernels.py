@@ -199,6 +199,15 @@ def rate_of(kernel: str, backward: bool) -> tuple[str, float]:
 FP8_ATTENTION = ("cudnn-fp8", "cudnn-mxfp8")
 
 
+def outside_recipe(dtype: str) -> str:
+    """The datatype of a matmul the fp8/fp4 recipe does not reach: 16 bit under an fp8 or fp4 recipe, the job's own
+    otherwise. Transformer Engine's ``autocast`` is a state its own modules read (TransformerEngine@d0067d0
+    ``pytorch/quantization.py`` ``autocast``); kernels outside them run on their bf16 inputs: Mamba-2's SSD scan
+    (Triton, mamba_ssm ``mamba_chunk_scan_combined``, Megatron-LM@d98e8a6 ``core/ssm/mamba_mixer.py`` l.72), FLA's
+    Gated DeltaNet kernels, ``torch.baddbmm`` in unfused attention, the router and the LM head."""
+    return "bf16" if dtype in ("fp8", "fp4") else dtype
+
+
 def attention_peak(gpu: GpuSpec, kernel: str, gemm_dtype: str) -> tuple[str, float]:
     """The datatype whose peak an attention kernel's rate is taken against, and the factor that turns a fraction of
     the bf16 peak into a fraction of it: fp8 attention (``cudnn-fp8``, ``cudnn-mxfp8``) against the fp8 peak, where
@@ -206,7 +215,7 @@ def attention_peak(gpu: GpuSpec, kernel: str, gemm_dtype: str) -> tuple[str, flo
     recipe."""
     if kernel in FP8_ATTENTION and "fp8" in gpu.peak_flops:
         return "fp8", gpu.peak("bf16") / gpu.peak("fp8")
-    return ("bf16" if gemm_dtype in ("fp8", "fp4") else gemm_dtype), 1.0
+    return outside_recipe(gemm_dtype), 1.0
 
 
 def fp8_attention_reference(gpu: GpuSpec, kernel: str) -> str | None:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from shardplan.costmodel.core import operators as inv
-from shardplan.costmodel.core.kernels import elementwise_time, gemm_time, kernel_time
+from shardplan.costmodel.core.kernels import elementwise_time, gemm_time, kernel_time, outside_recipe
 from shardplan.costmodel.core.operators import Attention, Elementwise, Gemm, unfused_attention
 from shardplan.costmodel.core.ops import COMM, GEMM, MEM, Op
 from shardplan.costmodel.core.routing import distinct_experts
@@ -180,7 +180,7 @@ class FlexGenPricer:
 
     def bmm(self, name: str, flops: np.ndarray, nbytes: np.ndarray, *, selective: bool,
             floor_s: np.ndarray | None = None) -> Op:
-        t = kernel_time(self.system.gpu, flops, nbytes, self.dtype)
+        t = kernel_time(self.system.gpu, flops, nbytes, outside_recipe(self.dtype))
         return Op(name, GEMM, flops, nbytes, t if floor_s is None else np.maximum(t, floor_s))
 
     def attention(self, a: Attention) -> list[Op]:

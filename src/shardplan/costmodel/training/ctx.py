@@ -25,6 +25,7 @@ from shardplan.costmodel.core.kernels import (
     gemm_time,
     kernel_time,
     memory_time,
+    outside_recipe,
     window_factor,
     with_launch,
 )
@@ -170,7 +171,7 @@ class Ctx:
             # input and weight, out dtype ``moe_router_dtype`` fp32 as the performance recipes set it). LM head:
             # Megatron-Core's ``output_layer`` is a plain tensor_parallel.ColumnParallelLinear outside Transformer
             # Engine's fp8 autocast unless ``fp8_output_proj`` with mxfp8 (models/gpt/gpt_model.py @d98e8a6).
-            dtype = "bf16" if self.mm_dtype in LOW_PRECISION else self.mm_dtype
+            dtype = outside_recipe(self.mm_dtype)
             nbytes = g.nbytes(e, e, 4.0 if g.name.startswith("moe.") else e)
             return [Op(g.name, GEMM, g.flops, nbytes, gemm_time(self.gpu, g.flops, nbytes, dtype, experts=g.experts,
                                                                 m=g.m, n=g.n, k=g.k),
@@ -255,9 +256,9 @@ class Ctx:
 
     def bmm(self, name: str, flops: np.ndarray, nbytes: np.ndarray, *, selective: bool,
             floor_s: np.ndarray | None = None) -> Op:
-        """A batched matmul (the unfused attention path, recurrent cores; selective recompute reruns it), at least
-        ``floor_s`` where a kernel's measured time bounds it."""
-        t = kernel_time(self.gpu, flops, nbytes, self.mm_dtype)
+        """A batched matmul (the unfused attention path, recurrent cores; selective recompute reruns it) in 16 bit
+        under an fp8/fp4 recipe (``outside_recipe``), at least ``floor_s`` where a kernel's measured time bounds it."""
+        t = kernel_time(self.gpu, flops, nbytes, outside_recipe(self.mm_dtype))
         return Op(name, GEMM, flops, nbytes, t if floor_s is None else np.maximum(t, floor_s), selective=selective)
 
     def attention(self, a: Attention) -> list[Op]:
