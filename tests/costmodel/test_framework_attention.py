@@ -67,13 +67,16 @@ def test_automodel_moe_dispatches_with_deepep() -> None:
     a2a = {r.kind: r for r in estimate_training(model, preset, 8, work, layout).layers}["moe"].comm_ep_s
     # By hand: uniform routing over 8 ranks of 16 experts; a rank is missed by all 8 picks with probability
     # C(112, 8)/C(128, 8), so a token reaches 8·(1 − that) ≈ 5.34 ranks against 8 copies, 7/8 of them other ranks of
-    # the node. NCCL's call is its Simple protocol: its base latency, one NVLink hop per peer, the bytes at the
-    # link's rate; DeepEP's is its bytes at its measured intranode rate, which holds its fixed costs
-    # (hardware.ep_data: 305.72 GB/s dispatch, 319.88 combine of received bytes on 8 H200, 7/8 of them leaving the
-    # GPU); both sides scale alike by the busiest rank's load, which cancels
+    # the node; each call is NCCL's Simple protocol: its base latency, one NVLink hop per peer, the bytes at the
+    # link's rate for NCCL, at DeepEP's measured intranode rate for DeepEP (hardware.ep_data: 305.72 GB/s dispatch,
+    # 319.88 combine of received bytes on 8 H200, 7/8 of them leaving the GPU); both sides scale alike by the
+    # busiest rank's load, which cancels
     ranks = 8 * (1 - comb(112, 8) / comb(128, 8))
     link = preset.intra_node
     deepep_rate = (305.72 + 319.88) / 2 * 1e9 * 7 / 8
+
+    def call(copies: float, rate: float) -> float:
+        return 8.4e-6 + 7 * link.latency_s + 4096 * copies * 2048 * 2 * 7 / 8 / rate
+
     nccl_rate = link.bandwidth_bytes_per_s * link.efficiency
-    nccl = 8.4e-6 + 7 * link.latency_s + 4096 * 8 * 2048 * 2 * 7 / 8 / nccl_rate
-    assert deepep / a2a == pytest.approx(4096 * ranks * 2048 * 2 * 7 / 8 / deepep_rate / nccl, rel=1e-6)
+    assert deepep / a2a == pytest.approx(call(ranks, deepep_rate) / call(8, nccl_rate), rel=1e-6)

@@ -144,17 +144,13 @@ def two_level_all_to_all_time(system: SystemSpec, intra_bytes: np.ndarray, inter
                               stride: np.ndarray, *, intra_rate: np.ndarray | None = None) -> np.ndarray:
     """An all-to-all over ``n`` ranks that sends ``intra_bytes`` per GPU over the node fabric and ``inter_bytes``
     over its own NIC; both levels stream at once (NCCL's peer-to-peer channels, DeepEP's NVLink forwarding of
-    what arrives by RDMA), so the slower level sets the time. Through NCCL: one NVLink hop per node peer, one network
-    hop, NCCL's protocol costs. Where a dispatcher's own kernels were measured (``intra_rate``: ``ep_kernel_rate``,
-    received bytes over the kernel's whole time at the group's ranks), the fabric moves at that rate with no latency
-    added, since the measurement holds the kernel's fixed costs and their growth with the ranks (its copies,
-    permutations and host synchronisation are priced as their own operators), plus one network hop across nodes."""
+    what arrives by RDMA), so the slower level sets the time. One NVLink hop per node peer, one network hop. The
+    fabric moves at the link's rate, or at ``intra_rate`` where a dispatcher's own kernels were measured
+    (``ep_kernel_rate``)."""
     n, k, _ = _split(system, n, stride)
     rate = link_bandwidth(system, "intra") if intra_rate is None else intra_rate
     intra = np.asarray(intra_bytes, dtype=float) / rate
     inter = np.where(n > k, np.asarray(inter_bytes, dtype=float) / link_bandwidth(system, "inter"), 0.0)
-    if intra_rate is not None:
-        return np.where(n > 1, np.maximum(intra, inter) + np.where(n > k, _lat(system.inter_node), 0.0), 0.0)
     hops = (k - 1) * _lat(system.intra_node) + np.where(n > k, _lat(system.inter_node), 0.0)
     return np.where(n > 1, _nccl(np.maximum(intra, inter), hops), 0.0)
 
