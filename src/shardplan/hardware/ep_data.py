@@ -14,8 +14,8 @@ inside one NVLink domain; 4,096 tokens of hidden 7,168 per rank, uniform random 
   expert-parallelism/deepep-benchmark/README.md "P5en results", DeepEP e02e4d2 tests/test_intranode.py l.167): the
   Hopper row, timed through DeepEP's Python API on its cached path (``dispatch(handle=...)``, tests/test_intranode.py
   l.188: the layout and notify kernels are skipped) at more SMs than Megatron's default gives it, so if anything fast
-  for Megatron. HybridEP publishes no in-node Hopper table; DeepEP's prices
-  both there. H20 and H800 (other NVLink rates) keep the link's rate.
+  for Megatron. HybridEP publishes no in-node Hopper table; DeepEP's prices both there. H20 and H800 (other NVLink
+  rates) keep the link's rate.
 
 A rank's received bytes include the 1/n of its tokens that stay home, so the rate of what crosses NVLink, the bytes
 ``costmodel.core.comm.ep_kernel_rate`` prices, is (n − 1)/n of it.
