@@ -8,9 +8,11 @@ DGX-B300 row 8,359 tokens/s per GPU; recipes ``GPT_OSS_120B_PRETRAIN_CONFIG_B{2,
 NCCL's all-to-all, B200 recomputing layernorm and the MoE activation, B300 with Transformer Engine CUDA graphs of
 attention, router and preprocess), and with EP 8, inside each node, in 26.04.01 (v0.4.2 recipes, 13,568 on B200
 with NCCL's all-to-all, 15,232 on B300 with HybridEP; the ``optimum`` group's records
-``mbridge-26.04.01-gpt-oss-120b-64gpu-b{2,3}00-bf16``). On B200 nothing but EP changed between the two recipes. The
-software drift between the two containers, read on the rows whose recipe did not change (GB300 EP 64, H100 PP 4
-EP 8): 19,412 → 19,328 and 5,993 → 5,824, −0.4% and −2.8%.
+``mbridge-26.04.01-gpt-oss-120b-64gpu-b{2,3}00-bf16``). On B200 the two workload configs differ in EP alone; the
+library recipe, Megatron-Core and Transformer Engine moved with the container, a drift read on the rows whose
+workload config did not change (GB300 EP 64, H100 PP 4 EP 8): 19,412 → 19,200 and 5,993 → 5,824, −1.1% and −2.8%
+(v0.4.2 ``docs/performance-summary.md`` l.81). The B200 EP 8 rows of the containers between (26.02.01 13,722, 26.04
+13,045) put the measured ratio at 1.62–1.71.
 
 Each EP 64 run is priced as its 26.04.01 record with EP 64 and the 26.02 dispatcher (NCCL's all-to-all); the
 ratio EP 8 / EP 64 is compared with the measured one. The DeepSeek-V3 pair on 256 B200 (26.04 EP 8 PP 16 HybridEP,
