@@ -10,7 +10,7 @@ import pytest
 from shardplan.costmodel.training.evaluate import estimate_training
 from shardplan.validation.ab import measured_ratio, predicted_ratio
 from shardplan.validation.groups import run_validation
-from shardplan.validation.optimum import OptimumRun, load_records_tuned, parse_run
+from shardplan.validation.optimum import OptimumRun, parse_run, tuned_record
 from shardplan.validation.runs import load_records
 
 
@@ -31,7 +31,7 @@ def test_a_pair_on_a_tuned_run_is_that_run_with_its_changes() -> None:
     microbatch and global batch (MPT-7B: 6, 96) is the tuned run's prediction."""
 
     pair = next(r for r in load_records("ab_runs") if r["id"] == "llmfoundry-mpt-7b-8gpu-a100-fsdp-microbatch-4-to-6")
-    run = parse_run(next(r for r in load_records_tuned() if r["id"] == pair["base_run"]))
+    run = parse_run(tuned_record(pair["base_run"]))
     assert isinstance(run, OptimumRun) and run.layout.microbatch == 6 and run.work.global_batch == 96
     six = estimate_training(run.model, run.system, run.gpus, run.work, run.layout).metrics.step_time_s
     four = estimate_training(run.model, run.system, run.gpus, run.work.model_copy(update={"global_batch": 64}),

@@ -7,7 +7,7 @@ its setup.sh pins
 
 import pytest
 
-from shardplan.validation.optimum import OptimumRun, load_records_tuned, parse_run
+from shardplan.validation.optimum import OptimumRun, parse_run, tuned_record
 from shardplan.validation.runs import pinned_estimate
 
 # README rows (id suffix after "dgxc-v25.05.05-"): system, GPUs, TP, PP, CP, EP, VP, microbatch, global batch,
@@ -27,7 +27,7 @@ ROWS = {
 
 
 def _run(suffix: str) -> OptimumRun:
-    rec = next(r for r in load_records_tuned() if r["id"] == f"dgxc-v25.05.05-{suffix}")
+    rec = tuned_record(f"dgxc-v25.05.05-{suffix}")
     run = parse_run(rec)
     assert isinstance(run, OptimumRun), run
     return run

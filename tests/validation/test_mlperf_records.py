@@ -5,7 +5,7 @@ tables."""
 import pytest
 
 from shardplan.models import get_model
-from shardplan.validation.optimum import OptimumRun, load_records_tuned, parse_run
+from shardplan.validation.optimum import OptimumRun, parse_run, tuned_record
 from shardplan.validation.runs import load_records, modern_setup
 
 _BY_ID = {r["id"]: r for r in load_records("modern_training_runs")}
@@ -57,7 +57,7 @@ def test_every_mlperf_record_is_checked_here() -> None:
 @pytest.mark.parametrize("rid", sorted(_CONFIG))
 def test_optimum_parses_the_submission_config_layout(rid: str) -> None:
     (tp, pp, cp, vp, mbs), dp, gbs, system = _CONFIG[rid]
-    rec = next(r for r in load_records_tuned() if r["id"] == rid)  # named in optimum_runs.json already_in_modern
+    rec = tuned_record(rid)  # named in optimum_runs.json already_in_modern
     run = parse_run(rec)
     assert isinstance(run, OptimumRun)
     lay = run.layout
@@ -135,7 +135,7 @@ def test_megatron_gradient_buffer_takes_the_reduction_dtype() -> None:
     layers on the first stage."""
     from shardplan.costmodel.training.evaluate import estimate_training
 
-    rec = next(r for r in load_records_tuned() if r["id"] == "mlperf-v5.1-llama3.1-405b-512gpu-gb300-fp4")
+    rec = tuned_record("mlperf-v5.1-llama3.1-405b-512gpu-gb300-fp4")
     run = parse_run(rec)
     assert isinstance(run, OptimumRun) and run.work.grad_dtype == "bf16"
     rep = estimate_training(run.model, run.system, run.gpus, run.work, run.layout)
@@ -143,7 +143,7 @@ def test_megatron_gradient_buffer_takes_the_reduction_dtype() -> None:
     assert rep.stages[0].gradients_bytes == pytest.approx(rep.stages[0].weights_bytes - cached, rel=1e-12)
     assert rep.memory.total_bytes <= rep.memory.capacity_bytes
     # a record whose fp32 default would hide the rule: llm-foundry reduces in bf16 here and keeps its fp32 gradients
-    mpt = parse_run(next(r for r in load_records_tuned() if r["id"] == "llmfoundry-mpt-70b-64gpu-seq2048-a100-bf16"))
+    mpt = parse_run(tuned_record("llmfoundry-mpt-70b-64gpu-seq2048-a100-bf16"))
     assert isinstance(mpt, OptimumRun) and mpt.work.grad_dtype == "fp32" and mpt.work.grad_reduce_dtype == "bf16"
     fp32 = run.work.model_copy(update={"grad_dtype": "fp32", "grad_reduce_dtype": "fp32"})
     over = estimate_training(run.model, run.system, run.gpus, fp32, run.layout)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from shardplan.costmodel.training.evaluate import estimate_training
 from shardplan.validation.groups import run_validation
-from shardplan.validation.optimum import OptimumRun, load_records_tuned, parse_run
+from shardplan.validation.optimum import OptimumRun, parse_run, tuned_record
 
 
 def test_the_model_prices_random_routing_so_every_learned_router_run_is_slower_than_predicted() -> None:
@@ -17,7 +17,7 @@ def test_the_model_prices_random_routing_so_every_learned_router_run_is_slower_t
 def test_the_same_layout_under_forced_balance_is_within_the_band() -> None:
     # Megatron-Bridge qwen3-30b-a3b card, 16 H100, TP1 EP16 GBS 1024: tuned recipe with forced balancing 20.147 s
     # (pretrain_performance) against 30.290 s for the functional run with the learned router
-    rec = next(r for r in load_records_tuned() if r["id"] == "mbcard-qwen3-30b-a3b-16gpu-h100-bf16-perf")
+    rec = tuned_record("mbcard-qwen3-30b-a3b-16gpu-h100-bf16-perf")
     run = parse_run(rec)
     assert isinstance(run, OptimumRun) and run.work.grad_dtype == "bf16"
     rep = estimate_training(run.model, run.system, run.gpus, run.work, run.layout)

@@ -10,16 +10,12 @@ from shardplan.validation.optimum import (
     OptimumRow,
     OptimumRun,
     evaluate_run,
-    load_records_tuned,
     parse_run,
     source_flops_per_token,
     summarise,
+    tuned_record,
 )
 from shardplan.validation.runs import load_records
-
-
-def _tuned(rid: str) -> dict:
-    return next(r for r in load_records_tuned() if r["id"] == rid)
 
 
 def test_source_flops_per_token_is_nvidias_llama_formula() -> None:
@@ -119,7 +115,7 @@ def test_a_claim_names_the_memory_it_rests_on() -> None:
     free = SimpleNamespace(total_bytes=60 * GiB, capacity_bytes=80 * GiB, headroom_bytes=8 * GiB)
     assert memory_note(SimpleNamespace(total_bytes=50.5 * GiB), free) == (
         "; peak 60.0 of 72.0 GiB usable (published layout 50.5 GiB)")
-    row = evaluate_run(parse_run(_tuned("llmfoundry-mpt-7b-8gpu-seq8192-h100-bf16")))
+    row = evaluate_run(parse_run(tuned_record("llmfoundry-mpt-7b-8gpu-seq8192-h100-bf16")))
     assert row.why_free_faster is not None and row.why_free_faster.startswith("recompute -")
     peak, usable = map(float, row.why_free_faster.split("; peak ")[1].split(" GiB")[0].split(" of "))
     assert peak <= usable  # the free plan fits what it may fill; a 7B model's 8k activations without recompute
@@ -148,7 +144,7 @@ def test_a_claim_resting_on_the_published_layouts_own_prediction_says_so() -> No
     """Every free plan more than 15% above a tuned run names why. Where the free plan barely beats the model's own
     prediction of the published layout (Qwen3-30B-A3B fp8cs on 16 H100: that layout is itself predicted far above
     its measurement), the reason is that prediction, with both numbers."""
-    row = evaluate_run(parse_run(_tuned("mbridge-25.11-qwen3-30b-a3b-16gpu-h100-fp8cs")))
+    row = evaluate_run(parse_run(tuned_record("mbridge-25.11-qwen3-30b-a3b-16gpu-h100-fp8cs")))
     assert row.pinned is not None and row.free is not None and row.free > 1.15 * row.measured
     assert row.free <= 1.15 * row.pinned and row.why_free_faster is not None
     assert f"{100 * (row.pinned / row.measured - 1):+.0f}%" in row.why_free_faster
@@ -185,3 +181,12 @@ def test_summary_gives_two_target_figures_without_the_publishers_regressions() -
     assert s.pinned_h100_mape_pct == pytest.approx(80.0) and s.free_mean_signed_pct == pytest.approx(70.0)
     assert s.pinned_h100_mape_without_regressions_pct == pytest.approx(10.0)
     assert s.free_mean_signed_without_regressions_pct == pytest.approx(-10.0)
+
+
+def test_tuned_record_finds_a_modern_run_the_optimum_file_names_and_rejects_an_unknown_id() -> None:
+    # lives in modern_training_runs.json and is named in optimum_runs.json's already_in_modern
+    rec = tuned_record("automodel-gpt-oss-120b-64gpu-bf16")
+    assert rec["parallel"]["ep"] == 64 and rec["metrics"]["tokens_per_s_per_gpu"] == 7626
+    assert tuned_record("mbridge-26.04.01-gpt-oss-120b-64gpu-b200-bf16")["parallel"]["ep"] == 8  # optimum_runs.json
+    with pytest.raises(KeyError, match="no tuned run 'no-such-run'"):
+        tuned_record("no-such-run")

@@ -10,24 +10,21 @@ from shardplan.validation.optimum import (
     OptimumRun,
     load_records_tuned,
     parse_run,
+    tuned_record,
 )
 from shardplan.validation.runs import load_records
 
 
-def _tuned(rid: str) -> dict:
-    return next(r for r in load_records_tuned() if r["id"] == rid)
-
-
 def test_gb200_256_gpus_run_as_four_nvlink_domains_of_64() -> None:
     """Megatron-Bridge's launcher puts 256 GPUs (64 trays of 4) in segments of 16 trays: 4 domains of 64."""
-    run = parse_run(_tuned("mbridge-25.11-qwen3-235b-a22b-256gpu-gb200-bf16"))
+    run = parse_run(tuned_record("mbridge-25.11-qwen3-235b-a22b-256gpu-gb200-bf16"))
     assert isinstance(run, OptimumRun)
     assert run.system.name == "gb200-nvl72" and run.system.gpus_per_node == 64 and run.gpus == 256
     assert run.layout.ep == 32 and run.layout.pp == 8
 
 
 def test_moe_shape_is_the_catalog_model_of_exactly_that_shape() -> None:
-    rec = _tuned("mbridge-25.11-gpt-oss-120b-64gpu-gb200-bf16")
+    rec = tuned_record("mbridge-25.11-gpt-oss-120b-64gpu-gb200-bf16")
     run = parse_run(rec)
     assert isinstance(run, OptimumRun) and run.model.name == "gpt-oss-120b"
     odd = json.loads(json.dumps(rec))
@@ -38,7 +35,7 @@ def test_moe_shape_is_the_catalog_model_of_exactly_that_shape() -> None:
 def test_expert_tp_folds_to_what_divides_the_ranks() -> None:
     """Qwen3-235B on 256 H100 at TP2 PP8 EP32: etp·ep must divide tp·dp = 32, so etp = 1 (Megatron-Bridge's
     qwen3_moe recipe sets expert_tensor_parallel_size = 1)."""
-    run = parse_run(_tuned("mbridge-26.04.01-qwen3-235b-a22b-256gpu-h100-fp8"))
+    run = parse_run(tuned_record("mbridge-26.04.01-qwen3-235b-a22b-256gpu-h100-fp8"))
     assert isinstance(run, OptimumRun) and (run.layout.tp, run.layout.ep, run.layout.etp) == (2, 32, 1)
 
 
@@ -90,7 +87,7 @@ def test_interleaved_sends_overlap_where_the_launcher_turns_it_on() -> None:
     for record in load_records_tuned():  # every interleaved record of an NVIDIA stack overlaps (URLs name llama3.1)
         if (record["parallel"].get("vp") or 1) > 1 and not record["id"].startswith(("automodel", "llama3-paper")):
             assert stack_p2p_overlap(record), record["id"]
-    run = parse_run(_tuned("mbridge-26.04.01-llama3-70b-64gpu-h100-fp8"))
+    run = parse_run(tuned_record("mbridge-26.04.01-llama3-70b-64gpu-h100-fp8"))
     assert isinstance(run, OptimumRun) and run.layout.interleave > 1 and run.system.software.overlap_p2p_comm
     over = estimate_training(run.model, run.system, run.gpus, run.work, run.layout).metrics
     blocking = dataclasses.replace(run, system=run.system.model_copy(update={"software": run.system.software.model_copy(
@@ -104,16 +101,16 @@ def test_moe_recipe_settings_reach_the_stack() -> None:
     """Megatron-Bridge v0.1.0rc4 ran DeepSeek-V3 on H100 with DeepEP, the combined-1F1B all-to-all overlap and
     recompute_modules ['mla_up_proj', 'mlp'] (scripts/performance/run_script.py); a record without settings keeps
     Megatron-Core's defaults."""
-    run = parse_run(_tuned("mbridge-25.09-deepseek-v3-1024gpu-h100-fp8"))
+    run = parse_run(tuned_record("mbridge-25.09-deepseek-v3-1024gpu-h100-fp8"))
     assert isinstance(run, OptimumRun)
     sw = run.system.software
     assert (sw.ep_dispatcher, sw.ep_comm_overlap, sw.ep_delay_wgrad) == ("deepep", True, True)
     assert str(run.layout.recompute) == "selective" and run.layout.recompute_modules == ("mla_up_proj", "mlp")
     # the Qwen3-30B-A3B H100 card's recipe overlaps without delaying the weight gradients (qwen3_moe.py:41-42)
-    card = parse_run(_tuned("mbcard-qwen3-30b-a3b-16gpu-h100-bf16-perf"))
+    card = parse_run(tuned_record("mbcard-qwen3-30b-a3b-16gpu-h100-bf16-perf"))
     assert isinstance(card, OptimumRun)
     assert (card.system.software.ep_comm_overlap, card.system.software.ep_delay_wgrad) == (True, False)
-    plain = parse_run(_tuned("mbridge-25.09-qwen3-235b-a22b-256gpu-h100-fp8"))
+    plain = parse_run(tuned_record("mbridge-25.09-qwen3-235b-a22b-256gpu-h100-fp8"))
     assert isinstance(plain, OptimumRun)
     sw = plain.system.software
     assert (sw.ep_dispatcher, sw.ep_comm_overlap, plain.layout.recompute_modules) == ("alltoall", False, None)
@@ -124,8 +121,8 @@ def test_a_table_row_runs_the_recipe_of_the_release_that_wrote_it() -> None:
     recompute mla_up_proj; layout_map (16, 1): embedding + 4 layers, 14 × 4, 1 layer + MTP + loss); the 26.04.01 row's
     PP 8, V 2, EP 32 is v0.4.2's DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2 (DeepEP, moe_a2a_overlap with delayed
     weight gradients, recompute mla_up_proj and mlp; pp_layout 'Et*4|(t*4|)*14tmL': 8 layers a rank, 5 on the last)."""
-    old = parse_run(_tuned("mbridge-26.04-deepseekv3-256gpu-b200-mxfp8"))
-    new = parse_run(_tuned("mbridge-26.04.01-deepseekv3-256gpu-b200-mxfp8"))
+    old = parse_run(tuned_record("mbridge-26.04-deepseekv3-256gpu-b200-mxfp8"))
+    new = parse_run(tuned_record("mbridge-26.04.01-deepseekv3-256gpu-b200-mxfp8"))
     assert isinstance(old, OptimumRun) and isinstance(new, OptimumRun)
     assert (old.layout.pp, old.layout.ep, old.layout.interleave, old.stage_layers) == (16, 8, 1, [4] * 15 + [1])
     assert (old.system.software.ep_comm_overlap, old.layout.recompute_modules) == (False, ("mla_up_proj",))
@@ -141,8 +138,8 @@ def test_the_26_06_b300_rows_run_their_release_recipes() -> None:
     with the all-to-all overlapped and weight gradients delayed, full-iteration CUDA graphs with an expert capacity
     factor: no host sync), while its gpt-oss-120b B300 recipe (EP 8, MBS 4, HybridEP, TE graphs of attention and
     router only) stays eager in 26.04.01 (BF16) and 26.06 (MXFP8): the dropless sync stays and nothing overlaps."""
-    qwen_old = parse_run(_tuned("mbridge-26.04.01-qwen3-30b-a3b-8gpu-b300-mxfp8"))
-    qwen = parse_run(_tuned("mbridge-26.06-qwen3-30b-a3b-8gpu-b300-mxfp8"))
+    qwen_old = parse_run(tuned_record("mbridge-26.04.01-qwen3-30b-a3b-8gpu-b300-mxfp8"))
+    qwen = parse_run(tuned_record("mbridge-26.06-qwen3-30b-a3b-8gpu-b300-mxfp8"))
     assert isinstance(qwen_old, OptimumRun) and isinstance(qwen, OptimumRun)
     assert qwen.system.name == "dgx-b300" and (qwen.layout.ep, qwen.layout.microbatch) == (8, 8)
     sw = qwen.system.software
@@ -151,7 +148,7 @@ def test_the_26_06_b300_rows_run_their_release_recipes() -> None:
     assert (qwen_old.measured_tokens_per_s_per_gpu, qwen.measured_tokens_per_s_per_gpu) == (30720, 40769)
     for rid, dtype, measured in (("mbridge-26.04.01-gpt-oss-120b-64gpu-b300-bf16", "bf16", 15232),
                                  ("mbridge-26.06-gpt-oss-120b-64gpu-b300-mxfp8", "fp8", 18534)):
-        run = parse_run(_tuned(rid))
+        run = parse_run(tuned_record(rid))
         assert isinstance(run, OptimumRun) and run.system.name == "dgx-b300" and run.work.dtype == dtype
         assert (run.layout.ep, run.layout.microbatch, run.layout.recompute_modules) == (8, 4, None)
         assert (run.system.software.ep_dispatcher, run.system.software.ep_comm_overlap) == ("deepep", False)
@@ -178,7 +175,7 @@ def test_the_model_zoo_2026_rows_run_their_launch_lines() -> None:
                                                             "userbuffers", 320, 148.0),
     }
     for rid, (system, gpus, dtype, tp, pp, cp, ep, vpp, overlap, method, tflops, gflop) in expect.items():
-        run = parse_run(_tuned(rid))
+        run = parse_run(tuned_record(rid))
         assert isinstance(run, OptimumRun) and (run.system.name, run.gpus, run.work.dtype) == (system, gpus, dtype)
         lay, sw = run.layout, run.system.software
         assert (lay.tp, lay.pp, lay.cp, lay.ep, lay.interleave) == (tp, pp, cp, ep, vpp)
@@ -196,7 +193,7 @@ def test_the_model_zoo_mixtral_row_is_its_script_and_runtime_table() -> None:
     plus 6hV."""
     h, q, kv, s, f, topk, layers, vocab = 6144, 6144, 1024, 4096, 16384, 2, 56, 32000
     flop = layers * (6 * (h * (q + 2 * kv) + q * h) + 6 * q * s + 18 * h * f * topk) + 6 * h * vocab
-    run = parse_run(_tuned("mzoo-mixtral-8x22b-128gpu-h100-bf16"))
+    run = parse_run(tuned_record("mzoo-mixtral-8x22b-128gpu-h100-bf16"))
     assert isinstance(run, OptimumRun) and (run.system.name, run.gpus, run.work.dtype) == ("dgx-h100", 128, "bf16")
     assert run.model.moe is not None and (run.model.moe.num_experts, run.model.moe.experts_per_token) == (8, 2)
     lay, sw = run.layout, run.system.software
@@ -213,7 +210,7 @@ def test_the_nemotron_3_nano_blackwell_rows_run_the_tables_recipe() -> None:
     for rid, system, mb, measured in (("mbridge-26.06-nemotron3-nano-8gpu-b300-mxfp8", "dgx-b300", 4, 37316),
                                       ("mbridge-26.06-nemotron3-nano-8gpu-gb200-mxfp8", "gb200-nvl72", 2, 33522),
                                       ("mbridge-26.04.01-nemotron3-nano-8gpu-b200-mxfp8", "dgx-b200", 2, 32768)):
-        run = parse_run(_tuned(rid))
+        run = parse_run(tuned_record(rid))
         assert isinstance(run, OptimumRun) and (run.system.name, run.gpus, run.work.dtype) == (system, 8, "fp8")
         lay, sw = run.layout, run.system.software
         assert (lay.tp, lay.pp, lay.dp, lay.ep, lay.microbatch, lay.recompute_modules) == (1, 1, 8, 8, mb, None)
@@ -238,7 +235,7 @@ def test_the_26_08_rows_run_their_release_recipes() -> None:
         "mbridge-26.08-nemotron3-nano-8gpu-gb300-mxfp8": ("gb300-nvl72", 8, 1, 1, 1, 8, 4, 512, 39936, False),
     }
     for rid, (system, gpus, tp, pp, vp, ep, mb, gbs, measured, overlapped) in rows.items():
-        run = parse_run(_tuned(rid))
+        run = parse_run(tuned_record(rid))
         assert isinstance(run, OptimumRun) and (run.system.name, run.gpus, run.work.dtype) == (system, gpus, "fp8"), rid
         lay, sw = run.layout, run.system.software
         assert (lay.tp, lay.pp, lay.interleave, lay.ep, lay.microbatch) == (tp, pp, vp, ep, mb), rid
@@ -254,7 +251,7 @@ def test_mlperf_mi355x_runs_are_evaluated_on_their_own_gpu() -> None:
     from shardplan.costmodel.training.evaluate import estimate_training
 
     for rid in ("mlperf-v5.1-amd-llama3.1-8b-8gpu-mi355x-fp8", "mlperf-v5.1-dell-llama3.1-8b-8gpu-mi355x-fp8"):
-        run = parse_run(_tuned(rid))
+        run = parse_run(tuned_record(rid))
         assert isinstance(run, OptimumRun) and run.system.name == "mi355x-8" and run.work.dtype == "fp8"
         assert (run.layout.tp, run.layout.pp, run.layout.dp, run.layout.microbatch) == (1, 1, 8, 2)
         met = estimate_training(run.model, run.system, run.gpus, run.work, run.layout).metrics
@@ -276,7 +273,7 @@ def test_mlperf_llama31_8b_runs_parse_to_their_configs_and_logs() -> None:
                                                                            18538),
     }
     for rid, (system, gpus, tp, cp, dp, mb, gbs, dtype, measured) in rows.items():
-        run = parse_run(_tuned(rid))
+        run = parse_run(tuned_record(rid))
         assert isinstance(run, OptimumRun) and (run.system.name, run.gpus, run.work.dtype) == (system, gpus, dtype), rid
         lay = run.layout
         assert (lay.tp, lay.pp, lay.cp, lay.dp, lay.microbatch) == (tp, 1, cp, dp, mb), rid
@@ -299,7 +296,7 @@ def test_nemotron4_340b_recipe_optimizer_in_bf16_fits_its_published_layout(rid: 
     weights ÷ TP 8 plus 73,728 norm parameters, 12 layers on the first stage."""
     from shardplan.costmodel.training.evaluate import estimate_training
 
-    rec = next(r for r in load_records_tuned() if r["id"] == rid)
+    rec = tuned_record(rid)
     run = parse_run(rec)
     assert isinstance(run, OptimumRun)
     assert run.work.grad_dtype == "bf16" and run.work.optimizer_bytes_per_param == 4
@@ -353,7 +350,7 @@ def test_gpt_oss_h100_record_runs_the_release_recipes_microbatch() -> None:
     model put it at 94 GiB)."""
     from shardplan.costmodel.training.evaluate import estimate_training
 
-    rec = next(r for r in load_records_tuned() if r["id"] == "mbridge-25.11-gpt-oss-120b-64gpu-h100-bf16")
+    rec = tuned_record("mbridge-25.11-gpt-oss-120b-64gpu-h100-bf16")
     p = rec["parallel"]
     assert p["dp"] * p["microbatch"] * p["grad_accum"] == rec["workload"]["global_batch_sequences"]
     run = parse_run(rec)

@@ -22,7 +22,7 @@ from shardplan.hardware.spec import SystemSpec
 from shardplan.models import get_model
 from shardplan.models.spec import ModelSpec
 from shardplan.validation.memory import record_layout, record_workload
-from shardplan.validation.optimum import OptimumRun, load_records_tuned, parse_run
+from shardplan.validation.optimum import OptimumRun, parse_run, tuned_record
 from shardplan.validation.runs import Case, load_records
 
 
@@ -52,7 +52,7 @@ def _sides(r: dict[str, Any]) -> tuple[Side, Side]:
     ``changes``; otherwise each side states its layout and software on the pair's catalog model and system (a side may
     set its own GPU count and global batch)."""
     if "base_run" in r:
-        run = parse_run(next(x for x in load_records_tuned() if x["id"] == r["base_run"]))
+        run = parse_run(tuned_record(r["base_run"]))
         assert isinstance(run, OptimumRun), run
         a, b = ((run.model, run.system, run.gpus, run.work.model_copy(update={"global_batch": side["global_batch"]}),
                  dataclasses.replace(run.layout, **side["changes"])) for side in (r["a"], r["b"]))

@@ -238,6 +238,14 @@ def load_records_tuned() -> list[dict[str, Any]]:
     return list(data["runs"]) + [r for r in load_records("modern_training_runs") if r["id"] in named]
 
 
+def tuned_record(record_id: str) -> dict[str, Any]:
+    """The tuned run named ``record_id`` (``load_records_tuned``); KeyError when no record has that id."""
+    for r in load_records_tuned():
+        if r["id"] == record_id:
+            return r
+    raise KeyError(f"no tuned run {record_id!r}")
+
+
 def load_runs() -> list[OptimumRun]:
     """The tuned runs the catalogs can express."""
     return [r for r in map(parse_run, load_records_tuned()) if isinstance(r, OptimumRun)]
