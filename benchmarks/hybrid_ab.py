@@ -1,15 +1,17 @@
-"""Two MoE models on the same platform, container and recipe shape, measured against priced: where the Blackwell
+"""Two MoE models on the same platform, container and layout, measured against priced: where the Blackwell
 optimism on Nemotron-3 Nano comes from.
 
 Nemotron-3 Nano 30B-A3B (23 Mamba-2, 23 MoE and 6 attention layers; squared-ReLU experts and a shared expert) is
-priced 26.6–36.5% too fast on every Blackwell record of the ``optimum`` group and −1.6…+8.6% on H100, while
-Qwen3-30B-A3B, an attention MoE of the same size that Megatron-Bridge runs on the same 8 GPUs with the same workload
-shape (TP 1, PP 1, EP 8, HybridEP, MXFP8, Transformer Engine CUDA graphs of attention, router and preprocess), is
-priced within −6.6…+13.8% there. The 26.04.01 container's table (Megatron-Bridge @067f987df
-``docs/performance-summary-archive.md`` l.244-247 for Qwen3-30B-A3B, l.272-275 for Nemotron-3 Nano) lists both models
-on four Blackwell systems, the last container before Qwen3's recipes took the full-iteration CUDA graphs and CuTe DSL
-fused MLP (commit 55443cbfb, June 2026) that Nano's did not: the ratio of their throughputs on one system cancels the
-platform and the stack, and leaves the models.
+priced 26.6–36.5% too fast on every Blackwell record of the ``optimum`` group and −1.6…+8.6% on Megatron-Bridge's
+H100 records, while Qwen3-30B-A3B, an attention MoE of the same size that Megatron-Bridge runs on the same 8 GPUs
+with the same layout (TP 1, PP 1, EP 8, HybridEP, MXFP8), is priced within −6.6…+13.8% there. Their recipes differ
+in CUDA graphs (Transformer Engine graphs of attention, Mamba, router and preprocess for Nano; router and preprocess
+for Qwen3, attention too on B200), which leaves Nano the lighter on the host. The 26.04.01 container's table
+(Megatron-Bridge @067f987df ``docs/performance-summary-archive.md`` l.244-247 for Qwen3-30B-A3B, l.272-275 for
+Nemotron-3 Nano) lists both models on four Blackwell systems, the last container before Qwen3's GB300/GB200/B300
+recipes took full-iteration CUDA graphs, the CuTe DSL fused MLP, the all-to-all overlap and FP8 attention
+(55443cbfb, June 2026; in v0.5.0 as bac3ffebf) that Nano's did not: the ratio of their throughputs on one system
+cancels the platform and most of the stack, and leaves the models.
 
 Each model is priced as its ``optimum`` record on that system (Nano: the 26.04.01 B200 record and the 26.06/26.08
 records elsewhere, whose layout and software fields are the 26.04.01 ones; Qwen3: the 26.04.01 records), and the
