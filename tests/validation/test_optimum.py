@@ -190,3 +190,23 @@ def test_tuned_record_finds_a_modern_run_the_optimum_file_names_and_rejects_an_u
     assert tuned_record("mbridge-26.04.01-gpt-oss-120b-64gpu-b200-bf16")["parallel"]["ep"] == 8  # optimum_runs.json
     with pytest.raises(KeyError, match="no tuned run 'no-such-run'"):
         tuned_record("no-such-run")
+
+
+def test_layout_text_names_a_selective_module_set_other_than_megatrons_default() -> None:
+    from shardplan.validation.optimum import layout_text
+
+    assert layout_text(1, 1, 16, 1, 8, 1, 1, "selective", 1, rc_modules=("moe", "layernorm")) == (
+        "TP1 PP1 DP16 CP1 EP8 mb1 rc=selective[moe+layernorm] Z1")
+    # Megatron's default (core_attn alone, or no list) reads as before
+    for default in (None, ["core_attn"]):
+        assert layout_text(1, 1, 16, 1, 8, 1, 1, "selective", 1, rc_modules=default) == (
+            "TP1 PP1 DP16 CP1 EP8 mb1 rc=selective Z1")
+
+
+def test_the_optimum_row_names_the_published_recipes_recompute_modules() -> None:
+    # Megatron-Bridge Nemotron-3 Nano H100 FP8-CS (v0.4.0 NEMOTRON_3_NANO_PRETRAIN_CONFIG_H100_FP8_CS_V1):
+    # recompute_modules moe, layernorm, core_attn (moe_act inside moe), which the row must show, not bare
+    # "rc=selective"; the free plan recomputes another set, and the two strings must differ
+    row = evaluate_run(parse_run(tuned_record("mbridge-26.04.01-nemotron3-nano-16gpu-h100-fp8")))
+    assert "rc=selective[moe+layernorm+core_attn]" in row.pinned_layout
+    assert row.free_layout is not None and row.free_layout != row.pinned_layout

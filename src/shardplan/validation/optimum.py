@@ -18,6 +18,7 @@ within ±5 %, and pinned layouts of H100-era runs MAPE ≤ 8 %.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
@@ -82,9 +83,11 @@ class OptimumRun:
 
 def layout_text(tp: int, pp: int, dp: int, cp: int, ep: int, mb: int, v: int, rc: str, zero: int, *,
                 rc_layers: int | list[int] | None = None, stage_layers: list[int] | None = None,
-                etp: int | None = None, offload: tuple[float, float, float] = (0.0, 0.0, 0.0)) -> str:
+                etp: int | None = None, offload: tuple[float, float, float] = (0.0, 0.0, 0.0),
+                rc_modules: Sequence[str] | None = None) -> str:
     """The layout in full, as one line: 'rc=full:5' recomputes 5 layers per stage ('rc=full:5/0/0/0' per rank when
-    they differ), 'layers=9/11/11/9' an uneven pipeline split, 'ETP1' folded experts' own TP, 'off=o30%' offload
+    they differ), 'rc=selective[layernorm+moe_act]' a selective module set other than Megatron's default
+    (core_attn), 'layers=9/11/11/9' an uneven pipeline split, 'ETP1' folded experts' own TP, 'off=o30%' offload
     (optimizer, weights, activations)."""
     parts = [f"TP{tp}", f"PP{pp}", f"DP{dp}", f"CP{cp}"] + ([f"EP{ep}"] if ep > 1 else [])
     parts += [f"ETP{etp}"] if ep > 1 and etp is not None and etp != tp else []
@@ -93,6 +96,8 @@ def layout_text(tp: int, pp: int, dp: int, cp: int, ep: int, mb: int, v: int, rc
         rc_layers = rc_layers[0] if len(set(rc_layers)) == 1 else rc_layers  # type: ignore[assignment]
     count = ("" if rc != "full" or everything else
              ":" + ("/".join(map(str, rc_layers)) if isinstance(rc_layers, list) else str(rc_layers)))
+    if rc == "selective" and rc_modules is not None and list(rc_modules) != ["core_attn"]:
+        count = f"[{'+'.join(rc_modules)}]"  # Megatron's --recompute-modules; core_attn alone is its default
     parts += [f"mb{mb}"] + ([f"v{v}"] if v > 1 else []) + ([f"rc={rc}{count}"] if rc != "none" else []) + [f"Z{zero}"]
     parts += [f"layers={'/'.join(map(str, stage_layers))}"] if stage_layers and len(set(stage_layers)) > 1 else []
     shares = "".join(f"{k}{f:.0%}" if f >= 0.005 else f"{k}{f:.1%}" for k, f in zip("owa", offload, strict=True)
@@ -318,7 +323,7 @@ def evaluate_run(run: OptimumRun) -> OptimumRow:
                                             str(lay.recompute), lay.zero_stage, rc_layers=lay.recompute_layers,
                                             stage_layers=run.stage_layers, etp=lay.etp,
                                             offload=(lay.offload_optimizer, lay.offload_weights,
-                                                     lay.offload_activations)))
+                                                     lay.offload_activations), rc_modules=lay.recompute_modules))
     pinned = fits = pinned_metrics = why = None
     pinned_detail: tuple[Any, Any] | None = None
     failure: list[str] = []
@@ -345,7 +350,8 @@ def evaluate_run(run: OptimumRun) -> OptimumRow:
             free_layout = layout_text(q.tp, q.pp, q.dp, q.cp, q.ep, q.microbatch_size, q.interleave, q.recompute,
                                       q.zero_stage, rc_layers=q.stage_recompute_layers or q.recompute_layers,
                                       stage_layers=q.stage_layers, etp=q.etp,
-                                      offload=(q.offload.optimizer, q.offload.weights, q.offload.activations))
+                                      offload=(q.offload.optimizer, q.offload.weights, q.offload.activations),
+                                      rc_modules=q.recompute_modules)
             if pinned is not None and pinned_metrics is not None and free > 1.15 * pinned:
                 why = why_faster(pinned_metrics, plan.metrics, pinned_detail=pinned_detail,
                                  free_detail=(plan.stages, plan.plan)) + memory_note(rep.memory, plan.memory)
