@@ -52,6 +52,29 @@ def gemm_pred(m: int, n: int, k: int, experts: int = 1) -> float:
     return float(gemm_time(GPU, np.array(flops), np.array(nbytes), "bf16", experts=experts, m=m, n=n, k=k))
 
 
+def fp8_rows(res: dict) -> None:
+    """FP8 against bf16 at the shapes of ``fp8_parts.part_fp8shapes``: the priced and the measured gain (bf16 time
+    over FP8 time) and the FP8 price over its measurement, forward with fast accumulation, gradients with split."""
+    rows = res.get("fp8shapes")
+    if not isinstance(rows, list):
+        return
+    for group in ("fwd", "dgrad", "wgrad", "expert_fwd"):
+        split = group in ("dgrad", "wgrad")
+        key, out = ("fp8_split_s" if split else "fp8_fast_s"), (4.0 if group == "wgrad" else 2.0)
+        gain, price, splits = [], [], []
+        for r in (r for r in rows if r["pass"] == group):
+            m, n, k = r["m"], r["n"], r["k"]
+            t = {dt: float(gemm_time(GPU, 2.0 * m * n * k, e * (m * k + n * k) + out * m * n, dt, m=m, n=n, k=k,
+                                     split_accumulate=split)) for dt, e in (("bf16", 2.0), ("fp8", 1.0))}
+            gain.append((t["bf16"] / t["fp8"], r["bf16_s"] / r[key]))
+            price.append(t["fp8"] / r[key])
+            splits.append(r["fp8_split_s"] / r["fp8_fast_s"])
+        q = np.percentile(np.array(gain), [10, 50, 90], axis=0)
+        print(f"fp8 {group:10s} n={len(gain):3d}  gain over bf16 priced {q[1][0]:.2f} ({q[0][0]:.2f}-{q[2][0]:.2f}), "
+              f"measured {q[1][1]:.2f} ({q[0][1]:.2f}-{q[2][1]:.2f}); fp8 predicted/measured "
+              f"{np.median(price):.3f}; split/fast accumulation measured {np.median(splits):.3f}")
+
+
 def attn_pred(row: dict, backward: bool) -> float:
     kernel = {"FLASH_ATTENTION": "flash2", "CUDNN_ATTENTION": "cudnn"}[row["backend"]]
     b, h, s, d = row["batch"], row["heads"], row["seq"], row["head_dim"]
@@ -308,6 +331,7 @@ def main(paths: list[str]) -> None:
         moe_rows(res)
         phase_rows(res)
         titan_rows(res)
+        fp8_rows(res)
 
 
 if __name__ == "__main__":

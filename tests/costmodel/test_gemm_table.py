@@ -83,15 +83,14 @@ def test_b200_fp8_grid_reads_back_the_published_rates(m: int, n: int, k: int, tf
 def test_fp8_gains_over_bf16_on_b200_are_the_measured_ones_by_shape() -> None:
     """On B200 an fp8 GEMM of 2048³ runs 1427.7 TFLOP/s where bf16 runs 985.8 (1.45×), and of 2048×1024×1024 504.5
     where bf16 runs 496.1 (1.02×) — not the 2× of the peaks. The model's kernel times (less the fixed per-kernel
-    time) keep those ratios; a GPU with no fp8 grid (H100: XLA's sm_90 fp8 column exceeds the peak) reads its bf16
-    grid for fp8 too."""
+    time) keep those ratios; a datatype with no grid of its own (fp4 on B200) reads the bf16 grid."""
     gpu = GPUS["b200"]
     for (m, n, k), gain in (((2048, 2048, 2048), 1427.7 / 985.8), ((4096, 512, 1024), 510.3 / 490.6)):
         flops = 2.0 * m * n * k
         t = {dt: float(gemm_time(gpu, flops, e * (m * k + k * n) + 2.0 * m * n, dt, m=m, n=n, k=k))
              - gpu.kernel_fixed_s for dt, e in (("bf16", 2.0), ("fp8", 1.0))}
         assert t["bf16"] / t["fp8"] == pytest.approx(gain, rel=0.005)
-    assert dtype_grid("xla-sm90", "fp8") == "xla-sm90" and dtype_grid("xla-sm100", "fp4") == "xla-sm100"
+    assert dtype_grid("xla-sm100", "fp4") == "xla-sm100" and dtype_grid("xla-sm90", "bf16") == "xla-sm90"
 
 
 def test_parts_without_a_grid_keep_the_flops_curve() -> None:

@@ -18,6 +18,8 @@ ml-engineering MAMF the catalog's ``matmul_peak_fraction`` comes from): the plat
 
 from __future__ import annotations
 
+from shardplan.hardware.gemm_data_fp8 import FP8_GEMM_BEST, FP8_GEMM_TABLES
+
 GEMM_TABLE_DIMS: tuple[int, ...] = (256, 512, 1024, 2048, 4096)
 GEMM_TABLE_BATCHES: tuple[int, ...] = (1, 2, 4)
 # Best-shape bf16 matmul, TFLOP/s (stas00/ml-engineering@744d01e compute/accelerator/README.md: H100 SXM 794.5,
@@ -182,3 +184,7 @@ GEMM_TABLES: dict[str, dict[int, dict[tuple[int, int], tuple[float, ...]]]] = {
         },
     },
 }
+
+# Hopper's FP8 grids, measured on an H200 (gemm_data_fp8.py), each read against its own best-shape rate.
+GEMM_TABLES.update(FP8_GEMM_TABLES)
+GEMM_TABLE_MAMF.update({name: FP8_GEMM_BEST for name in FP8_GEMM_TABLES})

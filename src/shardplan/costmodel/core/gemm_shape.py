@@ -116,12 +116,21 @@ def _cell(x: np.ndarray, axis: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return i, np.clip(u - i, 0.0, 1.0)
 
 
-def dtype_grid(name: str, dtype: str) -> str:
+# Each GPU family's grid for a datatype measured apart from its bf16 grid (hardware/gemm_data.py): Blackwell's fp8
+# from OpenXLA (per-tensor and block-scaled FP8 alike); Hopper's fp8 from an H200, with fast accumulation (Transformer
+# Engine's forward GEMM) and split accumulation (its data- and weight-gradient GEMMs; gemm_data_fp8.py).
+DTYPE_GRIDS: dict[tuple[str, str], tuple[str, str]] = {
+    ("xla-sm100", "fp8"): ("xla-sm100-fp8", "xla-sm100-fp8"),
+    ("xla-sm90", "fp8"): ("h200-fp8-fast", "h200-fp8-split"),
+}
+
+
+def dtype_grid(name: str, dtype: str, *, split_accumulate: bool = False) -> str:
     """The measured grid a ``dtype`` GEMM reads on a GPU whose bf16 grid is ``name``: that datatype's own grid where
-    one was measured (``"xla-sm100-fp8"``: per-tensor and block-scaled FP8 alike), else the bf16 grid, read as a
-    fraction of the datatype's own best-shape rate."""
-    own = f"{name}-{dtype}"
-    return own if own in GEMM_TABLES else name
+    one was measured (``DTYPE_GRIDS``; ``split_accumulate``: the gradient GEMMs' accumulation mode, which only
+    Hopper's fp8 grids tell apart), else the bf16 grid, read as a fraction of the datatype's own best-shape rate."""
+    own = DTYPE_GRIDS.get((name, dtype))
+    return name if own is None else own[int(split_accumulate)]
 
 
 def table_fraction(name: str, m: np.ndarray | float, n: np.ndarray | float, k: np.ndarray | float) -> np.ndarray:

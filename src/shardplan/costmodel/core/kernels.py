@@ -140,7 +140,8 @@ def gemm_kernel_time(gpu: GpuSpec, flops: np.ndarray, nbytes: np.ndarray, dtype:
 def gemm_time(gpu: GpuSpec, flops: np.ndarray, nbytes: np.ndarray, dtype: str, *,
               experts: np.ndarray | float = 1.0, sustained_flops: float | None = None,
               m: np.ndarray | float | None = None, n: np.ndarray | float | None = None,
-              k: np.ndarray | float | None = None, one_kernel: bool = False) -> np.ndarray:
+              k: np.ndarray | float | None = None, one_kernel: bool = False,
+              split_accumulate: bool = False) -> np.ndarray:
     """A linear layer's GEMM: roofline time. A grouped GEMM over ``experts`` weight matrices runs as that many
     GEMMs of one expert's share (its curve efficiency is that of the smaller GEMM, its launches one per expert:
     Transformer Engine's per-expert cuBLAS GEMMs); with ``one_kernel`` (a CUTLASS grouped GEMM scheduling every
@@ -150,7 +151,8 @@ def gemm_time(gpu: GpuSpec, flops: np.ndarray, nbytes: np.ndarray, dtype: str, *
     Given the output shape (``m`` rows of all experts together, ``n`` columns; ``k`` the inner dimension, else
     FLOPs / (2·m·n)), a GPU with a measured GEMM grid
     (``GpuSpec.gemm_shape_table``, or its grid for ``dtype``: ``gemm_shape.dtype_grid``) runs each expert's GEMM at
-    that grid's efficiency for its (M, N, K) shape (``gemm_shape.table_fraction``) times the in-job plateau;
+    that grid's efficiency for its (M, N, K) shape (``gemm_shape.table_fraction``) times the in-job plateau
+    (``split_accumulate``: a gradient GEMM, which Transformer Engine runs with fp8 split accumulation);
     otherwise the FLOPs curve (with the tile and wave fill of ``gemm_shape.shape_factor`` when ``GEMM_SHAPE_TERM``).
     ``sustained_flops`` caps the rate where a system states the GEMM rate it sustains (e.g. a T4 held at its power
     limit)."""
@@ -168,7 +170,8 @@ def gemm_time(gpu: GpuSpec, flops: np.ndarray, nbytes: np.ndarray, dtype: str, *
         rows = np.maximum(np.asarray(m, dtype=float) / experts, 1.0)
         cols = np.maximum(np.asarray(n, dtype=float), 1.0)
         inner = flops / experts / (2.0 * rows * cols) if k is None else k
-        of_plateau = table_fraction(dtype_grid(gpu.gemm_shape_table, dtype), rows, cols, inner)
+        grid = dtype_grid(gpu.gemm_shape_table, dtype, split_accumulate=split_accumulate)
+        of_plateau = table_fraction(grid, rows, cols, inner)
     t = experts * gemm_kernel_time(gpu, flops / experts, np.asarray(nbytes, dtype=float) / experts, dtype,
                                    shape=shape, of_plateau=of_plateau)
     if sustained_flops:

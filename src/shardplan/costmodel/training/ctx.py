@@ -227,9 +227,10 @@ class Ctx:
         w_bytes = operand * g.m * (g.k + g.n) + acc * g.k * g.n * g.experts + z
         rows = np.maximum(np.asarray(g.m, dtype=float) / np.maximum(np.asarray(g.experts, dtype=float), 1e-9), 1.0)
         return GemmGrads(
-            gemm_time(self.gpu, g.flops, d_bytes, dtype, experts=d_experts, m=g.m, n=g.k, k=g.n, one_kernel=one_kernel),
+            gemm_time(self.gpu, g.flops, d_bytes, dtype, experts=d_experts, m=g.m, n=g.k, k=g.n, one_kernel=one_kernel,
+                      split_accumulate=True),
             d_bytes, gemm_time(self.gpu, g.flops, w_bytes, dtype, experts=g.experts, m=g.k * g.experts, n=g.n, k=rows,
-                               one_kernel=one_kernel), w_bytes)
+                               one_kernel=one_kernel, split_accumulate=True), w_bytes)
 
     def stream_time(self, nbytes: np.ndarray) -> np.ndarray:
         """A quantization (cast) kernel moving ``nbytes``: the HBM streaming rate at the GPU's measured share of it
