@@ -75,6 +75,25 @@ def fp8_rows(res: dict) -> None:
               f"{np.median(price):.3f}; split/fast accumulation measured {np.median(splits):.3f}")
 
 
+def fp8_decode_rows(res: dict) -> None:
+    """Decode GEMMs (``fp8_parts.part_fp8decode``): predicted / measured per datatype and kernel, and the weight
+    stream each kernel sustains (least squares of t = fixed + bytes / (fraction · bandwidth) over operands ≥ 8 MB)."""
+    rows = res.get("fp8decode")
+    if not isinstance(rows, list):
+        return
+    for key, dt, e in (("bf16_s", "bf16", 2.0), ("fp8_tensor_s", "fp8", 1.0), ("fp8_rowwise_s", "fp8", 1.0)):
+        got = [(r, e * (r["m"] * r["k"] + r["n"] * r["k"]) + 2.0 * r["m"] * r["n"]) for r in rows if key in r]
+        ratio = [float(gemm_time(GPU, 2.0 * r["m"] * r["n"] * r["k"], b, dt, m=r["m"], n=r["n"], k=r["k"])) / r[key]
+                 for r, b in got]
+        big = [(b, r[key]) for r, b in got if b >= 8e6]
+        (fixed, slope), *_ = np.linalg.lstsq(np.array([[1.0, b] for b, _ in big]), np.array([t for _, t in big]),
+                                             rcond=None)
+        print(f"decode {key[:-2]:12s} n={len(got):3d}  predicted/measured median {np.median(ratio):.2f} "
+              f"(p10 {np.percentile(ratio, 10):.2f}, p90 {np.percentile(ratio, 90):.2f}); stream fit "
+              f"{fixed * 1e6:.1f} µs + bytes / ({1.0 / (slope * GPU.memory_bandwidth_bytes_per_s):.3f} · bandwidth) "
+              f"over {len(big)} GEMMs")
+
+
 def attn_pred(row: dict, backward: bool) -> float:
     kernel = {"FLASH_ATTENTION": "flash2", "CUDNN_ATTENTION": "cudnn"}[row["backend"]]
     b, h, s, d = row["batch"], row["heads"], row["seq"], row["head_dim"]
@@ -332,6 +351,7 @@ def main(paths: list[str]) -> None:
         phase_rows(res)
         titan_rows(res)
         fp8_rows(res)
+        fp8_decode_rows(res)
 
 
 if __name__ == "__main__":

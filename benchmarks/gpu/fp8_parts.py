@@ -92,3 +92,34 @@ def part_fp8shapes() -> list[dict]:
                 rows.append({"name": f"{model}.{fc}", "pass": "expert_fwd", "m": per, "n": n, "k": k,
                              **timings(per, n, k)})
     return rows
+
+
+def decode_row(name: str, m: int, n: int, k: int, w: torch.Tensor, w8: torch.Tensor) -> dict:
+    """One decode GEMM (``m`` rows against the N×K weight): bf16, per-tensor FP8 (cuBLASLt), row-wise FP8 (CUTLASS)."""
+    one = torch.ones((), device=DEV)
+    x = rnd(m, k)
+    x8, sx, sw = x.to(E4M3), torch.ones((m, 1), device=DEV), torch.ones((1, n), device=DEV)
+    row: dict[str, object] = {"name": name, "m": m, "n": n, "k": k,
+                              "bf16_s": bench(lambda: x @ w.t(), warm_ms=WARM_MS, rep_ms=REP_MS)}
+    for key, sa, sb in (("fp8_tensor_s", one, one), ("fp8_rowwise_s", sx, sw)):
+        try:
+            row[key] = bench(lambda a=sa, b=sb: torch._scaled_mm(x8, w8.t(), a, b, out_dtype=BF16, use_fast_accum=True),
+                             warm_ms=WARM_MS, rep_ms=REP_MS)
+        except Exception as ex:
+            row[key.replace("_s", "_error")] = repr(ex)[:200]
+    return row
+
+
+def part_fp8decode() -> list[dict]:
+    """Decode-sized GEMMs (M = 1…128 rows against a layer's whole weight) of the Llama-3.1-8B and -70B linear layers at
+    TP 1-8: bf16, FP8 with a per-tensor scale (cuBLASLt) and FP8 with row-wise scales (torch's CUTLASS kernel), the
+    weight-streaming regime serving prices."""
+    rows = []
+    for name, k, n in linear_shapes():
+        w = rnd(n, k)
+        w8 = w.to(E4M3)
+        for m in (1, 8, 32, 128):
+            if left() < 15:
+                return rows
+            rows.append(decode_row(name, m, n, k, w, w8))
+    return rows
