@@ -32,8 +32,8 @@ def operands(m: int, n: int, k: int) -> tuple[torch.Tensor, torch.Tensor, torch.
 
 
 def timings(m: int, n: int, k: int, out_fp32: bool = False) -> dict[str, float]:
-    """Median seconds of the bf16 GEMM and the FP8 GEMM with fast and with split accumulation, interleaved so the
-    three share the GPU's thermal state."""
+    """Median seconds of the bf16 GEMM and the FP8 GEMM with fast and with split accumulation, timed one
+    after the other so the three share the GPU's thermal state."""
     a, b, a8, b8 = operands(m, n, k)
     one = torch.ones((), device=DEV)
     out = torch.float32 if out_fp32 else BF16
@@ -122,4 +122,60 @@ def part_fp8decode() -> list[dict]:
             if left() < 15:
                 return rows
             rows.append(decode_row(name, m, n, k, w, w8))
+    return rows
+
+
+def chain_time(fn, reps: int = 20) -> tuple[float, float]:
+    """Seconds per call of ``fn`` run ``reps`` times back to back: replayed from a CUDA graph (the GPU's own time
+    per call, with the host out of the way) and issued eagerly (what the host's launches allow); medians of 5."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(3):
+            fn()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(reps):
+            fn()
+    out = []
+    for launch in (g.replay, lambda: [fn() for _ in range(reps)]):
+        times = []
+        for _ in range(5):
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda.synchronize()
+            e0.record()
+            launch()
+            e1.record()
+            torch.cuda.synchronize()
+            times.append(e0.elapsed_time(e1) * 1e-3 / reps)
+        out.append(sorted(times)[2])
+    return out[0], out[1]
+
+
+def part_castchain() -> list[dict]:
+    """The kernels of one current-scaling FP8 quantization, as Transformer Engine runs it per expert in a grouped
+    linear layer (amax, scale from amax, cast): each primitive back to back, for expert inputs of 128-4,096 rows of
+    2,048 (Qwen3-30B-A3B's hidden size)."""
+    rows = []
+    inf = float("inf")
+    for r in (128, 256, 512, 1024, 2048, 4096):
+        if left() < 15:
+            return rows
+        x = rnd(r, 2048)
+        amax = torch.linalg.vector_norm(x, inf)
+        scale, fp8_max = torch.empty_like(amax), torch.full_like(amax, 448.0)
+        y = torch.empty(r, 2048, device=DEV, dtype=E4M3)
+        yt = torch.empty(2048, r, device=DEV, dtype=E4M3)
+        prims = {"amax": lambda x=x, a=amax: torch.linalg.vector_norm(x, inf, out=a),
+                 "scale": lambda a=amax, s=scale, c=fp8_max: torch.div(c, a, out=s),
+                 "cast": lambda x=x, y=y: y.copy_(x),
+                 "cast_transpose": lambda x=x, yt=yt: yt.copy_(x.t())}
+        row: dict[str, object] = {"rows": r, "cols": 2048}
+        for name, fn in prims.items():
+            try:
+                row[f"{name}_graph_s"], row[f"{name}_eager_s"] = chain_time(fn)
+            except Exception as ex:
+                row[f"{name}_error"] = repr(ex)[:200]
+        rows.append(row)
     return rows

@@ -25,6 +25,8 @@ Parts (all timings are medians of CUDA-event-timed repeats, after warm-up, with 
   fp8shapes the same three GEMMs at the shapes of ``gemm`` (forward, data and weight gradient) and per-expert GEMMs
            of five MoE models.
   fp8decode decode-sized GEMMs (M = 1…128) of the same linear layers: bf16, per-tensor and row-wise scaled FP8.
+  castchain the small kernels of a current-scaling FP8 quantization (amax, scale, cast), each run back to back from a
+           CUDA graph and eagerly: the GPU time per kernel, and the host's.
   moe      four MoE blocks of Qwen3-30B-A3B's shape, forward+backward, with and without the host copy of the
            per-expert token counts: wall time against GPU-busy time (the host time the sync exposes); and the
            host time one eager op costs.
@@ -43,7 +45,7 @@ import traceback
 
 import torch
 from device_common import BF16, DEV, T0, bench, left, rnd, smi
-from fp8_parts import part_fp8decode, part_fp8grid, part_fp8shapes
+from fp8_parts import part_castchain, part_fp8decode, part_fp8grid, part_fp8shapes
 from kernel_parts import part_attn, part_gather, part_gemm, part_grouped, part_membw, part_optim, part_streams
 from phase_parts import part_phases, part_phases_compiled
 from step_parts import part_compiled, part_mbsweep, part_moe, part_step, part_tp8rank
@@ -105,7 +107,7 @@ def main() -> None:
              "step": part_step, "compiled": part_compiled, "mbsweep": part_mbsweep, "tp8rank": part_tp8rank,
              "moe": part_moe, "phases": part_phases, "titan": part_titan,
              "phases_compiled": part_phases_compiled, "fp8grid": part_fp8grid, "fp8shapes": part_fp8shapes,
-             "fp8decode": part_fp8decode}
+             "fp8decode": part_fp8decode, "castchain": part_castchain}
     only = os.environ.get("MEASURE_PARTS")
     for name, fn in parts.items():
         if only and name not in only.split(","):

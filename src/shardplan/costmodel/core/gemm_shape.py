@@ -29,6 +29,7 @@ from functools import cache
 import numpy as np
 
 from shardplan.hardware.gemm_data import GEMM_TABLE_BATCHES, GEMM_TABLE_DIMS, GEMM_TABLE_MAMF, GEMM_TABLES
+from shardplan.hardware.spec import GpuSpec
 
 # CTA output tiles (M × N) of cuBLAS's large-GEMM kernels, NVIDIA DU-09799-001 §2.3 "Typical Tile Dimensions In
 # cuBLAS And Performance" (256×128 and 128×256 most efficient, 128×128 next; smaller tiles trade efficiency for
@@ -125,6 +126,11 @@ DTYPE_GRIDS: dict[tuple[str, str], tuple[str, str]] = {
 }
 
 
+# Grids built as a bf16 grid's cells times a gain measured over bf16 at each cell (gemm_data_fp8.py), and that bf16
+# grid: on every GPU that reads one, the datatype's rate is the bf16 grid's times the measured gain.
+GAIN_GRIDS: dict[str, str] = {"h200-fp8-fast": "xla-sm90", "h200-fp8-split": "xla-sm90"}
+
+
 def dtype_grid(name: str, dtype: str, *, split_accumulate: bool = False) -> str:
     """The measured grid a ``dtype`` GEMM reads on a GPU whose bf16 grid is ``name``: that datatype's own grid where
     one was measured (``DTYPE_GRIDS``; ``split_accumulate``: the gradient GEMMs' accumulation mode, which only
@@ -207,3 +213,28 @@ def _read(name: str, m: np.ndarray, n: np.ndarray, k: np.ndarray) -> np.ndarray:
                 w = (wb if db else 1 - wb) * (wm if dm else 1 - wm) * (wn if dn else 1 - wn)
                 rate = rate + w * work * k_eff / t_k
     return np.clip(rate * (k / k_eff) / best, 1e-6, 1.0)
+
+
+def dtype_gemm_ratio(gpu: GpuSpec, dtype: str) -> float:
+    """How a datatype's best achievable GEMM fraction of its own peak compares with bf16's (measured per GPU:
+    H100 fp8 0.709 vs bf16 0.803 → 0.88); 1 where either is unmeasured."""
+    frac = gpu.matmul_peak_fraction
+    if dtype in frac and "bf16" in frac and dtype != "bf16":
+        return frac[dtype] / frac["bf16"]
+    return 1.0
+
+
+def grid_fraction(gpu: GpuSpec, dtype: str, m: np.ndarray | float, n: np.ndarray | float, k: np.ndarray | float, *,
+                  split_accumulate: bool = False) -> np.ndarray:
+    """A GEMM's fraction of the plateau from the GPU's measured grid for ``dtype`` (``dtype_grid``;
+    ``split_accumulate``: a gradient GEMM under an fp8 recipe). A grid of measured gains over bf16 (``GAIN_GRIDS``)
+    prices the datatype at the bf16 grid's rate times that gain on every GPU that reads it, in place of the GPU's own
+    best-shape ratio (``dtype_gemm_ratio``, which ``kernels.compute_time`` applies): the H200 the Hopper fp8 gains were
+    measured on keeps them although its catalog fp8 fraction (0.734) is not the H100's (0.709)."""
+    grid = dtype_grid(gpu.gemm_shape_table, dtype, split_accumulate=split_accumulate)
+    frac = table_fraction(grid, m, n, k)
+    base = GAIN_GRIDS.get(grid)
+    if base is None:
+        return frac
+    gain_ratio = GEMM_TABLE_MAMF[grid] * gpu.peak("bf16") / (GEMM_TABLE_MAMF[base] * gpu.peak(dtype))
+    return frac * gain_ratio / dtype_gemm_ratio(gpu, dtype)

@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from shardplan.costmodel.core.gemm_shape import dtype_grid, shape_factor, table_fraction
+from shardplan.costmodel.core.gemm_shape import dtype_gemm_ratio, grid_fraction, shape_factor
 from shardplan.errors import ShardplanError
 from shardplan.hardware.spec import AttentionCurve, GpuSpec
 
@@ -45,15 +45,6 @@ def interp_efficiency(points: list[tuple[float, float]], size: np.ndarray | floa
     xs = np.log(np.array([p[0] for p in points], dtype=float))
     ys = np.array([p[1] for p in points], dtype=float)
     return np.interp(np.log(np.maximum(np.asarray(size, dtype=float), 1.0)), xs, ys)
-
-
-def dtype_gemm_ratio(gpu: GpuSpec, dtype: str) -> float:
-    """How a datatype's best achievable GEMM fraction of its own peak compares with bf16's (measured per GPU:
-    H100 fp8 0.709 vs bf16 0.803 → 0.88); 1 where either is unmeasured."""
-    frac = gpu.matmul_peak_fraction
-    if dtype in frac and "bf16" in frac and dtype != "bf16":
-        return frac[dtype] / frac["bf16"]
-    return 1.0
 
 
 def compute_time(gpu: GpuSpec, flops: np.ndarray, dtype: str, *, efficiency: np.ndarray | float | None = None,
@@ -170,8 +161,7 @@ def gemm_time(gpu: GpuSpec, flops: np.ndarray, nbytes: np.ndarray, dtype: str, *
         rows = np.maximum(np.asarray(m, dtype=float) / experts, 1.0)
         cols = np.maximum(np.asarray(n, dtype=float), 1.0)
         inner = flops / experts / (2.0 * rows * cols) if k is None else k
-        grid = dtype_grid(gpu.gemm_shape_table, dtype, split_accumulate=split_accumulate)
-        of_plateau = table_fraction(grid, rows, cols, inner)
+        of_plateau = grid_fraction(gpu, dtype, rows, cols, inner, split_accumulate=split_accumulate)
     t = experts * gemm_kernel_time(gpu, flops / experts, np.asarray(nbytes, dtype=float) / experts, dtype,
                                    shape=shape, of_plateau=of_plateau)
     if sustained_flops:

@@ -23,11 +23,11 @@ import numpy as np
 from shardplan.costmodel.core import comm
 from shardplan.costmodel.core import operators as inv
 from shardplan.costmodel.core import recurrent as rec
-from shardplan.costmodel.core.gemm_shape import dtype_grid, table_fraction
 from shardplan.costmodel.core.kernels import (
     attention_time,
     compute_time,
     gemm_time,
+    grid_fraction,
     interp_efficiency,
     kernel_time,
     memory_time,
@@ -230,8 +230,7 @@ def fused_moe_time(gpu: GpuSpec, flops: np.ndarray, nbytes: np.ndarray, dtype: s
     if gpu.gemm_shape_table is not None and shape is not None:
         m, n, k = shape
         t_c = compute_time(gpu, flops * imbalance, dtype,
-                           of_plateau=table_fraction(dtype_grid(gpu.gemm_shape_table, dtype),
-                                                      np.maximum(m / experts, 1.0), n, k))
+                           of_plateau=grid_fraction(gpu, dtype, np.maximum(m / experts, 1.0), n, k))
         return with_launch(gpu, np.maximum(t_c, memory_time(gpu, nbytes)))
     t_c = compute_time(gpu, flops * imbalance, dtype, efficiency=interp_efficiency(gpu.matmul_efficiency,
                                                                                   flops / experts))
