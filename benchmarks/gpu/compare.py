@@ -94,6 +94,20 @@ def fp8_decode_rows(res: dict) -> None:
               f"over {len(big)} GEMMs")
 
 
+def cast_chain_rows(res: dict) -> None:
+    """The kernels of a current-scaling quantization back to back (``fp8_parts.part_castchain``): the GPU's time per
+    kernel replayed from a CUDA graph, the time per kernel when the host issues them, and the fixed time the model
+    charges every kernel."""
+    rows = res.get("castchain")
+    if not isinstance(rows, list):
+        return
+    for r in rows:
+        parts = ", ".join(f"{k} {r[f'{k}_graph_s'] * 1e6:.1f}/{r[f'{k}_eager_s'] * 1e6:.1f}"
+                          for k in ("amax", "scale", "cast", "cast_transpose") if f"{k}_graph_s" in r)
+        print(f"quantize kernels, {r['rows']:5d}×{r['cols']} bf16, µs per kernel graph/eager: {parts} "
+              f"(model's fixed time {GPU.kernel_fixed_s * 1e6:.1f} µs a kernel)")
+
+
 def attn_pred(row: dict, backward: bool) -> float:
     kernel = {"FLASH_ATTENTION": "flash2", "CUDNN_ATTENTION": "cudnn"}[row["backend"]]
     b, h, s, d = row["batch"], row["heads"], row["seq"], row["head_dim"]
@@ -352,6 +366,7 @@ def main(paths: list[str]) -> None:
         titan_rows(res)
         fp8_rows(res)
         fp8_decode_rows(res)
+        cast_chain_rows(res)
 
 
 if __name__ == "__main__":

@@ -41,7 +41,12 @@ from shardplan.costmodel.core.passes import FUSED, traffic
 from shardplan.costmodel.core.routing import round_robin_blocks, routed_blocks
 from shardplan.costmodel.training.cp_comm import cp_ops
 from shardplan.costmodel.training.layout import LayoutArrays, TrainWorkload, fill_drain_slots, pipeline_schedules
-from shardplan.costmodel.training.quantization import LOW_PRECISION, NVFP4_BYTES, quantized_copy_bytes
+from shardplan.costmodel.training.quantization import (
+    LOW_PRECISION,
+    NVFP4_BYTES,
+    quantized_copy_bytes,
+    split_quantize_kernels,
+)
 from shardplan.costmodel.training.userbuffers import ub_chunks
 from shardplan.hardware.spec import AttentionKernel, GpuSpec, SystemSpec
 from shardplan.models.spec import ModelSpec
@@ -207,8 +212,15 @@ class Ctx:
             casts = 1 / self.microbatches if self.system.software.fp8_weight_cache else 1.0  # weight casts a microbatch
             cast = np.asarray(per * (into * g.m * g.k + g.k * g.n * g.experts * casts), dtype=float)
             grad = np.asarray(out * per * g.m * g.n, dtype=float) + np.zeros_like(cast)
-            ops.append(Op(f"{g.name}.{self.mm_dtype}_cast", MEM, np.zeros_like(cast), cast, self.stream_time(cast),
-                          bwd_nbytes=grad, bwd_time=self.stream_time(grad) * out))
+            # Routed experts under TE's GroupedLinear (or its op fuser's unfused grouped linear, which splits alike):
+            # each kernel past the first of the split quantization pays the fixed per-kernel time (input and weights
+            # forward, the output gradient backward).
+            split = g.routed and not fused and self.system.software.expert_mlp in ("te_grouped", "fused_ops")
+            extra = (split_quantize_kernels(self.gpu, self.mm_dtype, scaling, g.experts) - 1.0) * split \
+                * self.gpu.kernel_fixed_s
+            ops.append(Op(f"{g.name}.{self.mm_dtype}_cast", MEM, np.zeros_like(cast), cast,
+                          self.stream_time(cast) + extra * (1.0 + casts), bwd_nbytes=grad,
+                          bwd_time=(self.stream_time(grad) + extra) * out))
         return ops
 
     def gemm_grads(self, g: Gemm, operand: float, dtype: str, *, one_kernel: bool = False,

@@ -3,6 +3,8 @@ quantized copies Transformer Engine writes for a GEMM operand."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from shardplan.hardware.spec import GpuSpec
 
 # Low-precision GEMM recipes keep activations, attention and everything outside the GEMMs in bf16.
@@ -26,3 +28,15 @@ def quantized_copy_bytes(gpu: GpuSpec, dtype: str, scaling: str) -> float:
     if scaling == "mxfp8":
         return 2 * (1.0 + MXFP8_SCALE_BYTES)
     return 1.0 if gpu.fp8_any_layout else 2.0
+
+
+def split_quantize_kernels(gpu: GpuSpec, dtype: str, scaling: str, splits: np.ndarray | float) -> np.ndarray:
+    """Kernels Transformer Engine's ``GroupedLinear`` launches to quantize one tensor cut into ``splits`` local-expert
+    groups (``tex.split_quantize``, TE v2.7 and v2.13 ``pytorch/csrc/extensions/cast.cpp``). One fused kernel over
+    all groups for delayed-scaling FP8 that needs transposed copies (``multi_tensor_quantize_impl``:
+    ``nvte_multi_cast_transpose``, Hopper) and for NVFP4 (v2.13 ``split_quantize_nvfp4_impl``). Otherwise each group
+    on its own: three kernels under current scaling (``Float8CurrentScalingQuantizer::quantize_impl`` in
+    quantizer.cpp: amax, the scale from it, the cast), one under MXFP8 or delayed scaling."""
+    if dtype == "fp4" or (scaling == "delayed" and not gpu.fp8_any_layout):
+        return np.ones_like(np.asarray(splits, dtype=float))
+    return (3.0 if scaling == "current" else 1.0) * np.maximum(np.asarray(splits, dtype=float), 1.0)
