@@ -1,8 +1,10 @@
-"""The kernels Transformer Engine's GroupedLinear launches to quantize a routed-expert GEMM's operands, one local expert
-at a time (``quantization.split_quantize_kernels``), read from TE's source at v2.7 and v2.13: ``tex.split_quantize``
-fuses every group into one cast-transpose only for delayed-scaling FP8 with transposed copies
-(``multi_tensor_quantize_impl``) and into one kernel for NVFP4; otherwise each group is quantized on its own, in three
-kernels under current scaling (``Float8CurrentScalingQuantizer::quantize_impl``: amax, scale, cast)."""
+"""The kernels Transformer Engine's GroupedLinear launches to quantize a routed-expert GEMM's operands
+(``quantization.split_quantize_kernels``, ``quantize_kernels``), counted by hand from TE's source at v2.7 and v2.13:
+``tex.split_quantize`` fuses the groups into ``nvte_multi_cast_transpose`` launches of up to 64 tensors only for
+delayed-scaling FP8 with transposed copies (``multi_tensor_quantize_impl``), NVFP4 into a grouped amax and one cast;
+otherwise each group is quantized on its own, in four kernels under current scaling (``quantize_impl``: the amax
+zeroed in ``nvte_compute_amax``, the amax, ``nvte_compute_scale_from_amax``, ``nvte_quantize_v2``). Each expert's
+weight is quantized on its own (``get_weight_workspace``)."""
 
 import numpy as np
 import pytest
@@ -16,20 +18,22 @@ from shardplan.models import get_model
 
 
 @pytest.mark.parametrize(("system", "dtype", "scaling", "experts", "kernels"), [
-    ("dgx-h100", "fp8", "current", 8, 24),  # amax, scale, cast for each of 8 experts
-    ("dgx-h100", "fp8", "delayed", 8, 1),  # nvte_multi_cast_transpose over all 8
+    ("dgx-h100", "fp8", "current", 8, 32),  # zero, amax, scale, cast for each of 8 experts
+    ("dgx-h100", "fp8", "delayed", 8, 1),  # one nvte_multi_cast_transpose over all 8
+    ("dgx-h100", "fp8", "delayed", 128, 2),  # up to 64 tensors a launch
     ("dgx-b200", "fp8", "delayed", 8, 8),  # no transposed copy on Blackwell: not the fused path
     ("dgx-b200", "fp8", "mxfp8", 16, 16),
-    ("dgx-b200", "fp4", "current", 16, 1),  # v2.13's fused NVFP4 split quantization
-    ("dgx-h100", "fp8", "current", 1, 3),
+    ("dgx-b200", "fp4", "current", 16, 2),  # v2.13: grouped amax, then one fused cast
+    ("dgx-h100", "fp8", "current", 1, 4),
 ])
 def test_kernel_count_by_recipe(system: str, dtype: str, scaling: str, experts: int, kernels: int) -> None:
     assert float(split_quantize_kernels(get_system(system).gpu, dtype, scaling, experts)) == kernels
 
 
-def _ctx(scaling: str, expert_mlp: str = "te_grouped") -> Ctx:
+def _ctx(scaling: str, expert_mlp: str = "te_grouped", fp8_param_gather: bool = False) -> Ctx:
     base = get_system("dgx-h100")
-    sw = base.software.model_copy(update={"fp8_scaling": scaling, "expert_mlp": expert_mlp})
+    sw = base.software.model_copy(update={"fp8_scaling": scaling, "expert_mlp": expert_mlp,
+                                          "fp8_param_gather": fp8_param_gather})
     system = base.model_copy(update={"software": sw})
     work = TrainWorkload(seq_len=4096, global_batch=4, dtype="fp8")
     return Ctx(get_model("qwen3-30b-a3b"), system, work, LayoutArrays.from_layouts([TrainLayout(microbatch=1)], 4))
@@ -42,17 +46,31 @@ def _cast(ctx: Ctx, routed: bool) -> tuple[float, float]:
 
 
 def test_a_routed_gemm_pays_the_fixed_time_of_every_extra_kernel() -> None:
-    """Eight local experts under current scaling: 24 kernels where one is priced for the bytes, so 23 more fixed
-    times backward (the output gradient), and 23 for the input plus 23 for the weights forward, the weights' share
-    once per step (four microbatches here, Transformer Engine's weight cache)."""
+    """Eight local experts under current scaling: the output gradient in 32 kernels where one is priced for its
+    bytes, so 31 more fixed times backward; forward the input's 32 and the weights' 4 × 8 once per step (four
+    microbatches here, Transformer Engine's weight cache): 32 + 8 − 1 = 39."""
     ctx = _ctx("current")
     fixed = ctx.gpu.kernel_fixed_s
     plain_fwd, plain_bwd = _cast(ctx, routed=False)  # same bytes, an ordinary linear layer
     fwd, bwd = _cast(ctx, routed=True)
-    assert bwd - plain_bwd == pytest.approx(23 * fixed, rel=1e-9)
-    assert fwd - plain_fwd == pytest.approx(23 * fixed * (1 + 1 / 4), rel=1e-9)
+    assert bwd - plain_bwd == pytest.approx(31 * fixed, rel=1e-9)
+    assert fwd - plain_fwd == pytest.approx(39 * fixed, rel=1e-9)
 
 
-def test_delayed_scaling_and_other_expert_kernels_add_nothing() -> None:
-    for ctx in (_ctx("delayed"), _ctx("current", expert_mlp="grouped_mm")):
-        assert _cast(ctx, routed=True) == _cast(ctx, routed=False)
+def test_fp8_primary_weights_need_no_weight_casts() -> None:
+    """With fp8 primary weights (``fp8_param_gather``) the experts' weights arrive quantized: the input's 31 alone."""
+    ctx = _ctx("current", fp8_param_gather=True)
+    plain_fwd, _ = _cast(ctx, routed=False)
+    fwd, _ = _cast(ctx, routed=True)
+    assert fwd - plain_fwd == pytest.approx(31 * ctx.gpu.kernel_fixed_s, rel=1e-9)
+
+
+def test_delayed_scaling_fuses_the_split_and_other_expert_kernels_add_nothing() -> None:
+    """Delayed scaling on Hopper: one fused launch for the input (nothing more backward) and the 8 weight casts once
+    per step (8 / 4 = 2 more kernels forward); torch._grouped_mm experts: no split quantization."""
+    ctx = _ctx("delayed")
+    fwd, bwd = _cast(ctx, routed=True)
+    plain_fwd, plain_bwd = _cast(ctx, routed=False)
+    assert bwd == plain_bwd and fwd - plain_fwd == pytest.approx(2 * ctx.gpu.kernel_fixed_s, rel=1e-9)
+    ctx = _ctx("current", expert_mlp="grouped_mm")
+    assert _cast(ctx, routed=True) == _cast(ctx, routed=False)

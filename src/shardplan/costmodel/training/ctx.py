@@ -44,6 +44,7 @@ from shardplan.costmodel.training.layout import LayoutArrays, TrainWorkload, fil
 from shardplan.costmodel.training.quantization import (
     LOW_PRECISION,
     NVFP4_BYTES,
+    quantize_kernels,
     quantized_copy_bytes,
     split_quantize_kernels,
 )
@@ -213,14 +214,18 @@ class Ctx:
             cast = np.asarray(per * (into * g.m * g.k + g.k * g.n * g.experts * casts), dtype=float)
             grad = np.asarray(out * per * g.m * g.n, dtype=float) + np.zeros_like(cast)
             # Routed experts under TE's GroupedLinear (or its op fuser's unfused grouped linear, which splits alike):
-            # each kernel past the first of the split quantization pays the fixed per-kernel time (input and weights
-            # forward, the output gradient backward).
-            split = g.routed and not fused and self.system.software.expert_mlp in ("te_grouped", "fused_ops")
-            extra = (split_quantize_kernels(self.gpu, self.mm_dtype, scaling, g.experts) - 1.0) * split \
-                * self.gpu.kernel_fixed_s
+            # every kernel past the one priced above pays the fixed per-kernel time. Forward: the split input and each
+            # expert's weight on its own (none with fp8 primary weights); backward: the split output gradient.
+            extra = (0.0, 0.0)  # kernels past the one priced here, forward and backward
+            if g.routed and not fused and self.system.software.expert_mlp in ("te_grouped", "fused_ops"):
+                k_in = split_quantize_kernels(self.gpu, self.mm_dtype, scaling, g.experts)
+                k_w = 0.0 if self.system.software.fp8_param_gather else \
+                    quantize_kernels(self.mm_dtype, scaling) * np.maximum(g.experts, 1.0) * casts
+                extra = (k_in + k_w - 1.0, k_in - 1.0)
+            fixed = self.gpu.kernel_fixed_s
             ops.append(Op(f"{g.name}.{self.mm_dtype}_cast", MEM, np.zeros_like(cast), cast,
-                          self.stream_time(cast) + extra * (1.0 + casts), bwd_nbytes=grad,
-                          bwd_time=(self.stream_time(grad) + extra) * out))
+                          self.stream_time(cast) + extra[0] * fixed, bwd_nbytes=grad,
+                          bwd_time=(self.stream_time(grad) + extra[1] * fixed) * out))
         return ops
 
     def gemm_grads(self, g: Gemm, operand: float, dtype: str, *, one_kernel: bool = False,

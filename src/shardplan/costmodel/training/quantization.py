@@ -30,13 +30,27 @@ def quantized_copy_bytes(gpu: GpuSpec, dtype: str, scaling: str) -> float:
     return 1.0 if gpu.fp8_any_layout else 2.0
 
 
+def quantize_kernels(dtype: str, scaling: str) -> float:
+    """Kernels Transformer Engine launches to quantize one tensor on its own: four under current scaling (the amax
+    zeroed, the amax, the scale from it, the cast: ``Float8CurrentScalingQuantizer::quantize_impl`` in quantizer.cpp,
+    ``nvte_compute_amax`` in common/recipe/current_scaling.cu, a memset at v2.7 and ``zero_amax_kernel`` at v2.13), one
+    under delayed scaling or MXFP8 (the cast computes its own scales), two for NVFP4 (v2.13: an amax pass, then the
+    cast; its random Hadamard and unaligned splits add more, not modelled)."""
+    if dtype == "fp4":
+        return 2.0
+    return 4.0 if scaling == "current" else 1.0
+
+
 def split_quantize_kernels(gpu: GpuSpec, dtype: str, scaling: str, splits: np.ndarray | float) -> np.ndarray:
-    """Kernels Transformer Engine's ``GroupedLinear`` launches to quantize one tensor cut into ``splits`` local-expert
-    groups (``tex.split_quantize``, TE v2.7 and v2.13 ``pytorch/csrc/extensions/cast.cpp``). One fused kernel over
-    all groups for delayed-scaling FP8 that needs transposed copies (``multi_tensor_quantize_impl``:
-    ``nvte_multi_cast_transpose``, Hopper) and for NVFP4 (v2.13 ``split_quantize_nvfp4_impl``). Otherwise each group
-    on its own: three kernels under current scaling (``Float8CurrentScalingQuantizer::quantize_impl`` in
-    quantizer.cpp: amax, the scale from it, the cast), one under MXFP8 or delayed scaling."""
-    if dtype == "fp4" or (scaling == "delayed" and not gpu.fp8_any_layout):
-        return np.ones_like(np.asarray(splits, dtype=float))
-    return (3.0 if scaling == "current" else 1.0) * np.maximum(np.asarray(splits, dtype=float), 1.0)
+    """Kernels Transformer Engine's ``GroupedLinear`` launches to quantize one activation or gradient cut into
+    ``splits`` local-expert groups (``tex.split_quantize``, TE v2.7 and v2.13 ``pytorch/csrc/extensions/cast.cpp``):
+    delayed-scaling FP8 that needs transposed copies (Hopper) fuses the groups into ``nvte_multi_cast_transpose``
+    launches of up to 64 tensors each (``multi_tensor_quantize_impl``), NVFP4 into one grouped amax and one cast
+    (v2.13 ``split_quantize_nvfp4_impl``); every other recipe quantizes each group on its own
+    (``quantize_kernels``)."""
+    groups = np.maximum(np.asarray(splits, dtype=float), 1.0)
+    if dtype == "fp4":
+        return np.full_like(groups, quantize_kernels(dtype, scaling))
+    if scaling == "delayed" and not gpu.fp8_any_layout:
+        return np.ceil(groups / 64.0)
+    return quantize_kernels(dtype, scaling) * groups
