@@ -38,7 +38,7 @@ def free_placement() -> dict[tuple[str, bool], int]:
         plan = plan_training(TrainRequest(model=run.model, system=run.system, num_gpus=run.gpus, workload=run.work,
                                           framework=run.framework), explain=False)
         if plan.plan is not None:
-            counts[(gpu_family(run), ep_in_domain(run, plan.plan.ep, plan.plan.etp or plan.plan.tp))] += 1
+            counts[(gpu_family(run), ep_in_domain(run.system, plan.plan.ep, plan.plan.etp or plan.plan.tp))] += 1
     return dict(counts)
 
 

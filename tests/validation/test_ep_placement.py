@@ -1,6 +1,7 @@
 """The published MoE layouts by where their EP group sits (``validation.placement``): on Hopper the cross-node
-all-to-all must not be priced slow against the published runs, or the free planner's smaller and in-node EP groups
-would rest on that price rather than on physics (issue 11: a claim over an expert-tuned run must be physical)."""
+layouts must not read slow in aggregate against the published runs, or the free planner's smaller and in-node EP
+groups could rest on an all-to-all priced too slow (issue 11: a claim over an expert-tuned run must be physical).
+End-to-end errors, so scale and software stack confound the split; the controlled pair is benchmarks/moe_inode.py."""
 
 import statistics
 
@@ -14,24 +15,27 @@ def rows() -> list[PlacementRow]:
     return placement_rows()
 
 
-def test_an_ep_group_is_etp_times_ep_consecutive_ranks() -> None:
-    """Megatron-Core orders expert ranks etp-ep-dp: Qwen3-235B on 256 H100 at EP 32 (ETP 1) spans four nodes,
-    Nemotron 3 Nano's EP 8 stays in one; on the GB200 NVL72 the job's domain holds an EP 64 group."""
+def test_an_ep_group_spans_etp_times_ep_ranks() -> None:
+    """Expert ranks are ordered tp-ep-dp (tp: the expert TP), so an EP group's members stand etp apart: Qwen3-235B
+    on 256 H100 at EP 32 (ETP 1) spans four nodes, EP 8 fits a node at ETP 1 but not at ETP 2, Nemotron 3 Nano's
+    EP 8 stays in one; the GB200 NVL72 job's NVLink domain (64 GPUs here) holds DeepSeek-V3's EP 64 at ETP 1."""
     runs = {r.id: r for r in moe_runs()}
     qwen = runs["mbridge-26.04.01-qwen3-235b-a22b-256gpu-h100-fp8"]
     nano = runs["mbridge-26.04.01-nemotron3-nano-16gpu-h100-fp8"]
     dsv3 = runs["dgxc-v25.05.05-deepseek-v3-256gpu-gb200-bf16"]
     assert (qwen.layout.ep, qwen.layout.etp, qwen.system.gpus_per_node) == (32, 1, 8)
-    assert not ep_in_domain(qwen, qwen.layout.ep, qwen.layout.etp)
-    assert ep_in_domain(qwen, 8, 1) and not ep_in_domain(qwen, 8, 2)
-    assert ep_in_domain(nano, nano.layout.ep, nano.layout.etp)
-    assert dsv3.layout.ep == 64 and ep_in_domain(dsv3, dsv3.layout.ep, dsv3.layout.etp)
+    assert not ep_in_domain(qwen.system, qwen.layout.ep, qwen.layout.expert_tp)
+    assert ep_in_domain(qwen.system, 8, 1) and not ep_in_domain(qwen.system, 8, 2)
+    assert ep_in_domain(nano.system, nano.layout.ep, nano.layout.expert_tp)
+    assert dsv3.layout.ep == 64 and dsv3.system.gpus_per_node == 64
+    assert ep_in_domain(dsv3.system, dsv3.layout.ep, dsv3.layout.expert_tp)
+    assert not ep_in_domain(dsv3.system, 64, 2)
 
 
 def test_hopper_cross_node_ep_is_not_priced_slow(rows: list[PlacementRow]) -> None:
     """Against the published Hopper MoE runs (wave 46: 14 in-node, mean signed −1.8%, MAE 7.0%; 19 cross-node,
-    +8.2%, 9.9%): the cross-node layouts read no slower than the in-node ones and not slow on average, and the
-    in-node ones, which the free plans move to, are priced within ±5% on average and 10% MAE."""
+    +8.2%, 9.9%): in aggregate the cross-node layouts read no slower than the in-node ones and not slow on average,
+    and the in-node ones are priced within ±5% on average and 10% MAE."""
     inside = [r.pinned_error_pct for r in rows if r.family == "hopper" and r.inside]
     across = [r.pinned_error_pct for r in rows if r.family == "hopper" and not r.inside]
     assert len(inside) >= 10 and len(across) >= 10

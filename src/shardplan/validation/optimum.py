@@ -306,7 +306,7 @@ def memory_note(pinned: Any, free: Any) -> str:
             f"(published layout {pinned.total_bytes / GiB:.1f} GiB)")
 
 
-def _error(pred: float | None, measured: float) -> float | None:
+def error_pct(pred: float | None, measured: float) -> float | None:
     return None if pred is None else 100.0 * (pred - measured) / measured
 
 
@@ -364,8 +364,8 @@ def evaluate_run(run: OptimumRun) -> OptimumRow:
         # The claim rests on the published layout's own prediction: say so (issue 11: every > 15% claim names why).
         why = (f"the published layout is itself predicted {100 * (pinned / m - 1):+.0f}% (its measured gap is not "
                f"in the model); the free plan adds {100 * (free / pinned - 1):+.0f}% over that prediction")
-    return OptimumRow(**common, pinned=pinned, pinned_error_pct=_error(pinned, m), pinned_fits=fits, free=free,
-                      free_error_pct=_error(free, m), free_layout=free_layout, why_free_faster=why,
+    return OptimumRow(**common, pinned=pinned, pinned_error_pct=error_pct(pinned, m), pinned_fits=fits, free=free,
+                      free_error_pct=error_pct(free, m), free_layout=free_layout, why_free_faster=why,
                       failure="; ".join(failure) or None)
 
 
