@@ -13,7 +13,8 @@ from typing import Any
 
 from shardplan.errors import ShardplanError
 from shardplan.planner.training.solve import TrainRequest, plan_training
-from shardplan.validation.optimum import OptimumRun, _error, load_records_tuned, parse_run
+from shardplan.validation.optimum import OptimumRun, load_records_tuned, parse_run
+from shardplan.validation.optimum import error_pct as group_error
 
 VARIANTS: dict[str, tuple[str, ...]] = {"free": (), "recompute pinned": ("recompute",),
                                         "recompute, EP pinned": ("recompute", "ep"),
@@ -41,7 +42,7 @@ def error_pct(run: OptimumRun, names: tuple[str, ...]) -> float | None:
         return None
     if plan.metrics is None:
         return None
-    return _error(plan.metrics.tokens_per_s / run.gpus, run.measured_tokens_per_s_per_gpu)  # the group's own error
+    return group_error(plan.metrics.tokens_per_s / run.gpus, run.measured_tokens_per_s_per_gpu)  # the group's own error
 
 
 def main() -> int:

@@ -45,9 +45,11 @@ def test_the_rerun_stops_before_fc2_by_hand() -> None:
     k = kind_costs(_ctx("llama-3.1-8b", _early(get_system("dgx-h100"))))
     mlp = k["mlp"]
     names = [o.name for o in mlp.fwd_ops]
-    assert names == ["mlp.norm", "mlp.tp_allgather", "mlp.fc1", "mlp.act", "mlp.fc2", "mlp.tp_allreduce",
-                     "mlp.tp_reducescatter", "mlp.residual"]
-    # rerun: the norm, SP all-gather, FC1 and SwiGLU; FC2, its reduce-scatter and the residual add are skipped
+    assert names == ["mlp.norm", "mlp.tp_allgather", "mlp.tp_regather", "mlp.fc1", "mlp.act", "mlp.fc2",
+                     "mlp.tp_allreduce", "mlp.tp_reducescatter", "mlp.residual"]
+    # rerun: the norm, SP all-gather, FC1 and SwiGLU (the input's re-gather runs in backward only); FC2, its
+    # reduce-scatter and the residual add are skipped
+    assert _t(mlp.fwd_ops, ("mlp.tp_regather",)) == 0.0
     kept = _t(mlp.fwd_ops, ("mlp.norm", "mlp.tp_allgather", "mlp.fc1", "mlp.act"))
     assert float(mlp.rerun.time[0]) == pytest.approx(kept, rel=1e-12)
     assert float(mlp.fwd.time[0] - mlp.rerun.time[0]) == pytest.approx(

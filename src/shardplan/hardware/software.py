@@ -114,6 +114,12 @@ class SoftwareSpec(BaseModel):
         "'pipeline' (Transformer Engine's default, initialize_ub at d0067d0: the GEMM in 4 column chunks, each "
         "chunk reduce-scattered behind the next) or 'ring_exchange' (tp row chunks, each partial sum passed around "
         "the ring: Megatron-Bridge's fp8 configurations, training/comm_overlap.py at 067f987).")
+    sp_input_regather: bool = Field(
+        True, description="Under sequence parallelism a column-parallel layer saves its input's local shard and "
+        "all-gathers it again in backward for the weight gradient, beside the data-gradient GEMM (Transformer Engine "
+        "v2.7 layernorm_linear.py ln_out_needs_gather; Megatron-LM's own linear layers; Korthikanti et al. 2022 "
+        "§4.2.2). False: autograd saves the gathered input (PyTorch DTensor sequence parallelism: torchtitan, "
+        "AutoModel).")
     overlap_slowdown: Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)] = Field(
         0.189, description="Compute time lost per second of communication hidden behind it: NCCL kernels take SMs "
         "and share the power budget with the overlapped kernels. 0.189 is the mean slowdown of compute overlapped "

@@ -39,6 +39,7 @@ from shardplan.costmodel.core.operators import (
 from shardplan.costmodel.core.ops import ATTN, COMM, GEMM, MEM, GemmGrads, Op
 from shardplan.costmodel.core.passes import FUSED, traffic
 from shardplan.costmodel.core.routing import round_robin_blocks, routed_blocks
+from shardplan.costmodel.training import sp_comm
 from shardplan.costmodel.training.cp_comm import cp_ops
 from shardplan.costmodel.training.layout import LayoutArrays, TrainWorkload, fill_drain_slots, pipeline_schedules
 from shardplan.costmodel.training.quantization import (
@@ -48,6 +49,7 @@ from shardplan.costmodel.training.quantization import (
     quantized_copy_bytes,
     split_quantize_kernels,
 )
+from shardplan.costmodel.training.sp_comm import masked
 from shardplan.costmodel.training.userbuffers import ub_chunks
 from shardplan.hardware.spec import AttentionKernel, GpuSpec, SystemSpec
 from shardplan.models.spec import ModelSpec
@@ -324,33 +326,19 @@ class Ctx:
         return kernel_time(self.gpu, flops, nbytes, dtype, efficiency=eff * to_peak)
 
     def tp_entry(self, prefix: str, elements: np.ndarray | float) -> list[Op]:
-        """Sequence parallelism all-gathers the sharded input before a TP region (identity without SP)."""
-        r = self.rows
-        op = self.collective(f"{prefix}.tp_allgather", "all_gather", elements * self.act_bytes, "tp")
-        return [masked(op, (r.sp == 1) & (r.tp > 1))]
+        return sp_comm.tp_entry(self, prefix, elements)
 
     def tp_exit(self, prefix: str, elements: np.ndarray | float) -> list[Op]:
-        """Leaving a TP region: all-reduce the partial sums, or reduce-scatter them under SP."""
-        r = self.rows
-        nbytes = elements * self.act_bytes
-        ar = self.collective(f"{prefix}.tp_allreduce", "all_reduce", nbytes, "tp")
-        rs = self.collective(f"{prefix}.tp_reducescatter", "reduce_scatter", nbytes, "tp")
-        return [masked(ar, (r.sp == 0) & (r.tp > 1)), masked(rs, (r.sp == 1) & (r.tp > 1))]
+        return sp_comm.tp_exit(self, prefix, elements)
 
     shared_tp_entry = tp_entry
     shared_tp_exit = tp_exit
 
     def expert_tp_entry(self, prefix: str, elements: np.ndarray | float) -> list[Op]:
-        """Experts split over expert TP need every ETP rank's dispatched tokens: all-gather them (SP)."""
-        r = self.rows
-        op = self.collective(f"{prefix}.tp_allgather", "all_gather", elements * r.etp * self.act_bytes, "etp")
-        return [masked(op, (r.etp > 1) & (r.sp == 1))]
+        return sp_comm.expert_tp_entry(self, prefix, elements)
 
     def expert_tp_exit(self, prefix: str, elements: np.ndarray | float) -> list[Op]:
-        r = self.rows
-        op = self.collective(f"{prefix}.tp_reducescatter", "reduce_scatter", elements * r.etp * self.act_bytes,
-                             "etp")
-        return [masked(op, (r.etp > 1) & (r.sp == 1))]
+        return sp_comm.expert_tp_exit(self, prefix, elements)
 
     def ep_all_to_all(self, name: str, elements: np.ndarray | float) -> Op:
         """Token dispatch or combine over the EP group (``elements``: the token copies' values leaving this GPU).
@@ -406,13 +394,3 @@ class Ctx:
         nbytes = np.asarray(nbytes, dtype=float) + np.zeros_like(self.tokens)
         t = fn(s, nbytes, n, stride)  # whole: what TP overlap hides is taken off by ``tp_overlap.overlap_tp``
         return Op(name, COMM, np.zeros_like(nbytes), nbytes, t, dim=dim)
-
-
-def masked(op: Op, when: np.ndarray) -> Op:
-    """The op where ``when`` holds, zero elsewhere (collectives that exist only with SP, or only without)."""
-    z = np.zeros_like(op.time)
-    bwd = None if op.bwd_nbytes is None else np.where(when, op.bwd_nbytes, z)
-    bwd_t = None if op.bwd_time is None else np.where(when, op.bwd_time, z)
-    return Op(op.name, op.kind, np.where(when, op.flops, z), np.where(when, op.nbytes, z),
-              np.where(when, op.time, z), dim=op.dim, selective=op.selective, bwd_nbytes=bwd,
-              bwd_kernels=op.bwd_kernels, bwd_time=bwd_t, grads=None if op.grads is None else op.grads.where(when))

@@ -13,8 +13,9 @@ from shardplan.costmodel.core import operators as inv
 from shardplan.costmodel.core import recurrent as rec
 from shardplan.costmodel.core.ops import HOST, MEM, Op
 from shardplan.costmodel.core.routing import ep_imbalance
-from shardplan.costmodel.training.ctx import Ctx, masked
+from shardplan.costmodel.training.ctx import Ctx
 from shardplan.costmodel.training.quantization import LOW_PRECISION
+from shardplan.costmodel.training.sp_comm import masked
 
 # Flash attention skips the causal blocks above the diagonal and computes the diagonal blocks whole: half the
 # score matrix plus half a block per query row (FlashAttention-2 block of 128 keys; Dao 2023).

@@ -137,6 +137,11 @@ def layer_activations(ctx: Ctx, kind: str) -> LayerActivations:
         """Per-token bytes outside TP regions: sharded only under sequence parallelism."""
         return np.where(sp, unsplit / t, unsplit)
 
+    def gemm_input(unsplit: np.ndarray | float) -> np.ndarray:
+        """A column-parallel GEMM's saved input: its local shard under SP where the backward gathers it again
+        (``SoftwareSpec.sp_input_regather``, ``sp_comm.tp_entry``), else the gathered whole."""
+        return np.where(sp & ctx.system.software.sp_input_regather, unsplit / t, unsplit)
+
     layer_input = T * shard(e * h)
     # What an eager stack's graph keeps beyond the fused kernels (core.passes ``saved``): the composite norm's fp32
     # input, eager SwiGLU's silu output (16-bit counts, scaled to the activation width).
@@ -158,7 +163,7 @@ def layer_activations(ctx: Ctx, kind: str) -> LayerActivations:
             proj, conv, out, gates = sm.inner + sm.conv_dim + sm.num_heads, sm.conv_dim, sm.inner, sm.num_heads
             state, chunk = sm.num_heads * sm.head_dim * sm.d_state, float(sm.chunk_size)
         split = (e * (proj + conv + 3 * out) + 4.0 * gates + 4.0 * state / chunk) / t
-        base = T * (shard((2 * e + drop + norm_saved) * h) + split)
+        base = T * (shard((e + drop + norm_saved) * h) + gemm_input(e * h) + split)
         return LayerActivations(none=base, selective=base, full=layer_input)
     if kind in ("attention", "sliding", "chunked"):
         if m.mla is not None:
@@ -170,19 +175,19 @@ def layer_activations(ctx: Ctx, kind: str) -> LayerActivations:
         kv = np.maximum(kv_heads / t, 1.0)
         # norm input, QKV input, dropout mask | Q, K (for QKᵀ), V, output-projection input (÷t); MLA: the latents
         # its up-projections keep for their weight gradients
-        unsplit = (e + q + drop + norm_saved) * h
+        unsplit = (e + drop + norm_saved) * h
         qkv = e * (m.num_heads / t * d_qk + kv * d_qk + kv * d_v)
         latents = q * (m.mla.q_lora_rank + m.mla.kv_lora_rank) if m.mla is not None else 0.0
         split = qkv + latents + q * m.num_heads / t * d_v
         # softmax output (e), dropout mask (1) and dropout output (e) per score, unfused only
         scores = np.where(ctx.flash, 0.0, (m.num_heads / t) * ctx.work.seq_len * (e + drop * (1 + e)))
         lse = np.where(ctx.flash, (m.num_heads / t) * 4.0, 0.0)  # flash keeps fp32 log-sum-exp per head
-        base = T * (shard(unsplit) + split + lse)
+        base = T * (shard(unsplit) + gemm_input(q * h) + split + lse)
         return LayerActivations(none=base + T * scores, selective=base, full=layer_input)
     if kind == "mlp":
         g = 2 if m.mlp.gated else 1
         f = m.ffn_hidden_size / t
-        base = T * (shard((e + q + drop + norm_saved) * h) + f * (g * e + q + act_saved))
+        base = T * (shard((e + drop + norm_saved) * h) + gemm_input(q * h) + f * (g * e + q + act_saved))
         return LayerActivations(none=base, selective=base, full=np.zeros_like(base))  # input kept by attention
     if kind == "moe":
         assert m.moe is not None

@@ -30,6 +30,30 @@ def quantized_copy_bytes(gpu: GpuSpec, dtype: str, scaling: str) -> float:
     return 1.0 if gpu.fp8_any_layout else 2.0
 
 
+def gathered_bytes(dtype: str, scaling: str, act_bytes: float, *, both_usages: bool = False) -> float:
+    """Bytes per element a sequence-parallel all-gather of a GEMM input moves under ``dtype``'s recipe: Transformer
+    Engine quantizes the input before gathering it (v2.7 ``layernorm_linear.py`` l.236-258: the norm output cast
+    with the input quantizer, then ``gather_along_first_dim(..., quantizer=...)``; likewise the row-parallel output
+    gradient; torchao's float8 TP the same, torchtitan ``docs/float8.md``), so per-tensor FP8 gathers one copy, 1 B
+    (the transpose made locally after it). MXFP8 gathers its data with its scales, and where both usages travel
+    (``both_usages``: the output gradient, for the data and the weight gradient, ``linear.py`` l.555, ``distributed.py``
+    ``_all_gather_mxfp8``) both copies. 16-bit recipes move ``act_bytes``, and so does NVFP4 here (its gather path is
+    not read)."""
+    if dtype != "fp8":
+        return act_bytes
+    if scaling != "mxfp8":
+        return 1.0
+    return (2.0 if both_usages else 1.0) * (1.0 + MXFP8_SCALE_BYTES)
+
+
+def amax_reduced(dtype: str, scaling: str) -> bool:
+    """Whether a gathered GEMM input's cast waits for an all-reduce of its amax over the TP group: FP8 current
+    scaling under sequence parallelism, so every rank casts its shard with one scale (TE v2.7 ``linear.py``
+    l.1614-1621 input, l.1630-1637 output gradient; ``quantizer.cpp`` l.524-530 ``allreduce(MAX)``); delayed and
+    block scaling need none (their scales are known before the cast, or local to a block)."""
+    return dtype == "fp8" and scaling == "current"
+
+
 def quantize_kernels(dtype: str, scaling: str) -> float:
     """Kernels Transformer Engine launches to quantize one tensor on its own: four under current scaling (the amax
     zeroed, the amax, the scale from it, the cast: ``Float8CurrentScalingQuantizer::quantize_impl`` in quantizer.cpp,

@@ -38,10 +38,28 @@ def _neighbour_gemm(ops: list[Op], i: int, after: bool, suffix: str = "") -> np.
     return next((op.time for op in seq if op.kind == GEMM and op.name.endswith(suffix)), 0.0)
 
 
+def overlap_regather(ctx: Ctx, ops: list[Op]) -> list[Op]:
+    """A layer's backward operators with the input re-gathered for a weight gradient (``sp_comm.tp_entry``) cut to
+    what shows beside the data-gradient GEMM that follows it: Transformer Engine issues the gather asynchronously
+    (``gather_along_first_dim(async_op=True)``) or as userbuffers' bulk all-gather beside ``qkv_dgrad``/``fc1_dgrad``
+    (v2.7 layernorm_linear.py l.640-665), and waits for it only before the weight gradient; whatever the overlap
+    settings, the part longer than that GEMM shows, plus the compute the hidden rest slows."""
+    out: list[Op] = []
+    for i, op in enumerate(ops):
+        if op.kind == COMM and ".tp_regather" in op.name:
+            g = _neighbour_gemm(ops, i, after=True, suffix=".dgrad")
+            shown = comm.with_overlap_cost(ctx.system, op.time, np.maximum(op.time - g, 0.0))
+            op = Op(op.name, op.kind, op.flops, op.nbytes, shown, dim=op.dim)
+        out.append(op)
+    return out
+
+
 def overlap_tp(ctx: Ctx, kind: str, ops: list[Op], *, backward: bool) -> list[Op]:
     """The layer's operators with each SP collective's time cut to what shows (plus the compute it slows)."""
     r, s = ctx.rows, ctx.system
     sw = s.software
+    if backward:
+        ops = overlap_regather(ctx, ops)
     if not sw.tp_comm_overlap or ub_blocked(ctx.model, ctx.mm_dtype, sw):  # blocking (``userbuffers.ub_blocked``)
         return ops
     on = (r.sp == 1) & (r.tp > 1)

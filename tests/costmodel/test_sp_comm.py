@@ -1,0 +1,104 @@
+"""The sequence-parallel collectives around a TP region (``training.sp_comm``), against Transformer Engine v2.7's
+layers read by hand (layernorm_linear.py l.226-258 and l.390-392/640-665, linear.py l.1614-1637, quantizer.cpp
+l.524-530): under fp8 the input is quantized before it is gathered (1 B an element, MXFP8 with a scale per 32), under
+current scaling after an amax all-reduce over the TP group; the backward reduce-scatters the 16-bit input gradient,
+gathers the saved input shard again for the weight gradient beside the data-gradient GEMM, and gathers the output
+gradient (quantized, its amax reduced) before the row-parallel data gradient."""
+
+import numpy as np
+import pytest
+
+from shardplan.costmodel.core import comm
+from shardplan.costmodel.training.backward import backward
+from shardplan.costmodel.training.ctx import Ctx
+from shardplan.costmodel.training.layers import attention_ops
+from shardplan.costmodel.training.layout import LayoutArrays, TrainLayout, TrainWorkload
+from shardplan.costmodel.training.tp_overlap import overlap_tp
+from shardplan.hardware import get_system
+from shardplan.models import get_model
+
+SEQ, TP = 8192, 4
+
+
+def _ctx(dtype: str, scaling: str = "current", regather: bool = True, tp_overlap: float = 0.5) -> Ctx:
+    base = get_system("dgx-h100")
+    sw = base.software.model_copy(update={"fp8_scaling": scaling, "sp_input_regather": regather,
+                                          "tp_comm_overlap": tp_overlap})
+    system = base.model_copy(update={"software": sw})
+    work = TrainWorkload(seq_len=SEQ, global_batch=8, dtype=dtype)
+    lay = TrainLayout(tp=TP, dp=2, microbatch=1, sequence_parallel=True)
+    return Ctx(get_model("llama-3.1-70b"), system, work, LayoutArrays.from_layouts([lay], 8))
+
+
+def _named(ops: list, suffix: str) -> list:
+    return [op for op in ops if op.name.endswith(suffix)]
+
+
+@pytest.mark.parametrize(("dtype", "scaling", "per_element", "grad_out", "amax"), [
+    ("bf16", "current", 2.0, 2.0, False),
+    ("fp8", "current", 1.0, 1.0, True),
+    ("fp8", "delayed", 1.0, 1.0, False),
+    ("fp8", "mxfp8", 1.0 + 1 / 32, 2 * (1.0 + 1 / 32), False),  # the output gradient's row- and column-wise copies
+])
+def test_the_gathered_input_and_output_gradient_move_the_recipes_bytes(dtype: str, scaling: str, per_element: float,
+                                                                       grad_out: float, amax: bool) -> None:
+    """Llama-3.1-70B at 8,192 tokens, TP 4: the attention block gathers 8,192 × 8,192 elements forward (and again
+    backward for the weight gradient), reduce-scatters the 16-bit input gradient, gathers the output gradient."""
+    ctx = _ctx(dtype, scaling)
+    fwd = attention_ops(ctx)
+    bwd = backward(ctx, fwd)
+    elements = SEQ * 8192
+    assert float(_named(fwd, "attn.tp_allgather")[0].nbytes[0]) == pytest.approx(elements * per_element)
+    assert float(_named(bwd, "attn.tp_allgather.bwd")[0].nbytes[0]) == pytest.approx(elements * 2.0)  # dX, 16 bit
+    assert float(_named(bwd, "attn.tp_regather.bwd")[0].nbytes[0]) == pytest.approx(elements * per_element)
+    assert float(_named(fwd, "attn.tp_reducescatter")[0].nbytes[0]) == pytest.approx(elements * 2.0)
+    assert float(_named(bwd, "attn.tp_reducescatter.bwd")[0].nbytes[0]) == pytest.approx(elements * grad_out)
+    assert float(_named(fwd, "attn.tp_regather")[0].time[0]) == 0.0  # nothing forward
+    amax_ops = _named(fwd, "attn.tp_amax_allreduce")
+    assert len(amax_ops) == (2 if amax else 0)  # the input's (forward), the output gradient's (backward)
+    if amax:
+        one = float(comm.all_reduce_time(ctx.system, np.array([4.0]), np.array([TP]), np.array([1]))[0])
+        assert 5e-6 < one < 50e-6  # an NCCL all-reduce of one float inside a node: latency alone
+        fwd_t = [float(op.time[0]) for op in amax_ops]
+        bwd_t = [float(op.time[0]) for op in _named(bwd, "attn.tp_amax_allreduce.bwd")]
+        assert fwd_t == pytest.approx([one, 0.0]) and bwd_t == pytest.approx([0.0, one])
+
+
+def test_the_regather_hides_behind_the_data_gradient_gemm() -> None:
+    """Whatever the overlap settings, the re-gather shows only where it outlasts the QKV data-gradient GEMM, plus
+    the compute its hidden part slows (``overlap_slowdown``): here the GEMM is longer, so 0.189 of it shows."""
+    for overlap in (0.0, 0.5):
+        ctx = _ctx("bf16", tp_overlap=overlap)
+        raw = backward(ctx, attention_ops(ctx))
+        t = float(_named(raw, "attn.tp_regather.bwd")[0].time[0])
+        dgrad = float(_named(raw, "attn.qkv.dgrad")[0].time[0])
+        shown = float(_named(overlap_tp(ctx, "attention", raw, backward=True), "attn.tp_regather.bwd")[0].time[0])
+        assert dgrad > t > 0
+        assert shown == pytest.approx(ctx.system.software.overlap_slowdown * t)
+
+
+def test_pytorch_sequence_parallelism_saves_the_gathered_input() -> None:
+    """DTensor's colwise linear keeps the gathered input for its weight gradient: no re-gather."""
+    ctx = _ctx("bf16", regather=False)
+    assert not _named(attention_ops(ctx), "attn.tp_regather")
+
+
+def test_layers_outside_the_recipe_gather_sixteen_bits() -> None:
+    """The LM head runs outside the fp8 recipe: its input gathered in 16 bit, no amax all-reduce."""
+    from shardplan.costmodel.training.layers import head_ops
+
+    ops = head_ops(_ctx("fp8"))
+    assert float(_named(ops, "head.tp_allgather")[0].nbytes[0]) == pytest.approx(SEQ * 8192 * 2.0)
+    assert not _named(ops, "head.tp_amax_allreduce")
+
+
+def test_pytorch_sequence_parallelism_keeps_the_gathered_input_in_memory() -> None:
+    """Where the input is not gathered again (``sp_input_regather`` off) the saved QKV and FC1 inputs are whole, not
+    the local shard: the attention and MLP layers each hold T·h·2·(1 − 1/tp) more bytes."""
+    from shardplan.costmodel.training.memory import layer_activations
+
+    on, off = _ctx("bf16"), _ctx("bf16", regather=False)
+    extra = SEQ * 8192 * 2.0 * (1 - 1 / TP)
+    for kind in ("attention", "mlp"):
+        assert float(layer_activations(off, kind).none[0] - layer_activations(on, kind).none[0]) == \
+            pytest.approx(extra)
