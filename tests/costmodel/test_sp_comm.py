@@ -102,3 +102,27 @@ def test_pytorch_sequence_parallelism_keeps_the_gathered_input_in_memory() -> No
     for kind in ("attention", "mlp"):
         assert float(layer_activations(off, kind).none[0] - layer_activations(on, kind).none[0]) == \
             pytest.approx(extra)
+
+
+def test_mla_gathers_its_latents_and_runs_its_down_projections_on_the_local_shard() -> None:
+    """DeepSeek-V3 at TP 2 with SP (Megatron-Core multi_latent_attention.py@d98e8a6): the replicated down projections
+    run on the rank's 4,096 of 8,192 tokens, the up projections gather the latents (q 1,536, kv 512) and the rotary
+    key (64) is gathered on its own; nothing gathers the 7,168-wide hidden state. Without SP the down projections
+    run on all 8,192 tokens on every rank."""
+    base = get_system("dgx-h100")
+    work = TrainWorkload(seq_len=SEQ, global_batch=8, dtype="bf16")
+
+    def ops(sp: bool) -> list:
+        lay = TrainLayout(tp=2, dp=4, microbatch=1, sequence_parallel=sp)
+        return attention_ops(Ctx(get_model("deepseek-v3"), base, work, LayoutArrays.from_layouts([lay], 8)))
+
+    sp, plain = ops(True), ops(False)
+    q_down = _named(sp, "attn.q_down")[0]
+    assert float(q_down.flops[0]) == pytest.approx(2.0 * (SEQ / 2) * 7168 * 1536)
+    assert float(_named(plain, "attn.q_down")[0].flops[0]) == pytest.approx(2.0 * SEQ * 7168 * 1536)
+    gathered = {op.name: float(op.nbytes[0]) for op in sp if op.name.endswith(".tp_allgather")}
+    assert gathered == pytest.approx({"attn.q_up.tp_allgather": SEQ * 1536 * 2.0,
+                                      "attn.k_pe.tp_allgather": SEQ * 64 * 2.0,
+                                      "attn.kv_up.tp_allgather": SEQ * 512 * 2.0})
+    regathered = sorted(op.name for op in sp if op.name.endswith(".tp_regather"))
+    assert regathered == ["attn.kv_up.tp_regather", "attn.q_up.tp_regather"]  # the rotary key is not a linear input

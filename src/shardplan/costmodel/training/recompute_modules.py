@@ -28,7 +28,7 @@ Recompute time is the forward time of the module's operators in the layer's inve
 ``core_attn`` the selective ops, ``layernorm`` the ``.norm`` ops, ``mlp`` the dense MLP's ops between its norm
 and residual (GEMMs, activation, TP collectives), ``moe_act`` ``moe.experts.act`` (and ``.clamp``), ``shared_experts``
 ``moe.shared.*``, ``moe`` the MoE's ops between its norm and residual (all-to-alls included), ``mla_up_proj``
-the ``q_up``/``kv_up`` GEMMs (with their casts) and the rotary.
+the ``q_up``/``kv_up`` GEMMs (with their casts and sequence-parallel gathers) and the rotary.
 
 Two whole-layer policies of other frameworks stand beside the modules, each alone in a set (it replaces core_attn):
 each names the tensors a layer keeps and the share of each forward operator rerun in backward (``POLICY_RULES``);
@@ -140,9 +140,10 @@ def _module_ops(kind: str, module: str, fwd: list[Op]) -> list[Op]:
         return inner if kind == module else []
     if module == "moe_act":
         return [op for op in fwd if op.name in ("moe.experts.clamp", "moe.experts.act")]
-    if module == "mla_up_proj":  # the up-projections (and their fp8 casts) and the rotary on their output
+    if module == "mla_up_proj":  # the up-projections (with their fp8 casts and SP gathers) and the rotary on them
         return [op for op in fwd
-                if op.name.split(".fp8")[0].split(".fp4")[0] in ("attn.q_up", "attn.kv_up", "attn.rope")]
+                if op.name.split(".fp8")[0].split(".fp4")[0] in ("attn.q_up", "attn.kv_up", "attn.rope")
+                or op.name.startswith(("attn.q_up.tp_", "attn.kv_up.tp_"))]
     if module == "shared_experts":
         return [op for op in fwd if op.name.startswith("moe.shared.")]
     raise ValueError(f"unknown recompute module {module}")

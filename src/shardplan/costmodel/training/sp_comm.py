@@ -36,7 +36,11 @@ from shardplan.costmodel.training.quantization import amax_reduced, gathered_byt
 if TYPE_CHECKING:
     from shardplan.costmodel.training.ctx import Ctx
 
-IN_RECIPE = ("attn", "mlp", "moe.shared", "lin", "ssm")  # TP regions of TE linear layers inside the fp8 autocast
+# TP regions entered by TE linear layers inside the fp8 autocast (MLA: its column-parallel up projections and query)
+IN_RECIPE = ("attn", "mlp", "moe.shared", "lin", "ssm", "attn.q_up", "attn.kv_up", "attn.q")
+# Gathers that feed no linear layer (MLA's rotary key: Megatron's ``gather_from_sequence_parallel_region``, whose
+# backward reduce-scatters and which saves nothing): no re-gather in backward
+NOT_SAVED = ("attn.k_pe",)
 AMAX_BYTES = 4.0  # one fp32 amax per quantized tensor
 
 
@@ -84,7 +88,7 @@ def tp_entry(ctx: Ctx, prefix: str, elements: np.ndarray | float) -> list[Op]:
     z = np.zeros_like(ag.time)
     regather = Op(f"{prefix}.tp_regather", COMM, z, z, z, dim="tp", bwd_nbytes=ag.nbytes, bwd_time=ag.time)
     ops = [_amax(ctx, prefix, backward=False)] if amax else []
-    ops += [gather] + ([regather] if ctx.system.software.sp_input_regather else [])
+    ops += [gather] + ([regather] if ctx.system.software.sp_input_regather and prefix not in NOT_SAVED else [])
     return [masked(op, sp) for op in ops]
 
 
