@@ -126,3 +126,21 @@ def test_mla_gathers_its_latents_and_runs_its_down_projections_on_the_local_shar
                                       "attn.kv_up.tp_allgather": SEQ * 512 * 2.0})
     regathered = sorted(op.name for op in sp if op.name.endswith(".tp_regather"))
     assert regathered == ["attn.kv_up.tp_regather", "attn.q_up.tp_regather"]  # the rotary key is not a linear input
+
+
+def test_mla_before_megatron_core_0_14_and_under_dtensor_gathers_the_hidden_state() -> None:
+    """``mla_local_down`` off (Megatron-LM 7094270c6f's column-parallel down projections, which DGX Cloud's v25.05.05
+    DeepSeek-V3 runs pin; PyTorch DTensor TP): the 7,168-wide hidden state is gathered and the down projections run on
+    all 8,192 tokens; no latent is gathered."""
+    from shardplan.validation.optimum import parse_run, tuned_record
+
+    run = parse_run(tuned_record("dgxc-v25.05.05-deepseek-v3-512gpu-h100-bf16"))
+    assert not run.system.software.mla_local_down
+    base = get_system("dgx-h100")
+    system = base.model_copy(update={"software": base.software.model_copy(update={"mla_local_down": False})})
+    work = TrainWorkload(seq_len=SEQ, global_batch=8, dtype="bf16")
+    lay = TrainLayout(tp=2, dp=4, microbatch=1, sequence_parallel=True)
+    ops = attention_ops(Ctx(get_model("deepseek-v3"), system, work, LayoutArrays.from_layouts([lay], 8)))
+    gathered = {op.name: float(op.nbytes[0]) for op in ops if op.name.endswith(".tp_allgather")}
+    assert gathered == pytest.approx({"attn.tp_allgather": SEQ * 7168 * 2.0})
+    assert float(_named(ops, "attn.q_down")[0].flops[0]) == pytest.approx(2.0 * SEQ * 7168 * 1536)

@@ -120,6 +120,12 @@ class SoftwareSpec(BaseModel):
         "v2.7 layernorm_linear.py ln_out_needs_gather; Megatron-LM's own linear layers; Korthikanti et al. 2022 "
         "§4.2.2). False: autograd saves the gathered input (PyTorch DTensor sequence parallelism: torchtitan, "
         "AutoModel).")
+    mla_local_down: bool = Field(
+        True, description="MLA's down projections are replicated on every TP rank and run on the rank's own sequence "
+        "shard, the up projections gathering the latents (Megatron-Core from 720c8b40d8, core 0.14: "
+        "multi_latent_attention.py parallel_mode='duplicated'). False: the hidden state is gathered and the down "
+        "projections run on every token (PyTorch DTensor TP: torchtitan, AutoModel; approximately Megatron-Core before "
+        "0.14, whose column-parallel down projections also gather their outputs, not priced apart).")
     overlap_slowdown: Annotated[float, Field(ge=0.0, le=1.0, allow_inf_nan=False)] = Field(
         0.189, description="Compute time lost per second of communication hidden behind it: NCCL kernels take SMs "
         "and share the power budget with the overlapped kernels. 0.189 is the mean slowdown of compute overlapped "

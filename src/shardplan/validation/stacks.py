@@ -64,7 +64,7 @@ def stack_p2p_overlap(r: dict[str, Any]) -> bool:
 STACK_FIELDS = ("ep_dispatcher", "ep_comm_overlap", "ep_delay_wgrad", "moe_drop_and_pad", "moe_router_padding",
                 "moe_balanced_routing", "elementwise_kernels", "norm_kernel", "attention_unpad", "overlap_p2p_comm",
                 "expert_mlp", "moe_host_sync", "overlap_grad_reduce", "loss_memory", "cp_comm_type",
-                "recompute_early_stop", "ddp_bucket_params", "cross_entropy_fusion", "tp_overlap_rs")
+                "recompute_early_stop", "ddp_bucket_params", "cross_entropy_fusion", "tp_overlap_rs", "mla_local_down")
 
 
 def stack_software(r: dict[str, Any]) -> dict[str, Any]:

@@ -113,6 +113,7 @@ class Pricer(Protocol):
     glu_clamp_apart: bool  # a clamped GLU's clamps as their own kernels (Megatron-Core; core.passes "glu_clamp")
     expert_fc1_bias_apart: bool  # routed experts' FC1 biases added after the GEMM (NeMo AutoModel)
     expert_act_apart: bool  # routed experts' activation as its own kernel (not in FC1's epilogue: TE fused MLP)
+    mla_local_down: bool  # MLA's down projections on the rank's own tokens, latents gathered (``projections``)
 
     def gemm(self, g: Gemm) -> list[Op]: ...
     def elementwise(self, x: Elementwise, *, selective: bool = False) -> Op: ...
@@ -170,27 +171,31 @@ def projections(model: ModelSpec, p: Pricer, T: Array, T_local: Array | None = N
     """Q/K/V projections (or MLA's down/up projections with their latent norms), the rotary and KV-cache write
     when the job has a cache; returns the ops and the per-head dims of the attention core.
 
-    MLA's down projections are replicated on every TP rank (Megatron-Core ``parallel_mode='duplicated'``,
-    multi_latent_attention.py@d98e8a6 l.526-527, 573-574) and run on the rank's own ``T_local`` tokens (its
-    sequence-parallel shard; all ``T`` without SP); the column-parallel up projections gather their latents under
-    SP (``tp_entry``), and the rotary key, gathered on its own (``gather_from_sequence_parallel_region``, l.751-752)."""
+    With ``T_local`` (``Pricer.mla_local_down``), MLA's down projections are replicated on every TP rank (Megatron-Core
+    ``parallel_mode='duplicated'``, multi_latent_attention.py@d98e8a6 l.526-527, 573-574) and run on the rank's own
+    ``T_local`` tokens (its sequence-parallel shard; all ``T`` without SP); the column-parallel up projections gather
+    their latents under SP (``tp_entry``), and the rotary key is gathered on its own
+    (``gather_from_sequence_parallel_region``, l.761-763). Without it the caller gathered the hidden state and every
+    projection runs on all ``T`` tokens."""
     m, t, h = model, p.tp, model.hidden_size
-    T_local = T if T_local is None else T_local
+    local = T_local is not None
+    down = T_local if T_local is not None else T
     ops: list[Op] = []
     if m.mla is not None:
         mla = m.mla
         if mla.q_lora_rank:
-            ops += p.gemm(Gemm("attn.q_down", T_local, h, mla.q_lora_rank))
-            ops.append(norm(p, "attn.q_norm", T_local, mla.q_lora_rank))
-            ops += p.tp_entry("attn.q_up", T * mla.q_lora_rank)
+            ops += p.gemm(Gemm("attn.q_down", down, h, mla.q_lora_rank))
+            ops.append(norm(p, "attn.q_norm", down, mla.q_lora_rank))
+            ops += p.tp_entry("attn.q_up", T * mla.q_lora_rank) if local else []
             ops += p.gemm(Gemm("attn.q_up", T, mla.q_lora_rank, m.num_heads * mla.qk_head_dim / t))
         else:
-            ops += p.tp_entry("attn.q", T * h)
+            ops += p.tp_entry("attn.q", T * h) if local else []
             ops += p.gemm(Gemm("attn.q", T, h, m.num_heads * mla.qk_head_dim / t))
-        ops += p.gemm(Gemm("attn.kv_down", T_local, h, mla.kv_lora_rank + mla.qk_rope_head_dim))
-        ops.append(norm(p, "attn.kv_norm", T_local, mla.kv_lora_rank))
-        ops += p.tp_entry("attn.k_pe", T * mla.qk_rope_head_dim)
-        ops += p.tp_entry("attn.kv_up", T * mla.kv_lora_rank)
+        ops += p.gemm(Gemm("attn.kv_down", down, h, mla.kv_lora_rank + mla.qk_rope_head_dim))
+        ops.append(norm(p, "attn.kv_norm", down, mla.kv_lora_rank))
+        if local:
+            ops += p.tp_entry("attn.k_pe", T * mla.qk_rope_head_dim)
+            ops += p.tp_entry("attn.kv_up", T * mla.kv_lora_rank)
         # W_UK/W_UV: applied to the latent of new tokens, or absorbed into q and o in decode; the same weights
         # are read and the same FLOPs per token are spent either way (DeepSeek-V2 App. C).
         ops += p.gemm(Gemm("attn.kv_up", T, mla.kv_lora_rank, m.num_heads * (mla.qk_nope_head_dim + mla.v_head_dim)
@@ -220,8 +225,9 @@ def attention_block(model: ModelSpec, p: Pricer, T: Array, T_elem: Array, core: 
     """Norm, projections, the attention core (``core`` with the job's pair count), output projection, TP
     collectives and the residual add."""
     m, h = model, model.hidden_size
-    ops = [norm(p, "attn.norm", T_elem, h), *([] if m.mla is not None else p.tp_entry("attn", T * h))]
-    proj, _, d_v = projections(m, p, T, T_elem)
+    local = m.mla is not None and p.mla_local_down
+    ops = [norm(p, "attn.norm", T_elem, h), *([] if local else p.tp_entry("attn", T * h))]
+    proj, _, d_v = projections(m, p, T, T_elem if local else None)
     ops += proj
     ops += attention_extras(m, p, T)
     ops += p.attention(core)

@@ -166,6 +166,7 @@ class FlexGenPricer:
     glu_clamp_apart: bool = False  # one activation kernel clamps in place
     expert_fc1_bias_apart: bool = False  # the bias in the expert GEMM
     expert_act_apart: bool = True  # the activation its own kernel
+    mla_local_down: bool = False  # one GPU: every projection on all tokens
 
     def gemm(self, g: Gemm) -> list[Op]:
         e = self.act_bytes

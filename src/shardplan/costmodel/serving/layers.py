@@ -117,6 +117,7 @@ class InferCtx:
     glu_clamp_apart: bool = False  # the fused-MoE activation kernels clamp in place
     expert_fc1_bias_apart: bool = False  # the bias in the expert GEMM
     expert_act_apart: bool = True  # the activation its own kernel (vLLM's fused_moe: act_and_mul between the GEMMs)
+    mla_local_down: bool = False  # no sequence parallelism: every projection on all tokens
     expert_weight_dtype: str | None = None  # routed experts' datatype when the checkpoint stores them apart
     decode_split_kv: bool = True  # decode attention splits a sequence's KV over blocks (``unsplit_decode_time``)
 

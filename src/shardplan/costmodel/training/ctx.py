@@ -155,6 +155,11 @@ class Ctx:
         return not self.fused_grouped_mlp
 
     @property
+    def mla_local_down(self) -> bool:
+        """MLA's down projections on the rank's own tokens, its latents gathered (``SoftwareSpec.mla_local_down``)."""
+        return self.system.software.mla_local_down
+
+    @property
     def glu_clamp_apart(self) -> bool:
         """A clamped GLU's clamps as eager kernels (Megatron-Core TEGroupedMLP; core.passes ``glu_clamp``)."""
         return self.system.software.expert_mlp == "te_grouped"

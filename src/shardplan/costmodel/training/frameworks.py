@@ -126,9 +126,11 @@ _BF16_GATHERS: tuple[tuple[str, object], ...] = (("fp8_param_gather", False), ("
 # counterpart of Megatron's overlap_p2p_comm either (validation.stacks.stack_p2p_overlap): SoftwareSpec.overlap_p2p_comm
 # off. Both, with the 16-bit gathers, are what the PyTorch-native stacks share. DTensor's colwise linear saves the
 # all-gathered input for its weight gradient (autograd keeps F.linear's input), so nothing is gathered again in
-# backward: SoftwareSpec.sp_input_regather off.
+# backward: SoftwareSpec.sp_input_regather off; an MLA layer's input is gathered whole before its down projections
+# (torchtitan deepseek_v3 sharding: the attention input to Replicate): SoftwareSpec.mla_local_down off.
 _TORCH_NATIVE: tuple[tuple[str, object], ...] = (*_BF16_GATHERS, ("tp_comm_overlap", 0.0),
-                                                  ("overlap_p2p_comm", False), ("sp_input_regather", False))
+                                                  ("overlap_p2p_comm", False), ("sp_input_regather", False),
+                                                  ("mla_local_down", False))
 # Each stack's fused attention (``framework_system`` sets it where the GPU has that kernel's measured curves, else a
 # generic fused kernel in place of the A100 preset's unfused softmax of Selene 2021). torchtitan's language models run
 # FlexAttention (b5bcd76 torchtitan/models/llama3/__init__.py l.371 ``attn_backend="flex"``; models/common/

@@ -177,14 +177,17 @@ def layer_activations(ctx: Ctx, kind: str) -> LayerActivations:
         # its up-projections keep for their weight gradients
         unsplit = (e + drop + norm_saved) * h
         qkv = e * (m.num_heads / t * d_qk + kv * d_qk + kv * d_v)
-        # MLA: the replicated down projections keep the rank's own shard of the layer input (no gather), the up
-        # projections their latents, gathered again in backward under SP (``operators.projections``)
-        latents = gemm_input(q * (m.mla.q_lora_rank + m.mla.kv_lora_rank)) if m.mla is not None else 0.0
+        # MLA: the up projections keep their latents; with ``SoftwareSpec.mla_local_down`` the replicated down
+        # projections keep the rank's own shard of the layer input (no gather) and the latents are gathered again in
+        # backward under SP (``operators.projections``), else the gathered input and the whole latents
+        local = m.mla is not None and ctx.system.software.mla_local_down
+        lat = q * (m.mla.q_lora_rank + m.mla.kv_lora_rank) if m.mla is not None else 0.0
+        latents = gemm_input(lat) if local else lat
         split = qkv + q * m.num_heads / t * d_v
         # softmax output (e), dropout mask (1) and dropout output (e) per score, unfused only
         scores = np.where(ctx.flash, 0.0, (m.num_heads / t) * ctx.work.seq_len * (e + drop * (1 + e)))
         lse = np.where(ctx.flash, (m.num_heads / t) * 4.0, 0.0)  # flash keeps fp32 log-sum-exp per head
-        gathered = shard(q * h) if m.mla is not None else gemm_input(q * h)  # the QKV (or down projections') input
+        gathered = shard(q * h) if local else gemm_input(q * h)  # the QKV (or down projections') input
         base = T * (shard(unsplit) + gathered + latents + split + lse)
         return LayerActivations(none=base + T * scores, selective=base, full=layer_input)
     if kind == "mlp":
