@@ -71,6 +71,29 @@ def test_deepseek_v3_runs_the_performance_scripts_layout() -> None:
     assert h100.layout.recompute_modules == ("mla_up_proj",) and run.layout.recompute_modules is None
 
 
+def test_deepseek_v3_attention_runs_unfused_on_gb200_only() -> None:
+    """nemo:25.04.01 ships Transformer Engine before v2.5: on sm100 cuDNN's fused attention takes no head dim over
+    128 (fused_attn.cpp@v2.3 l.221) and FlashAttention no head_dim_qk ≠ head_dim_v (utils.py@v2.2 l.466), so MLA
+    (q/k 192, v 128) runs TE's UnfusedDotProductAttention on GB200 and cuDNN's kernel on H100. Unfused, the softmax
+    reads the bf16 scores and writes the probabilities: 2 · (128 heads / TP 2) · 4096² · 2 B = 4.295 GB a layer and
+    microbatch (by hand), and in backward it reads the probabilities and their gradient and writes the scores'
+    gradient: 1.5× that."""
+    from shardplan.costmodel.training.ctx import Ctx
+    from shardplan.costmodel.training.layout import LayoutArrays
+    from shardplan.costmodel.training.stages import kind_cost
+    from shardplan.hardware.spec import AttentionKernel
+
+    gb200, h100 = _run("deepseek-v3-128gpu-gb200-bf16"), _run("deepseek-v3-512gpu-h100-bf16")
+    assert gb200.work.attention == AttentionKernel.UNFUSED
+    assert h100.work.attention == AttentionKernel.CUDNN
+    ctx = Ctx(gb200.model, gb200.system, gb200.work, LayoutArrays.from_layouts([gb200.layout], gb200.work.global_batch))
+    kc = kind_cost(ctx, "attention")
+    by_name = {op.name: op for op in (*kc.fwd_ops, *kc.bwd_ops)}
+    scores = 2 * (128 // 2) * 4096**2 * 2
+    assert float(by_name["attn.softmax"].nbytes[0]) == pytest.approx(scores, rel=1e-9)
+    assert float(by_name["attn.softmax.bwd"].nbytes[0]) == pytest.approx(1.5 * scores, rel=1e-9)
+    assert float(by_name["attn.flash"].time[0]) == 0.0  # the fused kernel priced only under CP
+
 def test_llama4_drops_and_pads_tokens() -> None:
     """llama4_e128.py's performance recipe adds MegatronTokenDropCallback (capacity 1.0, padded)."""
     assert all(_run(f"llama-4-maverick-{s}").system.software.moe_drop_and_pad
