@@ -186,6 +186,14 @@ _MOE: list[ModelSpec] = [
     _rms_swiglu("mixtral-8x22b", family="mixtral", layers=56, hidden=6144, heads=48, kv=8, ffn=16384, vocab=32000,
                 ctx=65536, theta=1e6, moe=MoESpec(num_experts=8, experts_per_token=2, expert_ffn_hidden_size=16384),
                 source=HF.format("mistralai/Mixtral-8x22B-v0.1")),
+    # Qwen/Qwen2-57B-A14B config.json (model_type qwen2_moe): 28 layers, 3584, 28/4 heads, every layer MoE (decoder
+    # sparse step 1): 64 experts top-8 of 2560 (norm_topk_prob false), one shared expert of 20480 behind a sigmoid
+    # gate; Q/K/V biases (Qwen2Attention), untied, vocab 151936.
+    _rms_swiglu("qwen2-57b-a14b", family="qwen", layers=28, hidden=3584, heads=28, kv=4, ffn=18944, vocab=151936,
+                ctx=131072, theta=1e6, qkv_bias=True,
+                moe=MoESpec(num_experts=64, experts_per_token=8, expert_ffn_hidden_size=2560, num_shared_experts=1,
+                            shared_expert_ffn_hidden_size=20480, shared_expert_gate=True, norm_topk_prob=False),
+                source=HF.format("Qwen/Qwen2-57B-A14B")),
     # Qwen/Qwen3-30B-A3B config.json: head_dim 128, q/k RMSNorm, 128 experts top-8 of 768, no shared expert.
     _rms_swiglu("qwen3-30b-a3b", family="qwen", layers=48, hidden=2048, heads=32, kv=4, ffn=6144, vocab=151936,
                 ctx=40960, theta=1e6, head_dim=128, qk_norm=True,
