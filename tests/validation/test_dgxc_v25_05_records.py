@@ -72,8 +72,9 @@ def test_deepseek_v3_runs_the_performance_scripts_layout() -> None:
 
 
 def test_deepseek_v3_attention_runs_unfused_on_gb200_only() -> None:
-    """nemo:25.04.01 ships Transformer Engine before v2.5: on sm100 cuDNN's fused attention takes no head dim over
-    128 (fused_attn.cpp@v2.3 l.221) and FlashAttention no head_dim_qk ≠ head_dim_v (utils.py@v2.2 l.466), so MLA
+    """nemo:25.04.01 ships Transformer Engine up to v2.4 (TE 71c76b6ba lifted the check in 2025-06): on sm100 cuDNN's
+    fused attention takes no head dim over 128 (fused_attn.cpp@v2.3 l.221) and FlashAttention no head_dim_qk ≠
+    head_dim_v (utils.py@v2.2 l.466), so MLA
     (q/k 192, v 128) runs TE's UnfusedDotProductAttention on GB200 and cuDNN's kernel on H100. Unfused, the softmax
     reads the bf16 scores and writes the probabilities: 2 · (128 heads / TP 2) · 4096² · 2 B = 4.295 GB a layer and
     microbatch (by hand), and in backward it reads the probabilities and their gradient and writes the scores'
@@ -93,6 +94,15 @@ def test_deepseek_v3_attention_runs_unfused_on_gb200_only() -> None:
     assert float(by_name["attn.softmax"].nbytes[0]) == pytest.approx(scores, rel=1e-9)
     assert float(by_name["attn.softmax.bwd"].nbytes[0]) == pytest.approx(1.5 * scores, rel=1e-9)
     assert float(by_name["attn.flash"].time[0]) == 0.0  # the fused kernel priced only under CP
+    # ... and it lands in the step: every microbatch of the busiest stage (14–16 layers, 1,024 sequences over DP 16:
+    # 64 microbatches) runs the softmax at least once more than cuDNN's fused kernel would
+    softmax = float(by_name["attn.softmax"].time[0])
+    assert softmax > 0.0
+    steps = {k: pinned_estimate(gb200.model, gb200.system, gb200.gpus, gb200.work.model_copy(update={"attention": k}),
+                                gb200.layout, gb200.stage_layers).metrics.step_time_s
+             for k in (AttentionKernel.UNFUSED, AttentionKernel.CUDNN)}
+    assert steps[AttentionKernel.UNFUSED] - steps[AttentionKernel.CUDNN] > 14 * 64 * softmax
+
 
 def test_llama4_drops_and_pads_tokens() -> None:
     """llama4_e128.py's performance recipe adds MegatronTokenDropCallback (capacity 1.0, padded)."""
