@@ -34,6 +34,18 @@ GDN_FLA_CHUNK_S = 1.9e-6
 GDN_FLA_TOKEN_HEAD_S = 2.4e-9  # per token and value head at d_k = d_v = 128 (scaled by d_k·d_v)
 
 
+# The share of the GPU's streaming rate (``kernels.memory_time``) at which the chunked Mamba-2 SSD's Triton kernels
+# move the traffic of ``ssd_chunked_traffic``. Measured: vLLM's copies of mamba_ssm's ``_mamba_chunk_scan_combined_fwd``
+# kernels on one H100, granite-4.0-h-small's shape (128 heads of 64, one group, state 128, chunk 256), one sequence of
+# 4,096 / 8,192 / 16,384 / 32,768 / 65,536 / 131,072 / 262,144 tokens at 1.206 / 1.262 / 1.292 / 1.180 / 1.107 / 1.070 /
+# 1.082 × 10⁷ tokens/s (vllm-project/vllm PR #27299, 2025-10-25, microbenchmark "Original" column): 2.23–2.69× the
+# streaming time of their traffic, median 2.44 (1.1–1.4 TB/s of the H100's 3.35). Below 4,096 tokens the measured
+# time stops falling (0.29-0.30 ms at 1,024 and 2,048 tokens: host and launch time, not priced). Backward (mamba_ssm's
+# ``_bwd`` kernels, the same family) and other GPUs are not measured: they take the same share
+# (tests/costmodel/test_ssd_kernel_rate.py).
+SSD_TRITON_STREAM_SHARE = 1.0 / 2.44
+
+
 def gdn_core_flops(model: ModelSpec, tokens: Array, heads: Array, *, recurrent: bool) -> np.ndarray:
     """FLOPs of the Gated DeltaNet core for ``tokens`` tokens over ``heads`` value heads (d_k keys, d_v values).
 
@@ -150,8 +162,8 @@ def mamba2_block(model: ModelSpec, p: Pricer, T: Array, T_elem: Array, *, seqs: 
         ops.append(p.bmm("ssm.core", flops, e * T * (conv + heads + inner) + 2.0 * seqs * states, selective=False))
     else:  # the chunked kernels' own traffic, forward and (training) backward: its dx, dB, dC, ddt, no weights
         fwd_bytes, bwd_bytes = ssd_chunked_traffic(model, T, heads, groups, seqs, e)
-        core = p.bmm("ssm.core", flops, fwd_bytes, selective=False)
-        bwd = p.bmm("ssm.core.bwd", 2.0 * flops, bwd_bytes, selective=False)
+        core = p.bmm("ssm.core", flops, fwd_bytes, selective=False, stream_share=SSD_TRITON_STREAM_SHARE)
+        bwd = p.bmm("ssm.core.bwd", 2.0 * flops, bwd_bytes, selective=False, stream_share=SSD_TRITON_STREAM_SHARE)
         zero = np.zeros_like(bwd.time)
         ops.append(replace(core, grads=GemmGrads(bwd.time, bwd.nbytes, zero, zero)))
     ops += [p.elementwise(Elementwise("ssm.gated_norm", T * inner, 3)), *p.gemm(Gemm("ssm.out", T, inner, h)),

@@ -1,0 +1,47 @@
+"""The Mamba-2 SSD core at its Triton kernels' measured rate. vLLM's copies of mamba_ssm's chunked SSD forward
+(``_mamba_chunk_scan_combined_fwd``: chunk_cumsum, chunk_state, state_passing, bmm_chunk, chunk_scan) on one H100 at
+granite-4.0-h-small's shape (128 heads of 64, one group, state 128, chunk 256), one sequence per run:
+vllm-project/vllm PR #27299 (2025-10-25), microbenchmark "Original" column, tokens/s. The model had priced the core at
+the streaming time of its traffic; ``core.recurrent.SSD_TRITON_STREAM_SHARE`` is the median share read off these
+runs, so this checks the SSD op the training and serving pricers build lands within ±12% of each measured time, and
+that the roofline alone was 2.2-2.7x too fast."""
+
+from __future__ import annotations
+
+import pytest
+
+from shardplan.costmodel.core import recurrent as rec
+from shardplan.costmodel.core.kernels import memory_time
+from shardplan.costmodel.training.layout import LayoutArrays, TrainLayout, TrainWorkload
+from shardplan.costmodel.training.step import train_cost
+from shardplan.hardware import get_system
+from shardplan.models import get_model
+from shardplan.models.spec import MambaSpec
+
+# tokens in one sequence -> measured tokens/s (H100, bf16)
+VLLM_H100 = {4096: 1.206409e7, 8192: 1.262327e7, 16384: 1.292440e7, 32768: 1.180002e7, 65536: 1.106830e7,
+             131072: 1.070444e7, 262144: 1.081547e7}
+GRANITE_SSD = MambaSpec(num_heads=128, head_dim=64, d_state=128, n_groups=1, conv_kernel=4, expand=2, chunk_size=256)
+
+
+def _granite_ssd_model():
+    nano = get_model("nemotron-3-nano-30b-a3b")
+    return nano.model_copy(update={"mamba": GRANITE_SSD, "hidden_size": 4096})
+
+
+@pytest.mark.parametrize("tokens", sorted(VLLM_H100))
+def test_training_ssd_forward_at_the_measured_h100_rate(tokens: int) -> None:
+    model = _granite_ssd_model()
+    cost = train_cost(model, get_system("dgx-h100"), TrainWorkload(seq_len=tokens, global_batch=1),
+                      LayoutArrays.from_layouts([TrainLayout()], 1))
+    core = next(op for op in cost.kinds["mamba"].fwd_ops if op.name == "ssm.core")
+    measured = tokens / VLLM_H100[tokens]
+    assert float(core.time[0]) == pytest.approx(measured, rel=0.12)
+    # the traffic alone, streamed at the GPU's rate, was 2.2-2.7x faster than measured
+    streamed = float(memory_time(get_system("dgx-h100").gpu, core.nbytes[0]))
+    assert 2.2 < measured / streamed < 2.7
+    # the backward's traffic moves at the same share (mamba_ssm's _bwd kernels, the same family; unmeasured)
+    assert core.grads is not None
+    bwd = float(core.grads.dgrad_time[0])
+    assert bwd == pytest.approx(float(memory_time(get_system("dgx-h100").gpu, core.grads.dgrad_nbytes[0]))
+                                / rec.SSD_TRITON_STREAM_SHARE, abs=1e-5)  # plus a launch
