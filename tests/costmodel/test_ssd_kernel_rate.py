@@ -2,9 +2,10 @@
 (``_mamba_chunk_scan_combined_fwd``: chunk_cumsum, chunk_state, state_passing, bmm_chunk, chunk_scan) on one H100 at
 granite-4.0-h-small's shape (128 heads of 64, one group, state 128, chunk 256), one sequence per run:
 vllm-project/vllm PR #27299 (2025-10-25), microbenchmark "Original" column, tokens/s. The model had priced the core at
-the streaming time of its traffic; ``core.recurrent.SSD_TRITON_STREAM_SHARE`` is the median share read off these
-runs, so this checks the SSD op the training and serving pricers build lands within ±12% of each measured time, and
-that the roofline alone was 2.2-2.7x too fast."""
+the streaming time of its traffic; ``core.recurrent.SSD_TRITON_STREAM_SHARE`` (the median share of the streaming rate)
+and ``SSD_TRITON_BYTES_PER_S`` (the median rate) are read off these runs, so this checks the SSD op the training
+pricer builds lands within ±12% of each measured time, that the roofline alone was 2.2-2.7x too fast, and which bound
+holds on a GPU of lower (A100) and higher (GB200) memory bandwidth."""
 
 from __future__ import annotations
 
@@ -45,3 +46,27 @@ def test_training_ssd_forward_at_the_measured_h100_rate(tokens: int) -> None:
     bwd = float(core.grads.dgrad_time[0])
     assert bwd == pytest.approx(float(memory_time(get_system("dgx-h100").gpu, core.grads.dgrad_nbytes[0]))
                                 / rec.SSD_TRITON_STREAM_SHARE, abs=1e-5)  # plus a launch
+
+
+def _core(hardware: str, tokens: int = 16384):
+    cost = train_cost(_granite_ssd_model(), get_system(hardware), TrainWorkload(seq_len=tokens, global_batch=1),
+                      LayoutArrays.from_layouts([TrainLayout()], 1))
+    return next(op for op in cost.kinds["mamba"].fwd_ops if op.name == "ssm.core")
+
+
+def test_faster_memory_does_not_pass_the_h100_rate() -> None:
+    """GB200 (8 TB/s) and H200 (the H100's die, 4.8 TB/s): the measured H100 rate binds, not the share of their
+    streaming rate."""
+    for hardware in ("gb200-nvl72", "hgx-h200"):
+        core = _core(hardware)
+        assert float(core.time[0]) == pytest.approx(float(core.nbytes[0]) / rec.SSD_TRITON_BYTES_PER_S, rel=1e-9)
+        share = float(memory_time(get_system(hardware).gpu, core.nbytes[0])) / rec.SSD_TRITON_STREAM_SHARE
+        assert share < float(core.time[0])
+
+
+def test_slower_memory_keeps_the_share_of_its_streaming_rate() -> None:
+    """A100 80 GB (2.04 TB/s): the share of its own streaming rate binds, below the H100's rate."""
+    core = _core("dgx-a100-80gb")
+    share = float(memory_time(get_system("dgx-a100-80gb").gpu, core.nbytes[0])) / rec.SSD_TRITON_STREAM_SHARE
+    assert float(core.time[0]) == pytest.approx(share, abs=1e-5)  # plus a launch
+    assert float(core.time[0]) > float(core.nbytes[0]) / rec.SSD_TRITON_BYTES_PER_S
