@@ -105,11 +105,15 @@ def elementwise_time(gpu: GpuSpec, nbytes: np.ndarray) -> np.ndarray:
 
 def kernel_time(gpu: GpuSpec, flops: np.ndarray, nbytes: np.ndarray, dtype: str, *,
                 efficiency: np.ndarray | float | None = None, shape: np.ndarray | float = 1.0,
-                of_plateau: np.ndarray | None = None) -> np.ndarray:
+                of_plateau: np.ndarray | None = None, stream_share: float = 1.0,
+                stream_cap: float | None = None) -> np.ndarray:
     """Roofline time of one kernel (torchao roofline_utils: max of compute and memory) with the per-kernel fixed
-    time and launch floor (``with_launch``)."""
+    time and launch floor (``with_launch``). A kernel measured below the roofline moves its bytes at
+    ``stream_share`` of the streaming rate and at no more than ``stream_cap`` bytes/s."""
     t_c = compute_time(gpu, flops, dtype, efficiency=efficiency, shape=shape, of_plateau=of_plateau)
-    t_m = memory_time(gpu, nbytes)
+    t_m = memory_time(gpu, nbytes) / stream_share
+    if stream_cap is not None:
+        t_m = np.maximum(t_m, np.asarray(nbytes, dtype=float) / stream_cap)
     return with_launch(gpu, np.maximum(t_c, t_m))
 
 

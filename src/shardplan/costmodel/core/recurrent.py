@@ -36,7 +36,8 @@ GDN_FLA_TOKEN_HEAD_S = 2.4e-9  # per token and value head at d_k = d_v = 128 (sc
 
 # The chunked Mamba-2 SSD's Triton kernels move the traffic of ``ssd_chunked_traffic`` at two bounds, both read off
 # one measurement: vLLM's copies of mamba_ssm's ``_mamba_chunk_scan_combined_fwd`` kernels on one H100,
-# granite-4.0-h-small's shape (128 heads of 64, one group, state 128, chunk 256), one sequence of 4,096 / 8,192 /
+# granite-4.0-h-small's shape (128 heads of 64, one group, state 128; chunk 256 inferred: the PR's second table names
+# it the mamba config, and at chunk 128 the same runs would read 1.5-1.8x), one sequence of 4,096 / 8,192 /
 # 16,384 / 32,768 / 65,536 / 131,072 / 262,144 tokens at 1.206 / 1.262 / 1.292 / 1.180 / 1.107 / 1.070 / 1.082 × 10⁷
 # tokens/s (vllm-project/vllm PR #27299, 2025-10-25, microbenchmark "Original" column): 1.12–1.35 TB/s of that traffic,
 # median 1.236 (about 100 TFLOP/s of its FLOPs), 2.23–2.69× the streaming time ``kernels.memory_time`` gives it, median
@@ -45,10 +46,11 @@ GDN_FLA_TOKEN_HEAD_S = 2.4e-9  # per token and value head at d_k = d_v = 128 (sc
 # - ``SSD_TRITON_STREAM_SHARE``: on a GPU of lower memory bandwidth the kernels keep that share of its streaming rate;
 # - ``SSD_TRITON_BYTES_PER_S``: on one of higher bandwidth they do not pass the H100's rate, as the Gated DeltaNet
 #   kernels of the same Triton lineage (above) run at one time on every GPU: the H200 (the H100's die) gains nothing
-#   from its HBM, and Blackwell's 148 SMs against 132 are not credited. A pure Mamba-2 model's published training
-#   throughput (state-spaces/mamba issue #904: 102.5 / 239.2 / 360.4 TFLOP/s on A100 / H200 / GB200) priced so reads
-#   H200/A100 2.26× and GB200/H200 1.46× against 2.33× and 1.51× measured; with the share alone 2.52× and 1.85×, with
-#   the H100 rate alone 2.03× and 1.46×.
+#   from its HBM, and Blackwell's 148 SMs against 132 are not credited. An argument, not a measurement: this bound was
+#   added after the share alone missed the ratios that follow (stack unknown, ratios only). A pure Mamba-2 model's
+#   published training throughput (state-spaces/mamba issue #904: 102.5 / 239.2 / 360.4 TFLOP/s on A100 / H200 /
+#   GB200) priced so reads H200/A100 2.26× and GB200/H200 1.46× against 2.33× and 1.51× measured; with the share
+#   alone 2.52× and 1.85×, with the H100 rate alone 2.03× and 1.46×.
 # Backward (mamba_ssm's ``_bwd`` kernels, the same family) is not measured: it takes both bounds
 # (tests/costmodel/test_ssd_kernel_rate.py).
 SSD_TRITON_STREAM_SHARE = 1.0 / 2.44
@@ -171,10 +173,9 @@ def mamba2_block(model: ModelSpec, p: Pricer, T: Array, T_elem: Array, *, seqs: 
         ops.append(p.bmm("ssm.core", flops, e * T * (conv + heads + inner) + 2.0 * seqs * states, selective=False))
     else:  # the chunked kernels' own traffic, forward and (training) backward: its dx, dB, dC, ddt, no weights
         fwd_bytes, bwd_bytes = ssd_chunked_traffic(model, T, heads, groups, seqs, e)
-        core = p.bmm("ssm.core", flops, fwd_bytes, selective=False, stream_share=SSD_TRITON_STREAM_SHARE,
-                     floor_s=fwd_bytes / SSD_TRITON_BYTES_PER_S)
-        bwd = p.bmm("ssm.core.bwd", 2.0 * flops, bwd_bytes, selective=False, stream_share=SSD_TRITON_STREAM_SHARE,
-                    floor_s=bwd_bytes / SSD_TRITON_BYTES_PER_S)
+        rate = {"stream_share": SSD_TRITON_STREAM_SHARE, "stream_cap": SSD_TRITON_BYTES_PER_S}
+        core = p.bmm("ssm.core", flops, fwd_bytes, selective=False, **rate)
+        bwd = p.bmm("ssm.core.bwd", 2.0 * flops, bwd_bytes, selective=False, **rate)
         zero = np.zeros_like(bwd.time)
         ops.append(replace(core, grads=GemmGrads(bwd.time, bwd.nbytes, zero, zero)))
     ops += [p.elementwise(Elementwise("ssm.gated_norm", T * inner, 3)), *p.gemm(Gemm("ssm.out", T, inner, h)),

@@ -180,8 +180,9 @@ class FlexGenPricer:
         return Op(x.name, MEM, np.zeros_like(nbytes), nbytes, elementwise_time(self.system.gpu, nbytes))
 
     def bmm(self, name: str, flops: np.ndarray, nbytes: np.ndarray, *, selective: bool,
-            floor_s: np.ndarray | None = None, stream_share: float = 1.0) -> Op:
-        t = kernel_time(self.system.gpu, flops, nbytes / stream_share, outside_recipe(self.dtype))
+            floor_s: np.ndarray | None = None, stream_share: float = 1.0, stream_cap: float | None = None) -> Op:
+        t = kernel_time(self.system.gpu, flops, nbytes, outside_recipe(self.dtype), stream_share=stream_share,
+                        stream_cap=stream_cap)
         return Op(name, GEMM, flops, nbytes, t if floor_s is None else np.maximum(t, floor_s))
 
     def attention(self, a: Attention) -> list[Op]:

@@ -171,8 +171,9 @@ class InferCtx:
         return Op(x.name, MEM, np.zeros_like(nbytes), nbytes, kernel_time(self.system.gpu, 0.0, nbytes, "bf16"))
 
     def bmm(self, name: str, flops: np.ndarray, nbytes: np.ndarray, *, selective: bool,
-            floor_s: np.ndarray | None = None, stream_share: float = 1.0) -> Op:
-        t = kernel_time(self.system.gpu, self._col(flops), self._col(nbytes) / stream_share, "bf16")
+            floor_s: np.ndarray | None = None, stream_share: float = 1.0, stream_cap: float | None = None) -> Op:
+        t = kernel_time(self.system.gpu, self._col(flops), self._col(nbytes), "bf16", stream_share=stream_share,
+                        stream_cap=stream_cap)
         return Op(name, GEMM, self._col(flops), self._col(nbytes),
                   t if floor_s is None else np.maximum(t, self._col(floor_s)))
 

@@ -280,11 +280,13 @@ class Ctx:
                   bwd_kernels=row.bwd_kernels if row else 1)
 
     def bmm(self, name: str, flops: np.ndarray, nbytes: np.ndarray, *, selective: bool,
-            floor_s: np.ndarray | None = None, stream_share: float = 1.0) -> Op:
+            floor_s: np.ndarray | None = None, stream_share: float = 1.0, stream_cap: float | None = None) -> Op:
         """A batched matmul (the unfused attention path, recurrent cores; selective recompute reruns it) in 16 bit
         under an fp8/fp4 recipe (``outside_recipe``), at least ``floor_s`` where a kernel's measured time bounds it;
-        its traffic moved at ``stream_share`` of the GPU's streaming rate where its kernels are measured slower."""
-        t = kernel_time(self.gpu, flops, nbytes / stream_share, outside_recipe(self.mm_dtype))
+        its traffic at ``stream_share`` of the streaming rate and at most ``stream_cap`` where its kernels are
+        measured slower (``kernels.kernel_time``)."""
+        t = kernel_time(self.gpu, flops, nbytes, outside_recipe(self.mm_dtype), stream_share=stream_share,
+                        stream_cap=stream_cap)
         return Op(name, GEMM, flops, nbytes, t if floor_s is None else np.maximum(t, floor_s), selective=selective)
 
     def attention(self, a: Attention) -> list[Op]:
