@@ -45,8 +45,10 @@ GDN_FLA_TOKEN_HEAD_S = 2.4e-9  # per token and value head at d_k = d_v = 128 (sc
 # time, not priced).
 # - ``SSD_TRITON_STREAM_SHARE``: on a GPU of lower memory bandwidth the kernels keep that share of its streaming rate;
 # - ``SSD_TRITON_BYTES_PER_S``: on one of higher bandwidth they do not pass the H100's rate, as the Gated DeltaNet
-#   kernels of the same Triton lineage (above) run at one time on every GPU: the H200 (the H100's die) gains nothing
-#   from its HBM, and Blackwell's 148 SMs against 132 are not credited. An argument, not a measurement: this bound was
+#   kernels of the same Triton lineage (above) run at one time on every GPU (FLA's forward, h_v = 8, one sequence of
+#   65,536 / 32,768 / 16,384 tokens: 1.954 / 0.997 / 0.508 ms on an H100, flashinfer PR #3866; 2.065 / 1.048 / 0.531 ms
+#   on a B300, PR #4078: within 6%, the B300 the slower): the H200 (the H100's die) gains nothing from its HBM, and
+#   Blackwell's 148 SMs against 132 are not credited. An argument, not a measurement of this kernel: this bound was
 #   added after the share alone missed the ratios that follow (stack unknown, ratios only). A pure Mamba-2 model's
 #   published training throughput (state-spaces/mamba issue #904: 102.5 / 239.2 / 360.4 TFLOP/s on A100 / H200 /
 #   GB200) priced so reads H200/A100 2.26× and GB200/H200 1.46× against 2.33× and 1.51× measured; with the share
