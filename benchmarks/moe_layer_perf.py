@@ -1,24 +1,27 @@
 """One MoE layer as NVIDIA times it on a DGX H100, against the model's price of that layer.
 
-Megatron-LM's MoE performance regression test (NVIDIA/Megatron-LM@d98e8a6
-``tests/functional_tests/test_cases/common/moe_perf/``: ``test_cases.py`` the cases, ``baseline.json`` the times, run
-on ``dgx_h100`` per ``tests/test_utils/recipes/h100/module_performance.yaml``) builds one ``MoELayer`` with
-Transformer Engine's grouped GEMM, permute and router fusions and forced load balancing, and times its forward and its
-backward with CUDA events (5 warm-up, 20 measured iterations, manual GC) on 8 H100 at TP 1, EP 8, one sequence of
-4,096 tokens per GPU, bf16 parameters:
+Megatron-LM's MoE performance regression test (NVIDIA/Megatron-LM ``tests/functional_tests/test_cases/common/moe_perf/``
+at d98e8a6: ``test_cases.py`` the cases, ``baseline.json`` the times, recorded at cf39a4d (2025-12-17), run on
+``dgx_h100`` per ``tests/test_utils/recipes/h100/module_performance.yaml``) builds one ``MoELayer`` with Transformer
+Engine's grouped GEMM, permute and router fusions and forced load balancing, and times its forward and its backward
+with CUDA events (5 warm-up, the mean of 20 measured iterations on rank 0, manual GC; each iteration behind an fp32
+8192³ dummy matmul that hides the launches) on 8 H100 at TP 1, EP 8, one sequence of 4,096 tokens per GPU, bf16
+parameters:
 
 - Mixtral proxy: hidden 4,096, 8 experts of 14,336, top-2 (Mixtral 8x7B's MoE block);
-- DeepSeek proxy: hidden 7,168, 32 experts of 2,048, top-8 (8 groups, top-4 groups, sigmoid, expert bias), one shared
-  expert of 2,048 (DeepSeek-V3's MoE block with 32 routed experts);
+- DeepSeek proxy: hidden 7,168, 32 experts of 2,048, top-8 (8 groups, top-4 groups, sigmoid, expert bias); its
+  config names a shared expert of 2,048 but the harness never passes it to ``TransformerConfig``, so none is built;
 
 each with the alltoall dispatcher, DeepEP and HybridEP, in bf16 and in fp8 with blockwise scaling (1×128 activation,
 128×128 weight blocks).
 
 The model prices the same layer: the ``moe`` kind of a one-microbatch training table (router, the dropless host
-synchronisation, dispatch, experts, combine, shared expert; without the pre-MLP norm and the residual add, which
-the test's layer does not run). The model has no blockwise FP8 recipe, so the fp8 rows print the measured fp8/bf16
-ratio beside the model's per-tensor (current scaling) one for reference only. DeepEP and HybridEP are both the
-model's ``deepep`` dispatcher (their NVLink kernels at the measured rate of ``hardware/ep_data.py``).
+synchronisation, dispatch, experts, combine; without the pre-MLP norm and the residual add, which the test's layer
+does not run). No clock was recorded: "GEMMs at boost" prices them at the isolated grid rate, undoing the model's
+in-job clock, an assumption about the test, not a measurement. The model has no blockwise FP8 recipe, so the fp8
+rows print the measured fp8/bf16 ratio beside the model's per-tensor (current scaling) one for reference only. DeepEP
+and HybridEP are both the model's ``deepep`` dispatcher (their NVLink kernels at the measured rate of
+``hardware/ep_data.py``).
 
 Run: .venv/bin/python benchmarks/moe_layer_perf.py   (a few seconds)
 """
@@ -56,7 +59,9 @@ def proxy(name: str):
         return get_model("mixtral-8x7b")
     v3 = get_model("deepseek-v3")
     assert v3.moe is not None
-    return v3.model_copy(update={"moe": v3.moe.model_copy(update={"num_experts": 32}), "layer_pattern": None})
+    # the test's config passes no moe_shared_expert_intermediate_size to TransformerConfig: no shared expert is built
+    moe = v3.moe.model_copy(update={"num_experts": 32, "num_shared_experts": 0})
+    return v3.model_copy(update={"moe": moe, "layer_pattern": None})
 
 
 def priced(model_name: str, dispatcher: str, dtype: str, *, boost: bool = False) -> tuple[float, float]:
